@@ -1,0 +1,74 @@
+//! Every limit of the protocol, in one place, with the checks that enforce the string limits.
+//!
+//! A limit exists so that no client can make a replica do unbounded work or hold unbounded memory.
+
+use crate::types::Rejection;
+
+/// Longest lock name, in bytes.
+pub const MAX_NAME_BYTES: usize = 512;
+/// Longest owner string, in bytes.
+pub const MAX_OWNER_BYTES: usize = 256;
+/// Longest client description of a session, in bytes.
+pub const MAX_CLIENT_BYTES: usize = 256;
+/// Longest a queued acquire may wait.
+pub const MAX_WAIT_MS: u64 = 300_000;
+/// Largest semaphore.
+pub const MAX_SEMAPHORE_LIMIT: u32 = 10_000;
+/// Deepest re-entry.
+pub const MAX_REENTRY: u32 = 1_000_000;
+
+/// TTL bounds of the default namespace (seed: 15 s default, 5–60 s allowed).
+pub const DEFAULT_TTL_MS: u64 = 15_000;
+pub const DEFAULT_MIN_TTL_MS: u64 = 5_000;
+pub const DEFAULT_MAX_TTL_MS: u64 = 60_000;
+/// Hard bounds any namespace's TTLs must fall within.
+pub const HARD_MIN_TTL_MS: u64 = 1_000;
+pub const HARD_MAX_TTL_MS: u64 = 3_600_000;
+/// Seed: "caps the queue (say 500)".
+pub const DEFAULT_MAX_WAITERS_PER_NAME: u32 = 500;
+pub const HARD_MAX_WAITERS_PER_NAME: u32 = 100_000;
+/// The seed expects ~50 held per process; leave room for a hundredfold.
+pub const DEFAULT_MAX_LOCKS_PER_SESSION: u32 = 10_000;
+pub const HARD_MAX_LOCKS_PER_SESSION: u32 = 1_000_000;
+/// Chubby bounds lock-delay at one minute.
+pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+/// Retry hint given with `QueueFull`.
+pub const QUEUE_FULL_RETRY_AFTER_MS: u64 = 1_000;
+/// Longest namespace name, in bytes.
+pub const MAX_NAMESPACE_NAME_BYTES: usize = 64;
+
+/// Checks that `value` is 1..=`max_bytes` bytes of printable UTF-8 (no control characters).
+pub fn check_printable(
+    field: &'static str,
+    value: &str,
+    max_bytes: usize,
+) -> Result<(), Rejection> {
+    let reason = if value.is_empty() {
+        "is empty"
+    } else if value.len() > max_bytes {
+        "is too long"
+    } else if value.chars().any(char::is_control) {
+        "contains a control character"
+    } else {
+        return Ok(());
+    };
+    Err(Rejection::InvalidString {
+        field,
+        reason,
+        max_bytes,
+    })
+}
+
+/// Like [`check_printable`] but an empty value is allowed (optional strings such as owner).
+pub fn check_optional(field: &'static str, value: &str, max_bytes: usize) -> Result<(), Rejection> {
+    if value.is_empty() {
+        Ok(())
+    } else {
+        check_printable(field, value, max_bytes)
+    }
+}
+
+/// A lock name: 1..=512 bytes of printable UTF-8.
+pub fn check_name(name: &str) -> Result<(), Rejection> {
+    check_printable("name", name, MAX_NAME_BYTES)
+}

@@ -1,0 +1,928 @@
+//! The lock state machine: every rule of the protocol, applied one command at a time.
+//!
+//! `apply` validates first and mutates second, so a rejected command leaves the state exactly as
+//! it was. Iteration that decides an outcome only walks ordered structures (`BTreeSet`s, queues),
+//! never a `HashMap`, so every replica that applies the same commands reaches the same state.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{self, check_name, check_optional, check_printable};
+use crate::types::*;
+
+/// A held grant of a lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Holder {
+    pub session: SessionId,
+    pub token: Token,
+    pub mode: LockMode,
+    pub granted_at_ms: u64,
+    pub reentry: u32,
+    pub reentrant: bool,
+    pub owner: Box<str>,
+}
+
+/// A queued acquire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Waiter {
+    pub id: WaiterId,
+    pub session: SessionId,
+    pub mode: LockMode,
+    pub enqueued_at_ms: u64,
+    pub deadline_ms: u64,
+    pub reentrant: bool,
+    pub owner: Box<str>,
+}
+
+/// One name's record. It exists only while it has holders, waiters or a pending lock-delay.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Lock {
+    pub holders: Vec<Holder>,
+    pub waiters: VecDeque<Waiter>,
+    /// Group time until which nothing is granted (0 = no delay). Cleared only by a tick.
+    pub delay_until_ms: u64,
+}
+
+impl Lock {
+    fn is_idle(&self) -> bool {
+        self.holders.is_empty() && self.waiters.is_empty() && self.delay_until_ms == 0
+    }
+
+    /// The mode that the name is in use with, if any (a semaphore's limit must match it).
+    fn mode_in_use(&self) -> Option<LockMode> {
+        self.holders
+            .first()
+            .map(|h| h.mode)
+            .or_else(|| self.waiters.front().map(|w| w.mode))
+    }
+
+    fn holder_view(&self) -> Option<HolderView> {
+        self.holders.first().map(|h| HolderView {
+            session: h.session,
+            owner: h.owner.to_string(),
+            token: h.token,
+        })
+    }
+}
+
+/// Whether a grant in `mode` can join the current `holders`.
+fn compatible(holders: &[Holder], mode: LockMode) -> bool {
+    match mode {
+        LockMode::Exclusive => holders.is_empty(),
+        LockMode::Shared => holders.iter().all(|h| h.mode == LockMode::Shared),
+        LockMode::Semaphore { limit } => holders.len() < limit as usize,
+    }
+}
+
+/// Exclusive and shared mix on one name; a semaphore only with itself at the same limit.
+fn modes_conflict(in_use: LockMode, requested: LockMode) -> bool {
+    let in_use_sem = matches!(in_use, LockMode::Semaphore { .. });
+    let requested_sem = matches!(requested, LockMode::Semaphore { .. });
+    (in_use_sem || requested_sem) && in_use != requested
+}
+
+/// A client's session. Its lease timer lives on the leader, not here: the log only learns that a
+/// session ended (closed or expired).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Session {
+    pub ttl_ms: u64,
+    pub opened_at_ms: u64,
+    pub client: Box<str>,
+    /// (name, token) of every hold. Derived from the locks; rebuilt on restore.
+    #[serde(skip)]
+    pub held: BTreeSet<(Arc<str>, Token)>,
+    /// (name, waiter) of every queued acquire. Derived; rebuilt on restore.
+    #[serde(skip)]
+    pub waits: BTreeSet<(Arc<str>, WaiterId)>,
+}
+
+impl Session {
+    fn load(&self) -> usize {
+        self.held.len() + self.waits.len()
+    }
+}
+
+/// The outcome of one command: the proposer's reply and the effects for everyone else.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub reply: Result<Reply, Rejection>,
+    pub effects: Vec<Effect>,
+}
+
+/// The replicated state of one lock group.
+#[derive(Clone, Debug)]
+pub struct LockTable {
+    /// Group time of the last applied command.
+    pub(crate) now_ms: u64,
+    /// Counters: the revision (fencing tokens), waiter ids, holds.
+    pub(crate) mint: Mint,
+    /// Namespaces by prefix; the default one (prefix "") is always present.
+    pub(crate) namespaces: BTreeMap<String, Namespace>,
+    pub(crate) sessions: HashMap<SessionId, Session>,
+    pub(crate) locks: HashMap<Arc<str>, Lock>,
+    /// (deadline, waiter, name) of every queued acquire: what a tick times out.
+    pub(crate) wait_deadlines: BTreeSet<(u64, WaiterId, Arc<str>)>,
+    /// (until, name) of every pending lock-delay: what a tick ends.
+    pub(crate) delays: BTreeSet<(u64, Arc<str>)>,
+}
+
+/// The counters a grant moves, apart from the maps so a grant can borrow a lock mutably.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Mint {
+    /// The fencing counter: bumped by every grant, raised by `RaiseRevision`, never lowered.
+    pub revision: u64,
+    /// The next waiter id; ids grow in enqueue order.
+    pub next_waiter: WaiterId,
+    /// Number of holds (not counting re-entries) across all locks.
+    pub holds: u64,
+}
+
+/// Who asks for a hold and how.
+struct HoldRequest<'a> {
+    session: SessionId,
+    owner: &'a str,
+    mode: LockMode,
+    reentrant: bool,
+}
+
+impl Mint {
+    /// Records a new hold on `lock`: the one place a token is minted.
+    fn grant(
+        &mut self,
+        now: u64,
+        name: &Arc<str>,
+        lock: &mut Lock,
+        req: HoldRequest<'_>,
+        sessions: &mut HashMap<SessionId, Session>,
+    ) -> Token {
+        debug_assert!(compatible(&lock.holders, req.mode));
+        self.revision += 1;
+        let token = self.revision;
+        lock.holders.push(Holder {
+            session: req.session,
+            token,
+            mode: req.mode,
+            granted_at_ms: now,
+            reentry: 1,
+            reentrant: req.reentrant,
+            owner: req.owner.into(),
+        });
+        self.holds += 1;
+        let sess = sessions
+            .get_mut(&req.session)
+            .expect("a grant goes to a live session");
+        sess.held.insert((name.clone(), token));
+        token
+    }
+}
+
+impl Default for LockTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Counters for status and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub now_ms: u64,
+    pub revision: u64,
+    pub sessions: u64,
+    pub locks: u64,
+    pub holds: u64,
+    pub waiters: u64,
+    pub lock_delays: u64,
+}
+
+impl LockTable {
+    /// An empty group with only the default namespace.
+    pub fn new() -> LockTable {
+        let mut namespaces = BTreeMap::new();
+        namespaces.insert(String::new(), Namespace::default_namespace());
+        LockTable {
+            now_ms: 0,
+            mint: Mint {
+                revision: 0,
+                next_waiter: 1,
+                holds: 0,
+            },
+            namespaces,
+            sessions: HashMap::default(),
+            locks: HashMap::default(),
+            wait_deadlines: BTreeSet::new(),
+            delays: BTreeSet::new(),
+        }
+    }
+
+    /// Group time of the last applied command.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// The current revision: every token granted so far is at most this.
+    pub fn revision(&self) -> u64 {
+        self.mint.revision
+    }
+
+    /// The earliest group time at which a `Tick` has work to do (a wait deadline or the end of a
+    /// lock-delay), so the leader can propose one then and not poll.
+    pub fn next_timer_ms(&self) -> Option<u64> {
+        let wait = self.wait_deadlines.first().map(|(d, _, _)| *d);
+        let delay = self.delays.first().map(|(d, _)| *d);
+        match (wait, delay) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The namespace a name falls into: the longest matching prefix, else the default.
+    pub fn namespace_for(&self, name: &str) -> &Namespace {
+        // Prefixes end with '/', so only the name's '/' boundaries can match one.
+        let mut best = &self.namespaces[""];
+        if self.namespaces.len() > 1 {
+            for (i, _) in name.match_indices('/') {
+                if let Some(ns) = self.namespaces.get(&name[..=i]) {
+                    best = ns;
+                }
+            }
+        }
+        best
+    }
+
+    /// Every namespace, by prefix.
+    pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.namespaces.values()
+    }
+
+    fn namespace_by_name(&self, name: &str) -> Option<&Namespace> {
+        let name = if name.is_empty() { "default" } else { name };
+        self.namespaces.values().find(|ns| ns.name == name)
+    }
+
+    /// Whether `session` exists (is open and not expired).
+    pub fn has_session(&self, session: SessionId) -> bool {
+        self.sessions.contains_key(&session)
+    }
+
+    /// Every session with its TTL, ordered by id. The leader's tracker starts from this.
+    pub fn session_ttls(&self) -> Vec<(SessionId, u64)> {
+        let mut v: Vec<_> = self
+            .sessions
+            .iter()
+            .map(|(id, s)| (*id, s.ttl_ms))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            now_ms: self.now_ms,
+            revision: self.mint.revision,
+            sessions: self.sessions.len() as u64,
+            locks: self.locks.len() as u64,
+            holds: self.mint.holds,
+            waiters: self.wait_deadlines.len() as u64,
+            lock_delays: self.delays.len() as u64,
+        }
+    }
+
+    /// Applies one command. The only way the state changes.
+    pub fn apply(&mut self, cmd: &Command) -> Applied {
+        // Group time never goes backwards, whatever a (buggy or deposed) proposer stamped.
+        let now = cmd.now_ms.max(self.now_ms);
+        let mut effects = Vec::new();
+        let reply = match &cmd.op {
+            Op::OpenSession {
+                session,
+                client,
+                ttl_ms,
+                namespace,
+            } => self.open_session(now, *session, client, *ttl_ms, namespace),
+            Op::CloseSession { session } => self.close_session(now, *session, &mut effects),
+            Op::ExpireSessions { sessions } => self.expire_sessions(now, sessions, &mut effects),
+            Op::Acquire {
+                session,
+                name,
+                owner,
+                mode,
+                wait_ms,
+                reentrant,
+            } => self.acquire(now, *session, name, owner, *mode, *wait_ms, *reentrant),
+            Op::Release {
+                session,
+                name,
+                token,
+            } => self.release(now, *session, name, *token, &mut effects),
+            Op::Extend {
+                session,
+                name,
+                token,
+            } => self.extend(*session, name, *token),
+            Op::Tick => Ok(self.tick(now, &mut effects)),
+            Op::RaiseRevision { floor } => {
+                self.mint.revision = self.mint.revision.max(*floor);
+                Ok(Reply::RevisionRaised {
+                    revision: self.mint.revision,
+                })
+            }
+            Op::PutNamespace { namespace } => self.put_namespace(namespace),
+            Op::DeleteNamespace { prefix } => self.delete_namespace(prefix),
+        };
+        if reply.is_ok() {
+            self.now_ms = now;
+        } else {
+            debug_assert!(effects.is_empty(), "a rejection must not have effects");
+        }
+        Applied { reply, effects }
+    }
+
+    fn open_session(
+        &mut self,
+        now: u64,
+        session: SessionId,
+        client: &str,
+        ttl_ms: u64,
+        namespace: &str,
+    ) -> Result<Reply, Rejection> {
+        check_optional("client", client, limits::MAX_CLIENT_BYTES)?;
+        let ns = self
+            .namespace_by_name(namespace)
+            .ok_or_else(|| Rejection::UnknownNamespace {
+                name: namespace.to_string(),
+            })?;
+        let ttl_ms = if ttl_ms == 0 {
+            ns.default_ttl_ms
+        } else {
+            ttl_ms
+        };
+        check_ttl(ns, ttl_ms)?;
+        if self.sessions.contains_key(&session) {
+            return Err(Rejection::SessionExists { session });
+        }
+        self.sessions.insert(
+            session,
+            Session {
+                ttl_ms,
+                opened_at_ms: now,
+                client: client.into(),
+                held: BTreeSet::new(),
+                waits: BTreeSet::new(),
+            },
+        );
+        Ok(Reply::SessionOpened { session, ttl_ms })
+    }
+
+    fn close_session(
+        &mut self,
+        now: u64,
+        session: SessionId,
+        effects: &mut Vec<Effect>,
+    ) -> Result<Reply, Rejection> {
+        if !self.sessions.contains_key(&session) {
+            return Err(Rejection::UnknownSession { session });
+        }
+        let (released, cancelled_waits) =
+            self.end_session(now, session, SessionEndReason::Closed, effects);
+        Ok(Reply::SessionClosed {
+            released,
+            cancelled_waits,
+        })
+    }
+
+    fn expire_sessions(
+        &mut self,
+        now: u64,
+        sessions: &[SessionId],
+        effects: &mut Vec<Effect>,
+    ) -> Result<Reply, Rejection> {
+        let mut expired = Vec::new();
+        for &session in sessions {
+            // The leader's list may name a session closed meanwhile, or one twice: skip those.
+            if self.sessions.contains_key(&session) {
+                self.end_session(now, session, SessionEndReason::Expired, effects);
+                expired.push(session);
+            }
+        }
+        Ok(Reply::SessionsExpired { expired })
+    }
+
+    /// Removes a session: cancels its waits first (so nothing is granted to it), frees its
+    /// holds (with lock-delay if it failed), then grants each touched name to its next waiters.
+    fn end_session(
+        &mut self,
+        now: u64,
+        session: SessionId,
+        reason: SessionEndReason,
+        effects: &mut Vec<Effect>,
+    ) -> (u32, u32) {
+        let Some(sess) = self.sessions.remove(&session) else {
+            return (0, 0);
+        };
+        let mut touched: BTreeSet<Arc<str>> = BTreeSet::new();
+        for (name, waiter) in &sess.waits {
+            let lock = self
+                .locks
+                .get_mut(name)
+                .expect("a session's wait has a lock");
+            let pos = lock
+                .waiters
+                .iter()
+                .position(|w| w.id == *waiter)
+                .expect("wait is queued");
+            let w = lock.waiters.remove(pos).expect("position is in range");
+            self.wait_deadlines
+                .remove(&(w.deadline_ms, w.id, name.clone()));
+            effects.push(Effect::WaitEnded {
+                waiter: w.id,
+                session,
+                name: name.clone(),
+                reason: WaitEndReason::SessionEnded,
+            });
+            touched.insert(name.clone());
+        }
+        for (name, token) in &sess.held {
+            let delay_ms = match reason {
+                SessionEndReason::Expired => self.namespace_for(name).lock_delay_ms,
+                SessionEndReason::Closed => 0,
+            };
+            let lock = self
+                .locks
+                .get_mut(name)
+                .expect("a session's hold has a lock");
+            lock.holders.retain(|h| h.token != *token);
+            self.mint.holds -= 1;
+            if delay_ms > 0 {
+                let until = now + delay_ms;
+                if lock.delay_until_ms < until {
+                    if lock.delay_until_ms != 0 {
+                        self.delays.remove(&(lock.delay_until_ms, name.clone()));
+                    }
+                    lock.delay_until_ms = until;
+                    self.delays.insert((until, name.clone()));
+                }
+            }
+            touched.insert(name.clone());
+        }
+        for name in &touched {
+            self.grant_waiters(now, name, effects);
+        }
+        let released = sess.held.len() as u32;
+        effects.push(Effect::SessionEnded {
+            session,
+            reason,
+            released,
+        });
+        (released, sess.waits.len() as u32)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn acquire(
+        &mut self,
+        now: u64,
+        session: SessionId,
+        name: &str,
+        owner: &str,
+        mode: LockMode,
+        wait_ms: u64,
+        reentrant: bool,
+    ) -> Result<Reply, Rejection> {
+        // 1. Validate everything before touching anything.
+        check_name(name)?;
+        check_optional("owner", owner, limits::MAX_OWNER_BYTES)?;
+        if let LockMode::Semaphore { limit } = mode {
+            if limit == 0 || limit > limits::MAX_SEMAPHORE_LIMIT {
+                return Err(Rejection::InvalidSemaphoreLimit {
+                    limit,
+                    max: limits::MAX_SEMAPHORE_LIMIT,
+                });
+            }
+        }
+        if wait_ms > limits::MAX_WAIT_MS {
+            return Err(Rejection::WaitTooLong {
+                wait_ms,
+                max_ms: limits::MAX_WAIT_MS,
+            });
+        }
+        let ns = self.namespace_for(name);
+        let sess = self
+            .sessions
+            .get(&session)
+            .ok_or(Rejection::UnknownSession { session })?;
+        check_ttl(ns, sess.ttl_ms)?;
+        let (max_waiters, max_locks) = (ns.max_waiters_per_name, ns.max_locks_per_session);
+        let lease_ttl_ms = sess.ttl_ms;
+        let session_full = sess.load() >= max_locks as usize;
+
+        let Some((key, lock)) = self.locks.get_key_value_mut(name) else {
+            // 2a. A free name: grant at once.
+            if session_full {
+                return Err(Rejection::TooManyLocks { limit: max_locks });
+            }
+            let name: Arc<str> = name.into();
+            let mut lock = Lock::default();
+            let hold = HoldRequest {
+                session,
+                owner,
+                mode,
+                reentrant,
+            };
+            let token = self
+                .mint
+                .grant(now, &name, &mut lock, hold, &mut self.sessions);
+            self.locks.insert(name, lock);
+            return Ok(Reply::Acquired {
+                token,
+                lease_ttl_ms,
+                reentry: 1,
+            });
+        };
+        if let Some(in_use) = lock.mode_in_use() {
+            if modes_conflict(in_use, mode) {
+                return Err(Rejection::ModeConflict {
+                    held: in_use,
+                    requested: mode,
+                });
+            }
+        }
+        // 2b. Re-entry by the same session and owner.
+        if let Some(h) = lock
+            .holders
+            .iter_mut()
+            .find(|h| h.session == session && *h.owner == *owner)
+        {
+            if !(reentrant && h.reentrant && h.mode == mode) {
+                return Err(Rejection::AlreadyHeld { token: h.token });
+            }
+            if h.reentry >= limits::MAX_REENTRY {
+                return Err(Rejection::TooManyReentries {
+                    max: limits::MAX_REENTRY,
+                });
+            }
+            h.reentry += 1;
+            return Ok(Reply::Acquired {
+                token: h.token,
+                lease_ttl_ms,
+                reentry: h.reentry,
+            });
+        }
+        if let Some(w) = lock
+            .waiters
+            .iter()
+            .find(|w| w.session == session && *w.owner == *owner)
+        {
+            return Err(Rejection::AlreadyWaiting { waiter: w.id });
+        }
+        // 2c. Granted now only if nothing delays it, nobody queues ahead (FIFO) and it fits.
+        let grantable =
+            lock.delay_until_ms == 0 && lock.waiters.is_empty() && compatible(&lock.holders, mode);
+        if grantable {
+            if session_full {
+                return Err(Rejection::TooManyLocks { limit: max_locks });
+            }
+            let hold = HoldRequest {
+                session,
+                owner,
+                mode,
+                reentrant,
+            };
+            let token = self.mint.grant(now, key, lock, hold, &mut self.sessions);
+            return Ok(Reply::Acquired {
+                token,
+                lease_ttl_ms,
+                reentry: 1,
+            });
+        }
+        if wait_ms == 0 {
+            let reason = if lock.delay_until_ms != 0 {
+                BusyReason::LockDelay {
+                    until_ms: lock.delay_until_ms,
+                }
+            } else {
+                BusyReason::Held
+            };
+            return Ok(Reply::Busy {
+                holder: lock.holder_view(),
+                queue_len: lock.waiters.len() as u32,
+                reason,
+            });
+        }
+        // 2d. Queue.
+        if lock.waiters.len() >= max_waiters as usize {
+            return Err(Rejection::QueueFull {
+                limit: max_waiters,
+                retry_after_ms: limits::QUEUE_FULL_RETRY_AFTER_MS,
+            });
+        }
+        if session_full {
+            return Err(Rejection::TooManyLocks { limit: max_locks });
+        }
+        let id = self.mint.next_waiter;
+        self.mint.next_waiter += 1;
+        let deadline_ms = now + wait_ms;
+        lock.waiters.push_back(Waiter {
+            id,
+            session,
+            mode,
+            enqueued_at_ms: now,
+            deadline_ms,
+            reentrant,
+            owner: owner.into(),
+        });
+        let position = lock.waiters.len() as u32;
+        self.wait_deadlines.insert((deadline_ms, id, key.clone()));
+        self.sessions
+            .get_mut(&session)
+            .expect("checked")
+            .waits
+            .insert((key.clone(), id));
+        Ok(Reply::Queued {
+            waiter: id,
+            position,
+            deadline_ms,
+        })
+    }
+
+    /// Hands a name to the waiters at the head of its queue that fit, in order, skipping (and
+    /// timing out) any past their deadline; removes the record if nothing is left in it.
+    fn grant_waiters(&mut self, now: u64, name: &Arc<str>, effects: &mut Vec<Effect>) {
+        let Some(lock) = self.locks.get_mut(name) else {
+            return;
+        };
+        if lock.delay_until_ms == 0 {
+            while let Some(head) = lock.waiters.front() {
+                let expired = head.deadline_ms <= now;
+                if !expired && !compatible(&lock.holders, head.mode) {
+                    break;
+                }
+                let w = lock.waiters.pop_front().expect("head exists");
+                self.wait_deadlines
+                    .remove(&(w.deadline_ms, w.id, name.clone()));
+                let sess = self
+                    .sessions
+                    .get_mut(&w.session)
+                    .expect("waiters' sessions live");
+                sess.waits.remove(&(name.clone(), w.id));
+                if expired {
+                    effects.push(Effect::WaitEnded {
+                        waiter: w.id,
+                        session: w.session,
+                        name: name.clone(),
+                        reason: WaitEndReason::TimedOut,
+                    });
+                    continue;
+                }
+                let lease_ttl_ms = sess.ttl_ms;
+                let hold = HoldRequest {
+                    session: w.session,
+                    owner: &w.owner,
+                    mode: w.mode,
+                    reentrant: w.reentrant,
+                };
+                let token = self.mint.grant(now, name, lock, hold, &mut self.sessions);
+                effects.push(Effect::Granted {
+                    waiter: w.id,
+                    session: w.session,
+                    name: name.clone(),
+                    token,
+                    lease_ttl_ms,
+                });
+            }
+        }
+        if lock.is_idle() {
+            self.locks.remove(name);
+        }
+    }
+
+    /// Drops a waiter (already taken out of its queue) from the indexes.
+    fn forget_wait(&mut self, name: &Arc<str>, w: &Waiter) {
+        self.wait_deadlines
+            .remove(&(w.deadline_ms, w.id, name.clone()));
+        if let Some(sess) = self.sessions.get_mut(&w.session) {
+            sess.waits.remove(&(name.clone(), w.id));
+        }
+    }
+
+    /// Finds the hold of `session` on `name` with `token`, or says precisely why not.
+    fn find_hold(
+        &self,
+        session: SessionId,
+        name: &str,
+        token: Token,
+    ) -> Result<(&Lock, usize), Rejection> {
+        check_name(name)?;
+        if !self.sessions.contains_key(&session) {
+            return Err(Rejection::UnknownSession { session });
+        }
+        let not_holder = || Rejection::NotHolder {
+            session,
+            name: name.to_string(),
+        };
+        let lock = self.locks.get(name).ok_or_else(not_holder)?;
+        match lock
+            .holders
+            .iter()
+            .position(|h| h.token == token && h.session == session)
+        {
+            Some(i) => Ok((lock, i)),
+            None => match lock.holders.iter().find(|h| h.session == session) {
+                Some(h) => Err(Rejection::StaleToken {
+                    token,
+                    current: h.token,
+                }),
+                None => Err(not_holder()),
+            },
+        }
+    }
+
+    fn release(
+        &mut self,
+        now: u64,
+        session: SessionId,
+        name: &str,
+        token: Token,
+        effects: &mut Vec<Effect>,
+    ) -> Result<Reply, Rejection> {
+        let (_, i) = self.find_hold(session, name, token)?;
+        let (key, lock) = self.locks.get_key_value_mut(name).expect("found");
+        let name = key.clone();
+        let h = &mut lock.holders[i];
+        h.reentry -= 1;
+        if h.reentry > 0 {
+            return Ok(Reply::Released {
+                remaining: h.reentry,
+            });
+        }
+        lock.holders.remove(i);
+        self.mint.holds -= 1;
+        self.sessions
+            .get_mut(&session)
+            .expect("found")
+            .held
+            .remove(&(name.clone(), token));
+        self.grant_waiters(now, &name, effects);
+        Ok(Reply::Released { remaining: 0 })
+    }
+
+    fn extend(&self, session: SessionId, name: &str, token: Token) -> Result<Reply, Rejection> {
+        self.find_hold(session, name, token)?;
+        Ok(Reply::Extended {
+            lease_ttl_ms: self.sessions[&session].ttl_ms,
+        })
+    }
+
+    fn tick(&mut self, now: u64, effects: &mut Vec<Effect>) -> Reply {
+        let mut touched: BTreeSet<Arc<str>> = BTreeSet::new();
+        let mut timed_out = 0;
+        while let Some((deadline, id, name)) = self.wait_deadlines.first().cloned() {
+            if deadline > now {
+                break;
+            }
+            let lock = self.locks.get_mut(&name).expect("a deadline has a lock");
+            let pos = lock
+                .waiters
+                .iter()
+                .position(|w| w.id == id)
+                .expect("deadline is queued");
+            let w = lock.waiters.remove(pos).expect("position is in range");
+            self.forget_wait(&name, &w);
+            effects.push(Effect::WaitEnded {
+                waiter: id,
+                session: w.session,
+                name: name.clone(),
+                reason: WaitEndReason::TimedOut,
+            });
+            timed_out += 1;
+            touched.insert(name);
+        }
+        let mut delays_ended = 0;
+        while let Some((until, name)) = self.delays.first().cloned() {
+            if until > now {
+                break;
+            }
+            self.delays.pop_first();
+            self.locks
+                .get_mut(&name)
+                .expect("a delay has a lock")
+                .delay_until_ms = 0;
+            delays_ended += 1;
+            touched.insert(name);
+        }
+        for name in &touched {
+            self.grant_waiters(now, name, effects);
+        }
+        Reply::Ticked {
+            timed_out,
+            delays_ended,
+        }
+    }
+
+    fn put_namespace(&mut self, ns: &Namespace) -> Result<Reply, Rejection> {
+        validate_namespace(ns)?;
+        if let Some(other) = self.namespaces.values().find(|o| o.name == ns.name) {
+            if other.prefix != ns.prefix {
+                return Err(Rejection::InvalidNamespace {
+                    reason: format!(
+                        "name '{}' is already used by prefix '{}'",
+                        ns.name, other.prefix
+                    ),
+                });
+            }
+        }
+        self.namespaces.insert(ns.prefix.clone(), ns.clone());
+        Ok(Reply::NamespacePut)
+    }
+
+    fn delete_namespace(&mut self, prefix: &str) -> Result<Reply, Rejection> {
+        if prefix.is_empty() {
+            return Err(Rejection::InvalidNamespace {
+                reason: "the default namespace cannot be deleted".into(),
+            });
+        }
+        match self.namespaces.remove(prefix) {
+            Some(_) => Ok(Reply::NamespaceDeleted),
+            None => Err(Rejection::UnknownNamespace {
+                name: prefix.to_string(),
+            }),
+        }
+    }
+}
+
+fn check_ttl(ns: &Namespace, ttl_ms: u64) -> Result<(), Rejection> {
+    if ttl_ms < ns.min_ttl_ms || ttl_ms > ns.max_ttl_ms {
+        return Err(Rejection::TtlOutOfRange {
+            ttl_ms,
+            min_ms: ns.min_ttl_ms,
+            max_ms: ns.max_ttl_ms,
+            namespace: ns.name.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The rules a namespace definition must follow.
+pub fn validate_namespace(ns: &Namespace) -> Result<(), Rejection> {
+    let bad = |reason: String| Err(Rejection::InvalidNamespace { reason });
+    check_printable("namespace.name", &ns.name, limits::MAX_NAMESPACE_NAME_BYTES)?;
+    if ns.prefix.is_empty() != (ns.name == "default") {
+        return bad("only the namespace named 'default' has the empty prefix".into());
+    }
+    if !ns.prefix.is_empty() {
+        check_printable("namespace.prefix", &ns.prefix, limits::MAX_NAME_BYTES)?;
+        if !ns.prefix.ends_with('/') {
+            return bad(format!("prefix '{}' must end with '/'", ns.prefix));
+        }
+    }
+    if !(limits::HARD_MIN_TTL_MS <= ns.min_ttl_ms
+        && ns.min_ttl_ms <= ns.default_ttl_ms
+        && ns.default_ttl_ms <= ns.max_ttl_ms
+        && ns.max_ttl_ms <= limits::HARD_MAX_TTL_MS)
+    {
+        return bad(format!(
+            "TTLs must satisfy {} <= min ({}) <= default ({}) <= max ({}) <= {} ms",
+            limits::HARD_MIN_TTL_MS,
+            ns.min_ttl_ms,
+            ns.default_ttl_ms,
+            ns.max_ttl_ms,
+            limits::HARD_MAX_TTL_MS
+        ));
+    }
+    if ns.max_waiters_per_name > limits::HARD_MAX_WAITERS_PER_NAME {
+        return bad(format!(
+            "max_waiters_per_name {} exceeds {}",
+            ns.max_waiters_per_name,
+            limits::HARD_MAX_WAITERS_PER_NAME
+        ));
+    }
+    if ns.max_locks_per_session == 0
+        || ns.max_locks_per_session > limits::HARD_MAX_LOCKS_PER_SESSION
+    {
+        return bad(format!(
+            "max_locks_per_session {} must be within 1..={}",
+            ns.max_locks_per_session,
+            limits::HARD_MAX_LOCKS_PER_SESSION
+        ));
+    }
+    if ns.lock_delay_ms > limits::MAX_LOCK_DELAY_MS {
+        return bad(format!(
+            "lock_delay_ms {} exceeds {}",
+            ns.lock_delay_ms,
+            limits::MAX_LOCK_DELAY_MS
+        ));
+    }
+    if let SafetyClass::Correctness { fenced_resource } = &ns.safety {
+        if fenced_resource.trim().is_empty() {
+            return bad("a correctness namespace must declare its fenced resource".into());
+        }
+        check_printable(
+            "namespace.fenced_resource",
+            fenced_resource,
+            limits::MAX_OWNER_BYTES,
+        )?;
+    }
+    Ok(())
+}

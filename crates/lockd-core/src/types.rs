@@ -1,0 +1,476 @@
+//! The vocabulary of the lock protocol: commands in, replies and effects out.
+//!
+//! Commands are what the Raft log carries, so they are serialisable and own their data. Replies go
+//! back to the one caller that proposed the command; effects go to *other* parties the shell must
+//! tell (a waiter that was granted, a wait that timed out, a session that ended).
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits;
+
+/// A session, chosen by the proposer (random, 64-bit) so one id can name the same client's
+/// session in every group. The core only insists it is unique within the group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionId(pub u64);
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "s_{:016x}", self.0)
+    }
+}
+
+impl SessionId {
+    /// Parses the `s_<16 hex digits>` form produced by `Display`.
+    pub fn parse(s: &str) -> Option<SessionId> {
+        let hex = s.strip_prefix("s_")?;
+        if hex.is_empty() || hex.len() > 16 {
+            return None;
+        }
+        u64::from_str_radix(hex, 16).ok().map(SessionId)
+    }
+}
+
+/// A fencing token: the group's revision at the moment of a grant. Unique per grant and rising.
+pub type Token = u64;
+
+/// Identifies one queued acquire, so the shell can answer the request that is waiting for it.
+/// Assigned by the state machine in enqueue order, so it also encodes FIFO position.
+pub type WaiterId = u64;
+
+/// How a lock may be shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LockMode {
+    /// One holder.
+    Exclusive,
+    /// Any number of shared holders, never beside an exclusive one.
+    Shared,
+    /// Up to `limit` holders, each with its own token. Every user of a name must agree on `limit`.
+    Semaphore { limit: u32 },
+}
+
+impl LockMode {
+    /// A short name for messages and APIs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LockMode::Exclusive => "exclusive",
+            LockMode::Shared => "shared",
+            LockMode::Semaphore { .. } => "semaphore",
+        }
+    }
+}
+
+impl fmt::Display for LockMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockMode::Semaphore { limit } => write!(f, "semaphore({limit})"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+/// What a namespace's locks protect, declared up front (seed: "a declared safety class").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SafetyClass {
+    /// Two holders at once only cost duplicate work; tokens may be ignored.
+    Efficiency,
+    /// Two holders would corrupt data; the named resource checks fencing tokens.
+    Correctness { fenced_resource: String },
+}
+
+/// A team's slice of lock names and the limits the state machine enforces for it.
+///
+/// Shell-only settings (ops/s budget, auth token) live in the server's namespace config; the core
+/// only holds what changes the outcome of a command, so replicas agree on it through the log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespace {
+    /// Human name, e.g. `payouts`. The default namespace is called `default`.
+    pub name: String,
+    /// Names starting with this prefix belong here. Empty for the default namespace, otherwise it
+    /// ends with `/` (e.g. `payouts/`). The longest matching prefix wins.
+    pub prefix: String,
+    /// Smallest session TTL allowed for locks in this namespace.
+    pub min_ttl_ms: u64,
+    /// Largest session TTL allowed for locks in this namespace.
+    pub max_ttl_ms: u64,
+    /// TTL given to a session opened for this namespace without one.
+    pub default_ttl_ms: u64,
+    /// Waiters one name may queue; the next acquire gets `QueueFull`.
+    pub max_waiters_per_name: u32,
+    /// Locks held plus waits queued by one session in this namespace's names.
+    pub max_locks_per_session: u32,
+    /// After a holder fails (its session expires) the name stays ungranted this long.
+    pub lock_delay_ms: u64,
+    /// What the locks protect.
+    pub safety: SafetyClass,
+}
+
+impl Namespace {
+    /// The namespace every name falls into when no other prefix matches.
+    pub fn default_namespace() -> Namespace {
+        Namespace {
+            name: "default".into(),
+            prefix: String::new(),
+            min_ttl_ms: limits::DEFAULT_MIN_TTL_MS,
+            max_ttl_ms: limits::DEFAULT_MAX_TTL_MS,
+            default_ttl_ms: limits::DEFAULT_TTL_MS,
+            max_waiters_per_name: limits::DEFAULT_MAX_WAITERS_PER_NAME,
+            max_locks_per_session: limits::DEFAULT_MAX_LOCKS_PER_SESSION,
+            lock_delay_ms: 0,
+            safety: SafetyClass::Efficiency,
+        }
+    }
+}
+
+/// One entry of the replicated log: an operation and the group time at which it applies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    /// Group time stamped by the leader: the last applied `now_ms` advanced by the leader's
+    /// monotonic clock. The machine never reads a clock; it clamps this to never go backwards.
+    pub now_ms: u64,
+    pub op: Op,
+}
+
+/// The operations of the lock protocol.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Start a session. `ttl_ms == 0` takes the namespace's default. `namespace` is a namespace
+    /// name (empty = `default`) whose TTL bounds apply.
+    OpenSession {
+        session: SessionId,
+        client: String,
+        ttl_ms: u64,
+        namespace: String,
+    },
+    /// Clean shutdown: release every lock and cancel every wait at once, with no lock-delay.
+    CloseSession { session: SessionId },
+    /// Proposed by the leader for sessions that missed their TTL on its monotonic clock. Frees
+    /// their locks (applying lock-delay) and cancels their waits. Unknown ids are ignored.
+    ExpireSessions { sessions: Vec<SessionId> },
+    /// Take `name`, or queue for it for up to `wait_ms` (0 = try once).
+    Acquire {
+        session: SessionId,
+        name: String,
+        owner: String,
+        mode: LockMode,
+        wait_ms: u64,
+        /// Opt-in: the same session and owner may take the lock again and must release as often.
+        reentrant: bool,
+    },
+    /// Give up one hold (one level of re-entry) of `name`; only the holder with this token may.
+    Release {
+        session: SessionId,
+        name: String,
+        token: Token,
+    },
+    /// Confirm that `session` still holds `name` with `token`; the shell then refreshes the
+    /// session's lease. The lease itself is the session's, so nothing in the state changes.
+    Extend {
+        session: SessionId,
+        name: String,
+        token: Token,
+    },
+    /// Leader-proposed: drop waiters past their deadline, end lock-delays, grant what is free.
+    Tick,
+    /// Raise the revision to at least `floor` (a bucket moving in from another group).
+    RaiseRevision { floor: u64 },
+    /// Create or replace the namespace with this prefix.
+    PutNamespace { namespace: Namespace },
+    /// Remove the namespace with this prefix (not the default one).
+    DeleteNamespace { prefix: String },
+}
+
+/// The holder of a lock as callers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderView {
+    pub session: SessionId,
+    pub owner: String,
+    pub token: Token,
+}
+
+/// Why a try-lock did not get the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BusyReason {
+    /// Held in an incompatible mode, or others queue ahead.
+    Held,
+    /// The last holder failed; the name is ungranted until `until_ms` (group time).
+    LockDelay { until_ms: u64 },
+}
+
+/// The successful outcome of a command, for the caller that proposed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    SessionOpened {
+        session: SessionId,
+        ttl_ms: u64,
+    },
+    SessionClosed {
+        released: u32,
+        cancelled_waits: u32,
+    },
+    /// The sessions that existed and are now gone (unknown ids are left out).
+    SessionsExpired {
+        expired: Vec<SessionId>,
+    },
+    /// Granted now. `reentry` is the hold count (1 for a first grant).
+    Acquired {
+        token: Token,
+        lease_ttl_ms: u64,
+        reentry: u32,
+    },
+    /// Queued; `position` counts from 1 at the head. A `Granted` or `WaitEnded` effect follows.
+    Queued {
+        waiter: WaiterId,
+        position: u32,
+        deadline_ms: u64,
+    },
+    /// A try-lock (`wait_ms == 0`) that could not be granted now.
+    Busy {
+        holder: Option<HolderView>,
+        queue_len: u32,
+        reason: BusyReason,
+    },
+    /// One hold given up; `remaining` re-entries are still held (0 = the lock is released).
+    Released {
+        remaining: u32,
+    },
+    Extended {
+        lease_ttl_ms: u64,
+    },
+    Ticked {
+        timed_out: u32,
+        delays_ended: u32,
+    },
+    RevisionRaised {
+        revision: u64,
+    },
+    NamespacePut,
+    NamespaceDeleted,
+}
+
+/// Why a wait ended without a grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitEndReason {
+    /// A committed tick found it past its deadline.
+    TimedOut,
+    /// Its session was closed or expired.
+    SessionEnded,
+}
+
+/// Why a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionEndReason {
+    Closed,
+    Expired,
+}
+
+/// Something the shell must tell a party other than the proposer of the command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// A queued acquire was granted: push it to the waiting request or stream.
+    Granted {
+        waiter: WaiterId,
+        session: SessionId,
+        name: Arc<str>,
+        token: Token,
+        lease_ttl_ms: u64,
+    },
+    /// A queued acquire ended without a grant.
+    WaitEnded {
+        waiter: WaiterId,
+        session: SessionId,
+        name: Arc<str>,
+        reason: WaitEndReason,
+    },
+    /// A session is gone, with the number of locks it held.
+    SessionEnded {
+        session: SessionId,
+        reason: SessionEndReason,
+        released: u32,
+    },
+}
+
+/// A command refused. The state is exactly as before the command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// `field` is empty, too long, or not printable UTF-8.
+    InvalidString {
+        field: &'static str,
+        reason: &'static str,
+        max_bytes: usize,
+    },
+    /// A TTL outside the namespace's bounds.
+    TtlOutOfRange {
+        ttl_ms: u64,
+        min_ms: u64,
+        max_ms: u64,
+        namespace: String,
+    },
+    /// `wait_ms` above the limit.
+    WaitTooLong {
+        wait_ms: u64,
+        max_ms: u64,
+    },
+    /// A semaphore limit of 0 or above the limit.
+    InvalidSemaphoreLimit {
+        limit: u32,
+        max: u32,
+    },
+    /// A semaphore name used with another mode or limit, or the other way round.
+    ModeConflict {
+        held: LockMode,
+        requested: LockMode,
+    },
+    UnknownSession {
+        session: SessionId,
+    },
+    SessionExists {
+        session: SessionId,
+    },
+    UnknownNamespace {
+        name: String,
+    },
+    /// The session does not hold this name (release/extend).
+    NotHolder {
+        session: SessionId,
+        name: String,
+    },
+    /// The session holds the name, but under another token: this token is stale.
+    StaleToken {
+        token: Token,
+        current: Token,
+    },
+    /// Held already by this session and owner, and re-entry was not asked for (or not allowed).
+    AlreadyHeld {
+        token: Token,
+    },
+    /// This session and owner already wait for the name.
+    AlreadyWaiting {
+        waiter: WaiterId,
+    },
+    /// The name's queue is full.
+    QueueFull {
+        limit: u32,
+        retry_after_ms: u64,
+    },
+    /// The session holds or waits for as many names as the namespace allows.
+    TooManyLocks {
+        limit: u32,
+    },
+    /// Re-entry count at its limit.
+    TooManyReentries {
+        max: u32,
+    },
+    /// A namespace definition that breaks a rule.
+    InvalidNamespace {
+        reason: String,
+    },
+}
+
+impl Rejection {
+    /// A stable machine-readable code, used by the APIs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Rejection::InvalidString { .. } => "invalid_argument",
+            Rejection::TtlOutOfRange { .. } => "ttl_out_of_range",
+            Rejection::WaitTooLong { .. } => "wait_too_long",
+            Rejection::InvalidSemaphoreLimit { .. } => "invalid_semaphore_limit",
+            Rejection::ModeConflict { .. } => "mode_conflict",
+            Rejection::UnknownSession { .. } => "session_not_found",
+            Rejection::SessionExists { .. } => "session_exists",
+            Rejection::UnknownNamespace { .. } => "namespace_not_found",
+            Rejection::NotHolder { .. } => "not_holder",
+            Rejection::StaleToken { .. } => "stale_token",
+            Rejection::AlreadyHeld { .. } => "already_held",
+            Rejection::AlreadyWaiting { .. } => "already_waiting",
+            Rejection::QueueFull { .. } => "queue_full",
+            Rejection::TooManyLocks { .. } => "too_many_locks",
+            Rejection::TooManyReentries { .. } => "too_many_reentries",
+            Rejection::InvalidNamespace { .. } => "invalid_namespace",
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::InvalidString {
+                field,
+                reason,
+                max_bytes,
+            } => {
+                write!(
+                    f,
+                    "{field} {reason} (must be 1..={max_bytes} bytes of printable UTF-8)"
+                )
+            }
+            Rejection::TtlOutOfRange {
+                ttl_ms,
+                min_ms,
+                max_ms,
+                namespace,
+            } => write!(
+                f,
+                "ttl {ttl_ms} ms is outside namespace '{namespace}' bounds {min_ms}..={max_ms} ms"
+            ),
+            Rejection::WaitTooLong { wait_ms, max_ms } => {
+                write!(f, "wait_ms {wait_ms} exceeds the limit of {max_ms}")
+            }
+            Rejection::InvalidSemaphoreLimit { limit, max } => {
+                write!(f, "semaphore limit {limit} must be within 1..={max}")
+            }
+            Rejection::ModeConflict { held, requested } => {
+                write!(
+                    f,
+                    "mode {requested} conflicts with mode {held} already in use on this name"
+                )
+            }
+            Rejection::UnknownSession { session } => {
+                write!(f, "session {session} does not exist or has expired")
+            }
+            Rejection::SessionExists { session } => write!(f, "session {session} already exists"),
+            Rejection::UnknownNamespace { name } => write!(f, "namespace '{name}' does not exist"),
+            Rejection::NotHolder { session, name } => {
+                write!(f, "session {session} does not hold '{name}'")
+            }
+            Rejection::StaleToken { token, current } => {
+                write!(
+                    f,
+                    "token {token} is stale; the session holds this name with token {current}"
+                )
+            }
+            Rejection::AlreadyHeld { token } => write!(
+                f,
+                "this session and owner already hold the lock (token {token}); ask for reentrant"
+            ),
+            Rejection::AlreadyWaiting { waiter } => {
+                write!(
+                    f,
+                    "this session and owner already wait for the lock (waiter {waiter})"
+                )
+            }
+            Rejection::QueueFull {
+                limit,
+                retry_after_ms,
+            } => write!(
+                f,
+                "the queue for this name is full ({limit} waiters); retry after {retry_after_ms} ms"
+            ),
+            Rejection::TooManyLocks { limit } => {
+                write!(
+                    f,
+                    "the session holds or waits for {limit} locks, the namespace's limit"
+                )
+            }
+            Rejection::TooManyReentries { max } => {
+                write!(f, "re-entry count is at its limit of {max}")
+            }
+            Rejection::InvalidNamespace { reason } => write!(f, "invalid namespace: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for Rejection {}
