@@ -36,8 +36,11 @@ impl LockTable {
         let mut holds = 0u64;
         let mut waiter_count = 0usize;
         for (name, lock) in &self.locks {
-            if lock.holders.is_empty() && lock.waiters.is_empty() && lock.delay_until_ms == 0 {
+            if lock.holders.is_empty() && lock.waiters().is_empty() && lock.delay_until_ms() == 0 {
                 return fail("record", format!("'{name}' is idle but still stored"));
+            }
+            if lock.has_empty_contention() {
+                return fail("record", format!("'{name}' keeps an empty waiter box"));
             }
             check_modes(name, lock)?;
             let mut parties = BTreeSet::new();
@@ -77,7 +80,7 @@ impl LockTable {
                 }
             }
             let mut prev_id = 0;
-            for w in &lock.waiters {
+            for w in lock.waiters() {
                 waiter_count += 1;
                 // S7: the queue is in arrival order.
                 if w.id <= prev_id {
@@ -112,21 +115,21 @@ impl LockTable {
             }
             // S7/S8: a queue head that fits is granted at once, unless a lock-delay holds it back
             // or its deadline passed (a tick will time it out).
-            if let Some(head) = lock.waiters.front() {
+            if let Some(head) = lock.waiters().front() {
                 let fits = match head.mode {
                     LockMode::Exclusive => lock.holders.is_empty(),
                     LockMode::Shared => lock.holders.iter().all(|h| h.mode == LockMode::Shared),
                     LockMode::Semaphore { limit } => lock.holders.len() < limit as usize,
                 };
-                if fits && lock.delay_until_ms == 0 && head.deadline_ms > self.now_ms {
+                if fits && lock.delay_until_ms() == 0 && head.deadline_ms > self.now_ms {
                     return fail(
                         "S7",
                         format!("'{name}' head waiter {} fits but waits", head.id),
                     );
                 }
             }
-            if lock.delay_until_ms != 0
-                && !self.delays.contains(&(lock.delay_until_ms, name.clone()))
+            if lock.delay_until_ms() != 0
+                && !self.delays.contains(&(lock.delay_until_ms(), name.clone()))
             {
                 return fail("S8", format!("'{name}' lock-delay missing from the index"));
             }
@@ -149,7 +152,7 @@ impl LockTable {
         }
         for (until, name) in &self.delays {
             match self.locks.get(name) {
-                Some(l) if l.delay_until_ms == *until => {}
+                Some(l) if l.delay_until_ms() == *until => {}
                 _ => {
                     return fail(
                         "S8",
@@ -176,7 +179,7 @@ impl LockTable {
                 let ok = self
                     .locks
                     .get(name)
-                    .is_some_and(|l| l.waiters.iter().any(|w| w.id == *wid && w.session == *id));
+                    .is_some_and(|l| l.waiters().iter().any(|w| w.id == *wid && w.session == *id));
                 if !ok {
                     return fail(
                         "S4",
@@ -196,7 +199,7 @@ fn check_modes(name: &str, lock: &Lock) -> Result<(), Violation> {
         .holders
         .iter()
         .map(|h| h.mode)
-        .chain(lock.waiters.iter().map(|w| w.mode));
+        .chain(lock.waiters().iter().map(|w| w.mode));
     let mut sem = None;
     let mut plain = false;
     for m in modes {

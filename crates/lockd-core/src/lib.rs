@@ -33,7 +33,7 @@ mod query;
 mod snapshot;
 mod types;
 
-pub use bucket::{bucket_of, BUCKETS};
+pub use bucket::{bucket_of, ShardMap, BUCKETS};
 pub use invariants::Violation;
 pub use machine::{validate_namespace, Applied, LockTable, Stats};
 pub use query::{HolderInfo, LockInfo, SessionInfo, WaiterInfo};

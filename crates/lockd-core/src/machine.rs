@@ -11,6 +11,7 @@ use hashbrown::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bucket::ShardMap;
 use crate::limits::{self, check_name, check_optional, check_printable};
 use crate::types::*;
 
@@ -39,17 +40,65 @@ pub(crate) struct Waiter {
 }
 
 /// One name's record. It exists only while it has holders, waiters or a pending lock-delay.
+///
+/// The map stores this inline, and most locks are held without contention, so the waiter queue
+/// and the lock-delay live in a box that exists only while there is one (32 bytes inline, not 64).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Lock {
     pub holders: Vec<Holder>,
-    pub waiters: VecDeque<Waiter>,
-    /// Group time until which nothing is granted (0 = no delay). Cleared only by a tick.
-    pub delay_until_ms: u64,
+    contention: Option<Box<Contention>>,
 }
 
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Contention {
+    waiters: VecDeque<Waiter>,
+    /// Group time until which nothing is granted (0 = no delay). Cleared only by a tick.
+    delay_until_ms: u64,
+}
+
+static NO_WAITERS: VecDeque<Waiter> = VecDeque::new();
+
 impl Lock {
+    pub fn waiters(&self) -> &VecDeque<Waiter> {
+        self.contention.as_ref().map_or(&NO_WAITERS, |c| &c.waiters)
+    }
+
+    pub fn waiters_mut(&mut self) -> &mut VecDeque<Waiter> {
+        &mut self.contention.get_or_insert_with(Default::default).waiters
+    }
+
+    pub fn delay_until_ms(&self) -> u64 {
+        self.contention.as_ref().map_or(0, |c| c.delay_until_ms)
+    }
+
+    pub fn set_delay_until(&mut self, until_ms: u64) {
+        if until_ms != 0 || self.contention.is_some() {
+            self.contention
+                .get_or_insert_with(Default::default)
+                .delay_until_ms = until_ms;
+        }
+    }
+
+    /// Drops the contention box once it holds nothing, so equal states have equal bytes.
+    fn tidy(&mut self) {
+        if self
+            .contention
+            .as_ref()
+            .is_some_and(|c| c.waiters.is_empty() && c.delay_until_ms == 0)
+        {
+            self.contention = None;
+        }
+    }
+
+    /// Whether the contention box is present but empty (an invariant says it never is).
+    pub fn has_empty_contention(&self) -> bool {
+        self.contention
+            .as_ref()
+            .is_some_and(|c| c.waiters.is_empty() && c.delay_until_ms == 0)
+    }
+
     fn is_idle(&self) -> bool {
-        self.holders.is_empty() && self.waiters.is_empty() && self.delay_until_ms == 0
+        self.holders.is_empty() && self.contention.is_none()
     }
 
     /// The mode that the name is in use with, if any (a semaphore's limit must match it).
@@ -57,7 +106,7 @@ impl Lock {
         self.holders
             .first()
             .map(|h| h.mode)
-            .or_else(|| self.waiters.front().map(|w| w.mode))
+            .or_else(|| self.waiters().front().map(|w| w.mode))
     }
 
     fn holder_view(&self) -> Option<HolderView> {
@@ -128,6 +177,8 @@ pub struct LockTable {
     pub(crate) wait_deadlines: BTreeSet<(u64, WaiterId, Arc<str>)>,
     /// (until, name) of every pending lock-delay: what a tick ends.
     pub(crate) delays: BTreeSet<(u64, Arc<str>)>,
+    /// Bucket → group map; only the meta group sets one.
+    pub(crate) shard_map: Option<ShardMap>,
 }
 
 /// The counters a grant moves, apart from the maps so a grant can borrow a lock mutably.
@@ -162,6 +213,10 @@ impl Mint {
         debug_assert!(compatible(&lock.holders, req.mode));
         self.revision += 1;
         let token = self.revision;
+        if lock.holders.capacity() == 0 {
+            // Most locks have one holder; a plain push would reserve room for four.
+            lock.holders.reserve_exact(1);
+        }
         lock.holders.push(Holder {
             session: req.session,
             token,
@@ -215,6 +270,7 @@ impl LockTable {
             locks: HashMap::default(),
             wait_deadlines: BTreeSet::new(),
             delays: BTreeSet::new(),
+            shard_map: None,
         }
     }
 
@@ -261,6 +317,11 @@ impl LockTable {
     fn namespace_by_name(&self, name: &str) -> Option<&Namespace> {
         let name = if name.is_empty() { "default" } else { name };
         self.namespaces.values().find(|ns| ns.name == name)
+    }
+
+    /// The shard map, in the meta group once set.
+    pub fn shard_map(&self) -> Option<&ShardMap> {
+        self.shard_map.as_ref()
     }
 
     /// Whether `session` exists (is open and not expired).
@@ -332,6 +393,12 @@ impl LockTable {
             }
             Op::PutNamespace { namespace } => self.put_namespace(namespace),
             Op::DeleteNamespace { prefix } => self.delete_namespace(prefix),
+            Op::PutShardMap { map } => map.validate(self.shard_map.as_ref()).map(|()| {
+                self.shard_map = Some(map.clone());
+                Reply::ShardMapPut {
+                    version: map.version,
+                }
+            }),
         };
         if reply.is_ok() {
             self.now_ms = now;
@@ -430,11 +497,14 @@ impl LockTable {
                 .get_mut(name)
                 .expect("a session's wait has a lock");
             let pos = lock
-                .waiters
+                .waiters()
                 .iter()
                 .position(|w| w.id == *waiter)
                 .expect("wait is queued");
-            let w = lock.waiters.remove(pos).expect("position is in range");
+            let w = lock
+                .waiters_mut()
+                .remove(pos)
+                .expect("position is in range");
             self.wait_deadlines
                 .remove(&(w.deadline_ms, w.id, name.clone()));
             effects.push(Effect::WaitEnded {
@@ -458,11 +528,11 @@ impl LockTable {
             self.mint.holds -= 1;
             if delay_ms > 0 {
                 let until = now + delay_ms;
-                if lock.delay_until_ms < until {
-                    if lock.delay_until_ms != 0 {
-                        self.delays.remove(&(lock.delay_until_ms, name.clone()));
+                if lock.delay_until_ms() < until {
+                    if lock.delay_until_ms() != 0 {
+                        self.delays.remove(&(lock.delay_until_ms(), name.clone()));
                     }
-                    lock.delay_until_ms = until;
+                    lock.set_delay_until(until);
                     self.delays.insert((until, name.clone()));
                 }
             }
@@ -571,15 +641,16 @@ impl LockTable {
             });
         }
         if let Some(w) = lock
-            .waiters
+            .waiters()
             .iter()
             .find(|w| w.session == session && *w.owner == *owner)
         {
             return Err(Rejection::AlreadyWaiting { waiter: w.id });
         }
         // 2c. Granted now only if nothing delays it, nobody queues ahead (FIFO) and it fits.
-        let grantable =
-            lock.delay_until_ms == 0 && lock.waiters.is_empty() && compatible(&lock.holders, mode);
+        let grantable = lock.delay_until_ms() == 0
+            && lock.waiters().is_empty()
+            && compatible(&lock.holders, mode);
         if grantable {
             if session_full {
                 return Err(Rejection::TooManyLocks { limit: max_locks });
@@ -598,21 +669,21 @@ impl LockTable {
             });
         }
         if wait_ms == 0 {
-            let reason = if lock.delay_until_ms != 0 {
+            let reason = if lock.delay_until_ms() != 0 {
                 BusyReason::LockDelay {
-                    until_ms: lock.delay_until_ms,
+                    until_ms: lock.delay_until_ms(),
                 }
             } else {
                 BusyReason::Held
             };
             return Ok(Reply::Busy {
                 holder: lock.holder_view(),
-                queue_len: lock.waiters.len() as u32,
+                queue_len: lock.waiters().len() as u32,
                 reason,
             });
         }
         // 2d. Queue.
-        if lock.waiters.len() >= max_waiters as usize {
+        if lock.waiters().len() >= max_waiters as usize {
             return Err(Rejection::QueueFull {
                 limit: max_waiters,
                 retry_after_ms: limits::QUEUE_FULL_RETRY_AFTER_MS,
@@ -624,7 +695,7 @@ impl LockTable {
         let id = self.mint.next_waiter;
         self.mint.next_waiter += 1;
         let deadline_ms = now + wait_ms;
-        lock.waiters.push_back(Waiter {
+        lock.waiters_mut().push_back(Waiter {
             id,
             session,
             mode,
@@ -633,7 +704,7 @@ impl LockTable {
             reentrant,
             owner: owner.into(),
         });
-        let position = lock.waiters.len() as u32;
+        let position = lock.waiters().len() as u32;
         self.wait_deadlines.insert((deadline_ms, id, key.clone()));
         self.sessions
             .get_mut(&session)
@@ -653,13 +724,13 @@ impl LockTable {
         let Some(lock) = self.locks.get_mut(name) else {
             return;
         };
-        if lock.delay_until_ms == 0 {
-            while let Some(head) = lock.waiters.front() {
+        if lock.delay_until_ms() == 0 {
+            while let Some(head) = lock.waiters().front() {
                 let expired = head.deadline_ms <= now;
                 if !expired && !compatible(&lock.holders, head.mode) {
                     break;
                 }
-                let w = lock.waiters.pop_front().expect("head exists");
+                let w = lock.waiters_mut().pop_front().expect("head exists");
                 self.wait_deadlines
                     .remove(&(w.deadline_ms, w.id, name.clone()));
                 let sess = self
@@ -693,6 +764,7 @@ impl LockTable {
                 });
             }
         }
+        lock.tidy();
         if lock.is_idle() {
             self.locks.remove(name);
         }
@@ -784,11 +856,14 @@ impl LockTable {
             }
             let lock = self.locks.get_mut(&name).expect("a deadline has a lock");
             let pos = lock
-                .waiters
+                .waiters()
                 .iter()
                 .position(|w| w.id == id)
                 .expect("deadline is queued");
-            let w = lock.waiters.remove(pos).expect("position is in range");
+            let w = lock
+                .waiters_mut()
+                .remove(pos)
+                .expect("position is in range");
             self.forget_wait(&name, &w);
             effects.push(Effect::WaitEnded {
                 waiter: id,
@@ -808,7 +883,7 @@ impl LockTable {
             self.locks
                 .get_mut(&name)
                 .expect("a delay has a lock")
-                .delay_until_ms = 0;
+                .set_delay_until(0);
             delays_ended += 1;
             touched.insert(name);
         }

@@ -72,7 +72,7 @@ impl LockTable {
                 })
                 .collect(),
             waiters: lock
-                .waiters
+                .waiters()
                 .iter()
                 .enumerate()
                 .map(|(i, w)| WaiterInfo {
@@ -85,7 +85,7 @@ impl LockTable {
                     deadline_ms: w.deadline_ms,
                 })
                 .collect(),
-            lock_delay_until_ms: (lock.delay_until_ms != 0).then_some(lock.delay_until_ms),
+            lock_delay_until_ms: (lock.delay_until_ms() != 0).then_some(lock.delay_until_ms()),
         })
     }
 
@@ -102,7 +102,7 @@ impl LockTable {
                 .waits
                 .iter()
                 .map(|(n, id)| {
-                    let pos = self.locks[n].waiters.iter().position(|w| w.id == *id);
+                    let pos = self.locks[n].waiters().iter().position(|w| w.id == *id);
                     (n.to_string(), *id, pos.map_or(0, |p| p as u32 + 1))
                 })
                 .collect(),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bucket::ShardMap;
 use crate::machine::{Lock, LockTable, Mint, Session};
 use crate::types::{Namespace, SessionId};
 
@@ -23,6 +24,7 @@ struct ImageRef<'a> {
     namespaces: Vec<&'a Namespace>,
     sessions: Vec<(SessionId, &'a Session)>,
     locks: Vec<(&'a str, &'a Lock)>,
+    shard_map: Option<&'a ShardMap>,
 }
 
 #[derive(Deserialize)]
@@ -33,6 +35,7 @@ struct Image {
     namespaces: Vec<Namespace>,
     sessions: Vec<(SessionId, Session)>,
     locks: Vec<(String, Lock)>,
+    shard_map: Option<ShardMap>,
 }
 
 /// Why a snapshot could not be restored.
@@ -74,6 +77,7 @@ impl LockTable {
             namespaces: self.namespaces.values().collect(),
             sessions,
             locks,
+            shard_map: self.shard_map.as_ref(),
         };
         postcard::to_allocvec(&image).expect("serialising to memory cannot fail")
     }
@@ -88,6 +92,7 @@ impl LockTable {
         let mut t = LockTable::new();
         t.now_ms = image.now_ms;
         t.mint = image.mint;
+        t.shard_map = image.shard_map;
         t.namespaces = BTreeMap::new();
         for ns in image.namespaces {
             t.namespaces.insert(ns.prefix.clone(), ns);
@@ -108,15 +113,15 @@ impl LockTable {
                 })?;
                 s.held.insert((name.clone(), h.token));
             }
-            for w in &lock.waiters {
+            for w in lock.waiters() {
                 let s = t.sessions.get_mut(&w.session).ok_or_else(|| {
                     RestoreError::Inconsistent(format!("waiter of '{name}' has no session"))
                 })?;
                 s.waits.insert((name.clone(), w.id));
                 t.wait_deadlines.insert((w.deadline_ms, w.id, name.clone()));
             }
-            if lock.delay_until_ms != 0 {
-                t.delays.insert((lock.delay_until_ms, name.clone()));
+            if lock.delay_until_ms() != 0 {
+                t.delays.insert((lock.delay_until_ms(), name.clone()));
             }
             t.locks.insert(name, lock);
         }

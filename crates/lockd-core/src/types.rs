@@ -181,10 +181,12 @@ pub enum Op {
     PutNamespace { namespace: Namespace },
     /// Remove the namespace with this prefix (not the default one).
     DeleteNamespace { prefix: String },
+    /// Replace the shard map (meta group only); the version must be the current one plus one.
+    PutShardMap { map: crate::ShardMap },
 }
 
 /// The holder of a lock as callers see it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderView {
     pub session: SessionId,
     pub owner: String,
@@ -192,7 +194,7 @@ pub struct HolderView {
 }
 
 /// Why a try-lock did not get the lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BusyReason {
     /// Held in an incompatible mode, or others queue ahead.
     Held,
@@ -201,7 +203,7 @@ pub enum BusyReason {
 }
 
 /// The successful outcome of a command, for the caller that proposed it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     SessionOpened {
         session: SessionId,
@@ -249,6 +251,9 @@ pub enum Reply {
     },
     NamespacePut,
     NamespaceDeleted,
+    ShardMapPut {
+        version: u64,
+    },
 }
 
 /// Why a wait ended without a grant.
@@ -294,7 +299,7 @@ pub enum Effect {
 }
 
 /// A command refused. The state is exactly as before the command.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Rejection {
     /// `field` is empty, too long, or not printable UTF-8.
     InvalidString {
@@ -368,6 +373,10 @@ pub enum Rejection {
     InvalidNamespace {
         reason: String,
     },
+    /// A shard map that breaks a rule.
+    InvalidShardMap {
+        reason: String,
+    },
 }
 
 impl Rejection {
@@ -390,6 +399,7 @@ impl Rejection {
             Rejection::TooManyLocks { .. } => "too_many_locks",
             Rejection::TooManyReentries { .. } => "too_many_reentries",
             Rejection::InvalidNamespace { .. } => "invalid_namespace",
+            Rejection::InvalidShardMap { .. } => "invalid_shard_map",
         }
     }
 }
@@ -469,6 +479,7 @@ impl fmt::Display for Rejection {
                 write!(f, "re-entry count is at its limit of {max}")
             }
             Rejection::InvalidNamespace { reason } => write!(f, "invalid namespace: {reason}"),
+            Rejection::InvalidShardMap { reason } => write!(f, "invalid shard map: {reason}"),
         }
     }
 }

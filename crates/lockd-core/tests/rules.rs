@@ -1007,3 +1007,50 @@ fn session_ids_print_and_parse() {
     assert_eq!(SessionId::parse("s_"), None);
     assert_eq!(SessionId::parse("s_zz"), None);
 }
+
+#[test]
+fn the_shard_map_is_versioned_and_complete() {
+    let mut h = H::new();
+    let map = ShardMap::initial(8);
+    assert_eq!(map.groups.len(), 4096);
+    assert!(map.groups.iter().all(|g| (1..=8).contains(g)));
+    assert_eq!(map.group_of("search/shard-17"), 1 + 515 % 8);
+    assert_eq!(
+        h.ok(Op::PutShardMap { map: map.clone() }).0,
+        Reply::ShardMapPut { version: 1 }
+    );
+    // Same version again, a gap, a short map, group 0: all refused.
+    assert_eq!(
+        h.rej(Op::PutShardMap { map: map.clone() }).code(),
+        "invalid_shard_map"
+    );
+    let gap = ShardMap {
+        version: 3,
+        ..map.clone()
+    };
+    assert_eq!(
+        h.rej(Op::PutShardMap { map: gap }).code(),
+        "invalid_shard_map"
+    );
+    let short = ShardMap {
+        version: 2,
+        groups: vec![1; 10],
+    };
+    assert_eq!(
+        h.rej(Op::PutShardMap { map: short }).code(),
+        "invalid_shard_map"
+    );
+    let mut meta = ShardMap { version: 2, ..map };
+    meta.groups[7] = 0;
+    assert_eq!(
+        h.rej(Op::PutShardMap { map: meta.clone() }).code(),
+        "invalid_shard_map"
+    );
+    meta.groups[7] = 2;
+    assert_eq!(
+        h.ok(Op::PutShardMap { map: meta.clone() }).0,
+        Reply::ShardMapPut { version: 2 }
+    );
+    let restored = LockTable::restore(&h.t.snapshot()).unwrap();
+    assert_eq!(restored.shard_map(), Some(&meta));
+}
