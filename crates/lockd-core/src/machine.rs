@@ -989,6 +989,15 @@ pub fn validate_namespace(ns: &Namespace) -> Result<(), Rejection> {
             limits::MAX_LOCK_DELAY_MS
         ));
     }
+    if let Some(digest) = &ns.token_sha256 {
+        if digest.len() != 64
+            || !digest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return bad("token_sha256 must be 64 lower-case hex digits".into());
+        }
+    }
     if let SafetyClass::Correctness { fenced_resource } = &ns.safety {
         if fenced_resource.trim().is_empty() {
             return bad("a correctness namespace must declare its fenced resource".into());

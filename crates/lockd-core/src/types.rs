@@ -106,6 +106,12 @@ pub struct Namespace {
     pub lock_delay_ms: u64,
     /// What the locks protect.
     pub safety: SafetyClass,
+    /// Requests per second each node accepts for this namespace's names (0 = unlimited). The
+    /// core stores it so every node enforces the same budget; the node's token bucket applies it.
+    pub ops_per_s: u32,
+    /// SHA-256 (lower-case hex) of the bearer token callers must present; `None` = open. Only
+    /// the digest is replicated, never the token.
+    pub token_sha256: Option<String>,
 }
 
 impl Namespace {
@@ -121,6 +127,8 @@ impl Namespace {
             max_locks_per_session: limits::DEFAULT_MAX_LOCKS_PER_SESSION,
             lock_delay_ms: 0,
             safety: SafetyClass::Efficiency,
+            ops_per_s: 0,
+            token_sha256: None,
         }
     }
 }
