@@ -53,8 +53,8 @@ pub fn check_printable(
         return Ok(());
     };
     Err(Rejection::InvalidString {
-        field,
-        reason,
+        field: field.into(),
+        reason: reason.into(),
         max_bytes,
     })
 }

@@ -311,8 +311,8 @@ pub enum Effect {
 pub enum Rejection {
     /// `field` is empty, too long, or not printable UTF-8.
     InvalidString {
-        field: &'static str,
-        reason: &'static str,
+        field: String,
+        reason: String,
         max_bytes: usize,
     },
     /// A TTL outside the namespace's bounds.

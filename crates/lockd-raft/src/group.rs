@@ -1,0 +1,361 @@
+//! One replicated lock group as the server sees it: propose, keepalive, read, status.
+//!
+//! Routing lives here: on the leader a call is served locally; on a follower it is forwarded to
+//! the leader over the peer service, and the leader never forwards again (it answers
+//! `NoLeader` instead), so a call takes at most one hop. While no leader is known, or a fresh
+//! leader's lease is not yet valid, calls retry internally for a short bounded time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lockd_core::{Command, LockTable, Op, Rejection, Reply, SessionId};
+use tracing::debug;
+
+use crate::leader::KeepaliveRefused;
+use crate::peer::{Method, PeerPool};
+use crate::raft::{RaftGroup, WriteError};
+use crate::replica::Replica;
+use crate::wire::WireReply;
+use crate::{GroupError, GroupId, NodeId};
+
+/// Timing of one group's calls, derived from the node config.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    /// The election timeout upper bound: the slack a new leader gives every session.
+    pub(crate) election_max: Duration,
+    /// How long a call keeps retrying while there is no usable leader.
+    pub(crate) retry_budget: Duration,
+    /// Pause between such retries.
+    pub(crate) retry_pause: Duration,
+    /// Bound on one proposal (commit + apply), after which its outcome is unknown.
+    pub(crate) propose_timeout: Duration,
+}
+
+/// Whether a failed forward certainly never reached the peer (connect failure). Anything else
+/// (reset, timeout) may have been delivered, so a proposal's outcome is unknown.
+fn never_sent(st: &tonic::Status) -> bool {
+    st.code() == tonic::Code::Unavailable && st.message().contains("tcp connect error")
+}
+
+/// A snapshot of a group's state on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupStatus {
+    pub id: GroupId,
+    /// The leader this replica knows of.
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    /// Voting members.
+    pub members: Vec<NodeId>,
+    /// Index of the last entry applied here.
+    pub applied_index: u64,
+    /// The lock table's revision (the last fencing token minted).
+    pub revision: u64,
+    /// Whether this replica leads the group.
+    pub is_leader: bool,
+    /// Sessions in the leader's tracker (`None` on a follower or before leader duties start).
+    pub tracked_sessions: Option<usize>,
+    /// Snapshots this replica received from a leader since start (a lagging follower's catch-up).
+    pub snapshots_installed: u64,
+}
+
+/// A replica of one group on this node.
+pub struct Group {
+    id: GroupId,
+    raft: RaftGroup,
+    replica: Arc<Replica>,
+    peers: Arc<PeerPool>,
+    timing: Timing,
+    stopping: AtomicBool,
+}
+
+/// The answer to a proposal: the core's reply (or rejection), or why there is none.
+pub type ProposeResult = Result<Result<Reply, Rejection>, GroupError>;
+
+impl Group {
+    pub(crate) fn new(
+        id: GroupId,
+        raft: RaftGroup,
+        replica: Arc<Replica>,
+        peers: Arc<PeerPool>,
+        timing: Timing,
+    ) -> Group {
+        Group {
+            id,
+            raft,
+            replica,
+            peers,
+            timing,
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    pub fn id(&self) -> GroupId {
+        self.id
+    }
+
+    pub(crate) fn raft(&self) -> &RaftGroup {
+        &self.raft
+    }
+
+    pub(crate) fn replica(&self) -> &Replica {
+        &self.replica
+    }
+
+    pub(crate) fn election_timeout_max(&self) -> Duration {
+        self.timing.election_max
+    }
+
+    fn no_leader(&self) -> GroupError {
+        GroupError::NoLeader {
+            retry_after_ms: self.timing.election_max.as_millis() as u64 / 2,
+        }
+    }
+
+    fn check_running(&self) -> Result<(), GroupError> {
+        if self.stopping.load(Ordering::Acquire) {
+            Err(GroupError::ShuttingDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Proposes an op: on the leader it is stamped with group time, committed (fsync'd on a
+    /// majority) and applied, and the core's reply is returned; on a follower it is forwarded to
+    /// the leader. Never answers before commit.
+    pub async fn propose(&self, op: Op) -> ProposeResult {
+        let deadline = Instant::now() + self.timing.propose_timeout;
+        match tokio::time::timeout_at(deadline.into(), self.propose_routed(op)).await {
+            Ok(r) => r,
+            Err(_) => Err(GroupError::Timeout),
+        }
+    }
+
+    async fn propose_routed(&self, op: Op) -> ProposeResult {
+        let give_up = Instant::now() + self.timing.retry_budget;
+        loop {
+            self.check_running()?;
+            let status = self.raft.status();
+            let res = match status.leader {
+                _ if status.is_leader => self.propose_on_leader(op.clone()).await,
+                Some(leader) => self.forward_propose(leader, &op).await,
+                None => Err(self.no_leader()),
+            };
+            match res {
+                Err(GroupError::NoLeader { .. }) if Instant::now() < give_up => {
+                    tokio::time::sleep(self.timing.retry_pause).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn forward_propose(&self, leader: NodeId, op: &Op) -> ProposeResult {
+        match self
+            .peers
+            .forward::<_, WireReply>(
+                leader,
+                Method::Propose,
+                self.id,
+                op,
+                self.timing.propose_timeout,
+            )
+            .await
+        {
+            Ok(r) => r.map(|w| w.0),
+            // The connection could not be made, so nothing was sent: safe to retry.
+            Err(st) if never_sent(&st) => Err(self.no_leader()),
+            Err(st) => Err(GroupError::Unavailable(format!(
+                "forwarding to leader node {leader} failed ({}: {}); the outcome is unknown",
+                st.code(),
+                st.message()
+            ))),
+        }
+    }
+
+    /// Serves a proposal on this node only if it leads with active leader duties.
+    pub(crate) async fn propose_on_leader(&self, op: Op) -> ProposeResult {
+        self.check_running()?;
+        let status = self.raft.status();
+        if !status.is_leader {
+            return Err(self.no_leader());
+        }
+        // None until this term's first entry is applied (prior terms all in the table).
+        let Some(now_ms) = self.replica.stamp(status.term) else {
+            return Err(self.no_leader());
+        };
+        match self.raft.write(Command { now_ms, op }).await {
+            Ok(reply) => Ok(reply),
+            // Nothing was appended (not leader, or a fresh leader whose lease is not yet valid):
+            // the caller may retry.
+            Err(WriteError::NotLeader { leader }) => {
+                debug!(group = self.id, ?leader, "write refused: not leader");
+                Err(self.no_leader())
+            }
+            Err(WriteError::Discarded(why)) => Err(GroupError::Unavailable(format!(
+                "outcome unknown: {why}; inspect state before retrying"
+            ))),
+            Err(WriteError::Fatal(why)) => {
+                Err(GroupError::Unavailable(format!("raft stopped: {why}")))
+            }
+        }
+    }
+
+    /// A keepalive for `session`, answered by the leader's in-memory tracker (never logged).
+    /// `Ok(ttl_ms)` while the session exists; `SessionNotFound` once it expired or closed.
+    pub async fn keepalive(&self, session: SessionId) -> Result<u64, GroupError> {
+        let give_up = Instant::now() + self.timing.retry_budget;
+        loop {
+            self.check_running()?;
+            let status = self.raft.status();
+            let res = match status.leader {
+                _ if status.is_leader => self.keepalive_on_leader(session),
+                Some(leader) => {
+                    let timeout = self.timing.retry_budget;
+                    match self
+                        .peers
+                        .forward(leader, Method::Keepalive, self.id, &session, timeout)
+                        .await
+                    {
+                        Ok(r) => r,
+                        // A keepalive is idempotent: a lost one is simply retried.
+                        Err(_) => Err(self.no_leader()),
+                    }
+                }
+                None => Err(self.no_leader()),
+            };
+            match res {
+                Err(GroupError::NoLeader { .. }) if Instant::now() < give_up => {
+                    tokio::time::sleep(self.timing.retry_pause).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Serves a keepalive on this node only if it leads and its lease holds: a deposed leader
+    /// must not promise time it does not own.
+    pub(crate) fn keepalive_on_leader(&self, session: SessionId) -> Result<u64, GroupError> {
+        self.check_running()?;
+        let status = self.raft.status();
+        if !status.is_leader || !self.raft.lease_valid() {
+            return Err(self.no_leader());
+        }
+        let now = Instant::now();
+        match self
+            .replica
+            .with_leadership(|l| l.keepalive(status.term, session, now))
+        {
+            Ok(ttl_ms) => Ok(ttl_ms),
+            Err(KeepaliveRefused::NotActive) => Err(self.no_leader()),
+            Err(KeepaliveRefused::NotFound) => Err(GroupError::SessionNotFound),
+        }
+    }
+
+    /// A linearizable read of the applied state: ReadIndex on the leader; on a follower, the
+    /// leader's read index, then wait until this replica has applied it.
+    pub async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&LockTable) -> R + Send + 'static,
+    ) -> Result<R, GroupError> {
+        let deadline = Instant::now() + self.timing.propose_timeout;
+        let wait = async {
+            let index = self.read_index_routed().await?;
+            self.replica.wait_applied(index).await;
+            Ok::<_, GroupError>(())
+        };
+        match tokio::time::timeout_at(deadline.into(), wait).await {
+            Ok(Ok(())) => Ok(self.replica.read(f)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(GroupError::Timeout),
+        }
+    }
+
+    async fn read_index_routed(&self) -> Result<u64, GroupError> {
+        let give_up = Instant::now() + self.timing.retry_budget;
+        loop {
+            self.check_running()?;
+            let status = self.raft.status();
+            let res = match status.leader {
+                _ if status.is_leader => self.read_index_on_leader().await,
+                Some(leader) => {
+                    let timeout = self.timing.retry_budget;
+                    match self
+                        .peers
+                        .forward(leader, Method::ReadIndex, self.id, &(), timeout)
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => Err(self.no_leader()),
+                    }
+                }
+                None => Err(self.no_leader()),
+            };
+            match res {
+                Err(GroupError::NoLeader { .. }) if Instant::now() < give_up => {
+                    tokio::time::sleep(self.timing.retry_pause).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    pub(crate) async fn read_index_on_leader(&self) -> Result<u64, GroupError> {
+        self.check_running()?;
+        match self.raft.read_index().await {
+            Ok(index) => Ok(index),
+            Err(WriteError::NotLeader { .. }) => Err(self.no_leader()),
+            Err(WriteError::Discarded(why) | WriteError::Fatal(why)) => {
+                Err(GroupError::Unavailable(why))
+            }
+        }
+    }
+
+    /// The local replica's applied state, without consensus (status, metrics, debugging).
+    pub fn read_local<R>(&self, f: impl FnOnce(&LockTable) -> R) -> R {
+        self.replica.read(f)
+    }
+
+    /// Group time on this node: the leader's stamping clock, or on a follower the last applied
+    /// `now_ms` plus the time since it was applied.
+    pub fn now_ms(&self) -> u64 {
+        self.replica.now_ms()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.status().is_leader
+    }
+
+    pub fn status(&self) -> GroupStatus {
+        let s = self.raft.status();
+        let (applied_index, _) = self.replica.applied();
+        GroupStatus {
+            id: self.id,
+            leader: s.leader,
+            term: s.term,
+            members: s.voters,
+            applied_index,
+            revision: self.replica.read(|t| t.revision()),
+            is_leader: s.is_leader,
+            tracked_sessions: self.replica.with_leadership(|l| l.tracked()),
+            snapshots_installed: self.replica.installs(),
+        }
+    }
+
+    /// Hash of the local replica's state; equal on replicas that applied the same log (S9).
+    /// Costs a full serialisation of the table.
+    pub fn state_hash(&self) -> u64 {
+        self.replica.read(|t| t.state_hash())
+    }
+
+    /// Resolves once this replica has applied at least `index`.
+    pub async fn wait_applied(&self, index: u64) {
+        self.replica.wait_applied(index).await
+    }
+
+    pub(crate) async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.replica.deactivate();
+        self.raft.shutdown().await;
+    }
+}

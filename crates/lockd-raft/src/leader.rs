@@ -1,0 +1,216 @@
+//! Leader duties of one group: the group clock, the session tracker, and the loop that proposes
+//! `ExpireSessions` and `Tick` when they fall due.
+//!
+//! They start only once this node leads *and* has applied an entry of its own term (the blank
+//! entry openraft commits on election), so every entry of earlier terms is in the table when the
+//! clock is based on its `now_ms` and the session timers restart from `session_ttls()`.
+//! The loop sleeps until the next deadline and wakes on every apply or role change; it never
+//! polls.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lockd_core::{LockTable, Op, SessionId};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::group::Group;
+use crate::tracker::SessionTracker;
+
+/// How long to back off after a failed expiry or tick proposal before trying again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Base of the leader's stamping clock for one term.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    term: u64,
+    base_ms: u64,
+    base_at: Instant,
+}
+
+/// The in-memory, leader-only state of a group (inactive on followers).
+#[derive(Debug, Default)]
+pub(crate) struct Leadership {
+    clock: Option<Clock>,
+    tracker: SessionTracker,
+}
+
+/// Why the leader did not acknowledge a keepalive.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KeepaliveRefused {
+    /// Leader duties are not active (yet): the caller retries, maybe elsewhere.
+    NotActive,
+    /// Unknown or already expiring.
+    NotFound,
+}
+
+impl Leadership {
+    pub(crate) fn term(&self) -> Option<u64> {
+        self.clock.map(|c| c.term)
+    }
+
+    /// Rule 1 and 2 at election: group time continues from the applied `now_ms`; every session
+    /// gets a full TTL plus `slack` from now. Returns the number of sessions tracked.
+    pub(crate) fn activate(
+        &mut self,
+        term: u64,
+        table: &LockTable,
+        now: Instant,
+        slack: Duration,
+    ) -> usize {
+        self.clock = Some(Clock {
+            term,
+            base_ms: table.now_ms(),
+            base_at: now,
+        });
+        self.tracker.reset(table.session_ttls(), now, slack);
+        self.tracker.len()
+    }
+
+    pub(crate) fn deactivate(&mut self) {
+        self.clock = None;
+        self.tracker.clear();
+    }
+
+    /// Group time on the leader: never behind the applied time, advancing with `Instant`.
+    pub(crate) fn stamp(&self, applied_now_ms: u64) -> Option<u64> {
+        let c = self.clock?;
+        let elapsed = c.base_at.elapsed().as_millis() as u64;
+        Some(c.base_ms.saturating_add(elapsed).max(applied_now_ms))
+    }
+
+    pub(crate) fn session_opened(&mut self, session: SessionId, ttl_ms: u64, now: Instant) {
+        if self.clock.is_some() {
+            self.tracker.opened(session, ttl_ms, now);
+        }
+    }
+
+    pub(crate) fn session_ended(&mut self, session: SessionId) {
+        self.tracker.ended(session);
+    }
+
+    pub(crate) fn keepalive(
+        &mut self,
+        term: u64,
+        session: SessionId,
+        now: Instant,
+    ) -> Result<u64, KeepaliveRefused> {
+        if self.term() != Some(term) {
+            return Err(KeepaliveRefused::NotActive);
+        }
+        self.tracker
+            .keepalive(session, now)
+            .ok_or(KeepaliveRefused::NotFound)
+    }
+
+    fn due(&self, now: Instant) -> Vec<SessionId> {
+        self.tracker.due(now)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.tracker.next_deadline()
+    }
+
+    pub(crate) fn tracked(&self) -> Option<usize> {
+        self.clock.map(|_| self.tracker.len())
+    }
+}
+
+/// Runs the leader duties of `group` until `stop` changes or is dropped.
+pub(crate) async fn run(group: Arc<Group>, mut stop: watch::Receiver<bool>) {
+    let mut applied = group.replica().subscribe();
+    let mut roles = group.raft().role_changes();
+    loop {
+        let wake = step(&group).await;
+        let sleep = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = applied.changed() => {}
+            r = roles.changed() => if r.is_err() { return },
+            _ = sleep => {}
+        }
+    }
+}
+
+/// One pass: follow role changes, propose what is due, and say when to look again.
+async fn step(group: &Group) -> Option<Instant> {
+    let replica = group.replica();
+    let status = group.raft().status();
+    if !status.is_leader {
+        if replica.active_term().is_some() {
+            replica.deactivate();
+            info!(
+                group = replica.group(),
+                term = status.term,
+                "leader duties stopped"
+            );
+        }
+        return None;
+    }
+    if replica.active_term() != Some(status.term) {
+        let (_, applied_term) = replica.applied();
+        if applied_term < status.term {
+            // The blank entry of this term is not applied yet; the apply wakes us.
+            return None;
+        }
+        let slack = group.election_timeout_max();
+        let sessions = replica.activate(status.term, slack);
+        info!(
+            group = replica.group(),
+            term = status.term,
+            sessions,
+            "leader duties started"
+        );
+    }
+
+    let now = Instant::now();
+    let due = replica.with_leadership(|l| l.due(now));
+    if !due.is_empty() {
+        debug!(
+            group = replica.group(),
+            n = due.len(),
+            "proposing ExpireSessions"
+        );
+        return match group
+            .propose_on_leader(Op::ExpireSessions { sessions: due })
+            .await
+        {
+            Ok(_) => Some(Instant::now()),
+            Err(e) => {
+                warn!(group = replica.group(), error = %e, "ExpireSessions failed; retrying");
+                Some(Instant::now() + RETRY_PAUSE)
+            }
+        };
+    }
+
+    let mut wake = replica.with_leadership(|l| l.next_deadline());
+    if let Some(timer_ms) = replica.read(|t| t.next_timer_ms()) {
+        let now_ms = replica.stamp(status.term)?;
+        if timer_ms <= now_ms {
+            return match group.propose_on_leader(Op::Tick).await {
+                // A tick handles every timer due at its time; if this one is still first, the
+                // machine disagrees with us: do not spin.
+                Ok(_) if replica.read(|t| t.next_timer_ms()) == Some(timer_ms) => {
+                    warn!(
+                        group = replica.group(),
+                        timer_ms, "timer still due after Tick"
+                    );
+                    Some(Instant::now() + RETRY_PAUSE)
+                }
+                Ok(_) => Some(Instant::now()),
+                Err(e) => {
+                    warn!(group = replica.group(), error = %e, "Tick failed; retrying");
+                    Some(Instant::now() + RETRY_PAUSE)
+                }
+            };
+        }
+        let at = Instant::now() + Duration::from_millis(timer_ms - now_ms);
+        wake = Some(wake.map_or(at, |w| w.min(at)));
+    }
+    wake
+}

@@ -1,0 +1,64 @@
+//! # lockd-raft: replicated lock groups
+//!
+//! Runs one Raft group per lock group (plus the meta group 0) on every node, each driving a
+//! [`lockd_core::LockTable`]. This crate owns the protocol rules that need time or a leader
+//! (GUIDE §2), each in one place:
+//!
+//! * **group time** — [`leader`]: the leader stamps `now_ms` = last applied `now_ms` advanced by
+//!   its own monotonic clock;
+//! * **session expiry** — [`tracker`]: the leader's in-memory keepalive deadlines, restarted at
+//!   full TTL + election timeout on every new leader; expiries are proposed, never local;
+//! * **ticks** — [`leader`]: a `Tick` is proposed when group time reaches the table's next timer;
+//! * **durability** — `raft::log_store` (raft-log WAL, fdatasync before an entry counts, torn or
+//!   corrupt tail cut on open) and `raft::state_machine` (snapshots written tmp → fsync → rename);
+//! * **routing** — [`group`]: proposals, keepalives and reads on a follower are forwarded to the
+//!   leader over the peer gRPC service ([`peer`]).
+//!
+//! openraft's types never leave the private `raft` module, so an openraft upgrade touches one
+//! directory.
+
+mod config;
+mod error;
+mod group;
+mod leader;
+mod node;
+mod peer;
+mod raft;
+mod replica;
+mod tracker;
+mod wire;
+
+pub use config::NodeConfig;
+pub use error::{GroupError, StartError};
+pub use group::{Group, GroupStatus, ProposeResult};
+pub use node::Node;
+pub use peer::{PeerServer, PeerService};
+
+/// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.
+pub type GroupId = u32;
+/// A node (process) of the cluster.
+pub type NodeId = u64;
+
+/// The id of the meta group.
+pub const META_GROUP: GroupId = 0;
+
+/// Where committed effects go (grants to waiting requests, ended waits, ended sessions).
+pub trait EffectSink: Send + Sync + 'static {
+    /// Called on EVERY replica, in log order, right after a committed entry is applied, with that
+    /// entry's effects. Entries without effects are skipped. Must not block.
+    fn applied(&self, group: GroupId, effects: &[lockd_core::Effect]);
+
+    /// Called when a replica's state was replaced by a snapshot from the leader (a lagging
+    /// follower): the effects of the entries the snapshot covers were never delivered here, so
+    /// anything waiting for them on this node should re-read the state. Default: nothing.
+    fn reset(&self, group: GroupId) {
+        let _ = group;
+    }
+}
+
+/// An [`EffectSink`] that drops everything (for nodes that serve no waiting clients, and tests).
+pub struct NoEffects;
+
+impl EffectSink for NoEffects {
+    fn applied(&self, _group: GroupId, _effects: &[lockd_core::Effect]) {}
+}

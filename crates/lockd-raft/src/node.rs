@@ -1,0 +1,151 @@
+//! A node: every group's replica on this process, their leader duties, and the peer service.
+//!
+//! `start` opens each group's data (snapshot + log replay), starts its Raft instance and its
+//! leader-duty task, and — on the node with the lowest id, for groups that have no membership
+//! yet — makes all configured peers the voters, so a fresh cluster comes up by itself.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::group::{Group, Timing};
+use crate::peer::{PeerPool, PeerServer, PeerService};
+use crate::raft::RaftGroup;
+use crate::replica::Replica;
+use crate::{EffectSink, GroupId, NodeConfig, NodeId, StartError};
+
+/// Every group hosted by this process.
+pub struct Node {
+    node_id: NodeId,
+    groups: BTreeMap<GroupId, Arc<Group>>,
+    duties: Mutex<Vec<JoinHandle<()>>>,
+    stop: watch::Sender<bool>,
+    shutting_down: AtomicBool,
+}
+
+fn validate(cfg: &NodeConfig) -> Result<(), StartError> {
+    let bad = |why: String| Err(StartError::Config(why));
+    if !cfg.peers.contains_key(&cfg.node_id) {
+        return bad(format!(
+            "node_id {} is not among peers {:?}",
+            cfg.node_id,
+            cfg.peers.keys()
+        ));
+    }
+    let (min, max) = cfg.election_timeout_ms;
+    if cfg.heartbeat_ms == 0 || min <= cfg.heartbeat_ms || max <= min {
+        return bad(format!(
+            "need 0 < heartbeat_ms ({}) < election_timeout_ms.0 ({min}) < election_timeout_ms.1 ({max})",
+            cfg.heartbeat_ms
+        ));
+    }
+    if cfg.snapshot_every == 0 {
+        return bad("snapshot_every must be positive".into());
+    }
+    Ok(())
+}
+
+impl Node {
+    /// Opens and recovers every group (0..=lock_groups) under `data_dir`, starts Raft for each,
+    /// and initialises fresh groups if this node has the lowest id among the peers.
+    pub async fn start(
+        cfg: NodeConfig,
+        sink: Arc<dyn EffectSink>,
+    ) -> Result<Arc<Node>, StartError> {
+        validate(&cfg)?;
+        let election_max = Duration::from_millis(cfg.election_timeout_ms.1);
+        let timing = Timing {
+            election_max,
+            retry_budget: (2 * election_max).max(Duration::from_secs(1)),
+            retry_pause: Duration::from_millis((cfg.heartbeat_ms / 2).clamp(10, 100)),
+            propose_timeout: Duration::from_secs(5).max(4 * election_max),
+        };
+        let pool = Arc::new(PeerPool::new(&cfg.peers));
+        let mut groups = BTreeMap::new();
+        for id in 0..=cfg.lock_groups {
+            let dir = cfg.data_dir.join(format!("group-{id}"));
+            let replica = Arc::new(Replica::new(id, sink.clone()));
+            let raft = RaftGroup::start(&cfg, id, &dir, replica.clone(), pool.clone()).await?;
+            groups.insert(
+                id,
+                Arc::new(Group::new(id, raft, replica, pool.clone(), timing)),
+            );
+        }
+        if cfg.peers.keys().next() == Some(&cfg.node_id) {
+            for (id, g) in &groups {
+                let fresh =
+                    g.raft()
+                        .initialize(&cfg.peers)
+                        .await
+                        .map_err(|message| StartError::Raft {
+                            group: *id,
+                            message,
+                        })?;
+                if fresh {
+                    info!(group = id, members = ?cfg.peers.keys(), "initialised group membership");
+                }
+            }
+        }
+        let (stop, _) = watch::channel(false);
+        let duties = groups
+            .values()
+            .map(|g| tokio::spawn(crate::leader::run(g.clone(), stop.subscribe())))
+            .collect();
+        info!(node = cfg.node_id, groups = groups.len(), "node started");
+        Ok(Arc::new(Node {
+            node_id: cfg.node_id,
+            groups,
+            duties: Mutex::new(duties),
+            stop,
+            shutting_down: AtomicBool::new(false),
+        }))
+    }
+
+    /// The tonic service carrying peer traffic (Raft RPCs and forwarded proposals, keepalives
+    /// and reads). Add it to the node's gRPC server next to the client API:
+    /// `Server::builder().add_service(node.peer_service())`. Its address must be the one the
+    /// other nodes have for this node in `peers`.
+    pub fn peer_service(self: &Arc<Self>) -> PeerServer<PeerService> {
+        PeerService::server(self.clone())
+    }
+
+    pub fn group(&self, id: GroupId) -> Option<Arc<Group>> {
+        self.groups.get(&id).cloned()
+    }
+
+    pub fn group_ids(&self) -> Vec<GroupId> {
+        self.groups.keys().copied().collect()
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Stops leader duties and every Raft instance; calls then fail with `ShuttingDown` and
+    /// peers see this node as unreachable. The data directories are released, so the node can
+    /// be started again in the same process.
+    pub async fn shutdown(&self) {
+        if self.shutting_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.stop.send(true);
+        let duties: Vec<_> = std::mem::take(&mut *self.duties.lock().expect("duties poisoned"));
+        for d in duties {
+            d.abort();
+            let _ = d.await;
+        }
+        for g in self.groups.values() {
+            g.shutdown().await;
+        }
+        info!(node = self.node_id, "node stopped");
+    }
+}

@@ -1,0 +1,369 @@
+//! The durable Raft log: raft-log (chunked WAL, one flush thread, fdatasync per batch) behind
+//! openraft's `RaftLogStorage`.
+//!
+//! An appended entry counts only once raft-log's flush worker has fdatasync'd it and fired the
+//! callback (openraft then acks it / counts the leader in the quorum). Votes and truncations
+//! wait for their fsync before returning.
+//!
+//! **Damaged tail.** Every record is checksummed. raft-log itself cuts an *incomplete* last
+//! record (a torn write) on open, but refuses to open a chunk whose last record is complete and
+//! corrupt (bit rot, a misdirected write). [`repair_tail`] handles that: it scans the tail chunk,
+//! cuts the file at the end of the last record that decodes and passes its checksum, fsyncs,
+//! and logs the cut loudly. Raft then restores the cut entries from the leader. (Caveat: a cut
+//! record could be a vote; a node that lost a vote could vote again in that term. That is the
+//! same exposure as any torn write and needs a second damaged node to matter.)
+
+use std::fmt::Debug;
+use std::fs::OpenOptions;
+use std::io::{self, BufReader, Read, Write};
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::{LogState, OptionalSend, RaftLogReader};
+use raft_log::api::raft_log_writer::RaftLogWriter;
+use raft_log::codeq::Decode;
+use raft_log::{RaftLog, RaftLogRecord};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tracing::{error, warn};
+
+use super::{Entry, LogId, TypeConfig, Vote};
+
+/// Chunk size: purge frees disk per closed chunk, so keep chunks small.
+const CHUNK_MAX_BYTES: usize = 4 << 20;
+/// Entries cached in memory per group (reads for replication to lagging followers).
+const CACHE_MAX_ITEMS: usize = 50_000;
+const CACHE_MAX_BYTES: usize = 32 << 20;
+
+/// `codeq` codec for a serde type: u32 length (big-endian) + postcard bytes. raft-log frames
+/// and checksums each record around it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Pc<T>(pub(crate) T);
+
+impl<T: Serialize> codeq::Encode for Pc<T> {
+    fn encode<W: Write>(&self, mut w: W) -> Result<usize, io::Error> {
+        let b = postcard::to_allocvec(&self.0).map_err(io::Error::other)?;
+        let len = u32::try_from(b.len()).map_err(|_| io::Error::other("log record over 4 GiB"))?;
+        w.write_all(&len.to_be_bytes())?;
+        w.write_all(&b)?;
+        Ok(4 + b.len())
+    }
+}
+
+impl<T: DeserializeOwned> codeq::Decode for Pc<T> {
+    fn decode<R: Read>(mut r: R) -> Result<Self, io::Error> {
+        let mut len = [0u8; 4];
+        r.read_exact(&mut len)?;
+        let len = u32::from_be_bytes(len) as u64;
+        let mut b = Vec::new();
+        // `take` so a corrupt length cannot make us allocate gigabytes up front.
+        r.take(len).read_to_end(&mut b)?;
+        if b.len() as u64 != len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        postcard::from_bytes(&b)
+            .map(Pc)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+}
+
+/// Completion handed to raft-log's flush worker thread, fired after fdatasync.
+pub(crate) enum FlushCb {
+    /// openraft's append callback: the entries are durable.
+    Raft(IOFlushed<TypeConfig>),
+    /// A caller waiting for its vote or truncation to be durable.
+    Wait(tokio::sync::oneshot::Sender<io::Result<()>>),
+}
+
+impl raft_log::Callback for FlushCb {
+    fn send(self, res: Result<(), io::Error>) {
+        match self {
+            FlushCb::Raft(cb) => cb.io_completed(res),
+            FlushCb::Wait(tx) => {
+                let _ = tx.send(res);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RlTypes;
+
+impl raft_log::Types for RlTypes {
+    type LogId = Pc<LogId>;
+    type LogPayload = Pc<openraft::type_config::alias::PayloadOf<TypeConfig>>;
+    type Vote = Pc<Vote>;
+    type Callback = FlushCb;
+    type UserData = Pc<()>;
+
+    fn log_index(log_id: &Self::LogId) -> u64 {
+        log_id.0.index
+    }
+
+    fn payload_size(_payload: &Self::LogPayload) -> u64 {
+        // Only a cache-size estimate; commands are small.
+        128
+    }
+}
+
+/// Cheap to clone; a clone is also the log reader used by replication tasks.
+#[derive(Clone)]
+pub(crate) struct LogStore {
+    rl: Arc<Mutex<RaftLog<RlTypes>>>,
+}
+
+fn raft_log_config(dir: &Path) -> raft_log::Config {
+    let mut cfg = raft_log::Config::new(dir.display());
+    cfg.wal.chunk_max_size = Some(CHUNK_MAX_BYTES);
+    cfg.wal.truncate_incomplete_record = Some(true);
+    cfg.log_cache_max_items = Some(CACHE_MAX_ITEMS);
+    cfg.log_cache_capacity = Some(CACHE_MAX_BYTES);
+    cfg
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in `dir`, cutting a damaged tail record if there is one.
+    pub(crate) fn open(dir: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let cfg = Arc::new(raft_log_config(dir));
+        let rl = match RaftLog::<RlTypes>::open(cfg.clone()) {
+            Ok(rl) => rl,
+            Err(first) => match repair_tail(dir)? {
+                Some(cut) => {
+                    error!(dir = %dir.display(), error = %first, "log tail damaged: {cut}; reopening");
+                    RaftLog::<RlTypes>::open(cfg)?
+                }
+                None => return Err(first),
+            },
+        };
+        Ok(LogStore {
+            rl: Arc::new(Mutex::new(rl)),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RaftLog<RlTypes>> {
+        self.rl.lock().expect("raft-log lock poisoned")
+    }
+
+    /// Flush with fsync and wait for it.
+    async fn flush_and_wait(&self) -> io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.lock().flush(true, Some(FlushCb::Wait(tx)))?;
+        rx.await
+            .map_err(|_| io::Error::other("raft-log flush worker is gone"))?
+    }
+}
+
+/// Scans the newest chunk of the log in `dir` and cuts it after the last record that decodes
+/// with a valid checksum. Returns a description of the cut, or `None` if the tail is intact.
+pub(crate) fn repair_tail(dir: &Path) -> io::Result<Option<String>> {
+    let mut tail: Option<(u64, std::path::PathBuf)> = None;
+    for ent in std::fs::read_dir(dir)? {
+        let ent = ent?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Ok(id) = raft_log::chunked_wal::Config::parse_chunk_file_name(name) {
+            if tail.as_ref().is_none_or(|(t, _)| id > *t) {
+                tail = Some((id, ent.path()));
+            }
+        }
+    }
+    let Some((_, path)) = tail else {
+        return Ok(None);
+    };
+    let file_len = std::fs::metadata(&path)?.len();
+    let mut reader = Counting {
+        inner: BufReader::new(std::fs::File::open(&path)?),
+        pos: 0,
+    };
+    let mut good = 0u64;
+    let mut records = 0u64;
+    while good < file_len {
+        match RaftLogRecord::<RlTypes>::decode(&mut reader) {
+            Ok(_) => {
+                good = reader.pos;
+                records += 1;
+            }
+            Err(e) => {
+                warn!(file = %path.display(), offset = good, error = %e, "bad log record");
+                break;
+            }
+        }
+    }
+    if good >= file_len {
+        return Ok(None);
+    }
+    let f = OpenOptions::new().write(true).open(&path)?;
+    f.set_len(good)?;
+    f.sync_all()?;
+    Ok(Some(format!(
+        "cut {} after {records} good records at byte {good}, dropping {} damaged bytes",
+        path.display(),
+        file_len - good
+    )))
+}
+
+/// A reader that counts the bytes consumed, so a scan knows where each record ends.
+struct Counting<R> {
+    inner: R,
+    pos: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let from = match range.start_bound() {
+            Bound::Included(x) => *x,
+            Bound::Excluded(x) => *x + 1,
+            Bound::Unbounded => 0,
+        };
+        let to = match range.end_bound() {
+            Bound::Included(x) => *x + 1,
+            Bound::Excluded(x) => *x,
+            Bound::Unbounded => u64::MAX,
+        };
+        let rl = self.lock();
+        rl.read(from, to)
+            .map(|r| {
+                r.map(|(log_id, payload)| Entry {
+                    log_id: log_id.0,
+                    payload: payload.0,
+                })
+            })
+            .collect()
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.lock().log_state().vote().map(|v| v.0))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let rl = self.lock();
+        let st = rl.log_state();
+        let purged = st.purged().map(|x| x.0);
+        let last = st.last().map(|x| x.0).or(purged);
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        self.lock().save_vote(Pc(*vote))?;
+        self.flush_and_wait().await
+    }
+
+    /// Lets a restarted node re-apply up to `committed` at once. Rides on the next fsync.
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        if let Some(c) = committed {
+            let mut rl = self.lock();
+            rl.commit(Pc(c))?;
+            rl.flush(false, None)?;
+        }
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.lock().log_state().committed().map(|x| x.0))
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut rl = self.lock();
+        rl.append(entries.into_iter().map(|e| (Pc(e.log_id), Pc(e.payload))))?;
+        rl.flush(true, Some(FlushCb::Raft(callback)))?;
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let first_removed = last_log_id.map(|l| l.index + 1).unwrap_or(0);
+        self.lock().truncate(first_removed)?;
+        self.flush_and_wait().await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        let mut rl = self.lock();
+        rl.purge(Pc(log_id))?;
+        // Only a synced flush lets raft-log delete purged chunks.
+        rl.flush(true, None)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Seek, SeekFrom};
+
+    use super::*;
+
+    fn vote(term: u64) -> Vote {
+        openraft::impls::Vote::new(term, 1)
+    }
+
+    #[test]
+    fn corrupt_last_record_is_cut_on_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        {
+            let store = LogStore::open(&dir).unwrap();
+            let mut rl = store.lock();
+            for term in 1..=4 {
+                rl.save_vote(Pc(vote(term))).unwrap();
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            rl.flush(true, Some(FlushCb::Wait(tx))).unwrap();
+            rx.blocking_recv().unwrap().unwrap();
+        }
+        // Flip a bit in the last record's checksum.
+        let chunk = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max()
+            .unwrap();
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&chunk)
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        let mut b = [0u8; 1];
+        f.seek(SeekFrom::Start(len - 1)).unwrap();
+        f.read_exact(&mut b).unwrap();
+        f.seek(SeekFrom::Start(len - 1)).unwrap();
+        f.write_all(&[b[0] ^ 1]).unwrap();
+        drop(f);
+
+        // raft-log alone refuses to open; our adapter cuts the record and opens.
+        assert!(RaftLog::<RlTypes>::open(Arc::new(raft_log_config(&dir))).is_err());
+        let store = LogStore::open(&dir).unwrap();
+        assert_eq!(store.lock().log_state().vote().map(|v| v.0), Some(vote(3)));
+        assert!(std::fs::metadata(&chunk).unwrap().len() < len);
+    }
+}

@@ -1,0 +1,275 @@
+//! The openraft glue: the only module that names openraft types.
+//!
+//! * [`RaftGroup`] wraps one `openraft::Raft` behind a small lockd-shaped API (write a
+//!   `Command`, get a read index, status, role changes, serve a peer RPC);
+//! * `log_store`: the raft-log WAL behind `RaftLogStorage`;
+//! * `state_machine`: applies entries to the group's [`Replica`], persists snapshots;
+//! * `network`: openraft's network traits over the peer gRPC pool.
+//!
+//! Pinned to openraft `=0.10.0-alpha.37`; an upgrade should only touch this directory.
+
+mod log_store;
+mod network;
+mod state_machine;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockd_core::{Command, Rejection, Reply};
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::error::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
+use openraft::{BasicNode, Config, Instant as _, ReadPolicy, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+use crate::peer::PeerPool;
+use crate::replica::Replica;
+use crate::wire::WireReply;
+use crate::{GroupId, NodeConfig, NodeId, StartError};
+
+/// A log entry's payload (`AppData`): one lockd-core command. openraft needs `Display`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Proposal(pub(crate) Command);
+
+impl fmt::Display for Proposal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}@{}", self.0.op, self.0.now_ms)
+    }
+}
+
+/// What applying an entry returns to the leader that proposed it: the core's reply, or `None`
+/// for an entry without a command (blank, membership).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Outcome(pub(crate) Option<WireReply>);
+
+openraft::declare_raft_types!(
+    pub(crate) TypeConfig:
+        D = Proposal,
+        R = Outcome,
+        NodeId = NodeId,
+        Node = BasicNode,
+);
+
+type Raft = openraft::Raft<TypeConfig, state_machine::StateMachine>;
+type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+type SnapshotData = Vec<u8>;
+
+/// The peer RPCs openraft itself needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RaftRpc {
+    Append,
+    Vote,
+    PreVote,
+    Snapshot,
+}
+
+/// Why a write did not commit.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    /// Not the leader (nothing appended); the known leader, if any.
+    NotLeader { leader: Option<NodeId> },
+    /// Appended, then truncated by a new leader: the outcome is unknown.
+    Discarded(String),
+    /// The node stopped or storage failed.
+    Fatal(String),
+}
+
+/// What the rest of the crate needs to know about the Raft role, read from the metrics watch.
+#[derive(Clone, Debug)]
+pub(crate) struct RaftStatus {
+    pub(crate) is_leader: bool,
+    pub(crate) leader: Option<NodeId>,
+    pub(crate) term: u64,
+    pub(crate) voters: Vec<NodeId>,
+}
+
+/// Wakes when the role, leader, term or membership changes.
+pub(crate) struct RoleChanges(
+    openraft::type_config::alias::WatchReceiverOf<
+        TypeConfig,
+        openraft::metrics::RaftServerMetrics<TypeConfig>,
+    >,
+);
+
+impl RoleChanges {
+    /// Errors once the Raft instance has shut down.
+    pub(crate) async fn changed(&mut self) -> Result<(), ()> {
+        self.0.changed().await.map_err(|_| ())
+    }
+}
+
+/// One group's Raft instance.
+pub(crate) struct RaftGroup {
+    raft: Raft,
+    /// A leader acknowledges keepalives only if a quorum acked it this recently.
+    keepalive_lease: Duration,
+}
+
+/// Timing and snapshot policy for every group of a node.
+fn raft_config(cfg: &NodeConfig) -> Result<Config, StartError> {
+    let keep = (cfg.snapshot_every / 2).min(1000);
+    let c = Config {
+        cluster_name: "lockd".into(),
+        heartbeat_interval: cfg.heartbeat_ms,
+        election_timeout_min: cfg.election_timeout_ms.0,
+        election_timeout_max: cfg.election_timeout_ms.1,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
+        max_in_snapshot_log_to_keep: keep,
+        // A whole LockTable goes in one message; give it time on a busy machine.
+        install_snapshot_timeout: 10_000,
+        enable_pre_vote: Some(true),
+        ..Default::default()
+    };
+    c.validate()
+        .map_err(|e| StartError::Config(format!("raft timing: {e}")))
+}
+
+impl RaftGroup {
+    /// Opens the group's log and snapshot under `dir` and starts its Raft instance.
+    pub(crate) async fn start(
+        cfg: &NodeConfig,
+        group: GroupId,
+        dir: &Path,
+        replica: Arc<Replica>,
+        pool: Arc<PeerPool>,
+    ) -> Result<RaftGroup, StartError> {
+        let storage = |source| StartError::Storage { group, source };
+        let config = Arc::new(raft_config(cfg)?);
+        let log = log_store::LogStore::open(&dir.join("log")).map_err(storage)?;
+        let sm = state_machine::StateMachine::open(dir, replica).map_err(storage)?;
+        let net = network::GroupNetwork::new(pool, group);
+        let raft = Raft::new(cfg.node_id, config, net, log, sm)
+            .await
+            .map_err(|e| StartError::Raft {
+                group,
+                message: e.to_string(),
+            })?;
+        Ok(RaftGroup {
+            raft,
+            keepalive_lease: Duration::from_millis(cfg.election_timeout_ms.0),
+        })
+    }
+
+    /// Makes `peers` the voters of a fresh group; a group that has a membership already is
+    /// left alone.
+    pub(crate) async fn initialize(
+        &self,
+        peers: &BTreeMap<NodeId, String>,
+    ) -> Result<bool, String> {
+        let members: BTreeMap<NodeId, BasicNode> = peers
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
+            .collect();
+        match self.raft.initialize(members).await {
+            Ok(()) => Ok(true),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Commits `cmd` (durable on a majority), applies it, and returns the core's reply.
+    pub(crate) async fn write(&self, cmd: Command) -> Result<Result<Reply, Rejection>, WriteError> {
+        match self.raft.client_write(Proposal(cmd)).await {
+            Ok(resp) => {
+                resp.data.0.map(|r| r.0).ok_or_else(|| {
+                    WriteError::Fatal("a command entry applied without a reply".into())
+                })
+            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(WriteError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => {
+                Err(WriteError::Discarded(format!(
+                    "the entry was appended and then discarded by a new leader ({:?})",
+                    f.leader_id
+                )))
+            }
+            Err(RaftError::APIError(e)) => Err(WriteError::Fatal(e.to_string())),
+            Err(RaftError::Fatal(e)) => Err(WriteError::Fatal(e.to_string())),
+        }
+    }
+
+    /// ReadIndex: confirms leadership with a quorum round and waits until the local state
+    /// machine has applied the read index; returns that index.
+    pub(crate) async fn read_index(&self) -> Result<u64, WriteError> {
+        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(read) => Ok(read.index()),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                Err(WriteError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
+                Err(WriteError::NotLeader { leader: None })
+            }
+            Err(RaftError::Fatal(e)) => Err(WriteError::Fatal(e.to_string())),
+        }
+    }
+
+    pub(crate) fn status(&self) -> RaftStatus {
+        let m = self.raft.server_metrics().borrow_watched().clone();
+        let is_leader = m.state.is_leader() && m.current_leader == Some(m.id);
+        RaftStatus {
+            is_leader,
+            leader: m.current_leader,
+            term: m.vote.leader_id().term,
+            voters: m.membership_config.membership().voter_ids().collect(),
+        }
+    }
+
+    /// Whether this node is the leader and a quorum acknowledged it within the keepalive lease
+    /// (shorter than openraft's own lease, which is `election_timeout_max`).
+    pub(crate) fn lease_valid(&self) -> bool {
+        let Ok(leader) = self.raft.as_leader() else {
+            return false;
+        };
+        // A sole voter is its own quorum; openraft does not refresh the ack time while idle.
+        let sole_voter = {
+            let metrics = self.raft.server_metrics();
+            let m = metrics.borrow_watched();
+            m.membership_config.membership().voter_ids().count() == 1
+        };
+        sole_voter
+            || leader
+                .last_quorum_acked()
+                .is_some_and(|t| t.elapsed() < self.keepalive_lease)
+    }
+
+    pub(crate) fn role_changes(&self) -> RoleChanges {
+        RoleChanges(self.raft.server_metrics())
+    }
+
+    /// Serves one openraft RPC from a peer (postcard in, postcard out).
+    pub(crate) async fn serve(
+        &self,
+        rpc: RaftRpc,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, tonic::Status> {
+        network::serve(&self.raft, rpc, payload).await
+    }
+
+    pub(crate) async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            info!(error = %e, "raft shutdown");
+        }
+    }
+}
+
+fn enc<T: Serialize>(v: &T) -> std::io::Result<Vec<u8>> {
+    postcard::to_allocvec(v).map_err(std::io::Error::other)
+}
+
+fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> std::io::Result<T> {
+    postcard::from_bytes(b).map_err(std::io::Error::other)
+}

@@ -1,0 +1,200 @@
+//! openraft's network traits over the node's peer gRPC pool.
+//!
+//! Client side: `openraft_multi::GroupNetworkAdapter` binds (target node, group) to a
+//! process-wide router; our router encodes each openraft request with postcard and sends it on
+//! the one HTTP/2 channel per peer node that every group shares. Server side: [`serve`] decodes
+//! and hands the request to the group's `Raft`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, OptionalSend, RaftNetworkFactory};
+use openraft_multi::{GroupNetworkAdapter, GroupRouter};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{dec, enc, Raft, RaftRpc, SnapshotData, SnapshotMeta, TypeConfig, Vote};
+use crate::peer::{Method, PeerPool};
+use crate::{GroupId, NodeId};
+
+/// A whole snapshot in one message (openraft's `Snapshot` itself is not serde).
+#[derive(Serialize, Deserialize)]
+struct SnapshotWire {
+    vote: Vote,
+    meta: SnapshotMeta,
+    data: SnapshotData,
+}
+
+/// The process-wide router handed to every group's network adapter.
+#[derive(Clone)]
+pub(crate) struct Router(Arc<PeerPool>);
+
+impl Router {
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        method: Method,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<TypeConfig>> {
+        let payload = enc(req).map_err(|e| NetworkError::new(&e))?;
+        let reply = self
+            .0
+            .call(target, method, group, payload, option.soft_ttl())
+            .await
+            .map_err(|st| status_to_rpc_error(target, st))?;
+        dec(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+    }
+}
+
+fn status_to_rpc_error(target: NodeId, st: tonic::Status) -> RPCError<TypeConfig> {
+    let msg = format!("rpc to node {target}: {:?}: {}", st.code(), st.message());
+    match st.code() {
+        // Connection refused, peer down or not hosting the group: back off.
+        tonic::Code::Unavailable | tonic::Code::NotFound | tonic::Code::Unknown => {
+            RPCError::Unreachable(Unreachable::from_string(msg))
+        }
+        _ => RPCError::Network(NetworkError::from_string(msg)),
+    }
+}
+
+impl GroupRouter<TypeConfig, GroupId> for Router {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(target, group, Method::Append, &rpc, &option)
+            .await
+    }
+
+    async fn vote(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(target, group, Method::Vote, &rpc, &option).await
+    }
+
+    async fn pre_vote(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(target, group, Method::PreVote, &rpc, &option)
+            .await
+    }
+
+    async fn full_snapshot(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        vote: Vote,
+        snapshot: openraft::type_config::alias::SnapshotOf<TypeConfig, SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let wire = SnapshotWire {
+            vote,
+            meta: snapshot.meta,
+            data: snapshot.snapshot,
+        };
+        tokio::select! {
+            closed = cancel => Err(StreamingError::Closed(closed)),
+            r = self.call::<_, SnapshotResponse<TypeConfig>>(target, group, Method::Snapshot, &wire, &option) => {
+                r.map_err(|e| match e {
+                    RPCError::Unreachable(u) => StreamingError::Unreachable(u),
+                    RPCError::Timeout(t) => StreamingError::Timeout(t),
+                    RPCError::Network(n) => StreamingError::Network(n),
+                    RPCError::RemoteError(r) => StreamingError::Network(NetworkError::from_string(r.to_string())),
+                })
+            }
+        }
+    }
+}
+
+/// One group's `RaftNetworkFactory`: the shared router bound to a group id.
+pub(crate) struct GroupNetwork {
+    router: Router,
+    group: GroupId,
+}
+
+impl GroupNetwork {
+    pub(crate) fn new(pool: Arc<PeerPool>, group: GroupId) -> GroupNetwork {
+        GroupNetwork {
+            router: Router(pool),
+            group,
+        }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
+    type Network = GroupNetworkAdapter<TypeConfig, GroupId, Router>;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        self.router.0.learn_addr(target, &node.addr);
+        GroupNetworkAdapter::new(self.router.clone(), target, self.group)
+    }
+}
+
+fn bad_request(e: std::io::Error) -> tonic::Status {
+    tonic::Status::invalid_argument(e.to_string())
+}
+
+fn encode_reply<T: Serialize>(v: &T) -> Result<Vec<u8>, tonic::Status> {
+    enc(v).map_err(|e| tonic::Status::internal(e.to_string()))
+}
+
+/// `Raft::{append_entries, vote, ...}` fail only when the node stopped (Fatal).
+fn fatal(e: impl std::fmt::Display) -> tonic::Status {
+    tonic::Status::unavailable(e.to_string())
+}
+
+/// Serves one openraft RPC for `raft`.
+pub(crate) async fn serve(
+    raft: &Raft,
+    rpc: RaftRpc,
+    payload: &[u8],
+) -> Result<Vec<u8>, tonic::Status> {
+    match rpc {
+        RaftRpc::Append => {
+            let req: AppendEntriesRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            encode_reply(&raft.append_entries(req).await.map_err(fatal)?)
+        }
+        RaftRpc::Vote => {
+            let req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            encode_reply(&raft.vote(req).await.map_err(fatal)?)
+        }
+        RaftRpc::PreVote => {
+            let req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            encode_reply(&raft.pre_vote(req).await.map_err(fatal)?)
+        }
+        RaftRpc::Snapshot => {
+            let w: SnapshotWire = dec(payload).map_err(bad_request)?;
+            let snap = openraft::type_config::alias::SnapshotOf::<TypeConfig, SnapshotData> {
+                meta: w.meta,
+                snapshot: w.data,
+            };
+            encode_reply(
+                &raft
+                    .install_full_snapshot(w.vote, snap)
+                    .await
+                    .map_err(fatal)?,
+            )
+        }
+    }
+}

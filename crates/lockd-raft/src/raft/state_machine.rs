@@ -1,0 +1,253 @@
+//! openraft's state machine over the group's [`Replica`], plus durable snapshots.
+//!
+//! The lock table lives in memory (in the replica); durability comes from the log plus a
+//! snapshot file, `snapshot.bin` in the group directory: postcard `{meta, data}` followed by an
+//! xxh3-64 of those bytes, written tmp → fsync → rename → fsync(dir). On start the newest
+//! snapshot is restored and openraft replays the log after it (up to the persisted commit
+//! index). The snapshot point is captured on the apply task (consistent with `last_applied`);
+//! the file is written off it.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures_util::{Stream, TryStreamExt};
+use lockd_core::LockTable;
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::type_config::alias::SnapshotOf;
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+use super::{dec, enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::replica::Replica;
+use crate::wire::WireReply;
+
+const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+type Snapshot = SnapshotOf<TypeConfig, SnapshotData>;
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotFile {
+    meta: SnapshotMeta,
+    data: SnapshotData,
+}
+
+/// The newest snapshot on disk, shared by the state machine and its builders.
+#[derive(Clone)]
+struct SnapshotStore {
+    dir: PathBuf,
+    current: Arc<Mutex<Option<(SnapshotMeta, SnapshotData)>>>,
+    /// Serialises file writes (a builder and an install can race).
+    write: Arc<Mutex<()>>,
+}
+
+impl SnapshotStore {
+    fn load(dir: &Path) -> io::Result<Option<(SnapshotMeta, SnapshotData)>> {
+        let path = dir.join(SNAPSHOT_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let corrupt = |why: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {why}", path.display()),
+            )
+        };
+        if bytes.len() < 8 {
+            return Err(corrupt("too short"));
+        }
+        let (body, sum) = bytes.split_at(bytes.len() - 8);
+        if xxhash_rust::xxh3::xxh3_64(body).to_le_bytes() != sum {
+            return Err(corrupt("checksum mismatch"));
+        }
+        let f: SnapshotFile = dec(body)?;
+        Ok(Some((f.meta, f.data)))
+    }
+
+    /// Writes the snapshot durably, unless a newer one is already stored.
+    fn save(&self, meta: &SnapshotMeta, data: &SnapshotData) -> io::Result<()> {
+        let _w = self.write.lock().expect("snapshot write lock poisoned");
+        if let Some((cur, _)) = &*self.current.lock().expect("snapshot lock poisoned") {
+            if cur.last_log_id >= meta.last_log_id {
+                return Ok(());
+            }
+        }
+        let mut body = enc(&SnapshotFile {
+            meta: meta.clone(),
+            data: data.clone(),
+        })?;
+        let sum = xxhash_rust::xxh3::xxh3_64(&body);
+        body.extend_from_slice(&sum.to_le_bytes());
+        let tmp = self.dir.join("snapshot.bin.tmp");
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&body)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        *self.current.lock().expect("snapshot lock poisoned") = Some((meta.clone(), data.clone()));
+        Ok(())
+    }
+
+    fn current(&self) -> Option<Snapshot> {
+        self.current
+            .lock()
+            .expect("snapshot lock poisoned")
+            .clone()
+            .map(|(meta, snapshot)| Snapshot { meta, snapshot })
+    }
+}
+
+pub(crate) struct StateMachine {
+    replica: Arc<Replica>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    snapshots: SnapshotStore,
+}
+
+fn restore(data: &[u8]) -> io::Result<LockTable> {
+    LockTable::restore(data)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot restore: {e}")))
+}
+
+impl StateMachine {
+    /// Loads the newest snapshot in `dir` into `replica`, if there is one.
+    pub(crate) fn open(dir: &Path, replica: Arc<Replica>) -> io::Result<StateMachine> {
+        std::fs::create_dir_all(dir)?;
+        let current = SnapshotStore::load(dir)?;
+        let mut sm = StateMachine {
+            replica,
+            last_applied: None,
+            membership: StoredMembership::default(),
+            snapshots: SnapshotStore {
+                dir: dir.to_path_buf(),
+                current: Arc::new(Mutex::new(None)),
+                write: Arc::new(Mutex::new(())),
+            },
+        };
+        if let Some((meta, data)) = current {
+            let table = restore(&data)?;
+            let (index, term) = log_pos(&meta.last_log_id);
+            info!(group = sm.replica.group(), index, "restored snapshot");
+            sm.replica.install(table, index, term);
+            sm.last_applied = meta.last_log_id;
+            sm.membership = meta.last_membership.clone();
+            *sm.snapshots.current.lock().expect("snapshot lock poisoned") = Some((meta, data));
+        }
+        Ok(sm)
+    }
+}
+
+fn log_pos(log_id: &Option<LogId>) -> (u64, u64) {
+    log_id
+        .as_ref()
+        .map_or((0, 0), |l| (l.index, l.leader_id.term))
+}
+
+/// Writes a snapshot captured on the apply task.
+pub(crate) struct Builder {
+    meta: SnapshotMeta,
+    data: SnapshotData,
+    store: SnapshotStore,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let (store, meta, data) = (
+            self.store.clone(),
+            self.meta.clone(),
+            std::mem::take(&mut self.data),
+        );
+        let snap = tokio::task::spawn_blocking(move || {
+            store.save(&meta, &data)?;
+            Ok::<_, io::Error>(Snapshot {
+                meta,
+                snapshot: data,
+            })
+        })
+        .await
+        .map_err(io::Error::other)??;
+        info!(index = ?snap.meta.last_log_id, bytes = snap.snapshot.len(), "snapshot written");
+        Ok(snap)
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = Builder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> Result<(), io::Error>
+    where
+        S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let (index, term) = (entry.log_id.index, entry.log_id.leader_id.term);
+            let outcome = match entry.payload {
+                EntryPayload::Normal(p) => Some(WireReply(self.replica.apply(index, term, &p.0))),
+                EntryPayload::Blank => None,
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), m);
+                    None
+                }
+            };
+            if outcome.is_none() {
+                self.replica.mark_applied(index, term);
+            }
+            self.last_applied = Some(entry.log_id);
+            if let Some(r) = responder {
+                r.send(Outcome(outcome));
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        let (data, index, _) = self.replica.snapshot();
+        debug_assert_eq!(index, self.last_applied.as_ref().map_or(0, |l| l.index));
+        Builder {
+            meta: SnapshotMeta {
+                last_log_id: self.last_applied,
+                last_membership: self.membership.clone(),
+            },
+            data,
+            store: self.snapshots.clone(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
+        let table = restore(&snapshot)?;
+        let (store, m) = (self.snapshots.clone(), meta.clone());
+        let data = tokio::task::spawn_blocking(move || store.save(&m, &snapshot).map(|_| snapshot))
+            .await
+            .map_err(io::Error::other)??;
+        let (index, term) = log_pos(&meta.last_log_id);
+        info!(
+            group = self.replica.group(),
+            index,
+            bytes = data.len(),
+            "installed snapshot from leader"
+        );
+        self.replica.install(table, index, term);
+        self.replica.count_install();
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        Ok(self.snapshots.current())
+    }
+}

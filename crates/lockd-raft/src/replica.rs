@@ -1,0 +1,199 @@
+//! The applied state of one group on this node.
+//!
+//! Shared by the Raft state machine adapter (the only writer: it applies committed entries in
+//! log order) and by everything that reads or stamps: local and linearizable reads, the group
+//! clock, the leader's session tracker, `wait_applied`. It knows nothing of openraft.
+//!
+//! Lock order: `state` before `leader`, everywhere.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use lockd_core::{Command, Effect, LockTable, Op, Rejection, Reply};
+use tokio::sync::watch;
+
+use crate::leader::Leadership;
+use crate::{EffectSink, GroupId};
+
+/// What has been applied, and when (on this node's monotonic clock).
+pub(crate) struct AppliedState {
+    pub(crate) table: LockTable,
+    /// Index of the last applied log entry (0 before any).
+    pub(crate) index: u64,
+    /// Term of the leader that wrote the last applied entry.
+    pub(crate) term: u64,
+    /// When the last command was applied here: a follower's group-time estimate runs from it.
+    pub(crate) at: Instant,
+}
+
+pub(crate) struct Replica {
+    group: GroupId,
+    state: Mutex<AppliedState>,
+    leader: Mutex<Leadership>,
+    applied_tx: watch::Sender<u64>,
+    sink: Arc<dyn EffectSink>,
+    /// Snapshots received from a leader (not counting the one restored at start).
+    installs: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the replica in an unknown state; poisoning then
+    // propagates the panic rather than serving that state.
+    m.lock().expect("replica lock poisoned")
+}
+
+impl Replica {
+    pub(crate) fn new(group: GroupId, sink: Arc<dyn EffectSink>) -> Replica {
+        Replica {
+            group,
+            state: Mutex::new(AppliedState {
+                table: LockTable::new(),
+                index: 0,
+                term: 0,
+                at: Instant::now(),
+            }),
+            leader: Mutex::new(Leadership::default()),
+            applied_tx: watch::Sender::new(0),
+            sink,
+            installs: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn group(&self) -> GroupId {
+        self.group
+    }
+
+    /// Applies one committed command (log order) and returns the core's reply.
+    pub(crate) fn apply(&self, index: u64, term: u64, cmd: &Command) -> Result<Reply, Rejection> {
+        let applied = {
+            let mut st = lock(&self.state);
+            let applied = st.table.apply(cmd);
+            st.index = index;
+            st.term = term;
+            st.at = Instant::now();
+            let mut leader = lock(&self.leader);
+            if let (Op::OpenSession { .. }, Ok(Reply::SessionOpened { session, ttl_ms })) =
+                (&cmd.op, &applied.reply)
+            {
+                leader.session_opened(*session, *ttl_ms, st.at);
+            }
+            for e in &applied.effects {
+                if let Effect::SessionEnded { session, .. } = e {
+                    leader.session_ended(*session);
+                }
+            }
+            applied
+        };
+        if !applied.effects.is_empty() {
+            self.sink.applied(self.group, &applied.effects);
+        }
+        self.applied_tx.send_replace(index);
+        applied.reply
+    }
+
+    /// Records an applied entry that carries no command (blank or membership).
+    pub(crate) fn mark_applied(&self, index: u64, term: u64) {
+        {
+            let mut st = lock(&self.state);
+            st.index = index;
+            st.term = term;
+        }
+        self.applied_tx.send_replace(index);
+    }
+
+    /// Replaces the state with a snapshot's (recovery, or a lagging follower's catch-up).
+    pub(crate) fn install(&self, table: LockTable, index: u64, term: u64) {
+        {
+            let mut st = lock(&self.state);
+            st.table = table;
+            st.index = index;
+            st.term = term;
+            st.at = Instant::now();
+            // A snapshot only reaches a follower; if a stale leader view survived, drop it so
+            // the leader duties start over from the new state.
+            lock(&self.leader).deactivate();
+        }
+        self.sink.reset(self.group);
+        self.applied_tx.send_replace(index);
+    }
+
+    /// Counts a snapshot installed from the leader.
+    pub(crate) fn count_install(&self) {
+        self.installs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn installs(&self) -> u64 {
+        self.installs.load(Ordering::Relaxed)
+    }
+
+    /// The state as snapshot bytes, with the index and term it covers.
+    pub(crate) fn snapshot(&self) -> (Vec<u8>, u64, u64) {
+        let st = lock(&self.state);
+        (st.table.snapshot(), st.index, st.term)
+    }
+
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&LockTable) -> R) -> R {
+        f(&lock(&self.state).table)
+    }
+
+    /// (index, term) of the last applied entry.
+    pub(crate) fn applied(&self) -> (u64, u64) {
+        let st = lock(&self.state);
+        (st.index, st.term)
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.applied_tx.subscribe()
+    }
+
+    pub(crate) async fn wait_applied(&self, index: u64) {
+        let mut rx = self.subscribe();
+        // The sender lives as long as `self`, so this only returns once `index` is applied.
+        let _ = rx.wait_for(|applied| *applied >= index).await;
+    }
+
+    /// Group time: the leader's stamping clock if this replica leads, else the last applied
+    /// `now_ms` advanced by the time since it was applied.
+    pub(crate) fn now_ms(&self) -> u64 {
+        let st = lock(&self.state);
+        let leader = lock(&self.leader);
+        leader.stamp(st.table.now_ms()).unwrap_or_else(|| {
+            st.table
+                .now_ms()
+                .saturating_add(st.at.elapsed().as_millis() as u64)
+        })
+    }
+
+    /// The `now_ms` to stamp on a new command, if this replica's leader duties are active for
+    /// `term`.
+    pub(crate) fn stamp(&self, term: u64) -> Option<u64> {
+        let st = lock(&self.state);
+        let leader = lock(&self.leader);
+        if leader.term() != Some(term) {
+            return None;
+        }
+        leader.stamp(st.table.now_ms())
+    }
+
+    /// Starts leader duties for `term` from the applied state: clock base and session timers
+    /// restarted at full TTL + `slack`.
+    pub(crate) fn activate(&self, term: u64, slack: Duration) -> usize {
+        let st = lock(&self.state);
+        let mut leader = lock(&self.leader);
+        leader.activate(term, &st.table, Instant::now(), slack)
+    }
+
+    pub(crate) fn deactivate(&self) {
+        lock(&self.leader).deactivate();
+    }
+
+    /// The term whose leader duties are active here, if any.
+    pub(crate) fn active_term(&self) -> Option<u64> {
+        lock(&self.leader).term()
+    }
+
+    pub(crate) fn with_leadership<R>(&self, f: impl FnOnce(&mut Leadership) -> R) -> R {
+        f(&mut lock(&self.leader))
+    }
+}
