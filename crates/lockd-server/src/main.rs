@@ -1,1 +1,312 @@
-fn main() {}
+//! `lockd`: run a node (`serve`), or a local single-node or multi-node setup (`dev`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use lockd_raft::NodeConfig;
+use lockd_server::config::FileConfig;
+use lockd_server::ServerConfig;
+use tokio::net::TcpListener;
+
+#[derive(Parser)]
+#[command(
+    name = "lockd",
+    version,
+    about = "lockd: a distributed lock service with fencing tokens"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The embedded default: one node holding every group (or `--nodes N` local processes).
+    Dev(DevArgs),
+    /// One node of a real cluster.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Namespaces (TOML, see docs/API.md).
+    #[arg(long, env = "LOCKD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Lock groups (G); group 0, the meta group, comes on top.
+    #[arg(long, default_value_t = 4)]
+    groups: u32,
+    /// Raft heartbeat interval.
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    /// Raft election timeout: a random value in [min, 1.5 × min].
+    #[arg(long, default_value_t = 1000)]
+    election_timeout_ms: u64,
+    /// Log entries between snapshots.
+    #[arg(long, default_value_t = 20_000)]
+    snapshot_every: u64,
+}
+
+#[derive(Args)]
+struct DevArgs {
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    http: SocketAddr,
+    #[arg(long, default_value = "127.0.0.1:7170")]
+    grpc: SocketAddr,
+    #[arg(long, default_value = "./lockd-data")]
+    data_dir: PathBuf,
+    /// Start this many nodes as separate OS processes on consecutive ports.
+    #[arg(long, default_value_t = 1)]
+    nodes: u32,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// This node's id (1..).
+    #[arg(long)]
+    node_id: u64,
+    /// Every member: `1=127.0.0.1:7170,2=127.0.0.1:7171,3=127.0.0.1:7172` (gRPC addresses).
+    #[arg(long)]
+    peers: String,
+    #[arg(long)]
+    http: SocketAddr,
+    #[arg(long)]
+    grpc: SocketAddr,
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut peers = BTreeMap::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .with_context(|| format!("peer '{part}' is not ID=ADDR"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .with_context(|| format!("peer id '{id}' is not a number"))?;
+        let addr = addr.trim();
+        addr.parse::<SocketAddr>()
+            .with_context(|| format!("peer address '{addr}' is not HOST:PORT"))?;
+        if peers.insert(id, addr.to_string()).is_some() {
+            bail!("peer id {id} appears twice");
+        }
+    }
+    if peers.is_empty() {
+        bail!("--peers names no member");
+    }
+    Ok(peers)
+}
+
+async fn run_node(
+    node_id: u64,
+    peers: BTreeMap<u64, String>,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    data_dir: &Path,
+    common: &Common,
+) -> anyhow::Result<()> {
+    if !peers.contains_key(&node_id) {
+        bail!("--peers must include this node ({node_id})");
+    }
+    let namespaces = match &common.config {
+        Some(path) => FileConfig::load(path)
+            .map_err(anyhow::Error::msg)?
+            .namespaces()
+            .map_err(anyhow::Error::msg)?,
+        None => FileConfig::default()
+            .namespaces()
+            .map_err(anyhow::Error::msg)?,
+    };
+    let http = TcpListener::bind(http)
+        .await
+        .with_context(|| format!("binding HTTP {http}"))?;
+    let grpc = TcpListener::bind(grpc)
+        .await
+        .with_context(|| format!("binding gRPC {grpc}"))?;
+    let mut node = NodeConfig::new(node_id, data_dir, peers);
+    node.lock_groups = common.groups;
+    node.heartbeat_ms = common.heartbeat_ms;
+    node.election_timeout_ms = (
+        common.election_timeout_ms,
+        common.election_timeout_ms * 3 / 2,
+    );
+    node.snapshot_every = common.snapshot_every;
+    let running = lockd_server::start(ServerConfig {
+        node,
+        http,
+        grpc,
+        namespaces,
+    })
+    .await?;
+    eprintln!(
+        "lockd node {node_id} (pid {}): HTTP http://{} gRPC {} data {}",
+        std::process::id(),
+        running.http_addr,
+        running.grpc_addr,
+        data_dir.display()
+    );
+    shutdown_signal().await;
+    eprintln!("lockd node {node_id}: stopping");
+    running.stop().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// `lockd dev --nodes N`: N child processes of `lockd serve`, stopped together on Ctrl-C.
+async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
+    let n = args.nodes;
+    let exe = std::env::current_exe().context("finding the lockd binary")?;
+    let peers: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "{}={}:{}",
+                i + 1,
+                args.grpc.ip(),
+                args.grpc.port() + i as u16
+            )
+        })
+        .collect();
+    let peers = peers.join(",");
+    let mut children: Vec<(u32, Child)> = Vec::new();
+    for i in 0..n {
+        let http = SocketAddr::new(args.http.ip(), args.http.port() + i as u16);
+        let grpc = SocketAddr::new(args.grpc.ip(), args.grpc.port() + i as u16);
+        let dir = args.data_dir.join(format!("node-{}", i + 1));
+        let c = &args.common;
+        let mut cmd = Command::new(&exe);
+        cmd.arg("serve")
+            .args(["--node-id", &(i + 1).to_string(), "--peers", &peers])
+            .args(["--http", &http.to_string(), "--grpc", &grpc.to_string()])
+            .arg("--data-dir")
+            .arg(&dir)
+            .args([
+                "--groups",
+                &c.groups.to_string(),
+                "--heartbeat-ms",
+                &c.heartbeat_ms.to_string(),
+            ])
+            .args(["--election-timeout-ms", &c.election_timeout_ms.to_string()])
+            .args(["--snapshot-every", &c.snapshot_every.to_string()]);
+        if let Some(cfg) = &c.config {
+            cmd.arg("--config").arg(cfg);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting node {}", i + 1))?;
+        println!(
+            "node {} pid {} http http://{} grpc {}",
+            i + 1,
+            child.id(),
+            http,
+            grpc
+        );
+        children.push((i + 1, child));
+    }
+    println!("{n} nodes running; `kill -9 <pid>` one to watch failover; Ctrl-C stops all");
+    let mut interval = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = shutdown_signal() => break,
+            _ = interval.tick() => {
+                for (id, child) in &mut children {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        println!("node {id} (pid {}) exited: {status}", child.id());
+                    }
+                }
+                children.retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+                if children.is_empty() {
+                    bail!("every node has exited");
+                }
+            }
+        }
+    }
+    for (id, child) in &mut children {
+        // SIGTERM lets each node stop cleanly; SIGKILL after a grace period.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        println!("node {id} stopped");
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LOCKD_LOG")
+                .unwrap_or_else(|_| "warn,openraft=error,lockd_server=info,lockd_raft=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match &cli.cmd {
+        Cmd::Dev(a) if a.nodes > 1 => run_cluster(a).await,
+        Cmd::Dev(a) => {
+            let peers = BTreeMap::from([(1, a.grpc.to_string())]);
+            run_node(1, peers, a.http, a.grpc, &a.data_dir, &a.common).await
+        }
+        Cmd::Serve(a) => match parse_peers(&a.peers) {
+            Ok(peers) => run_node(a.node_id, peers, a.http, a.grpc, &a.data_dir, &a.common).await,
+            Err(e) => Err(e),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_and_complain_clearly() {
+        let p = parse_peers("1=127.0.0.1:7170, 2=127.0.0.1:7171").unwrap();
+        assert_eq!(p[&2], "127.0.0.1:7171");
+        assert!(parse_peers("1=x")
+            .unwrap_err()
+            .to_string()
+            .contains("HOST:PORT"));
+        assert!(parse_peers("a=127.0.0.1:1")
+            .unwrap_err()
+            .to_string()
+            .contains("not a number"));
+        assert!(parse_peers("1=127.0.0.1:1,1=127.0.0.1:2")
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
+        assert!(parse_peers("").is_err());
+    }
+}

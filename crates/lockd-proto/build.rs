@@ -1,0 +1,12 @@
+//! Generates the client API from proto/lockd/v1/lockd.proto with the protoc shipped in the
+//! `protoc-bin-vendored` crate, so a fresh machine needs no apt step.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // prost-build finds protoc through the PROTOC environment variable.
+    std::env::set_var("PROTOC", protoc);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let file = root.join("lockd/v1/lockd.proto");
+    println!("cargo:rerun-if-changed={}", file.display());
+    tonic_prost_build::configure().compile_protos(&[file], &[root])?;
+    Ok(())
+}

@@ -1,0 +1,448 @@
+//! The HTTP/JSON API (GUIDE §4), for curl and for languages without a gRPC client.
+//!
+//! Paths carry a verb after the last `:` (`/v1/locks/{name}:acquire`). A name may itself contain
+//! `/` (percent-encoded or not) and `:`, so the router captures the rest of the path and splits off
+//! the verb here. Bodies are read with a hard 64 KiB limit and parsed by hand so every error names
+//! its field and limit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use lockd_core::{limits, LockMode, SessionId};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::service::{AcquireOutcome, AcquireRequest, Credentials, Service};
+
+/// Largest request body.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+pub fn router(svc: Arc<Service>) -> Router {
+    Router::new()
+        .route("/v1/sessions", post(open_session))
+        .route(
+            "/v1/sessions/{*rest}",
+            post(session_verb).delete(close_session).get(get_session),
+        )
+        .route("/v1/locks/{*rest}", post(lock_verb).get(inspect))
+        .route("/v1/reports/lease-expired", post(report_lease_expired))
+        .route("/v1/status", get(status))
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            error_response(ApiError::new(
+                404,
+                "not_found",
+                "no such endpoint; see docs/API.md",
+            ))
+        })
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(svc)
+}
+
+fn error_response(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (
+        status,
+        axum::Json(json!({"error": {"code": e.code, "message": e.message}})),
+    )
+        .into_response();
+    if let Some(ms) = e.retry_after_ms {
+        let secs = ms.div_ceil(1000).max(1);
+        resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+    }
+    resp
+}
+
+/// Turns a handler's result into a response and records the metric.
+fn finish(svc: &Service, op: &'static str, start: Instant, r: Result<Value, ApiError>) -> Response {
+    match r {
+        Ok(v) => {
+            svc.metrics.record(op, "ok", start.elapsed());
+            axum::Json(v).into_response()
+        }
+        Err(e) => {
+            svc.metrics.record(op, e.code, start.elapsed());
+            error_response(e)
+        }
+    }
+}
+
+fn credentials(headers: &HeaderMap) -> Credentials {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string());
+    Credentials { bearer }
+}
+
+/// Reads at most 64 KiB and parses it as `T` (an empty body parses as `{}`).
+async fn body<T: for<'de> Deserialize<'de>>(body: Body) -> Result<T, ApiError> {
+    let bytes: Bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                413,
+                "body_too_large",
+                format!("the request body exceeds the limit of {MAX_BODY_BYTES} bytes"),
+            )
+        })?;
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        &bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+fn parse_session(field: &str, v: &str) -> Result<SessionId, ApiError> {
+    SessionId::parse(v).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "{field} '{v}' is not a session id (expected s_ and up to 16 hex digits)"
+        ))
+    })
+}
+
+/// An integer field within `min..=max`.
+fn ranged(field: &str, v: Option<i64>, default: i64, min: i64, max: i64) -> Result<u64, ApiError> {
+    let v = v.unwrap_or(default);
+    if v < min || v > max {
+        return Err(ApiError::bad_request(format!(
+            "{field} {v} is outside {min}..={max}"
+        )));
+    }
+    Ok(v as u64)
+}
+
+/// Splits `name:verb`; the name is everything before the last `:`.
+fn split_verb(rest: &str) -> Result<(&str, &str), ApiError> {
+    rest.rsplit_once(':').ok_or_else(|| {
+        ApiError::new(
+            404,
+            "not_found",
+            format!("'{rest}' has no :verb (e.g. :acquire)"),
+        )
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenSessionBody {
+    #[serde(default)]
+    client: String,
+    ttl_s: Option<i64>,
+    #[serde(default)]
+    namespace: String,
+}
+
+async fn open_session(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let b: OpenSessionBody = body(b).await?;
+        let ttl_s = ranged(
+            "ttl_s",
+            b.ttl_s,
+            0,
+            0,
+            (limits::HARD_MAX_TTL_MS / 1000) as i64,
+        )?;
+        let opened = svc
+            .open_session(
+                &b.client,
+                ttl_s * 1000,
+                &b.namespace,
+                &credentials(&headers),
+            )
+            .await?;
+        let ttl_s = opened.ttl_ms / 1000;
+        Ok(json!({
+            "session_id": opened.session.to_string(),
+            "ttl_s": ttl_s,
+            "ttl_ms": opened.ttl_ms,
+            "keepalive_every_s": (ttl_s / 3).max(1),
+        }))
+    }
+    .await;
+    finish(&svc, "open_session", start, r)
+}
+
+async fn session_verb(State(svc): State<Arc<Service>>, Path(rest): Path<String>) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let (id, verb) = split_verb(&rest)?;
+        let session = parse_session("session id", id)?;
+        match verb {
+            "keepalive" => {
+                let ttl_ms = svc.keepalive(session).await?;
+                Ok(json!({"ttl_s": ttl_ms / 1000, "ttl_ms": ttl_ms}))
+            }
+            other => Err(ApiError::new(
+                404,
+                "not_found",
+                format!("unknown session verb ':{other}' (use :keepalive)"),
+            )),
+        }
+    }
+    .await;
+    finish(&svc, "keepalive", start, r)
+}
+
+async fn close_session(State(svc): State<Arc<Service>>, Path(id): Path<String>) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let session = parse_session("session id", &id)?;
+        let released = svc.close_session(session).await?;
+        Ok(json!({"closed": true, "released": released}))
+    }
+    .await;
+    finish(&svc, "close_session", start, r)
+}
+
+async fn get_session(State(svc): State<Arc<Service>>, Path(id): Path<String>) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let session = parse_session("session id", &id)?;
+        let info = svc.session_info(session).await?;
+        Ok(info)
+    }
+    .await;
+    finish(&svc, "get_session", start, r)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcquireBody {
+    session_id: String,
+    #[serde(default)]
+    owner: String,
+    #[serde(default)]
+    mode: Option<String>,
+    limit: Option<i64>,
+    wait_ms: Option<i64>,
+    #[serde(default)]
+    reentrant: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HoldBody {
+    session_id: String,
+    token: u64,
+}
+
+fn parse_mode(mode: Option<&str>, limit: Option<i64>) -> Result<LockMode, ApiError> {
+    match (mode.unwrap_or("exclusive"), limit) {
+        ("exclusive", None) => Ok(LockMode::Exclusive),
+        ("shared", None) => Ok(LockMode::Shared),
+        ("semaphore", Some(n)) => {
+            let max = limits::MAX_SEMAPHORE_LIMIT as i64;
+            if !(1..=max).contains(&n) {
+                return Err(ApiError::bad_request(format!(
+                    "limit {n} is outside 1..={max}"
+                )));
+            }
+            Ok(LockMode::Semaphore { limit: n as u32 })
+        }
+        ("semaphore", None) => Err(ApiError::bad_request("mode semaphore needs a limit")),
+        ("exclusive" | "shared", Some(_)) => {
+            Err(ApiError::bad_request("limit is only for mode semaphore"))
+        }
+        (other, _) => Err(ApiError::bad_request(format!(
+            "mode '{other}' is not exclusive, shared or semaphore"
+        ))),
+    }
+}
+
+async fn lock_verb(
+    State(svc): State<Arc<Service>>,
+    Path(rest): Path<String>,
+    headers: HeaderMap,
+    b: Body,
+) -> Response {
+    let start = Instant::now();
+    let creds = credentials(&headers);
+    let (name, verb) = match split_verb(&rest) {
+        Ok(v) => v,
+        Err(e) => return finish(&svc, "unknown", start, Err(e)),
+    };
+    match verb {
+        "acquire" => {
+            let r = async {
+                let b: AcquireBody = body(b).await?;
+                let req = AcquireRequest {
+                    session: parse_session("session_id", &b.session_id)?,
+                    name: name.to_string(),
+                    owner: b.owner,
+                    mode: parse_mode(b.mode.as_deref(), b.limit)?,
+                    wait_ms: ranged("wait_ms", b.wait_ms, 0, 0, limits::MAX_WAIT_MS as i64)?,
+                    reentrant: b.reentrant,
+                };
+                Ok(match svc.acquire(req, &creds).await? {
+                    AcquireOutcome::Acquired { token, lease_ttl_ms, reentry } => {
+                        json!({"acquired": true, "token": token, "lease_ttl_ms": lease_ttl_ms, "reentry": reentry})
+                    }
+                    AcquireOutcome::NotAcquired { holder, queue_position, lock_delay_until_ms } => json!({
+                        "acquired": false,
+                        "holder": holder,
+                        "queue_position": queue_position,
+                        "lock_delay_until_ms": lock_delay_until_ms,
+                    }),
+                })
+            }
+            .await;
+            finish(&svc, "acquire", start, r)
+        }
+        "release" => {
+            let r = async {
+                let b: HoldBody = body(b).await?;
+                let session = parse_session("session_id", &b.session_id)?;
+                let remaining = svc.release(session, name, b.token, &creds).await?;
+                Ok(json!({"released": true, "remaining": remaining}))
+            }
+            .await;
+            finish(&svc, "release", start, r)
+        }
+        "extend" => {
+            let r = async {
+                let b: HoldBody = body(b).await?;
+                let session = parse_session("session_id", &b.session_id)?;
+                let lease_ttl_ms = svc.extend(session, name, b.token, &creds).await?;
+                Ok(json!({"lease_ttl_ms": lease_ttl_ms}))
+            }
+            .await;
+            finish(&svc, "extend", start, r)
+        }
+        other => finish(
+            &svc,
+            "unknown",
+            start,
+            Err(ApiError::new(
+                404,
+                "not_found",
+                format!("unknown lock verb ':{other}' (use :acquire, :release or :extend)"),
+            )),
+        ),
+    }
+}
+
+async fn inspect(
+    State(svc): State<Arc<Service>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let info = svc.inspect(&name, &credentials(&headers)).await?;
+        Ok(lock_json(&name, info))
+    }
+    .await;
+    finish(&svc, "inspect", start, r)
+}
+
+/// The lock record as GUIDE §4 shows it; a free name has no holder and no waiters.
+fn lock_json(name: &str, info: Option<lockd_core::LockInfo>) -> Value {
+    let Some(i) = info else {
+        return json!({"name": name, "mode": null, "holder": null, "holders": [], "token": null,
+                      "held_for_ms": null, "reentry": 0, "waiters": [], "queue": [], "lock_delay_until_ms": null});
+    };
+    let first = i.holders.first();
+    json!({
+        "name": i.name,
+        "namespace": i.namespace,
+        "mode": first.map(|h| h.mode.as_str()),
+        "limit": first.and_then(|h| match h.mode { LockMode::Semaphore { limit } => Some(limit), _ => None }),
+        "holder": first.map(|h| json!({"session": h.session.to_string(), "owner": h.owner})),
+        "holders": i.holders.iter().map(|h| json!({
+            "session": h.session.to_string(), "owner": h.owner, "token": h.token,
+            "mode": h.mode.as_str(), "held_for_ms": h.held_for_ms, "reentry": h.reentry,
+        })).collect::<Vec<_>>(),
+        "token": first.map(|h| h.token),
+        "held_for_ms": first.map(|h| h.held_for_ms),
+        "reentry": first.map_or(0, |h| h.reentry),
+        "waiters": i.waiters.iter().map(|w| w.session.to_string()).collect::<Vec<_>>(),
+        "queue": i.waiters.iter().map(|w| json!({
+            "session": w.session.to_string(), "owner": w.owner, "mode": w.mode.as_str(),
+            "position": w.position, "waited_ms": w.waited_ms,
+        })).collect::<Vec<_>>(),
+        "lock_delay_until_ms": i.lock_delay_until_ms,
+    })
+}
+
+#[derive(Deserialize)]
+struct LeaseExpiredBody {
+    name: String,
+}
+
+async fn report_lease_expired(State(svc): State<Arc<Service>>, b: Body) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let b: LeaseExpiredBody = body(b).await?;
+        limits::check_name(&b.name).map_err(ApiError::from)?;
+        svc.report_lease_expired(&b.name);
+        Ok(json!({"recorded": true}))
+    }
+    .await;
+    finish(&svc, "report", start, r)
+}
+
+async fn status(State(svc): State<Arc<Service>>) -> Response {
+    axum::Json(svc.status_json()).into_response()
+}
+
+async fn metrics(State(svc): State<Arc<Service>>) -> Response {
+    let text = svc.metrics.render(&svc.node, &svc.waits);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs_split_at_the_last_colon() {
+        assert_eq!(
+            split_verb("payouts/m-1:acquire").unwrap(),
+            ("payouts/m-1", "acquire")
+        );
+        assert_eq!(split_verb("a:b:release").unwrap(), ("a:b", "release"));
+        assert_eq!(split_verb("plain").unwrap_err().status, 404);
+    }
+
+    #[test]
+    fn modes_parse_with_their_limits() {
+        assert_eq!(parse_mode(None, None).unwrap(), LockMode::Exclusive);
+        assert_eq!(parse_mode(Some("shared"), None).unwrap(), LockMode::Shared);
+        assert_eq!(
+            parse_mode(Some("semaphore"), Some(3)).unwrap(),
+            LockMode::Semaphore { limit: 3 }
+        );
+        assert!(parse_mode(Some("semaphore"), None)
+            .unwrap_err()
+            .message
+            .contains("needs a limit"));
+        assert!(parse_mode(Some("semaphore"), Some(0))
+            .unwrap_err()
+            .message
+            .contains("limit 0"));
+        assert!(parse_mode(Some("shared"), Some(2)).is_err());
+        assert!(parse_mode(Some("rw"), None)
+            .unwrap_err()
+            .message
+            .contains("'rw'"));
+    }
+}

@@ -1,0 +1,155 @@
+//! # lockd-server: one lockd node
+//!
+//! Hosts a replica of every group (lockd-raft), serves the client APIs (HTTP/JSON here; gRPC next
+//! to the peer service on the gRPC port), routes names to groups, checks auth and budgets, and
+//! wakes waiters from applied effects. [`start`] takes already-bound listeners, so tests bind
+//! port 0 and a cluster's peers know each other's addresses before any node starts.
+
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod service;
+pub mod waits;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockd_core::Namespace;
+use lockd_raft::{Node, NodeConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::metrics::Metrics;
+use crate::service::Service;
+use crate::waits::Waits;
+
+/// Everything a node needs to start.
+pub struct ServerConfig {
+    pub node: NodeConfig,
+    pub http: TcpListener,
+    pub grpc: TcpListener,
+    /// Namespaces to make sure exist (the default one is built in).
+    pub namespaces: Vec<Namespace>,
+}
+
+/// A running node. Dropping it does not stop it: call [`Running::stop`].
+pub struct Running {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub service: Arc<Service>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    /// Stops serving, then shuts the node's groups down.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        self.tasks.abort_all();
+        self.service.node.shutdown().await;
+    }
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Starts a node on the given listeners.
+pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
+    let http_addr = cfg.http.local_addr()?;
+    let grpc_addr = cfg.grpc.local_addr()?;
+    let lock_groups = cfg.node.lock_groups;
+    let (waits, mut orphans) = Waits::new();
+    let node = Node::start(cfg.node, waits.clone()).await?;
+    let metrics = Arc::new(Metrics::new());
+    let service = Arc::new(Service::new(node.clone(), waits, metrics, lock_groups));
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+
+    // gRPC: peer traffic (raft, forwarded proposals) on the node's one gRPC port.
+    let peer = node.peer_service();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(cfg.grpc);
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(peer)
+            .serve_with_incoming_shutdown(incoming, stopped(rx))
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "gRPC server failed");
+        }
+    });
+
+    // HTTP/JSON.
+    let app = http::router(service.clone());
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(cfg.http, app)
+            .with_graceful_shutdown(stopped(rx))
+            .await
+        {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    });
+
+    // Replicated configuration: shard map and namespaces, retried until a leader takes them.
+    let svc = service.clone();
+    let namespaces = cfg.namespaces;
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        let work = async {
+            let mut delay = Duration::from_millis(50);
+            loop {
+                match svc.bootstrap(&namespaces).await {
+                    Ok(()) => break,
+                    Err(e) => tracing::debug!(error = %e, "bootstrap not done yet"),
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            tracing::info!("shard map and namespaces are in place");
+        };
+        tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
+    });
+
+    // Grants nobody waits for any more go back.
+    let svc = service.clone();
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        let work = async {
+            while let Some(o) = orphans.recv().await {
+                svc.release_orphan(o).await;
+            }
+        };
+        tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
+    });
+
+    // Count leader changes between scrapes.
+    let svc = service.clone();
+    let rx = stop_rx;
+    tasks.spawn(async move {
+        let work = async {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                svc.metrics.observe_leaders(&svc.node);
+            }
+        };
+        tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
+    });
+
+    Ok(Running {
+        http_addr,
+        grpc_addr,
+        service,
+        stop,
+        tasks,
+    })
+}

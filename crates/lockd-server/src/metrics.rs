@@ -1,0 +1,235 @@
+//! Prometheus metrics. Counters are bumped where things happen; gauges of replicated state
+//! (sessions, held locks, waiters, leaders) are read from the local replicas at scrape time.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lockd_raft::Node;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::waits::Waits;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    pub op: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpKind {
+    pub op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabel {
+    pub group: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabel {
+    pub namespace: String,
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub ops: Family<OpLabels, Counter>,
+    pub latency: Family<OpKind, Histogram>,
+    pub keepalives: Counter,
+    lease_expired: Family<NamespaceLabel, Counter>,
+    sessions: Family<GroupLabel, Gauge>,
+    held: Family<GroupLabel, Gauge>,
+    waiters: Family<GroupLabel, Gauge>,
+    revision: Family<GroupLabel, Gauge>,
+    is_leader: Family<GroupLabel, Gauge>,
+    term: Family<GroupLabel, Gauge>,
+    leader_changes: Family<GroupLabel, Counter>,
+    expired: Counter,
+    closed: Counter,
+    waits_timed_out: Counter,
+    waiters_granted: Counter,
+    last_leaders: Mutex<Vec<Option<u64>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let m = Metrics {
+            registry: Mutex::new(Registry::with_prefix("lockd")),
+            ops: Family::default(),
+            latency: Family::new_with_constructor(|| {
+                // 50 µs .. ~3.3 s
+                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                    0.000_05, 2.0, 17,
+                ))
+            }),
+            keepalives: Counter::default(),
+            lease_expired: Family::default(),
+            sessions: Family::default(),
+            held: Family::default(),
+            waiters: Family::default(),
+            revision: Family::default(),
+            is_leader: Family::default(),
+            term: Family::default(),
+            leader_changes: Family::default(),
+            expired: Counter::default(),
+            closed: Counter::default(),
+            waits_timed_out: Counter::default(),
+            waiters_granted: Counter::default(),
+            last_leaders: Mutex::default(),
+        };
+        {
+            let mut r = m.registry.lock().expect("registry lock");
+            r.register("ops", "Client operations by kind and result", m.ops.clone());
+            r.register(
+                "op_duration_seconds",
+                "Client operation latency",
+                m.latency.clone(),
+            );
+            r.register(
+                "keepalives",
+                "Session keepalives received",
+                m.keepalives.clone(),
+            );
+            r.register(
+                "lease_expired_while_holding",
+                "Clients reporting that a lease ran out while they still worked (each one is a fencing check that saved you)",
+                m.lease_expired.clone(),
+            );
+            r.register(
+                "sessions",
+                "Live sessions per group (local replica)",
+                m.sessions.clone(),
+            );
+            r.register(
+                "held_locks",
+                "Held locks per group (local replica)",
+                m.held.clone(),
+            );
+            r.register(
+                "waiters",
+                "Queued acquires per group (local replica)",
+                m.waiters.clone(),
+            );
+            r.register(
+                "revision",
+                "Revision (latest fencing token) per group",
+                m.revision.clone(),
+            );
+            r.register(
+                "group_is_leader",
+                "1 if this node leads the group",
+                m.is_leader.clone(),
+            );
+            r.register("group_term", "Raft term per group", m.term.clone());
+            r.register(
+                "leader_changes",
+                "Leader changes seen per group",
+                m.leader_changes.clone(),
+            );
+            r.register(
+                "sessions_expired",
+                "Sessions expired (applied locally)",
+                m.expired.clone(),
+            );
+            r.register(
+                "sessions_closed",
+                "Sessions closed (applied locally)",
+                m.closed.clone(),
+            );
+            r.register(
+                "waits_timed_out",
+                "Queued acquires that timed out (applied locally)",
+                m.waits_timed_out.clone(),
+            );
+            r.register(
+                "waiters_granted",
+                "Queued acquires granted (applied locally)",
+                m.waiters_granted.clone(),
+            );
+        }
+        m
+    }
+
+    /// Records one finished operation.
+    pub fn record(&self, op: &'static str, result: &'static str, took: Duration) {
+        self.ops.get_or_create(&OpLabels { op, result }).inc();
+        self.latency
+            .get_or_create(&OpKind { op })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn lease_expired_while_holding(&self, namespace: &str) {
+        self.lease_expired
+            .get_or_create(&NamespaceLabel {
+                namespace: namespace.to_string(),
+            })
+            .inc();
+    }
+
+    /// Watches leaders so changes are counted even between scrapes.
+    pub fn observe_leaders(&self, node: &Node) {
+        let mut last = self.last_leaders.lock().expect("leaders lock");
+        for id in node.group_ids() {
+            let Some(g) = node.group(id) else { continue };
+            let leader = g.status().leader;
+            let i = id as usize;
+            if last.len() <= i {
+                last.resize(i + 1, None);
+            }
+            if leader.is_some() && last[i].is_some() && last[i] != leader {
+                self.leader_changes
+                    .get_or_create(&GroupLabel { group: id })
+                    .inc();
+            }
+            if leader.is_some() {
+                last[i] = leader;
+            }
+        }
+    }
+
+    /// The text exposition, with gauges refreshed from the local replicas.
+    pub fn render(&self, node: &Node, waits: &Waits) -> String {
+        self.observe_leaders(node);
+        for id in node.group_ids() {
+            let Some(g) = node.group(id) else { continue };
+            let l = GroupLabel { group: id };
+            let stats = g.read_local(|t| t.stats());
+            let status = g.status();
+            self.sessions.get_or_create(&l).set(stats.sessions as i64);
+            self.held.get_or_create(&l).set(stats.holds as i64);
+            self.waiters.get_or_create(&l).set(stats.waiters as i64);
+            self.revision.get_or_create(&l).set(stats.revision as i64);
+            self.is_leader.get_or_create(&l).set(g.is_leader() as i64);
+            self.term.get_or_create(&l).set(status.term as i64);
+        }
+        let c = &waits.counters;
+        sync(&self.expired, c.sessions_expired.load(Relaxed));
+        sync(&self.closed, c.sessions_closed.load(Relaxed));
+        sync(&self.waits_timed_out, c.waits_timed_out.load(Relaxed));
+        sync(&self.waiters_granted, c.granted_waiters.load(Relaxed));
+        let mut out = String::new();
+        encode(&mut out, &self.registry.lock().expect("registry lock"))
+            .expect("encoding to a String cannot fail");
+        out
+    }
+}
+
+/// Brings a counter up to a total kept elsewhere.
+fn sync(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}

@@ -1,0 +1,647 @@
+//! The operations of the client API, independent of transport: HTTP and gRPC both call these.
+//!
+//! A request is checked here in a fixed order — shape limits, auth, rate budget — and only then
+//! routed (name → bucket → group) and proposed. The lock rules themselves live in lockd-core; this
+//! layer adds only what needs a node: sessions that span groups, waiting for a grant, auth, budgets.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockd_core::{
+    limits, BusyReason, LockInfo, LockMode, Namespace, Op, Reply, SessionId, ShardMap, Token,
+};
+use lockd_raft::{Group, GroupError, GroupId, Node, META_GROUP};
+
+use crate::config::token_digest;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::waits::{Parked, WaitOutcome, Waits};
+
+/// How long past its deadline a parked wait keeps waiting for the committed tick that ends it
+/// (covers a leader election) before answering "unknown".
+const WAIT_GRACE: Duration = Duration::from_secs(10);
+
+/// What the caller presented.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    pub bearer: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SessionOpened {
+    pub session: SessionId,
+    pub ttl_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct AcquireRequest {
+    pub session: SessionId,
+    pub name: String,
+    pub owner: String,
+    pub mode: LockMode,
+    pub wait_ms: u64,
+    pub reentrant: bool,
+}
+
+/// The answer to an acquire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    Acquired {
+        token: Token,
+        lease_ttl_ms: u64,
+        reentry: u32,
+    },
+    /// Not granted: held by `holder` (owner string), the caller was or would be `queue_position`.
+    NotAcquired {
+        holder: Option<String>,
+        queue_position: u32,
+        lock_delay_until_ms: Option<u64>,
+    },
+}
+
+/// A node-local token bucket: `rate` tokens per second, burst of one second's worth.
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    /// Takes one token, or says how long until one is there.
+    fn take(&mut self, now: Instant) -> Result<(), u64> {
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.rate);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err((((1.0 - self.tokens) / self.rate) * 1000.0).ceil() as u64)
+        }
+    }
+}
+
+/// The client API of one node.
+pub struct Service {
+    pub node: Arc<Node>,
+    pub waits: Arc<Waits>,
+    pub metrics: Arc<Metrics>,
+    lock_groups: u32,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Service {
+    pub fn new(
+        node: Arc<Node>,
+        waits: Arc<Waits>,
+        metrics: Arc<Metrics>,
+        lock_groups: u32,
+    ) -> Service {
+        Service {
+            node,
+            waits,
+            metrics,
+            lock_groups,
+            buckets: Mutex::default(),
+        }
+    }
+
+    fn group(&self, id: GroupId) -> Result<Arc<Group>, ApiError> {
+        self.node.group(id).ok_or_else(|| {
+            ApiError::new(503, "unavailable", format!("group {id} is not hosted here"))
+                .retry_after(1_000)
+        })
+    }
+
+    /// The lock groups (1..=G).
+    fn lock_group_ids(&self) -> Vec<GroupId> {
+        (1..=self.lock_groups).collect()
+    }
+
+    /// Name → bucket → group, from the meta group's shard map (the initial map until it is set).
+    pub fn route(&self, name: &str) -> Result<Arc<Group>, ApiError> {
+        let meta = self.group(META_GROUP)?;
+        let g = meta.read_local(|t| t.shard_map().map(|m| m.group_of(name)));
+        self.group(g.unwrap_or_else(|| ShardMap::initial(self.lock_groups).group_of(name)))
+    }
+
+    /// The namespace of `name` as the meta group stores it.
+    fn namespace_for(&self, name: &str) -> Result<Namespace, ApiError> {
+        Ok(self
+            .group(META_GROUP)?
+            .read_local(|t| t.namespace_for(name).clone()))
+    }
+
+    fn namespace_named(&self, name: &str) -> Result<Namespace, ApiError> {
+        let want = if name.is_empty() { "default" } else { name };
+        self.group(META_GROUP)?
+            .read_local(|t| t.namespaces().find(|n| n.name == want).cloned())
+            .ok_or_else(|| {
+                ApiError::new(
+                    400,
+                    "namespace_not_found",
+                    format!("namespace '{want}' does not exist"),
+                )
+            })
+    }
+
+    /// 401 without a token where one is needed; 403 with another namespace's token; 401 with a
+    /// token that matches none.
+    fn authorize(&self, ns: &Namespace, creds: &Credentials) -> Result<(), ApiError> {
+        let Some(want) = &ns.token_sha256 else {
+            return Ok(());
+        };
+        let Some(bearer) = &creds.bearer else {
+            return Err(ApiError::new(
+                401,
+                "unauthenticated",
+                format!("namespace '{}' requires a bearer token", ns.name),
+            ));
+        };
+        let got = token_digest(bearer);
+        if &got == want {
+            return Ok(());
+        }
+        let other = self.group(META_GROUP)?.read_local(|t| {
+            t.namespaces()
+                .any(|n| n.token_sha256.as_deref() == Some(got.as_str()))
+        });
+        if other {
+            Err(ApiError::new(
+                403,
+                "permission_denied",
+                format!("the token is not valid for namespace '{}'", ns.name),
+            ))
+        } else {
+            Err(ApiError::new(
+                401,
+                "unauthenticated",
+                format!("the token is not valid for namespace '{}'", ns.name),
+            ))
+        }
+    }
+
+    /// The namespace's ops/s budget on this node.
+    fn admit(&self, ns: &Namespace) -> Result<(), ApiError> {
+        if ns.ops_per_s == 0 {
+            return Ok(());
+        }
+        let rate = ns.ops_per_s as f64;
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("buckets lock");
+        let b = buckets.entry(ns.prefix.clone()).or_insert(Bucket {
+            rate,
+            tokens: rate,
+            at: now,
+        });
+        b.rate = rate;
+        b.take(now).map_err(|wait_ms| {
+            ApiError::new(
+                429,
+                "rate_limited",
+                format!(
+                    "namespace '{}' is over its budget of {} ops/s",
+                    ns.name, ns.ops_per_s
+                ),
+            )
+            .retry_after(wait_ms)
+        })
+    }
+
+    /// Checks a lock name's shape, auth and budget; returns its group.
+    fn admit_name(&self, name: &str, creds: &Credentials) -> Result<Arc<Group>, ApiError> {
+        limits::check_name(name).map_err(ApiError::from)?;
+        let ns = self.namespace_for(name)?;
+        self.authorize(&ns, creds)?;
+        self.admit(&ns)?;
+        self.route(name)
+    }
+
+    async fn propose(&self, group: &Group, op: Op) -> Result<Reply, ApiError> {
+        Ok(group.propose(op).await.map_err(ApiError::from)??)
+    }
+
+    /// Opens the session in every lock group at once (opens are rare; keepalives fan out).
+    pub async fn open_session(
+        &self,
+        client: &str,
+        ttl_ms: u64,
+        namespace: &str,
+        creds: &Credentials,
+    ) -> Result<SessionOpened, ApiError> {
+        let ns = self.namespace_named(namespace)?;
+        self.authorize(&ns, creds)?;
+        let session = SessionId(rand::random::<u64>() | 1);
+        let op = Op::OpenSession {
+            session,
+            client: client.to_string(),
+            ttl_ms,
+            namespace: ns.name.clone(),
+        };
+        let groups: Vec<_> = self
+            .lock_group_ids()
+            .into_iter()
+            .map(|g| self.group(g))
+            .collect::<Result<_, _>>()?;
+        let results =
+            futures::future::join_all(groups.iter().map(|g| self.propose(g, op.clone()))).await;
+        let mut ttl = None;
+        let mut failure = None;
+        for r in results {
+            match r {
+                Ok(Reply::SessionOpened { ttl_ms, .. }) => ttl = Some(ttl_ms),
+                Ok(other) => {
+                    failure = Some(ApiError::new(
+                        503,
+                        "unavailable",
+                        format!("unexpected reply {other:?}"),
+                    ))
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        if let Some(e) = failure {
+            // Do not leave a half-open session behind.
+            let _ = self.close_session(session).await;
+            return Err(e);
+        }
+        Ok(SessionOpened {
+            session,
+            ttl_ms: ttl.unwrap_or(ns.default_ttl_ms),
+        })
+    }
+
+    /// Keeps the session alive in every group. If any group has expired it, the whole session is
+    /// gone: it is closed everywhere and the caller gets 404 and starts over.
+    pub async fn keepalive(&self, session: SessionId) -> Result<u64, ApiError> {
+        self.metrics.keepalives.inc();
+        let groups: Vec<_> = self
+            .lock_group_ids()
+            .into_iter()
+            .map(|g| self.group(g))
+            .collect::<Result<_, _>>()?;
+        let results = futures::future::join_all(groups.iter().map(|g| g.keepalive(session))).await;
+        let mut ttl = 0;
+        for r in results {
+            match r {
+                Ok(t) => ttl = ttl.max(t),
+                Err(GroupError::SessionNotFound) => {
+                    let _ = self.close_session(session).await;
+                    return Err(GroupError::SessionNotFound.into());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(ttl)
+    }
+
+    /// Closes the session everywhere, releasing all its locks at once.
+    pub async fn close_session(&self, session: SessionId) -> Result<u32, ApiError> {
+        let groups: Vec<_> = self
+            .lock_group_ids()
+            .into_iter()
+            .map(|g| self.group(g))
+            .collect::<Result<_, _>>()?;
+        let op = Op::CloseSession { session };
+        let results =
+            futures::future::join_all(groups.iter().map(|g| self.propose(g, op.clone()))).await;
+        let mut released = 0;
+        let mut found = false;
+        for r in results {
+            match r {
+                Ok(Reply::SessionClosed { released: n, .. }) => {
+                    found = true;
+                    released += n;
+                }
+                Ok(_) => {}
+                Err(e) if e.status == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if found {
+            Ok(released)
+        } else {
+            Err(ApiError::new(
+                404,
+                "session_not_found",
+                format!("session {session} does not exist or has expired"),
+            ))
+        }
+    }
+
+    pub async fn acquire(
+        &self,
+        req: AcquireRequest,
+        creds: &Credentials,
+    ) -> Result<AcquireOutcome, ApiError> {
+        if req.wait_ms > limits::MAX_WAIT_MS {
+            return Err(lockd_core::Rejection::WaitTooLong {
+                wait_ms: req.wait_ms,
+                max_ms: limits::MAX_WAIT_MS,
+            }
+            .into());
+        }
+        let group = self.admit_name(&req.name, creds)?;
+        let op = Op::Acquire {
+            session: req.session,
+            name: req.name.clone(),
+            owner: req.owner,
+            mode: req.mode,
+            wait_ms: req.wait_ms,
+            reentrant: req.reentrant,
+        };
+        match self.propose(&group, op).await? {
+            Reply::Acquired {
+                token,
+                lease_ttl_ms,
+                reentry,
+            } => Ok(AcquireOutcome::Acquired {
+                token,
+                lease_ttl_ms,
+                reentry,
+            }),
+            Reply::Busy {
+                holder,
+                queue_len,
+                reason,
+            } => Ok(AcquireOutcome::NotAcquired {
+                holder: holder.map(|h| h.owner),
+                queue_position: queue_len + 1,
+                lock_delay_until_ms: match reason {
+                    BusyReason::LockDelay { until_ms } => Some(until_ms),
+                    BusyReason::Held => None,
+                },
+            }),
+            Reply::Queued {
+                waiter, position, ..
+            } => {
+                let parked = self.waits.park(group.id(), waiter);
+                self.wait_for(&group, parked, &req.name, position, req.wait_ms)
+                    .await
+            }
+            other => Err(ApiError::new(
+                503,
+                "unavailable",
+                format!("unexpected reply {other:?}"),
+            )),
+        }
+    }
+
+    /// Waits for the committed outcome of a queued acquire.
+    async fn wait_for(
+        &self,
+        group: &Group,
+        mut parked: Parked,
+        name: &str,
+        position: u32,
+        wait_ms: u64,
+    ) -> Result<AcquireOutcome, ApiError> {
+        let limit = Duration::from_millis(wait_ms) + WAIT_GRACE;
+        match tokio::time::timeout(limit, parked.outcome()).await {
+            Ok(Some(WaitOutcome::Granted { token, lease_ttl_ms })) => Ok(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1 }),
+            Ok(Some(WaitOutcome::TimedOut)) => {
+                let holder = group.read_local(|t| t.lock_info(name, 0)).and_then(|i| i.holders.first().map(|h| h.owner.clone()));
+                Ok(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None })
+            }
+            Ok(Some(WaitOutcome::SessionEnded)) => Err(ApiError::new(404, "session_not_found", "the session ended while waiting")),
+            Ok(None) => Err(ApiError::new(503, "unavailable", "the node is shutting down").retry_after(1_000)),
+            // Dropping `parked` marks the waiter abandoned: a later grant is released for us.
+            Err(_) => Err(ApiError::new(503, "wait_outcome_unknown", "no committed outcome for this wait yet (no leader?); the wait was abandoned and a late grant will be released").retry_after(1_000)),
+        }
+    }
+
+    pub async fn release(
+        &self,
+        session: SessionId,
+        name: &str,
+        token: Token,
+        creds: &Credentials,
+    ) -> Result<u32, ApiError> {
+        let group = self.admit_name(name, creds)?;
+        match self
+            .propose(
+                &group,
+                Op::Release {
+                    session,
+                    name: name.to_string(),
+                    token,
+                },
+            )
+            .await?
+        {
+            Reply::Released { remaining } => Ok(remaining),
+            other => Err(ApiError::new(
+                503,
+                "unavailable",
+                format!("unexpected reply {other:?}"),
+            )),
+        }
+    }
+
+    /// Confirms the hold and refreshes the session's lease (the lease is the session's).
+    pub async fn extend(
+        &self,
+        session: SessionId,
+        name: &str,
+        token: Token,
+        creds: &Credentials,
+    ) -> Result<u64, ApiError> {
+        let group = self.admit_name(name, creds)?;
+        let Reply::Extended { lease_ttl_ms } = self
+            .propose(
+                &group,
+                Op::Extend {
+                    session,
+                    name: name.to_string(),
+                    token,
+                },
+            )
+            .await?
+        else {
+            return Err(ApiError::new(
+                503,
+                "unavailable",
+                "unexpected reply to extend",
+            ));
+        };
+        self.keepalive(session).await?;
+        Ok(lease_ttl_ms)
+    }
+
+    /// A linearizable view of one name.
+    pub async fn inspect(
+        &self,
+        name: &str,
+        creds: &Credentials,
+    ) -> Result<Option<LockInfo>, ApiError> {
+        let group = self.admit_name(name, creds)?;
+        let now = group.now_ms();
+        let name = name.to_string();
+        Ok(group.read(move |t| t.lock_info(&name, now)).await?)
+    }
+
+    /// A session's holds and waits across every lock group; 404 if no group knows it.
+    pub async fn session_info(&self, session: SessionId) -> Result<serde_json::Value, ApiError> {
+        let groups: Vec<_> = self
+            .lock_group_ids()
+            .into_iter()
+            .map(|g| self.group(g))
+            .collect::<Result<_, _>>()?;
+        let infos = futures::future::join_all(
+            groups
+                .iter()
+                .map(|g| g.read(move |t| t.session_info(session))),
+        )
+        .await;
+        let mut found = None;
+        let (mut held, mut waits) = (Vec::new(), Vec::new());
+        for (g, info) in groups.iter().zip(infos) {
+            let Some(info) = info? else { continue };
+            for (name, token) in &info.held {
+                held.push(serde_json::json!({"name": name, "token": token, "group": g.id()}));
+            }
+            for (name, _, position) in &info.waits {
+                waits.push(
+                    serde_json::json!({"name": name, "queue_position": position, "group": g.id()}),
+                );
+            }
+            found = Some(info);
+        }
+        let info = found.ok_or_else(|| {
+            ApiError::new(
+                404,
+                "session_not_found",
+                format!("session {session} does not exist or has expired"),
+            )
+        })?;
+        Ok(serde_json::json!({
+            "session_id": session.to_string(),
+            "client": info.client,
+            "ttl_ms": info.ttl_ms,
+            "held": held,
+            "waits": waits,
+        }))
+    }
+
+    /// `GET /v1/status`: this node and every group it hosts.
+    pub fn status_json(&self) -> serde_json::Value {
+        let groups: Vec<_> = self
+            .node
+            .group_ids()
+            .into_iter()
+            .filter_map(|id| self.node.group(id))
+            .map(|g| {
+                let s = g.status();
+                serde_json::json!({
+                    "id": g.id(),
+                    "role": if g.id() == META_GROUP { "meta" } else { "locks" },
+                    "leader": s.leader,
+                    "term": s.term,
+                    "members": s.members,
+                    "applied_index": s.applied_index,
+                    "revision": s.revision,
+                })
+            })
+            .collect();
+        serde_json::json!({"node_id": self.node.node_id(), "pid": std::process::id(), "groups": groups})
+    }
+
+    /// Gives back a grant whose requester went away (see waits.rs); retried while no leader.
+    pub async fn release_orphan(&self, o: crate::waits::Orphan) {
+        let Ok(group) = self.group(o.group) else {
+            return;
+        };
+        for attempt in 0..20u64 {
+            let op = Op::Release {
+                session: o.session,
+                name: o.name.clone(),
+                token: o.token,
+            };
+            match group.propose(op).await {
+                Ok(_) => return, // released, or already gone (session ended): either way done
+                Err(e) if e.is_retryable() => {
+                    tokio::time::sleep(Duration::from_millis(100 * (attempt + 1))).await
+                }
+                Err(_) => return,
+            }
+        }
+        tracing::warn!(group = o.group, name = %o.name, token = o.token, "could not release an orphaned grant; the session's expiry will");
+    }
+
+    /// A client reports that a lease ran out while it was still working (the metric that says
+    /// TTLs are too short or holders too slow).
+    pub fn report_lease_expired(&self, name: &str) {
+        let ns = self
+            .namespace_for(name)
+            .map(|n| n.name)
+            .unwrap_or_else(|_| "default".into());
+        self.metrics.lease_expired_while_holding(&ns);
+    }
+
+    /// Makes the replicated configuration match this node's: the shard map in the meta group and
+    /// every namespace in every group. Idempotent; all nodes may run it at start.
+    pub async fn bootstrap(&self, namespaces: &[Namespace]) -> Result<(), ApiError> {
+        let meta = self.group(META_GROUP)?;
+        if meta.read(|t| t.shard_map().is_none()).await? {
+            match self
+                .propose(
+                    &meta,
+                    Op::PutShardMap {
+                        map: ShardMap::initial(self.lock_groups),
+                    },
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code == "invalid_shard_map" => {} // another node set it first
+                Err(e) => return Err(e),
+            }
+        }
+        for g in std::iter::once(META_GROUP).chain(self.lock_group_ids()) {
+            let group = self.group(g)?;
+            for ns in namespaces {
+                let want = ns.clone();
+                let current = group
+                    .read(move |t| t.namespaces().any(|n| *n == want))
+                    .await?;
+                if !current {
+                    self.propose(
+                        &group,
+                        Op::PutNamespace {
+                            namespace: ns.clone(),
+                        },
+                    )
+                    .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_bucket_admits_its_rate_and_says_when_to_retry() {
+        let t0 = Instant::now();
+        let mut b = Bucket {
+            rate: 10.0,
+            tokens: 10.0,
+            at: t0,
+        };
+        for _ in 0..10 {
+            assert_eq!(b.take(t0), Ok(()));
+        }
+        assert_eq!(b.take(t0), Err(100));
+        assert_eq!(b.take(t0 + Duration::from_millis(100)), Ok(()));
+        // Idle time refills up to one second's worth, no more.
+        let later = t0 + Duration::from_secs(60);
+        for _ in 0..10 {
+            assert_eq!(b.take(later), Ok(()));
+        }
+        assert!(b.take(later).is_err());
+    }
+}

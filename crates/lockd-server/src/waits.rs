@@ -1,0 +1,363 @@
+//! Matches applied effects to the requests waiting for them: the push that wakes a waiter.
+//!
+//! A waiting acquire is proposed, answered `Queued { waiter }`, and then parks here. The local
+//! replica calls [`EffectSink::applied`] for every committed entry it applies; a `Granted` or
+//! `WaitEnded` for a parked waiter answers it at once (no polling). Because the outcome comes from
+//! the committed log, a client never hears "granted" for a grant that is not on a majority, and a
+//! wait ends only when the log says so (GUIDE §2: "the log decides a wait").
+//!
+//! Two races are handled:
+//! - The local replica may apply the grant *before* the proposer has parked (the reply travels
+//!   from the leader while this node applies). Outcomes for unknown waiters are kept in a bounded
+//!   `early` buffer that parking consults first.
+//! - The request may go away (client disconnected, gave up) while its waiter stays queued in the
+//!   replicated state. Such a waiter is marked abandoned; if it is granted later, the grant is
+//!   released through the janitor channel, so nobody holds a lock they do not know about.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use lockd_core::{Effect, SessionEndReason, SessionId, Token, WaitEndReason, WaiterId};
+use lockd_raft::{EffectSink, GroupId};
+use tokio::sync::{mpsc, oneshot};
+
+/// How a parked wait ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    Granted { token: Token, lease_ttl_ms: u64 },
+    TimedOut,
+    SessionEnded,
+}
+
+/// A grant nobody is waiting for any more: the janitor releases it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Orphan {
+    pub group: GroupId,
+    pub session: SessionId,
+    pub name: String,
+    pub token: Token,
+}
+
+/// Something a session's stream should be told (gRPC pushes grants and endings).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionEvent {
+    Granted {
+        group: GroupId,
+        waiter: WaiterId,
+        name: Arc<str>,
+        token: Token,
+        lease_ttl_ms: u64,
+    },
+    WaitEnded {
+        group: GroupId,
+        waiter: WaiterId,
+        name: Arc<str>,
+        reason: WaitEndReason,
+    },
+    Ended {
+        group: GroupId,
+        reason: SessionEndReason,
+    },
+}
+
+type Key = (GroupId, WaiterId);
+
+/// Outcomes remembered for waiters that have not parked yet.
+const EARLY_CAPACITY: usize = 65_536;
+
+#[derive(Default)]
+struct Inner {
+    parked: HashMap<Key, oneshot::Sender<WaitOutcome>>,
+    early: HashMap<Key, WaitOutcome>,
+    early_order: VecDeque<Key>,
+    abandoned: HashSet<Key>,
+    streams: HashMap<SessionId, mpsc::UnboundedSender<SessionEvent>>,
+}
+
+/// Counters of what the local replica applied, for metrics.
+#[derive(Default, Debug)]
+pub struct EffectCounters {
+    pub granted_waiters: std::sync::atomic::AtomicU64,
+    pub waits_timed_out: std::sync::atomic::AtomicU64,
+    pub sessions_expired: std::sync::atomic::AtomicU64,
+    pub sessions_closed: std::sync::atomic::AtomicU64,
+}
+
+/// The registry of parked waits; the node's [`EffectSink`].
+pub struct Waits {
+    inner: Mutex<Inner>,
+    janitor: mpsc::UnboundedSender<Orphan>,
+    pub counters: EffectCounters,
+}
+
+/// A parked wait. Dropping it before the outcome arrives marks the waiter abandoned.
+pub struct Parked {
+    waits: Arc<Waits>,
+    key: Key,
+    rx: Option<oneshot::Receiver<WaitOutcome>>,
+    early: Option<WaitOutcome>,
+}
+
+impl Parked {
+    /// Waits for the outcome. `None` if the registry went away (shutdown).
+    pub async fn outcome(&mut self) -> Option<WaitOutcome> {
+        if let Some(o) = self.early.take() {
+            self.rx = None;
+            return Some(o);
+        }
+        let rx = self.rx.as_mut()?;
+        let out = rx.await.ok();
+        self.rx = None;
+        out
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        if self.rx.is_some() {
+            let mut inner = self.waits.inner.lock().expect("waits lock");
+            if inner.parked.remove(&self.key).is_some() {
+                inner.abandoned.insert(self.key);
+            }
+        }
+    }
+}
+
+impl Waits {
+    /// A registry and the receiving end of its janitor channel (orphaned grants to release).
+    pub fn new() -> (Arc<Waits>, mpsc::UnboundedReceiver<Orphan>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let w = Waits {
+            inner: Mutex::default(),
+            janitor: tx,
+            counters: EffectCounters::default(),
+        };
+        (Arc::new(w), rx)
+    }
+
+    /// Parks the request waiting for `waiter` of `group`.
+    pub fn park(self: &Arc<Self>, group: GroupId, waiter: WaiterId) -> Parked {
+        let key = (group, waiter);
+        let mut inner = self.inner.lock().expect("waits lock");
+        if let Some(o) = inner.early.remove(&key) {
+            return Parked {
+                waits: self.clone(),
+                key,
+                rx: None,
+                early: Some(o),
+            };
+        }
+        let (tx, rx) = oneshot::channel();
+        inner.parked.insert(key, tx);
+        Parked {
+            waits: self.clone(),
+            key,
+            rx: Some(rx),
+            early: None,
+        }
+    }
+
+    /// Routes every event of `session` to `tx` (a gRPC session stream) until replaced/removed.
+    pub fn attach_stream(&self, session: SessionId, tx: mpsc::UnboundedSender<SessionEvent>) {
+        self.inner
+            .lock()
+            .expect("waits lock")
+            .streams
+            .insert(session, tx);
+    }
+
+    pub fn detach_stream(&self, session: SessionId) {
+        self.inner
+            .lock()
+            .expect("waits lock")
+            .streams
+            .remove(&session);
+    }
+
+    fn finish(&self, inner: &mut Inner, key: Key, outcome: WaitOutcome, orphan: Option<Orphan>) {
+        if let Some(tx) = inner.parked.remove(&key) {
+            if let Err(WaitOutcome::Granted { .. }) = tx.send(outcome) {
+                // The request went away between parking and now: give the grant back.
+                if let Some(o) = orphan {
+                    let _ = self.janitor.send(o);
+                }
+            }
+            return;
+        }
+        if inner.abandoned.remove(&key) {
+            if let (WaitOutcome::Granted { .. }, Some(o)) = (&outcome, orphan) {
+                let _ = self.janitor.send(o);
+            }
+            return;
+        }
+        if inner.early.insert(key, outcome).is_none() {
+            inner.early_order.push_back(key);
+            while inner.early_order.len() > EARLY_CAPACITY {
+                if let Some(old) = inner.early_order.pop_front() {
+                    inner.early.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+impl EffectSink for Waits {
+    fn applied(&self, group: GroupId, effects: &[Effect]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut inner = self.inner.lock().expect("waits lock");
+        for e in effects {
+            match e {
+                Effect::Granted {
+                    waiter,
+                    session,
+                    name,
+                    token,
+                    lease_ttl_ms,
+                } => {
+                    self.counters.granted_waiters.fetch_add(1, Relaxed);
+                    let orphan = Orphan {
+                        group,
+                        session: *session,
+                        name: name.to_string(),
+                        token: *token,
+                    };
+                    let outcome = WaitOutcome::Granted {
+                        token: *token,
+                        lease_ttl_ms: *lease_ttl_ms,
+                    };
+                    let streamed = inner.streams.get(session).is_some_and(|tx| {
+                        tx.send(SessionEvent::Granted {
+                            group,
+                            waiter: *waiter,
+                            name: name.clone(),
+                            token: *token,
+                            lease_ttl_ms: *lease_ttl_ms,
+                        })
+                        .is_ok()
+                    });
+                    // A stream-owned wait is answered on the stream; the stream's client owns the
+                    // grant, so it is never an orphan.
+                    let orphan = if streamed { None } else { Some(orphan) };
+                    self.finish(&mut inner, (group, *waiter), outcome, orphan);
+                }
+                Effect::WaitEnded {
+                    waiter,
+                    session,
+                    name,
+                    reason,
+                } => {
+                    if *reason == WaitEndReason::TimedOut {
+                        self.counters.waits_timed_out.fetch_add(1, Relaxed);
+                    }
+                    if let Some(tx) = inner.streams.get(session) {
+                        let _ = tx.send(SessionEvent::WaitEnded {
+                            group,
+                            waiter: *waiter,
+                            name: name.clone(),
+                            reason: *reason,
+                        });
+                    }
+                    let outcome = match reason {
+                        WaitEndReason::TimedOut => WaitOutcome::TimedOut,
+                        WaitEndReason::SessionEnded => WaitOutcome::SessionEnded,
+                    };
+                    self.finish(&mut inner, (group, *waiter), outcome, None);
+                }
+                Effect::SessionEnded {
+                    session, reason, ..
+                } => {
+                    let counter = match reason {
+                        SessionEndReason::Expired => &self.counters.sessions_expired,
+                        SessionEndReason::Closed => &self.counters.sessions_closed,
+                    };
+                    counter.fetch_add(1, Relaxed);
+                    if let Some(tx) = inner.streams.get(session) {
+                        let _ = tx.send(SessionEvent::Ended {
+                            group,
+                            reason: *reason,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn granted(waiter: WaiterId, token: Token) -> Effect {
+        Effect::Granted {
+            waiter,
+            session: SessionId(1),
+            name: Arc::from("n"),
+            token,
+            lease_ttl_ms: 15_000,
+        }
+    }
+
+    #[tokio::test]
+    async fn parked_waits_get_their_outcome_even_if_it_came_first() {
+        let (w, _janitor) = Waits::new();
+        let mut late = w.park(1, 7);
+        w.applied(1, &[granted(7, 42)]);
+        assert_eq!(
+            late.outcome().await,
+            Some(WaitOutcome::Granted {
+                token: 42,
+                lease_ttl_ms: 15_000
+            })
+        );
+        // The grant is applied before the proposer parks.
+        w.applied(1, &[granted(8, 43)]);
+        let mut early = w.park(1, 8);
+        assert_eq!(
+            early.outcome().await,
+            Some(WaitOutcome::Granted {
+                token: 43,
+                lease_ttl_ms: 15_000
+            })
+        );
+        // Same waiter id in another group is another wait.
+        let mut other = w.park(2, 8);
+        w.applied(
+            2,
+            &[Effect::WaitEnded {
+                waiter: 8,
+                session: SessionId(1),
+                name: Arc::from("n"),
+                reason: WaitEndReason::TimedOut,
+            }],
+        );
+        assert_eq!(other.outcome().await, Some(WaitOutcome::TimedOut));
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_wait_that_is_granted_is_released() {
+        let (w, mut janitor) = Waits::new();
+        drop(w.park(3, 9));
+        w.applied(3, &[granted(9, 50)]);
+        assert_eq!(
+            janitor.try_recv(),
+            Ok(Orphan {
+                group: 3,
+                session: SessionId(1),
+                name: "n".into(),
+                token: 50
+            })
+        );
+        // A timed-out abandoned wait needs nothing.
+        drop(w.park(3, 10));
+        w.applied(
+            3,
+            &[Effect::WaitEnded {
+                waiter: 10,
+                session: SessionId(1),
+                name: Arc::from("n"),
+                reason: WaitEndReason::TimedOut,
+            }],
+        );
+        assert!(janitor.try_recv().is_err());
+    }
+}
