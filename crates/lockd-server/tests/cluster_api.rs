@@ -1,0 +1,85 @@
+//! The API of a 3-node cluster: any node serves any request.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockd_core::ShardMap;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_serve_requests_and_a_lost_quorum_answers_503() {
+    let mut c = cluster(3, 2).await;
+    let name = "payouts/merchant-48213";
+    let group = ShardMap::initial(2).group_of(name);
+    let leader = c
+        .node(0)
+        .service
+        .node
+        .group(group)
+        .unwrap()
+        .status()
+        .leader
+        .unwrap();
+    let follower = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
+    let other = (0..3)
+        .find(|i| *i != follower && *i as u64 + 1 != leader)
+        .unwrap();
+
+    // Everything through a follower: the session, a grant, a wait woken by a release.
+    let f = Http::new(c.url(follower, ""));
+    let s1 = f.session("w1", 15).await;
+    let s2 = f.session("w2", 15).await;
+    let r = f
+        .acquire(name, json!({"session_id": s1, "owner": "w1"}))
+        .await;
+    assert_eq!(
+        (r.status, r.body["acquired"].clone()),
+        (200, json!(true)),
+        "{}",
+        r.body
+    );
+    let t1 = r.body["token"].as_u64().unwrap();
+    let ff = f.clone();
+    let s2c = s2.clone();
+    let wait = tokio::spawn(async move {
+        ff.acquire(name, json!({"session_id": s2c, "wait_ms": 20_000}))
+            .await
+            .body
+    });
+    // Another follower sees the same holder (linearizable read), and releases through it work.
+    let o = Http::new(c.url(other, ""));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while o.inspect(name).await["waiters"]
+        .as_array()
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(o.inspect(name).await["token"], t1);
+    assert_eq!(o.release(name, &s1, t1).await.status, 200);
+    let granted = wait.await.unwrap();
+    assert_eq!(granted["acquired"], true, "{granted}");
+    assert!(granted["token"].as_u64().unwrap() > t1);
+    assert_eq!(
+        o.post(&format!("/v1/sessions/{s2}:keepalive"), json!({}))
+            .await
+            .status,
+        200
+    );
+
+    // Two of three nodes gone: no quorum, so requests get 503 with Retry-After, never a grant.
+    let survivor = follower;
+    for i in 0..3 {
+        if i != survivor {
+            c.stop(i).await;
+        }
+    }
+    let r = f.acquire("payouts/other", json!({"session_id": s1})).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.retry_after.is_some());
+    c.stop_all().await;
+}

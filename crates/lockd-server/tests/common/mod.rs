@@ -1,0 +1,282 @@
+//! Real lockd nodes on port 0, in this process, for the API tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lockd_core::{Namespace, SafetyClass};
+use lockd_raft::NodeConfig;
+use lockd_server::config::token_digest;
+use lockd_server::{Running, ServerConfig};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+pub const SECURE_TOKEN: &str = "secure-token-1";
+pub const OTHER_TOKEN: &str = "other-token-12";
+
+fn ns(name: &str, f: impl FnOnce(&mut Namespace)) -> Namespace {
+    let mut n = Namespace::default_namespace();
+    n.name = name.into();
+    n.prefix = format!("{name}/");
+    f(&mut n);
+    n
+}
+
+/// The namespaces every test node has.
+pub fn namespaces() -> Vec<Namespace> {
+    vec![
+        Namespace::default_namespace(),
+        // Short leases and a lock-delay, to watch expiry within a test.
+        ns("fast", |n| {
+            n.min_ttl_ms = 1_000;
+            n.default_ttl_ms = 2_000;
+            n.max_ttl_ms = 3_000;
+            n.lock_delay_ms = 1_500;
+        }),
+        ns("tight", |n| {
+            n.max_waiters_per_name = 1;
+            n.max_locks_per_session = 2;
+        }),
+        ns("limited", |n| n.ops_per_s = 3),
+        ns("secure", |n| {
+            n.token_sha256 = Some(token_digest(SECURE_TOKEN));
+            n.safety = SafetyClass::Correctness {
+                fenced_resource: "test store".into(),
+            };
+        }),
+        ns("other", |n| {
+            n.token_sha256 = Some(token_digest(OTHER_TOKEN))
+        }),
+    ]
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Option<Running>>,
+    pub dirs: Vec<tempfile::TempDir>,
+}
+
+/// `n` nodes of one cluster, each hosting every group, on loopback port 0.
+pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
+    let mut https = Vec::new();
+    let mut grpcs = Vec::new();
+    let mut peers = BTreeMap::new();
+    for i in 0..n {
+        https.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        let g = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        peers.insert(i as u64 + 1, g.local_addr().unwrap().to_string());
+        grpcs.push(g);
+    }
+    let mut dirs = Vec::new();
+    let mut starts = Vec::new();
+    for (i, (http, grpc)) in https.into_iter().zip(grpcs).enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut node = NodeConfig::new(i as u64 + 1, dir.path(), peers.clone());
+        node.lock_groups = lock_groups;
+        dirs.push(dir);
+        starts.push(lockd_server::start(ServerConfig {
+            node,
+            http,
+            grpc,
+            namespaces: namespaces(),
+        }));
+    }
+    let nodes = futures::future::join_all(starts)
+        .await
+        .into_iter()
+        .map(|r| Some(r.unwrap()))
+        .collect();
+    let c = Cluster { nodes, dirs };
+    c.wait_ready().await;
+    c
+}
+
+impl Cluster {
+    pub fn url(&self, i: usize, path: &str) -> String {
+        format!(
+            "http://{}{}",
+            self.nodes[i].as_ref().unwrap().http_addr,
+            path
+        )
+    }
+
+    pub fn node(&self, i: usize) -> &Running {
+        self.nodes[i].as_ref().unwrap()
+    }
+
+    /// Every group has a leader and the namespaces are in place everywhere.
+    pub async fn wait_ready(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut ready = true;
+            for r in self.nodes.iter().flatten() {
+                let node = &r.service.node;
+                for g in node.group_ids() {
+                    let group = node.group(g).unwrap();
+                    let has_ns = group.read_local(|t| t.namespaces().count() == namespaces().len());
+                    let meta_map = g != 0 || group.read_local(|t| t.shard_map().is_some());
+                    ready &= group.status().leader.is_some() && has_ns && meta_map;
+                }
+            }
+            if ready {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "cluster not ready in 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// State hashes of every group on node `i`.
+    pub fn hashes(&self, i: usize) -> Vec<u64> {
+        let node = &self.node(i).service.node;
+        node.group_ids()
+            .into_iter()
+            .map(|g| node.group(g).unwrap().state_hash())
+            .collect()
+    }
+
+    pub async fn stop(&mut self, i: usize) {
+        if let Some(r) = self.nodes[i].take() {
+            r.stop().await;
+        }
+    }
+
+    pub async fn stop_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.stop(i).await;
+        }
+    }
+}
+
+/// A tiny HTTP client that returns (status, JSON body, Retry-After).
+#[derive(Clone)]
+pub struct Http {
+    client: reqwest::Client,
+    pub base: String,
+    pub token: Option<String>,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub body: Value,
+    pub retry_after: Option<String>,
+}
+
+impl Http {
+    pub fn new(base: String) -> Http {
+        Http {
+            client: reqwest::Client::new(),
+            base,
+            token: None,
+        }
+    }
+
+    pub fn with_token(&self, token: &str) -> Http {
+        Http {
+            token: Some(token.into()),
+            ..self.clone()
+        }
+    }
+
+    async fn send(&self, rb: reqwest::RequestBuilder) -> Resp {
+        let rb = match &self.token {
+            Some(t) => rb.bearer_auth(t),
+            None => rb,
+        };
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        let retry_after = r
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string());
+        let text = r.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Resp {
+            status,
+            body,
+            retry_after,
+        }
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Resp {
+        self.send(
+            self.client
+                .post(format!("{}{}", self.base, path))
+                .json(&body),
+        )
+        .await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> Resp {
+        self.send(
+            self.client
+                .post(format!("{}{}", self.base, path))
+                .body(body),
+        )
+        .await
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        self.send(self.client.get(format!("{}{}", self.base, path)))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Resp {
+        self.send(self.client.delete(format!("{}{}", self.base, path)))
+            .await
+    }
+
+    /// Opens a session; panics unless 200.
+    pub async fn session(&self, client: &str, ttl_s: u64) -> String {
+        self.session_in(client, ttl_s, "").await
+    }
+
+    pub async fn session_in(&self, client: &str, ttl_s: u64, namespace: &str) -> String {
+        let r = self
+            .post(
+                "/v1/sessions",
+                json!({"client": client, "ttl_s": ttl_s, "namespace": namespace}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body["session_id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn acquire(&self, name: &str, body: Value) -> Resp {
+        self.post(&format!("/v1/locks/{}:acquire", enc(name)), body)
+            .await
+    }
+
+    pub async fn release(&self, name: &str, session: &str, token: u64) -> Resp {
+        self.post(
+            &format!("/v1/locks/{}:release", enc(name)),
+            json!({"session_id": session, "token": token}),
+        )
+        .await
+    }
+
+    pub async fn inspect_status(&self, name: &str) -> u16 {
+        self.get(&format!("/v1/locks/{}", enc(name))).await.status
+    }
+
+    pub async fn inspect(&self, name: &str) -> Value {
+        let r = self.get(&format!("/v1/locks/{}", enc(name))).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+    }
+}
+
+/// Percent-encodes a lock name for a path segment.
+pub fn enc(name: &str) -> String {
+    let mut out = String::new();
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

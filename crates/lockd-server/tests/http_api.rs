@@ -1,0 +1,562 @@
+//! The HTTP/JSON contract against a real node on port 0.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+async fn single() -> (Cluster, Http) {
+    let c = cluster(1, 2).await;
+    let h = Http::new(c.url(0, ""));
+    (c, h)
+}
+
+/// Waits until `name` has `n` waiters.
+async fn until_waiters(h: &Http, name: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.inspect(name).await["waiters"].as_array().unwrap().len() != n {
+        assert!(Instant::now() < deadline, "{name} never had {n} waiters");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
+    let (mut c, h) = single().await;
+    let st = h.get("/v1/status").await;
+    assert_eq!(st.status, 200);
+    assert_eq!(st.body["node_id"], 1);
+    assert_eq!(
+        st.body["groups"].as_array().unwrap().len(),
+        3,
+        "meta + 2 lock groups"
+    );
+
+    let r = h
+        .post(
+            "/v1/sessions",
+            json!({"client": "payout-worker-17", "ttl_s": 15}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["ttl_s"], 15);
+    assert_eq!(r.body["keepalive_every_s"], 5);
+    let s1 = r.body["session_id"].as_str().unwrap().to_string();
+    let s2 = h.session("payout-worker-02", 15).await;
+
+    let name = "payouts/merchant-48213";
+    let r = h
+        .acquire(
+            name,
+            json!({"session_id": s1, "owner": "payout-worker-17/batch-2210", "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["acquired"], true);
+    assert_eq!(r.body["lease_ttl_ms"], 15_000);
+    let t1 = r.body["token"].as_u64().unwrap();
+
+    let r = h
+        .acquire(
+            name,
+            json!({"session_id": s2, "owner": "payout-worker-02/batch-2207"}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body,
+        json!({"acquired": false, "holder": "payout-worker-17/batch-2210", "queue_position": 1, "lock_delay_until_ms": null})
+    );
+
+    let info = h.inspect(name).await;
+    assert_eq!(
+        info["holder"],
+        json!({"session": s1, "owner": "payout-worker-17/batch-2210"})
+    );
+    assert_eq!(info["token"], t1);
+    assert_eq!(info["mode"], "exclusive");
+    assert_eq!(info["reentry"], 1);
+    assert_eq!(info["waiters"], json!([]));
+
+    let r = h
+        .post(&format!("/v1/sessions/{s1}:keepalive"), json!({}))
+        .await;
+    assert_eq!((r.status, r.body["ttl_s"].clone()), (200, json!(15)));
+    let r = h
+        .post(
+            &format!("/v1/locks/{}:extend", enc(name)),
+            json!({"session_id": s1, "token": t1}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["lease_ttl_ms"].clone()),
+        (200, json!(15_000))
+    );
+
+    let r = h.get(&format!("/v1/sessions/{s1}")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["held"][0]["name"], name);
+    assert_eq!(r.body["held"][0]["token"], t1);
+
+    let r = h.release(name, &s1, t1).await;
+    assert_eq!(
+        (r.status, r.body.clone()),
+        (200, json!({"released": true, "remaining": 0}))
+    );
+    assert_eq!(h.inspect(name).await["holder"], json!(null));
+
+    let m = h.get("/metrics").await;
+    assert_eq!(m.status, 200);
+    let text = m.body.as_str().unwrap();
+    assert!(
+        text.contains("lockd_ops_total{op=\"acquire\",result=\"ok\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains("lockd_keepalives_total"));
+    assert!(text.contains("lockd_held_locks{group="));
+    c.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_granted_in_fifo_order_on_release() {
+    let (mut c, h) = single().await;
+    let name = "search/shard-17";
+    let holder = h.session("holder", 15).await;
+    let t0 = h.acquire(name, json!({"session_id": holder})).await.body["token"]
+        .as_u64()
+        .unwrap();
+    let mut waits = Vec::new();
+    let mut sessions = Vec::new();
+    for i in 0..3 {
+        let s = h.session(&format!("w{i}"), 15).await;
+        let hh = h.clone();
+        let ss = s.clone();
+        waits.push(tokio::spawn(async move {
+            let r = hh
+                .acquire(
+                    name,
+                    json!({"session_id": ss, "owner": format!("w{i}"), "wait_ms": 20_000}),
+                )
+                .await;
+            (r.status, r.body)
+        }));
+        until_waiters(&h, name, i + 1).await;
+        sessions.push(s);
+    }
+    assert_eq!(h.inspect(name).await["waiters"], json!(sessions));
+    // Each release hands the lock to the next waiter, whose long poll returns at once.
+    let mut prev = (holder, t0);
+    for (i, w) in waits.into_iter().enumerate() {
+        assert_eq!(h.release(name, &prev.0, prev.1).await.status, 200);
+        let (status, body) = w.await.unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(body["acquired"], true, "waiter {i}: {body}");
+        let t = body["token"].as_u64().unwrap();
+        assert!(t > prev.1, "tokens rise: {t} after {}", prev.1);
+        assert_eq!(h.inspect(name).await["holder"]["owner"], format!("w{i}"));
+        prev = (sessions[i].clone(), t);
+    }
+    c.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_exclusive_semaphore_and_reentrancy() {
+    let (mut c, h) = single().await;
+    let (a, b, d) = (
+        h.session("a", 15).await,
+        h.session("b", 15).await,
+        h.session("d", 15).await,
+    );
+    // Shared + shared, then exclusive is refused.
+    assert_eq!(
+        h.acquire("idx", json!({"session_id": a, "mode": "shared"}))
+            .await
+            .body["acquired"],
+        true
+    );
+    assert_eq!(
+        h.acquire("idx", json!({"session_id": b, "mode": "shared"}))
+            .await
+            .body["acquired"],
+        true
+    );
+    assert_eq!(
+        h.acquire("idx", json!({"session_id": d, "mode": "exclusive"}))
+            .await
+            .body["acquired"],
+        false
+    );
+    assert_eq!(
+        h.inspect("idx").await["holders"].as_array().unwrap().len(),
+        2
+    );
+    // Semaphore of 2.
+    let sem = |s: &str| json!({"session_id": s, "mode": "semaphore", "limit": 2});
+    let ta = h.acquire("exports", sem(&a)).await.body["token"]
+        .as_u64()
+        .unwrap();
+    let tb = h.acquire("exports", sem(&b)).await.body["token"]
+        .as_u64()
+        .unwrap();
+    assert_ne!(ta, tb);
+    let r = h.acquire("exports", sem(&d)).await;
+    assert_eq!(r.body["acquired"], false);
+    assert_eq!(h.inspect("exports").await["limit"], 2);
+    // Re-entrancy: twice in, twice out, same token.
+    let re = json!({"session_id": a, "owner": "task-1", "reentrant": true});
+    let r1 = h.acquire("cfg", re.clone()).await.body;
+    let r2 = h.acquire("cfg", re).await.body;
+    assert_eq!(r1["token"], r2["token"]);
+    assert_eq!(
+        (r1["reentry"].clone(), r2["reentry"].clone()),
+        (json!(1), json!(2))
+    );
+    let t = r1["token"].as_u64().unwrap();
+    assert_eq!(h.release("cfg", &a, t).await.body["remaining"], 1);
+    assert_eq!(h.inspect("cfg").await["reentry"], 1);
+    assert_eq!(h.release("cfg", &a, t).await.body["remaining"], 0);
+    c.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_session_frees_all_and_wakes_waiters() {
+    let (mut c, h) = single().await;
+    let (a, b) = (h.session("a", 15).await, h.session("b", 15).await);
+    for n in ["x/1", "x/2", "x/3"] {
+        assert_eq!(
+            h.acquire(n, json!({"session_id": a})).await.body["acquired"],
+            true
+        );
+    }
+    let hh = h.clone();
+    let bb = b.clone();
+    let wait = tokio::spawn(async move {
+        hh.acquire("x/2", json!({"session_id": bb, "wait_ms": 20_000}))
+            .await
+            .body
+    });
+    until_waiters(&h, "x/2", 1).await;
+    let r = h.delete(&format!("/v1/sessions/{a}")).await;
+    assert_eq!(
+        (r.status, r.body.clone()),
+        (200, json!({"closed": true, "released": 3}))
+    );
+    assert_eq!(wait.await.unwrap()["acquired"], true);
+    assert_eq!(h.inspect("x/1").await["holder"], json!(null));
+    assert_eq!(h.inspect("x/2").await["holder"]["session"], b);
+    assert_eq!(
+        h.post(&format!("/v1/sessions/{a}:keepalive"), json!({}))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(h.delete(&format!("/v1/sessions/{a}")).await.status, 404);
+    c.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_holds_a_name_after_its_holder_expires() {
+    let (mut c, h) = single().await;
+    // Namespace fast/: TTL 1-3 s, lock-delay 1.5 s.
+    let dead = h.session_in("dead", 1, "fast").await;
+    let live = h.session_in("live", 3, "fast").await;
+    assert_eq!(
+        h.acquire("fast/job", json!({"session_id": dead}))
+            .await
+            .body["acquired"],
+        true
+    );
+    let hh = h.clone();
+    let l = live.clone();
+    let wait = tokio::spawn(async move {
+        hh.acquire("fast/job", json!({"session_id": l, "wait_ms": 30_000}))
+            .await
+            .body
+    });
+    until_waiters(&h, "fast/job", 1).await;
+    // Keep `live` alive; let `dead` lapse.
+    let hh = h.clone();
+    let l = live.clone();
+    let keep = tokio::spawn(async move {
+        loop {
+            hh.post(&format!("/v1/sessions/{l}:keepalive"), json!({}))
+                .await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    // After expiry the name is free of holders but delayed, and the waiter still waits.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut saw_delay = false;
+    while !wait.is_finished() {
+        let info = h.inspect("fast/job").await;
+        if info["holder"].is_null() && !info["lock_delay_until_ms"].is_null() {
+            assert_eq!(
+                info["waiters"],
+                json!([live]),
+                "the waiter waits out the delay"
+            );
+            saw_delay = true;
+        }
+        assert!(Instant::now() < deadline, "waiter never granted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(saw_delay, "never observed the lock-delay");
+    assert_eq!(wait.await.unwrap()["acquired"], true);
+    assert_eq!(
+        h.post(&format!("/v1/sessions/{dead}:keepalive"), json!({}))
+            .await
+            .status,
+        404
+    );
+    keep.abort();
+    c.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_input_gets_its_error_and_changes_nothing() {
+    let (mut c, h) = single().await;
+    let s = h.session("s", 15).await;
+    let other = h.session("o", 15).await;
+    let t = h.acquire("held", json!({"session_id": s})).await.body["token"]
+        .as_u64()
+        .unwrap();
+    // Fill tight/q's queue (1 waiter) so the next waiter is refused.
+    let w = h.session("w", 15).await;
+    assert_eq!(
+        h.acquire("tight/q", json!({"session_id": s})).await.body["acquired"],
+        true
+    );
+    let hh = h.clone();
+    let ww = w.clone();
+    let waiting = tokio::spawn(async move {
+        hh.acquire("tight/q", json!({"session_id": ww, "wait_ms": 60_000}))
+            .await
+    });
+    until_waiters(&h, "tight/q", 1).await;
+
+    let acq = |name: &str| format!("/v1/locks/{}:acquire", enc(name));
+    let long_name = "n".repeat(513);
+    let cases: Vec<(&str, String, serde_json::Value, u16, &str)> = vec![
+        (
+            "empty name",
+            "/v1/locks/:acquire".into(),
+            json!({"session_id": s}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "name over 512 bytes",
+            acq(&long_name),
+            json!({"session_id": s}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "name with a control character",
+            acq("bad\u{1}name"),
+            json!({"session_id": s}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "owner over 256 bytes",
+            acq("n"),
+            json!({"session_id": s, "owner": "o".repeat(257)}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "wait_ms over 300000",
+            acq("n"),
+            json!({"session_id": s, "wait_ms": 300_001}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "negative wait_ms",
+            acq("n"),
+            json!({"session_id": s, "wait_ms": -1}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "semaphore without limit",
+            acq("n"),
+            json!({"session_id": s, "mode": "semaphore"}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "unknown mode",
+            acq("n"),
+            json!({"session_id": s, "mode": "rw"}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "malformed session id",
+            acq("n"),
+            json!({"session_id": "nope"}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "unknown field",
+            acq("n"),
+            json!({"session_id": s, "ttl": 5}),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "unknown session",
+            acq("n"),
+            json!({"session_id": "s_00000000000000aa"}),
+            404,
+            "session_not_found",
+        ),
+        (
+            "TTL below the namespace bound",
+            "/v1/sessions".into(),
+            json!({"ttl_s": 4}),
+            400,
+            "ttl_out_of_range",
+        ),
+        (
+            "TTL above the namespace bound",
+            "/v1/sessions".into(),
+            json!({"ttl_s": 61}),
+            400,
+            "ttl_out_of_range",
+        ),
+        (
+            "release by a non-holder",
+            format!("/v1/locks/held:release"),
+            json!({"session_id": other, "token": t}),
+            409,
+            "not_holder",
+        ),
+        (
+            "release with a stale token",
+            format!("/v1/locks/held:release"),
+            json!({"session_id": s, "token": t - 1}),
+            409,
+            "stale_token",
+        ),
+        (
+            "queue full",
+            acq("tight/q"),
+            json!({"session_id": other, "wait_ms": 1_000}),
+            429,
+            "queue_full",
+        ),
+        (
+            "unknown verb",
+            "/v1/locks/held:steal".into(),
+            json!({}),
+            404,
+            "not_found",
+        ),
+    ];
+    for (what, path, body, status, code) in cases {
+        let before: Vec<u64> = c.hashes(0);
+        let r = h.post(&path, body).await;
+        assert_eq!(
+            (r.status, r.body["error"]["code"].as_str().unwrap_or("")),
+            (status, code),
+            "{what}: {}",
+            r.body
+        );
+        assert!(
+            !r.body["error"]["message"].as_str().unwrap().is_empty(),
+            "{what}: a message"
+        );
+        if status == 429 {
+            assert!(r.retry_after.is_some(), "{what}: Retry-After");
+        }
+        assert_eq!(before, c.hashes(0), "{what} changed the state");
+    }
+    // A body over 64 KiB.
+    let before = c.hashes(0);
+    let big = format!(
+        "{{\"session_id\":\"{s}\",\"owner\":\"{}\"}}",
+        "x".repeat(70_000)
+    );
+    let r = h.post_raw(&acq("n"), big.into_bytes()).await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str().unwrap()),
+        (413, "body_too_large")
+    );
+    assert_eq!(before, c.hashes(0));
+    // The messages name the field and the limit.
+    let r = h
+        .post(&acq("n"), json!({"session_id": s, "wait_ms": 300_001}))
+        .await;
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("wait_ms 300001 is outside 0..=300000"));
+    let r = h
+        .post(
+            &acq("n"),
+            json!({"session_id": s, "owner": "o".repeat(257)}),
+        )
+        .await;
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("owner is too long"));
+    waiting.abort();
+    c.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_guard_namespaces_and_budgets_throttle() {
+    let (mut c, h) = single().await;
+    let s = h.session("s", 15).await;
+    let r = h.acquire("secure/a", json!({"session_id": s})).await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str().unwrap()),
+        (401, "unauthenticated")
+    );
+    let r = h
+        .with_token(OTHER_TOKEN)
+        .acquire("secure/a", json!({"session_id": s}))
+        .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str().unwrap()),
+        (403, "permission_denied")
+    );
+    let r = h
+        .with_token("not-a-token-at-all")
+        .acquire("secure/a", json!({"session_id": s}))
+        .await;
+    assert_eq!(r.status, 401);
+    assert_eq!(h.inspect_status("secure/a").await, 401);
+    let r = h
+        .with_token(SECURE_TOKEN)
+        .acquire("secure/a", json!({"session_id": s}))
+        .await;
+    assert_eq!((r.status, r.body["acquired"].clone()), (200, json!(true)));
+    // limited/: 3 ops/s with a burst of 3.
+    let mut statuses = Vec::new();
+    let mut retry = None;
+    for i in 0..6 {
+        let r = h
+            .acquire(&format!("limited/{i}"), json!({"session_id": s}))
+            .await;
+        statuses.push(r.status);
+        if r.status == 429 {
+            assert_eq!(r.body["error"]["code"], "rate_limited");
+            retry = r.retry_after;
+        }
+    }
+    assert!(
+        statuses.iter().filter(|s| **s == 200).count() >= 3,
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert!(retry.is_some(), "429 carries Retry-After");
+    c.stop_all().await;
+}
