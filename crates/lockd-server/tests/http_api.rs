@@ -432,14 +432,14 @@ async fn every_bad_input_gets_its_error_and_changes_nothing() {
         ),
         (
             "release by a non-holder",
-            format!("/v1/locks/held:release"),
+            "/v1/locks/held:release".to_string(),
             json!({"session_id": other, "token": t}),
             409,
             "not_holder",
         ),
         (
             "release with a stale token",
-            format!("/v1/locks/held:release"),
+            "/v1/locks/held:release".to_string(),
             json!({"session_id": s, "token": t - 1}),
             409,
             "stale_token",
