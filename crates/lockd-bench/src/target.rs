@@ -1,0 +1,95 @@
+//! The one interface every measured system implements, and the list of systems.
+//!
+//! Why a trait with a per-client type: every workload (lock cycles, the seed's mix) is written
+//! once against `LockTarget`, so lockd, etcd and Redis run the very same request sequence and
+//! only the wire protocol differs. A `Client` is what one worker process would hold: its
+//! connection and its session (an etcd lease, a lockd session; Redis has none and puts the TTL
+//! on each lock instead).
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Result;
+
+/// What a successful acquire returns and a release must present: opaque per system
+/// (Redis: the random value; etcd Txn: the owner value; etcd Lock: the lock key; lockd: the
+/// fencing token).
+pub type Token = String;
+
+/// A lock service under test. Every method is one request on the wire (one round trip), so an
+/// "op" means the same thing for every system.
+pub trait LockTarget: Send + Sync + 'static {
+    /// One benchmark client, owned by one worker task.
+    type Client: Send + 'static;
+
+    /// Opens client `id`: its connection and a session of `ttl` (not measured).
+    fn prepare(
+        &self,
+        id: usize,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Self::Client>> + Send;
+
+    /// Try-lock `name` for `owner` (unique per attempt). `Ok(None)`: someone else holds it.
+    fn acquire(
+        &self,
+        c: &mut Self::Client,
+        name: &str,
+        owner: &str,
+    ) -> impl Future<Output = Result<Option<Token>>> + Send;
+
+    /// Releases `name` if `token` still holds it. `Ok(false)`: not the holder.
+    fn release(
+        &self,
+        c: &mut Self::Client,
+        name: &str,
+        token: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Extends the client's session. Systems whose locks carry their own TTL (Redis) extend
+    /// `held`, the lock the client holds now, if any.
+    fn keepalive(
+        &self,
+        c: &mut Self::Client,
+        held: Option<(&str, &str)>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Reads who holds `name` (a status read), `None` if free.
+    fn read(
+        &self,
+        c: &mut Self::Client,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>>> + Send;
+
+    /// Ends the client's session (not measured), so that leftovers never expire during a
+    /// later measurement.
+    fn finish(&self, c: Self::Client) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The systems `compare` knows. Each names one server setup plus one lock protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SystemKind {
+    /// lockd, 3 replicas, fsync on. NOT IMPLEMENTED YET: plugs in here once lockd's HTTP API
+    /// (docs: GUIDE §4) serves; see `run_system` in main.rs.
+    Lockd,
+    /// etcd 3.4, 3 members, fsync on; lock = Txn on create_revision with a lease.
+    Etcd,
+    /// The same cluster setup; lock = etcd's own v3lock Lock/Unlock RPC.
+    EtcdLock,
+    /// Redis with `appendonly yes`, `appendfsync always`; SET NX PX + Lua compare-and-delete.
+    RedisAof,
+    /// Redis in memory only (no AOF, no RDB); same protocol.
+    RedisMem,
+}
+
+impl SystemKind {
+    /// The name printed in the table, as given on the command line.
+    pub fn label(self) -> &'static str {
+        match self {
+            SystemKind::Lockd => "lockd",
+            SystemKind::Etcd => "etcd",
+            SystemKind::EtcdLock => "etcd-lock",
+            SystemKind::RedisAof => "redis-aof",
+            SystemKind::RedisMem => "redis-mem",
+        }
+    }
+}
