@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod error;
+pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod service;
@@ -24,7 +25,7 @@ use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
 use crate::service::Service;
-use crate::waits::Waits;
+use crate::waits::{SessionEvent, Waits};
 
 /// Everything a node needs to start.
 pub struct ServerConfig {
@@ -66,20 +67,25 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let http_addr = cfg.http.local_addr()?;
     let grpc_addr = cfg.grpc.local_addr()?;
     let lock_groups = cfg.node.lock_groups;
+    let election_timeout_max_ms = cfg.node.election_timeout_ms.1;
     let (waits, mut orphans) = Waits::new();
     let node = Node::start(cfg.node, waits.clone()).await?;
     let metrics = Arc::new(Metrics::new());
-    let service = Arc::new(Service::new(node.clone(), waits, metrics, lock_groups));
+    let mut service = Service::new(node.clone(), waits, metrics, lock_groups);
+    service.election_timeout_max_ms = election_timeout_max_ms;
+    let service = Arc::new(service);
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 
     // gRPC: peer traffic (raft, forwarded proposals) on the node's one gRPC port.
     let peer = node.peer_service();
+    let api = lockd_proto::v1::lock_server::LockServer::new(grpc::GrpcApi::new(service.clone()));
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(cfg.grpc);
     let rx = stop_rx.clone();
     tasks.spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(peer)
+            .add_service(api)
             .serve_with_incoming_shutdown(incoming, stopped(rx))
             .await;
         if let Err(e) = served {
@@ -139,7 +145,13 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             loop {
                 tick.tick().await;
-                svc.metrics.observe_leaders(&svc.node);
+                for group in svc.metrics.observe_leaders(&svc.node) {
+                    let extended_by_ms = svc.election_timeout_max_ms;
+                    svc.waits.broadcast(SessionEvent::LeaseExtended {
+                        group,
+                        extended_by_ms,
+                    });
+                }
             }
         };
         tokio::select! { _ = work => {}, _ = stopped(rx) => {} }

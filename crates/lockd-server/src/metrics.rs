@@ -178,8 +178,10 @@ impl Metrics {
             .inc();
     }
 
-    /// Watches leaders so changes are counted even between scrapes.
-    pub fn observe_leaders(&self, node: &Node) {
+    /// Watches leaders so changes are counted even between scrapes; returns the groups whose
+    /// leader changed since the last call.
+    pub fn observe_leaders(&self, node: &Node) -> Vec<u32> {
+        let mut changed = Vec::new();
         let mut last = self.last_leaders.lock().expect("leaders lock");
         for id in node.group_ids() {
             let Some(g) = node.group(id) else { continue };
@@ -192,11 +194,13 @@ impl Metrics {
                 self.leader_changes
                     .get_or_create(&GroupLabel { group: id })
                     .inc();
+                changed.push(id);
             }
             if leader.is_some() {
                 last[i] = leader;
             }
         }
+        changed
     }
 
     /// The text exposition, with gauges refreshed from the local replicas.

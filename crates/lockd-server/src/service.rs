@@ -60,6 +60,17 @@ pub enum AcquireOutcome {
     },
 }
 
+/// The immediate answer to an acquire.
+pub enum AcquireStart {
+    Done(AcquireOutcome),
+    /// Queued in `group` as `waiter`, at `position`.
+    Queued {
+        group: Arc<Group>,
+        waiter: lockd_core::WaiterId,
+        position: u32,
+    },
+}
+
 /// A node-local token bucket: `rate` tokens per second, burst of one second's worth.
 struct Bucket {
     rate: f64,
@@ -89,6 +100,8 @@ pub struct Service {
     pub metrics: Arc<Metrics>,
     lock_groups: u32,
     buckets: Mutex<HashMap<String, Bucket>>,
+    /// The grace a new leader adds to every lease (reported to session streams).
+    pub election_timeout_max_ms: u64,
 }
 
 impl Service {
@@ -104,6 +117,7 @@ impl Service {
             metrics,
             lock_groups,
             buckets: Mutex::default(),
+            election_timeout_max_ms: 0,
         }
     }
 
@@ -330,11 +344,13 @@ impl Service {
         }
     }
 
-    pub async fn acquire(
+    /// Proposes an acquire and returns at once: granted, busy, or queued (then the outcome comes
+    /// from applied effects: a parked wait, or a session stream's push).
+    pub async fn acquire_start(
         &self,
         req: AcquireRequest,
         creds: &Credentials,
-    ) -> Result<AcquireOutcome, ApiError> {
+    ) -> Result<AcquireStart, ApiError> {
         if req.wait_ms > limits::MAX_WAIT_MS {
             return Err(lockd_core::Rejection::WaitTooLong {
                 wait_ms: req.wait_ms,
@@ -345,7 +361,7 @@ impl Service {
         let group = self.admit_name(&req.name, creds)?;
         let op = Op::Acquire {
             session: req.session,
-            name: req.name.clone(),
+            name: req.name,
             owner: req.owner,
             mode: req.mode,
             wait_ms: req.wait_ms,
@@ -356,35 +372,56 @@ impl Service {
                 token,
                 lease_ttl_ms,
                 reentry,
-            } => Ok(AcquireOutcome::Acquired {
+            } => Ok(AcquireStart::Done(AcquireOutcome::Acquired {
                 token,
                 lease_ttl_ms,
                 reentry,
-            }),
+            })),
             Reply::Busy {
                 holder,
                 queue_len,
                 reason,
-            } => Ok(AcquireOutcome::NotAcquired {
+            } => Ok(AcquireStart::Done(AcquireOutcome::NotAcquired {
                 holder: holder.map(|h| h.owner),
                 queue_position: queue_len + 1,
                 lock_delay_until_ms: match reason {
                     BusyReason::LockDelay { until_ms } => Some(until_ms),
                     BusyReason::Held => None,
                 },
-            }),
+            })),
             Reply::Queued {
                 waiter, position, ..
-            } => {
-                let parked = self.waits.park(group.id(), waiter);
-                self.wait_for(&group, parked, &req.name, position, req.wait_ms)
-                    .await
-            }
+            } => Ok(AcquireStart::Queued {
+                group,
+                waiter,
+                position,
+            }),
             other => Err(ApiError::new(
                 503,
                 "unavailable",
                 format!("unexpected reply {other:?}"),
             )),
+        }
+    }
+
+    /// Acquires, waiting (long poll) for the committed outcome if the acquire queued.
+    pub async fn acquire(
+        &self,
+        req: AcquireRequest,
+        creds: &Credentials,
+    ) -> Result<AcquireOutcome, ApiError> {
+        let (name, wait_ms) = (req.name.clone(), req.wait_ms);
+        match self.acquire_start(req, creds).await? {
+            AcquireStart::Done(outcome) => Ok(outcome),
+            AcquireStart::Queued {
+                group,
+                waiter,
+                position,
+            } => {
+                let parked = self.waits.park(group.id(), waiter);
+                self.wait_for(&group, parked, &name, position, wait_ms)
+                    .await
+            }
         }
     }
 

@@ -58,6 +58,8 @@ pub enum SessionEvent {
         group: GroupId,
         reason: SessionEndReason,
     },
+    /// A group changed leader; the new leader restarted every lease at TTL + election timeout.
+    LeaseExtended { group: GroupId, extended_by_ms: u64 },
 }
 
 type Key = (GroupId, WaiterId);
@@ -71,7 +73,8 @@ struct Inner {
     early: HashMap<Key, WaitOutcome>,
     early_order: VecDeque<Key>,
     abandoned: HashSet<Key>,
-    streams: HashMap<SessionId, mpsc::UnboundedSender<SessionEvent>>,
+    streams: HashMap<SessionId, (u64, mpsc::UnboundedSender<SessionEvent>)>,
+    next_stream: u64,
 }
 
 /// Counters of what the local replica applied, for metrics.
@@ -157,21 +160,34 @@ impl Waits {
         }
     }
 
-    /// Routes every event of `session` to `tx` (a gRPC session stream) until replaced/removed.
-    pub fn attach_stream(&self, session: SessionId, tx: mpsc::UnboundedSender<SessionEvent>) {
-        self.inner
-            .lock()
-            .expect("waits lock")
-            .streams
-            .insert(session, tx);
+    /// Routes every event of `session` to `tx` (a gRPC session stream) until another stream
+    /// attaches the session or this one detaches. Returns the attachment's id.
+    pub fn attach_stream(
+        &self,
+        session: SessionId,
+        tx: mpsc::UnboundedSender<SessionEvent>,
+    ) -> u64 {
+        let mut inner = self.inner.lock().expect("waits lock");
+        inner.next_stream += 1;
+        let id = inner.next_stream;
+        inner.streams.insert(session, (id, tx));
+        id
     }
 
-    pub fn detach_stream(&self, session: SessionId) {
-        self.inner
-            .lock()
-            .expect("waits lock")
-            .streams
-            .remove(&session);
+    /// Detaches attachment `id` (a newer attachment of the same session stays).
+    pub fn detach_stream(&self, session: SessionId, id: u64) {
+        let mut inner = self.inner.lock().expect("waits lock");
+        if inner.streams.get(&session).is_some_and(|(i, _)| *i == id) {
+            inner.streams.remove(&session);
+        }
+    }
+
+    /// Tells every attached stream something (e.g. a leader change extended their leases).
+    pub fn broadcast(&self, event: SessionEvent) {
+        let inner = self.inner.lock().expect("waits lock");
+        for (_, tx) in inner.streams.values() {
+            let _ = tx.send(event.clone());
+        }
     }
 
     fn finish(&self, inner: &mut Inner, key: Key, outcome: WaitOutcome, orphan: Option<Orphan>) {
@@ -225,7 +241,7 @@ impl EffectSink for Waits {
                         token: *token,
                         lease_ttl_ms: *lease_ttl_ms,
                     };
-                    let streamed = inner.streams.get(session).is_some_and(|tx| {
+                    let streamed = inner.streams.get(session).is_some_and(|(_, tx)| {
                         tx.send(SessionEvent::Granted {
                             group,
                             waiter: *waiter,
@@ -249,7 +265,7 @@ impl EffectSink for Waits {
                     if *reason == WaitEndReason::TimedOut {
                         self.counters.waits_timed_out.fetch_add(1, Relaxed);
                     }
-                    if let Some(tx) = inner.streams.get(session) {
+                    if let Some((_, tx)) = inner.streams.get(session) {
                         let _ = tx.send(SessionEvent::WaitEnded {
                             group,
                             waiter: *waiter,
@@ -271,7 +287,7 @@ impl EffectSink for Waits {
                         SessionEndReason::Closed => &self.counters.sessions_closed,
                     };
                     counter.fetch_add(1, Relaxed);
-                    if let Some(tx) = inner.streams.get(session) {
+                    if let Some((_, tx)) = inner.streams.get(session) {
                         let _ = tx.send(SessionEvent::Ended {
                             group,
                             reason: *reason,

@@ -1,0 +1,523 @@
+//! The gRPC client API (proto/lockd/v1/lockd.proto): unary calls mirroring HTTP, and the
+//! `Session` stream that carries a client process's keepalives, acquires and releases up, and
+//! replies, pushed grants and notices down.
+//!
+//! Both transports call the same [`Service`]; this file only converts messages and errors.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::Stream;
+use lockd_core::{LockInfo, LockMode, SessionEndReason, SessionId, WaitEndReason};
+use lockd_proto::v1 as pb;
+use lockd_proto::v1::lock_server::Lock;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::ApiError;
+use crate::service::{AcquireOutcome, AcquireRequest, AcquireStart, Credentials, Service};
+use crate::waits::SessionEvent;
+
+pub struct GrpcApi {
+    svc: Arc<Service>,
+}
+
+impl GrpcApi {
+    pub fn new(svc: Arc<Service>) -> GrpcApi {
+        GrpcApi { svc }
+    }
+
+    /// Records the metric and converts the error.
+    fn finish<T>(
+        &self,
+        op: &'static str,
+        start: Instant,
+        r: Result<T, ApiError>,
+    ) -> Result<Response<T>, Status> {
+        match r {
+            Ok(v) => {
+                self.svc.metrics.record(op, "ok", start.elapsed());
+                Ok(Response::new(v))
+            }
+            Err(e) => {
+                self.svc.metrics.record(op, e.code, start.elapsed());
+                Err(status(e))
+            }
+        }
+    }
+}
+
+/// The gRPC status for an API error; the stable code and retry hint ride in metadata.
+pub fn status(e: ApiError) -> Status {
+    use tonic::Code;
+    let code = match e.status {
+        400 => Code::InvalidArgument,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::NotFound,
+        409 => Code::FailedPrecondition,
+        413 | 429 => Code::ResourceExhausted,
+        503 => Code::Unavailable,
+        _ => Code::Internal,
+    };
+    let mut s = Status::new(code, e.message);
+    if let Ok(v) = e.code.parse() {
+        s.metadata_mut().insert("lockd-error-code", v);
+    }
+    if let Some(ms) = e.retry_after_ms {
+        if let Ok(v) = ms.to_string().parse() {
+            s.metadata_mut().insert("lockd-retry-after-ms", v);
+        }
+    }
+    s
+}
+
+fn session_id(field: &str, v: &str) -> Result<SessionId, ApiError> {
+    SessionId::parse(v)
+        .ok_or_else(|| ApiError::bad_request(format!("{field} '{v}' is not a session id")))
+}
+
+fn creds(token: &str, meta: &tonic::metadata::MetadataMap) -> Credentials {
+    let bearer = if token.is_empty() {
+        meta.get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_string)
+    } else {
+        Some(token.to_string())
+    };
+    Credentials { bearer }
+}
+
+fn mode_of(mode: i32, limit: u32) -> Result<LockMode, ApiError> {
+    match pb::Mode::try_from(mode) {
+        Ok(pb::Mode::Unspecified | pb::Mode::Exclusive) if limit == 0 => Ok(LockMode::Exclusive),
+        Ok(pb::Mode::Shared) if limit == 0 => Ok(LockMode::Shared),
+        Ok(pb::Mode::Semaphore) => Ok(LockMode::Semaphore { limit }),
+        Ok(_) => Err(ApiError::bad_request("limit is only for MODE_SEMAPHORE")),
+        Err(_) => Err(ApiError::bad_request(format!(
+            "mode {mode} is not a known Mode"
+        ))),
+    }
+}
+
+fn pb_mode(m: LockMode) -> i32 {
+    match m {
+        LockMode::Exclusive => pb::Mode::Exclusive as i32,
+        LockMode::Shared => pb::Mode::Shared as i32,
+        LockMode::Semaphore { .. } => pb::Mode::Semaphore as i32,
+    }
+}
+
+fn acquire_request(r: &pb::AcquireRequest, session: SessionId) -> Result<AcquireRequest, ApiError> {
+    Ok(AcquireRequest {
+        session,
+        name: r.name.clone(),
+        owner: r.owner.clone(),
+        mode: mode_of(r.mode, r.limit)?,
+        wait_ms: r.wait_ms,
+        reentrant: r.reentrant,
+    })
+}
+
+fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
+    match o {
+        AcquireOutcome::Acquired {
+            token,
+            lease_ttl_ms,
+            reentry,
+        } => pb::AcquireResponse {
+            acquired: true,
+            fencing_token: token,
+            lease_ttl_ms,
+            reentry,
+            ..Default::default()
+        },
+        AcquireOutcome::NotAcquired {
+            holder,
+            queue_position,
+            lock_delay_until_ms,
+        } => pb::AcquireResponse {
+            acquired: false,
+            holder: holder.unwrap_or_default(),
+            queue_position,
+            lock_delay_until_ms: lock_delay_until_ms.unwrap_or(0),
+            ..Default::default()
+        },
+    }
+}
+
+fn lock_state(name: &str, info: Option<LockInfo>) -> pb::LockState {
+    let Some(i) = info else {
+        return pb::LockState {
+            name: name.to_string(),
+            ..Default::default()
+        };
+    };
+    pb::LockState {
+        name: i.name,
+        namespace: i.namespace,
+        holders: i
+            .holders
+            .into_iter()
+            .map(|h| pb::Holder {
+                session_id: h.session.to_string(),
+                owner: h.owner,
+                fencing_token: h.token,
+                mode: pb_mode(h.mode),
+                held_for_ms: h.held_for_ms,
+                reentry: h.reentry,
+            })
+            .collect(),
+        waiters: i
+            .waiters
+            .into_iter()
+            .map(|w| pb::Waiter {
+                session_id: w.session.to_string(),
+                owner: w.owner,
+                mode: pb_mode(w.mode),
+                position: w.position,
+                waited_ms: w.waited_ms,
+            })
+            .collect(),
+        lock_delay_until_ms: i.lock_delay_until_ms.unwrap_or(0),
+    }
+}
+
+fn error_event(e: ApiError) -> pb::session_event::Kind {
+    pb::session_event::Kind::Error(pb::Error {
+        status: e.status as u32,
+        code: e.code.to_string(),
+        message: e.message,
+        retry_after_ms: e.retry_after_ms.unwrap_or(0),
+    })
+}
+
+/// A pushed event for a session stream.
+fn push(ev: SessionEvent) -> pb::session_event::Kind {
+    use pb::session_event::Kind;
+    match ev {
+        SessionEvent::Granted {
+            group,
+            waiter,
+            name,
+            token,
+            lease_ttl_ms,
+        } => Kind::Granted(pb::Granted {
+            group,
+            waiter,
+            name: name.to_string(),
+            fencing_token: token,
+            lease_ttl_ms,
+        }),
+        SessionEvent::WaitEnded {
+            group,
+            waiter,
+            name,
+            reason,
+        } => Kind::WaitEnded(pb::WaitEnded {
+            group,
+            waiter,
+            name: name.to_string(),
+            reason: match reason {
+                WaitEndReason::TimedOut => "timed_out",
+                WaitEndReason::SessionEnded => "session_ended",
+            }
+            .into(),
+        }),
+        SessionEvent::Ended { group, reason } => Kind::SessionEnded(pb::SessionEnded {
+            group,
+            reason: match reason {
+                SessionEndReason::Expired => "expired",
+                SessionEndReason::Closed => "closed",
+            }
+            .into(),
+        }),
+        SessionEvent::LeaseExtended {
+            group,
+            extended_by_ms,
+        } => Kind::LeaseExtended(pb::LeaseExtended {
+            group,
+            extended_by_ms,
+        }),
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Lock for GrpcApi {
+    async fn open_session(
+        &self,
+        req: Request<pb::OpenSessionRequest>,
+    ) -> Result<Response<pb::OpenSessionResponse>, Status> {
+        let start = Instant::now();
+        let c = creds(&req.get_ref().token, req.metadata());
+        let r = req.into_inner();
+        let out = self
+            .svc
+            .open_session(&r.client, r.ttl_ms, &r.namespace, &c)
+            .await
+            .map(|o| pb::OpenSessionResponse {
+                session_id: o.session.to_string(),
+                ttl_ms: o.ttl_ms,
+                keepalive_every_ms: o.ttl_ms / 3,
+            });
+        self.finish("open_session", start, out)
+    }
+
+    async fn keep_alive(
+        &self,
+        req: Request<pb::KeepAliveRequest>,
+    ) -> Result<Response<pb::KeepAliveResponse>, Status> {
+        let start = Instant::now();
+        let out = async {
+            let s = session_id("session_id", &req.get_ref().session_id)?;
+            Ok(pb::KeepAliveResponse {
+                ttl_ms: self.svc.keepalive(s).await?,
+            })
+        }
+        .await;
+        self.finish("keepalive", start, out)
+    }
+
+    async fn close_session(
+        &self,
+        req: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        let start = Instant::now();
+        let out = async {
+            let s = session_id("session_id", &req.get_ref().session_id)?;
+            Ok(pb::CloseSessionResponse {
+                released: self.svc.close_session(s).await?,
+            })
+        }
+        .await;
+        self.finish("close_session", start, out)
+    }
+
+    async fn acquire(
+        &self,
+        req: Request<pb::AcquireRequest>,
+    ) -> Result<Response<pb::AcquireResponse>, Status> {
+        let start = Instant::now();
+        let c = creds(&req.get_ref().token, req.metadata());
+        let out = async {
+            let r = req.get_ref();
+            let a = acquire_request(r, session_id("session_id", &r.session_id)?)?;
+            Ok(acquire_response(self.svc.acquire(a, &c).await?))
+        }
+        .await;
+        self.finish("acquire", start, out)
+    }
+
+    async fn release(
+        &self,
+        req: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let start = Instant::now();
+        let c = creds(&req.get_ref().token, req.metadata());
+        let out = async {
+            let r = req.get_ref();
+            let s = session_id("session_id", &r.session_id)?;
+            Ok(pb::ReleaseResponse {
+                remaining: self.svc.release(s, &r.name, r.fencing_token, &c).await?,
+            })
+        }
+        .await;
+        self.finish("release", start, out)
+    }
+
+    async fn extend(
+        &self,
+        req: Request<pb::ExtendRequest>,
+    ) -> Result<Response<pb::ExtendResponse>, Status> {
+        let start = Instant::now();
+        let c = creds(&req.get_ref().token, req.metadata());
+        let out = async {
+            let r = req.get_ref();
+            let s = session_id("session_id", &r.session_id)?;
+            Ok(pb::ExtendResponse {
+                lease_ttl_ms: self.svc.extend(s, &r.name, r.fencing_token, &c).await?,
+            })
+        }
+        .await;
+        self.finish("extend", start, out)
+    }
+
+    async fn inspect(
+        &self,
+        req: Request<pb::InspectRequest>,
+    ) -> Result<Response<pb::LockState>, Status> {
+        let start = Instant::now();
+        let c = creds(&req.get_ref().token, req.metadata());
+        let name = req.get_ref().name.clone();
+        let out = self
+            .svc
+            .inspect(&name, &c)
+            .await
+            .map(|i| lock_state(&name, i));
+        self.finish("inspect", start, out)
+    }
+
+    async fn status(
+        &self,
+        _req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let node = &self.svc.node;
+        let groups = node
+            .group_ids()
+            .into_iter()
+            .filter_map(|g| node.group(g))
+            .map(|g| {
+                let s = g.status();
+                pb::GroupStatus {
+                    id: g.id(),
+                    leader: s.leader.unwrap_or(0),
+                    term: s.term,
+                    members: s.members,
+                    applied_index: s.applied_index,
+                    revision: s.revision,
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::StatusResponse {
+            node_id: node.node_id(),
+            pid: std::process::id(),
+            groups,
+        }))
+    }
+
+    async fn report_lease_expired(
+        &self,
+        req: Request<pb::ReportLeaseExpiredRequest>,
+    ) -> Result<Response<pb::ReportLeaseExpiredResponse>, Status> {
+        let name = &req.get_ref().name;
+        lockd_core::limits::check_name(name).map_err(|e| status(e.into()))?;
+        self.svc.report_lease_expired(name);
+        Ok(Response::new(pb::ReportLeaseExpiredResponse {}))
+    }
+
+    type SessionStream = EventStream;
+
+    async fn session(
+        &self,
+        req: Request<Streaming<pb::SessionRequest>>,
+    ) -> Result<Response<EventStream>, Status> {
+        let meta_creds = creds("", req.metadata());
+        let mut inbound = req.into_inner();
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<Result<pb::SessionEvent, Status>>();
+        let svc = self.svc.clone();
+        tokio::spawn(async move {
+            let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<SessionEvent>();
+            let mut attached: Option<(SessionId, u64)> = None;
+            let send =
+                |tx: &mpsc::UnboundedSender<Result<pb::SessionEvent, Status>>, request_id, kind| {
+                    let _ = tx.send(Ok(pb::SessionEvent {
+                        request_id,
+                        kind: Some(kind),
+                    }));
+                };
+            loop {
+                tokio::select! {
+                    msg = inbound.message() => {
+                        let Ok(Some(msg)) = msg else { break };
+                        let id = msg.request_id;
+                        use pb::session_request::Kind;
+                        use pb::session_event::Kind as Ev;
+                        match msg.kind {
+                            Some(Kind::Open(o)) if attached.is_none() => {
+                                let c = if o.token.is_empty() { meta_creds.clone() } else { Credentials { bearer: Some(o.token.clone()) } };
+                                match svc.open_session(&o.client, o.ttl_ms, &o.namespace, &c).await {
+                                    Ok(s) => {
+                                        attached = Some((s.session, svc.waits.attach_stream(s.session, ev_tx.clone())));
+                                        send(&out_tx, id, Ev::Opened(pb::OpenSessionResponse {
+                                            session_id: s.session.to_string(), ttl_ms: s.ttl_ms, keepalive_every_ms: s.ttl_ms / 3,
+                                        }));
+                                    }
+                                    Err(e) => send(&out_tx, id, error_event(e)),
+                                }
+                            }
+                            Some(Kind::Attach(s)) if attached.is_none() => {
+                                let r = async {
+                                    let s = session_id("attach", &s)?;
+                                    let ttl_ms = svc.keepalive(s).await?;
+                                    Ok::<_, ApiError>((s, ttl_ms))
+                                }.await;
+                                match r {
+                                    Ok((s, ttl_ms)) => {
+                                        attached = Some((s, svc.waits.attach_stream(s, ev_tx.clone())));
+                                        send(&out_tx, id, Ev::Keepalive(pb::KeepAliveResponse { ttl_ms }));
+                                    }
+                                    Err(e) => send(&out_tx, id, error_event(e)),
+                                }
+                            }
+                            Some(Kind::Open(_)) | Some(Kind::Attach(_)) => {
+                                send(&out_tx, id, error_event(ApiError::bad_request("the stream already carries a session")));
+                            }
+                            None => send(&out_tx, id, error_event(ApiError::bad_request("empty request"))),
+                            Some(kind) => {
+                                let Some((session, _)) = attached else {
+                                    send(&out_tx, id, error_event(ApiError::bad_request("send open or attach first")));
+                                    continue;
+                                };
+                                // Requests run concurrently: replies carry their request_id.
+                                let svc = svc.clone();
+                                let out_tx = out_tx.clone();
+                                let meta_creds = meta_creds.clone();
+                                let closing = matches!(kind, Kind::Close(_));
+                                let task = tokio::spawn(async move {
+                                    let start = Instant::now();
+                                    let (op, r) = match kind {
+                                        Kind::Keepalive(_) => ("keepalive", svc.keepalive(session).await.map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms }))),
+                                        Kind::Acquire(a) => {
+                                            let c = if a.token.is_empty() { meta_creds } else { Credentials { bearer: Some(a.token.clone()) } };
+                                            let r = async {
+                                                let req = acquire_request(&a, session)?;
+                                                Ok(match svc.acquire_start(req, &c).await? {
+                                                    AcquireStart::Done(o) => Ev::Acquired(acquire_response(o)),
+                                                    AcquireStart::Queued { group, waiter, position } => Ev::Queued(pb::Queued { group: group.id(), waiter, name: a.name.clone(), position }),
+                                                })
+                                            }.await;
+                                            ("acquire", r)
+                                        }
+                                        Kind::Release(r) => {
+                                            let c = if r.token.is_empty() { meta_creds } else { Credentials { bearer: Some(r.token.clone()) } };
+                                            ("release", svc.release(session, &r.name, r.fencing_token, &c).await.map(|remaining| Ev::Released(pb::ReleaseResponse { remaining })))
+                                        }
+                                        Kind::Close(_) => ("close_session", svc.close_session(session).await.map(|released| Ev::Closed(pb::CloseSessionResponse { released }))),
+                                        Kind::Open(_) | Kind::Attach(_) => unreachable!("handled above"),
+                                    };
+                                    let ev = match r {
+                                        Ok(ev) => { svc.metrics.record(op, "ok", start.elapsed()); ev }
+                                        Err(e) => { svc.metrics.record(op, e.code, start.elapsed()); error_event(e) }
+                                    };
+                                    let _ = out_tx.send(Ok(pb::SessionEvent { request_id: id, kind: Some(ev) }));
+                                });
+                                if closing {
+                                    let _ = task.await;
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    ev = ev_rx.recv() => {
+                        let Some(ev) = ev else { break };
+                        let expired = matches!(ev, SessionEvent::Ended { reason: SessionEndReason::Expired, .. });
+                        send(&out_tx, 0, push(ev));
+                        if expired {
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some((session, attachment)) = attached {
+                svc.waits.detach_stream(session, attachment);
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(out_rx),
+        )))
+    }
+}
