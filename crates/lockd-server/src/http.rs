@@ -24,6 +24,22 @@ use crate::service::{AcquireOutcome, AcquireRequest, Credentials, Service};
 /// Largest request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// Every endpoint, as docs/openapi.yaml names it. A test checks this list against the spec and
+/// that the router answers each one; add a route here and in the spec together.
+pub const ENDPOINTS: &[(&str, &str)] = &[
+    ("post", "/v1/sessions"),
+    ("post", "/v1/sessions/{id}:keepalive"),
+    ("get", "/v1/sessions/{id}"),
+    ("delete", "/v1/sessions/{id}"),
+    ("post", "/v1/locks/{name}:acquire"),
+    ("post", "/v1/locks/{name}:release"),
+    ("post", "/v1/locks/{name}:extend"),
+    ("get", "/v1/locks/{name}"),
+    ("post", "/v1/reports/lease-expired"),
+    ("get", "/v1/status"),
+    ("get", "/metrics"),
+];
+
 pub fn router(svc: Arc<Service>) -> Router {
     Router::new()
         .route("/v1/sessions", post(open_session))

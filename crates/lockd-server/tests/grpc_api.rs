@@ -1,0 +1,368 @@
+//! The gRPC API against a real node: unary flows, errors with codes, and the session stream's
+//! pushed wake-up.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockd_proto::v1 as pb;
+use lockd_proto::v1::lock_client::LockClient;
+use pb::session_event::Kind as Ev;
+use pb::session_request::Kind as Req;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+use tonic::Code;
+
+async fn client(c: &Cluster, i: usize) -> LockClient<Channel> {
+    LockClient::connect(format!("http://{}", c.node(i).grpc_addr))
+        .await
+        .unwrap()
+}
+
+async fn open(cl: &mut LockClient<Channel>, client: &str) -> String {
+    let r = cl
+        .open_session(pb::OpenSessionRequest {
+            client: client.into(),
+            ttl_ms: 15_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.ttl_ms, r.keepalive_every_ms), (15_000, 5_000));
+    r.session_id
+}
+
+fn acq(session: &str, name: &str, wait_ms: u64) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        session_id: session.into(),
+        name: name.into(),
+        owner: session.into(),
+        wait_ms,
+        ..Default::default()
+    }
+}
+
+fn code_of(s: &tonic::Status) -> (Code, String) {
+    let code = s
+        .metadata()
+        .get("lockd-error-code")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (s.code(), code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_flows_and_errors() {
+    let mut c = cluster(1, 2).await;
+    let mut cl = client(&c, 0).await;
+    let st = cl.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!((st.node_id, st.groups.len()), (1, 3));
+
+    let (a, b) = (open(&mut cl, "a").await, open(&mut cl, "b").await);
+    let r = cl
+        .acquire(acq(&a, "payouts/m-1", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.acquired);
+    assert_eq!(r.lease_ttl_ms, 15_000);
+    let t = r.fencing_token;
+    let busy = cl
+        .acquire(acq(&b, "payouts/m-1", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (busy.acquired, busy.holder.as_str(), busy.queue_position),
+        (false, a.as_str(), 1)
+    );
+
+    let state = cl
+        .inspect(pb::InspectRequest {
+            name: "payouts/m-1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state.holders.len(), 1);
+    assert_eq!(
+        (
+            state.holders[0].session_id.as_str(),
+            state.holders[0].fencing_token
+        ),
+        (a.as_str(), t)
+    );
+
+    // Shared + semaphore + re-entrancy.
+    let shared = |s: &str| pb::AcquireRequest {
+        mode: pb::Mode::Shared as i32,
+        ..acq(s, "idx", 0)
+    };
+    assert!(cl.acquire(shared(&a)).await.unwrap().into_inner().acquired);
+    assert!(cl.acquire(shared(&b)).await.unwrap().into_inner().acquired);
+    let sem = |s: &str| pb::AcquireRequest {
+        mode: pb::Mode::Semaphore as i32,
+        limit: 1,
+        ..acq(s, "one", 0)
+    };
+    assert!(cl.acquire(sem(&a)).await.unwrap().into_inner().acquired);
+    assert!(!cl.acquire(sem(&b)).await.unwrap().into_inner().acquired);
+    let re = pb::AcquireRequest {
+        reentrant: true,
+        ..acq(&a, "cfg", 0)
+    };
+    let r1 = cl.acquire(re.clone()).await.unwrap().into_inner();
+    let r2 = cl.acquire(re).await.unwrap().into_inner();
+    assert_eq!((r1.fencing_token, r2.reentry), (r2.fencing_token, 2));
+
+    // Errors carry the gRPC code and the stable lockd code.
+    let stale = cl
+        .release(pb::ReleaseRequest {
+            session_id: a.clone(),
+            name: "payouts/m-1".into(),
+            fencing_token: t - 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code_of(&stale),
+        (Code::FailedPrecondition, "stale_token".into())
+    );
+    let bad = cl.acquire(acq(&a, "", 0)).await.unwrap_err();
+    assert_eq!(
+        code_of(&bad),
+        (Code::InvalidArgument, "invalid_argument".into())
+    );
+    let gone = cl
+        .keep_alive(pb::KeepAliveRequest {
+            session_id: "s_00000000000000aa".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&gone), (Code::NotFound, "session_not_found".into()));
+    let auth = cl.acquire(acq(&a, "secure/x", 0)).await.unwrap_err();
+    assert_eq!(
+        code_of(&auth),
+        (Code::Unauthenticated, "unauthenticated".into())
+    );
+    let ok = cl
+        .acquire(pb::AcquireRequest {
+            token: SECURE_TOKEN.into(),
+            ..acq(&a, "secure/x", 0)
+        })
+        .await
+        .unwrap();
+    assert!(ok.into_inner().acquired);
+
+    // A unary waiting acquire returns when the holder releases.
+    let mut cl2 = cl.clone();
+    let bb = b.clone();
+    let wait = tokio::spawn(async move {
+        cl2.acquire(acq(&bb, "payouts/m-1", 20_000))
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = cl
+            .inspect(pb::InspectRequest {
+                name: "payouts/m-1".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if s.waiters.len() == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let rel = pb::ReleaseRequest {
+        session_id: a.clone(),
+        name: "payouts/m-1".into(),
+        fencing_token: t,
+        ..Default::default()
+    };
+    assert_eq!(cl.release(rel).await.unwrap().into_inner().remaining, 0);
+    let granted = wait.await.unwrap();
+    assert!(granted.acquired && granted.fencing_token > t);
+
+    let closed = cl
+        .close_session(pb::CloseSessionRequest {
+            session_id: a.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        closed.released, 4,
+        "m-1 was released; idx, one, cfg (one hold, re-entered), secure/x remain"
+    );
+    c.stop_all().await;
+}
+
+/// Sends requests up a session stream and reads events down it.
+struct Stream {
+    up: mpsc::UnboundedSender<pb::SessionRequest>,
+    down: tonic::Streaming<pb::SessionEvent>,
+    next: u64,
+}
+
+impl Stream {
+    async fn start(cl: &mut LockClient<Channel>) -> Stream {
+        let (up, rx) = mpsc::unbounded_channel();
+        let down = cl
+            .session(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Stream { up, down, next: 1 }
+    }
+
+    fn send(&mut self, kind: Req) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        self.up
+            .send(pb::SessionRequest {
+                request_id: id,
+                kind: Some(kind),
+            })
+            .unwrap();
+        id
+    }
+
+    async fn event(&mut self) -> pb::SessionEvent {
+        tokio::time::timeout(Duration::from_secs(20), self.down.message())
+            .await
+            .expect("an event in 20 s")
+            .unwrap()
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_stream_pushes_wake_ups() {
+    let mut c = cluster(1, 2).await;
+    let mut cl = client(&c, 0).await;
+    let holder = open(&mut cl, "holder").await;
+    let t = cl
+        .acquire(acq(&holder, "search/shard-17", 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .fencing_token;
+
+    let mut s = Stream::start(&mut cl).await;
+    let id = s.send(Req::Open(pb::OpenSessionRequest {
+        client: "streamer".into(),
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    assert_eq!(ev.request_id, id);
+    let Some(Ev::Opened(opened)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    let me = opened.session_id;
+
+    let id = s.send(Req::Keepalive(pb::KeepAliveRequest::default()));
+    let ev = s.event().await;
+    assert_eq!(
+        (ev.request_id, ev.kind),
+        (
+            id,
+            Some(Ev::Keepalive(pb::KeepAliveResponse { ttl_ms: 15_000 }))
+        )
+    );
+
+    // A waiting acquire queues, and the grant is pushed when the holder releases.
+    let id = s.send(Req::Acquire(pb::AcquireRequest {
+        name: "search/shard-17".into(),
+        owner: "me".into(),
+        wait_ms: 30_000,
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    assert_eq!(ev.request_id, id);
+    let Some(Ev::Queued(q)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((q.name.as_str(), q.position), ("search/shard-17", 1));
+    let rel = pb::ReleaseRequest {
+        session_id: holder.clone(),
+        name: "search/shard-17".into(),
+        fencing_token: t,
+        ..Default::default()
+    };
+    cl.release(rel).await.unwrap();
+    let ev = s.event().await;
+    let Some(Ev::Granted(g)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        (ev.request_id, g.group, g.waiter, g.name.as_str()),
+        (0, q.group, q.waiter, "search/shard-17")
+    );
+    assert!(g.fencing_token > t);
+    let state = cl
+        .inspect(pb::InspectRequest {
+            name: "search/shard-17".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state.holders[0].session_id, me);
+
+    // Releases and errors ride the stream too.
+    let id = s.send(Req::Release(pb::ReleaseRequest {
+        name: "search/shard-17".into(),
+        fencing_token: g.fencing_token + 100,
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    let Some(Ev::Error(e)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        (ev.request_id, e.status, e.code.as_str()),
+        (id, 409, "stale_token")
+    );
+    let id = s.send(Req::Release(pb::ReleaseRequest {
+        name: "search/shard-17".into(),
+        fencing_token: g.fencing_token,
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    assert_eq!(
+        (ev.request_id, ev.kind),
+        (id, Some(Ev::Released(pb::ReleaseResponse { remaining: 0 })))
+    );
+
+    // A wait that times out ends with a pushed wait_ended.
+    cl.acquire(acq(&holder, "busy", 0)).await.unwrap();
+    s.send(Req::Acquire(pb::AcquireRequest {
+        name: "busy".into(),
+        wait_ms: 300,
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    assert!(matches!(ev.kind, Some(Ev::Queued(_))), "{ev:?}");
+    let ev = s.event().await;
+    let Some(Ev::WaitEnded(w)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((w.name.as_str(), w.reason.as_str()), ("busy", "timed_out"));
+
+    // Closing over the stream releases everything and ends it.
+    let id = s.send(Req::Close(pb::CloseSessionRequest::default()));
+    let ev = s.event().await;
+    assert_eq!(ev.request_id, id);
+    assert!(matches!(ev.kind, Some(Ev::Closed(_))), "{ev:?}");
+    c.stop_all().await;
+}

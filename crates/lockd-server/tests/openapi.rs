@@ -1,0 +1,70 @@
+//! docs/openapi.yaml and the server stay in step: the spec lists exactly the endpoints the server
+//! declares, and the server answers every one of them (not with its "no such endpoint" fallback).
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use lockd_server::http::ENDPOINTS;
+use serde_json::json;
+
+/// (method, path) pairs from the spec's `paths:` section (two-space path keys, four-space methods).
+fn spec_endpoints() -> BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/openapi.yaml"
+    ))
+    .unwrap();
+    let mut out = BTreeSet::new();
+    let mut in_paths = false;
+    let mut path = None;
+    for line in text.lines() {
+        if line == "paths:" {
+            in_paths = true;
+            continue;
+        }
+        if in_paths && !line.starts_with(' ') && !line.is_empty() {
+            break;
+        }
+        if let Some(p) = line.strip_prefix("  /").and_then(|l| l.strip_suffix(':')) {
+            path = Some(format!("/{p}"));
+        } else if let Some(m) = line.strip_prefix("    ").and_then(|l| l.strip_suffix(':')) {
+            if ["get", "post", "delete", "put", "patch"].contains(&m) {
+                out.insert((m.to_string(), path.clone().expect("a method under a path")));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spec_and_the_server_list_the_same_endpoints() {
+    let declared: BTreeSet<_> = ENDPOINTS
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(spec_endpoints(), declared);
+
+    let mut c = cluster(1, 1).await;
+    let h = Http::new(c.url(0, ""));
+    let s = h.session("spec", 15).await;
+    for (method, path) in ENDPOINTS {
+        let path = path.replace("{id}", &s).replace("{name}", "spec-lock");
+        let r = match *method {
+            "get" => h.get(&path).await,
+            "delete" => h.delete(&path).await,
+            _ => h.post(&path, json!({})).await,
+        };
+        let fallback = r.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("no such endpoint"));
+        assert!(
+            !fallback && r.status != 405,
+            "{method} {path} is not served: {} {}",
+            r.status,
+            r.body
+        );
+    }
+    c.stop_all().await;
+}
