@@ -54,6 +54,12 @@ pub trait EffectSink: Send + Sync + 'static {
     fn reset(&self, group: GroupId) {
         let _ = group;
     }
+
+    /// Called from the log's flush thread when an append became durable, with the time from the
+    /// append to its fdatasync completing (queueing included). For metrics; must not block.
+    fn log_synced(&self, group: GroupId, took: std::time::Duration) {
+        let _ = (group, took);
+    }
 }
 
 /// An [`EffectSink`] that drops everything (for nodes that serve no waiting clients, and tests).

@@ -44,6 +44,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Replica {
+    /// Where this group's effects and log timings go.
+    pub(crate) fn sink(&self) -> Arc<dyn EffectSink> {
+        self.sink.clone()
+    }
+
     pub(crate) fn new(group: GroupId, sink: Arc<dyn EffectSink>) -> Replica {
         Replica {
             group,

@@ -69,8 +69,9 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let lock_groups = cfg.node.lock_groups;
     let election_timeout_max_ms = cfg.node.election_timeout_ms.1;
     let (waits, mut orphans) = Waits::new();
-    let node = Node::start(cfg.node, waits.clone()).await?;
     let metrics = Arc::new(Metrics::new());
+    waits.observe_log_sync(metrics.log_sync.clone());
+    let node = Node::start(cfg.node, waits.clone()).await?;
     let mut service = Service::new(node.clone(), waits, metrics, lock_groups);
     service.election_timeout_max_ms = election_timeout_max_ms;
     let service = Arc::new(service);

@@ -42,6 +42,8 @@ pub struct Metrics {
     pub ops: Family<OpLabels, Counter>,
     pub latency: Family<OpKind, Histogram>,
     pub keepalives: Counter,
+    /// Time from a log append to its fdatasync completing, all groups.
+    pub log_sync: Histogram,
     lease_expired: Family<NamespaceLabel, Counter>,
     sessions: Family<GroupLabel, Gauge>,
     held: Family<GroupLabel, Gauge>,
@@ -75,6 +77,10 @@ impl Metrics {
                 ))
             }),
             keepalives: Counter::default(),
+            // 20 µs .. ~1.3 s
+            log_sync: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                0.000_02, 2.0, 17,
+            )),
             lease_expired: Family::default(),
             sessions: Family::default(),
             held: Family::default(),
@@ -91,6 +97,11 @@ impl Metrics {
         };
         {
             let mut r = m.registry.lock().expect("registry lock");
+            r.register(
+                "log_sync_seconds",
+                "Time from a Raft log append to its fdatasync completing (queueing included)",
+                m.log_sync.clone(),
+            );
             r.register("ops", "Client operations by kind and result", m.ops.clone());
             r.register(
                 "op_duration_seconds",

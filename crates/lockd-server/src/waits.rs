@@ -89,6 +89,8 @@ pub struct EffectCounters {
 /// The registry of parked waits; the node's [`EffectSink`].
 pub struct Waits {
     inner: Mutex<Inner>,
+    /// Where the log's append-to-durable times go (the metrics' histogram).
+    log_sync: Mutex<Option<prometheus_client::metrics::histogram::Histogram>>,
     janitor: mpsc::UnboundedSender<Orphan>,
     pub counters: EffectCounters,
 }
@@ -132,10 +134,16 @@ impl Waits {
         let (tx, rx) = mpsc::unbounded_channel();
         let w = Waits {
             inner: Mutex::default(),
+            log_sync: Mutex::default(),
             janitor: tx,
             counters: EffectCounters::default(),
         };
         (Arc::new(w), rx)
+    }
+
+    /// Sends the log's append-to-durable times to `h`.
+    pub fn observe_log_sync(&self, h: prometheus_client::metrics::histogram::Histogram) {
+        *self.log_sync.lock().expect("log sync lock") = Some(h);
     }
 
     /// Parks the request waiting for `waiter` of `group`.
@@ -218,6 +226,12 @@ impl Waits {
 }
 
 impl EffectSink for Waits {
+    fn log_synced(&self, _group: GroupId, took: std::time::Duration) {
+        if let Some(h) = &*self.log_sync.lock().expect("log sync lock") {
+            h.observe(took.as_secs_f64());
+        }
+    }
+
     fn applied(&self, group: GroupId, effects: &[Effect]) {
         use std::sync::atomic::Ordering::Relaxed;
         let mut inner = self.inner.lock().expect("waits lock");

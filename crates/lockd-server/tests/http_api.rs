@@ -116,6 +116,14 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     );
     assert!(text.contains("lockd_keepalives_total"));
     assert!(text.contains("lockd_held_locks{group="));
+    let synced = text
+        .lines()
+        .find_map(|l| l.strip_prefix("lockd_log_sync_seconds_count "))
+        .unwrap();
+    assert!(
+        synced.trim().parse::<u64>().unwrap() > 0,
+        "appends were fsync'd and timed"
+    );
     c.stop_all().await;
 }
 

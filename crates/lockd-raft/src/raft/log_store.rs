@@ -69,10 +69,20 @@ impl<T: DeserializeOwned> codeq::Decode for Pc<T> {
     }
 }
 
+/// Where append-to-durable times are reported.
+#[derive(Clone)]
+pub(crate) struct SyncTiming {
+    pub(crate) group: crate::GroupId,
+    pub(crate) sink: Arc<dyn crate::EffectSink>,
+}
+
 /// Completion handed to raft-log's flush worker thread, fired after fdatasync.
 pub(crate) enum FlushCb {
     /// openraft's append callback: the entries are durable.
-    Raft(IOFlushed<TypeConfig>),
+    Raft(
+        IOFlushed<TypeConfig>,
+        Option<(std::time::Instant, SyncTiming)>,
+    ),
     /// A caller waiting for its vote or truncation to be durable.
     Wait(tokio::sync::oneshot::Sender<io::Result<()>>),
 }
@@ -80,7 +90,12 @@ pub(crate) enum FlushCb {
 impl raft_log::Callback for FlushCb {
     fn send(self, res: Result<(), io::Error>) {
         match self {
-            FlushCb::Raft(cb) => cb.io_completed(res),
+            FlushCb::Raft(cb, timing) => {
+                if let Some((start, t)) = timing {
+                    t.sink.log_synced(t.group, start.elapsed());
+                }
+                cb.io_completed(res)
+            }
             FlushCb::Wait(tx) => {
                 let _ = tx.send(res);
             }
@@ -112,6 +127,7 @@ impl raft_log::Types for RlTypes {
 #[derive(Clone)]
 pub(crate) struct LogStore {
     rl: Arc<Mutex<RaftLog<RlTypes>>>,
+    timing: Option<SyncTiming>,
 }
 
 fn raft_log_config(dir: &Path) -> raft_log::Config {
@@ -125,7 +141,7 @@ fn raft_log_config(dir: &Path) -> raft_log::Config {
 
 impl LogStore {
     /// Opens (or creates) the log in `dir`, cutting a damaged tail record if there is one.
-    pub(crate) fn open(dir: &Path) -> io::Result<Self> {
+    pub(crate) fn open(dir: &Path, timing: Option<SyncTiming>) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let cfg = Arc::new(raft_log_config(dir));
         let rl = match RaftLog::<RlTypes>::open(cfg.clone()) {
@@ -140,6 +156,7 @@ impl LogStore {
         };
         Ok(LogStore {
             rl: Arc::new(Mutex::new(rl)),
+            timing,
         })
     }
 
@@ -296,9 +313,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let timing = self.timing.clone().map(|t| (std::time::Instant::now(), t));
         let mut rl = self.lock();
         rl.append(entries.into_iter().map(|e| (Pc(e.log_id), Pc(e.payload))))?;
-        rl.flush(true, Some(FlushCb::Raft(callback)))?;
+        rl.flush(true, Some(FlushCb::Raft(callback, timing)))?;
         Ok(())
     }
 
@@ -332,7 +350,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("log");
         {
-            let store = LogStore::open(&dir).unwrap();
+            let store = LogStore::open(&dir, None).unwrap();
             let mut rl = store.lock();
             for term in 1..=4 {
                 rl.save_vote(Pc(vote(term))).unwrap();
@@ -362,7 +380,7 @@ mod tests {
 
         // raft-log alone refuses to open; our adapter cuts the record and opens.
         assert!(RaftLog::<RlTypes>::open(Arc::new(raft_log_config(&dir))).is_err());
-        let store = LogStore::open(&dir).unwrap();
+        let store = LogStore::open(&dir, None).unwrap();
         assert_eq!(store.lock().log_state().vote().map(|v| v.0), Some(vote(3)));
         assert!(std::fs::metadata(&chunk).unwrap().len() < len);
     }

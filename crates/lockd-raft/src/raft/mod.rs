@@ -144,7 +144,11 @@ impl RaftGroup {
     ) -> Result<RaftGroup, StartError> {
         let storage = |source| StartError::Storage { group, source };
         let config = Arc::new(raft_config(cfg)?);
-        let log = log_store::LogStore::open(&dir.join("log")).map_err(storage)?;
+        let timing = log_store::SyncTiming {
+            group,
+            sink: replica.sink(),
+        };
+        let log = log_store::LogStore::open(&dir.join("log"), Some(timing)).map_err(storage)?;
         let sm = state_machine::StateMachine::open(dir, replica).map_err(storage)?;
         let net = network::GroupNetwork::new(pool, group);
         let raft = Raft::new(cfg.node_id, config, net, log, sm)
