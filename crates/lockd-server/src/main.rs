@@ -186,7 +186,7 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         })
         .collect();
     let peers = peers.join(",");
-    let mut children: Vec<(u32, Child)> = Vec::new();
+    let mut children: Vec<(u32, Child, String)> = Vec::new();
     for i in 0..n {
         let http = SocketAddr::new(args.http.ip(), args.http.port() + i as u16);
         let grpc = SocketAddr::new(args.grpc.ip(), args.grpc.port() + i as u16);
@@ -209,6 +209,11 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         if let Some(cfg) = &c.config {
             cmd.arg("--config").arg(cfg);
         }
+        let line = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
         let child = cmd
             .spawn()
             .with_context(|| format!("starting node {}", i + 1))?;
@@ -219,7 +224,7 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
             http,
             grpc
         );
-        children.push((i + 1, child));
+        children.push((i + 1, child, line));
     }
     println!("{n} nodes running; `kill -9 <pid>` one to watch failover; Ctrl-C stops all");
     let mut interval = tokio::time::interval(Duration::from_millis(500));
@@ -227,19 +232,19 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = shutdown_signal() => break,
             _ = interval.tick() => {
-                for (id, child) in &mut children {
+                for (id, child, line) in &mut children {
                     if let Ok(Some(status)) = child.try_wait() {
-                        println!("node {id} (pid {}) exited: {status}", child.id());
+                        println!("node {id} (pid {}) exited: {status}; restart it with:\n  {line}", child.id());
                     }
                 }
-                children.retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+                children.retain_mut(|(_, c, _)| !matches!(c.try_wait(), Ok(Some(_))));
                 if children.is_empty() {
                     bail!("every node has exited");
                 }
             }
         }
     }
-    for (id, child) in &mut children {
+    for (id, child, _) in &mut children {
         // SIGTERM lets each node stop cleanly; SIGKILL after a grace period.
         let _ = Command::new("kill")
             .arg("-TERM")
