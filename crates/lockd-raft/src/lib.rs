@@ -4,15 +4,15 @@
 //! [`lockd_core::LockTable`]. This crate owns the protocol rules that need time or a leader
 //! (GUIDE §2), each in one place:
 //!
-//! * **group time** — [`leader`]: the leader stamps `now_ms` = last applied `now_ms` advanced by
+//! * **group time** — `leader`: the leader stamps `now_ms` = last applied `now_ms` advanced by
 //!   its own monotonic clock;
-//! * **session expiry** — [`tracker`]: the leader's in-memory keepalive deadlines, restarted at
+//! * **session expiry** — `tracker`: the leader's in-memory keepalive deadlines, restarted at
 //!   full TTL + election timeout on every new leader; expiries are proposed, never local;
-//! * **ticks** — [`leader`]: a `Tick` is proposed when group time reaches the table's next timer;
+//! * **ticks** — `leader`: a `Tick` is proposed when group time reaches the table's next timer;
 //! * **durability** — `raft::log_store` (raft-log WAL, fdatasync before an entry counts, torn or
 //!   corrupt tail cut on open) and `raft::state_machine` (snapshots written tmp → fsync → rename);
-//! * **routing** — [`group`]: proposals, keepalives and reads on a follower are forwarded to the
-//!   leader over the peer gRPC service ([`peer`]).
+//! * **routing** — `group`: proposals, keepalives and reads on a follower are forwarded to the
+//!   leader over the peer gRPC service (`peer`).
 //!
 //! openraft's types never leave the private `raft` module, so an openraft upgrade touches one
 //! directory.

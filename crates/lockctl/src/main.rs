@@ -1,0 +1,539 @@
+//! `lockctl`: the lockd command line.
+//!
+//! ```text
+//! lockctl status
+//! lockctl inspect payouts/merchant-48213
+//! lockctl acquire payouts/merchant-48213 --wait 10s        # holds until Ctrl-C
+//! lockctl release payouts/merchant-48213 --session s_… --token 7340291
+//! lockctl run nightly-report --wait 1m -- ./build-report.sh --full
+//! ```
+//!
+//! Exit codes: 0 success; 1 an error (printed, never a stack trace); 2 bad usage;
+//! 75 not acquired (held, or the wait ran out); 76 the lease was lost. `run` otherwise exits
+//! with CMD's own code (128 + N when a signal N ended it).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use lockd_client::{proto, Client, ClientOptions, Error, LockGuard, Mode};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+/// The lock was not acquired (held by another, or the wait ran out).
+const EXIT_NOT_ACQUIRED: u8 = 75;
+/// The lease was lost while holding the lock.
+const EXIT_LOST: u8 = 76;
+/// How long CMD gets between SIGTERM and SIGKILL once the lease is lost.
+const GRACE: Duration = Duration::from_millis(500);
+
+#[derive(Parser)]
+#[command(name = "lockctl", version, about = "Talk to a lockd cluster")]
+struct Cli {
+    /// gRPC addresses of some nodes, comma-separated.
+    #[arg(
+        long,
+        env = "LOCKD_ENDPOINTS",
+        default_value = "127.0.0.1:7170",
+        global = true
+    )]
+    endpoints: String,
+    /// Namespace for the session's TTL bounds (empty = default).
+    #[arg(long, env = "LOCKD_NAMESPACE", default_value = "", global = true)]
+    namespace: String,
+    /// Bearer token for namespaces that require one.
+    #[arg(long, env = "LOCKD_AUTH_TOKEN", global = true, hide_env_values = true)]
+    auth_token: Option<String>,
+    /// Machine-readable output (one JSON object per line).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Every node's groups: leader, term, members, applied index, revision.
+    Status,
+    /// Holders, token and queue of a lock.
+    Inspect { name: String },
+    /// Take a lock and hold it until Ctrl-C, printing the token.
+    Acquire {
+        name: String,
+        #[command(flatten)]
+        hold: HoldArgs,
+    },
+    /// Release a hold given its session and token (e.g. one a crashed script left).
+    Release {
+        name: String,
+        #[arg(long)]
+        session: String,
+        #[arg(long)]
+        token: u64,
+    },
+    /// Run CMD while holding the lock; stop it if the lease is lost.
+    ///
+    /// CMD runs in its own process group with LOCKD_TOKEN (the fencing token) and LOCKD_LOCK
+    /// set. If the lease's local deadline passes without a renewal, the group gets SIGTERM and,
+    /// 0.5 s later, SIGKILL.
+    Run {
+        name: String,
+        #[command(flatten)]
+        hold: HoldArgs,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
+#[derive(Args)]
+struct HoldArgs {
+    /// Wait this long for the lock (e.g. 500ms, 10s, 2m); default: try once.
+    #[arg(long, value_parser = parse_duration)]
+    wait: Option<Duration>,
+    /// exclusive, shared, or semaphore:N.
+    #[arg(long, default_value = "exclusive", value_parser = parse_mode)]
+    mode: Mode,
+    /// Session TTL (within the namespace's bounds).
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    ttl: Duration,
+    /// Owner string shown to others (default: lockctl@HOST/PID).
+    #[arg(long)]
+    owner: Option<String>,
+}
+
+/// `500ms`, `10s`, `2m`, `1h`; a bare number is seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration like 500ms, 10s or 2m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("'{s}': unit must be ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("'{s}' is out of range"))
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "exclusive" => Ok(Mode::Exclusive),
+        "shared" => Ok(Mode::Shared),
+        _ => s
+            .strip_prefix("semaphore:")
+            .and_then(|n| n.parse().ok())
+            .map(Mode::Semaphore)
+            .ok_or_else(|| format!("'{s}': mode is exclusive, shared or semaphore:N")),
+    }
+}
+
+/// What a command ends with: an exit code, or an error to print.
+enum Fail {
+    Error(Error),
+    Code(u8),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail::Error(e)
+    }
+}
+
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    /// A result: JSON object or human lines, on stdout.
+    fn print(&self, v: Value, human: impl FnOnce() -> String) {
+        if self.json {
+            println!("{v}");
+        } else {
+            println!("{}", human());
+        }
+    }
+
+    /// A notice on stderr (stdout belongs to CMD under `run`).
+    fn note(&self, v: Value, human: impl FnOnce() -> String) {
+        if self.json {
+            eprintln!("{v}");
+        } else {
+            eprintln!("lockctl: {}", human());
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = Out { json: cli.json };
+    match run(&cli, &out).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail::Code(c)) => ExitCode::from(c),
+        Err(Fail::Error(e)) => {
+            let code = match e {
+                Error::NotAcquired { .. } => EXIT_NOT_ACQUIRED,
+                _ => 1,
+            };
+            out.note(
+                json!({"error": {"code": e.code(), "message": e.to_string()}}),
+                || format!("error: {e}"),
+            );
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn endpoints(cli: &Cli) -> Vec<String> {
+    cli.endpoints
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn options(cli: &Cli, ttl: Duration) -> ClientOptions {
+    ClientOptions {
+        client_name: format!("lockctl/{}", std::process::id()),
+        ttl,
+        namespace: cli.namespace.clone(),
+        auth_token: cli.auth_token.clone(),
+        ..Default::default()
+    }
+}
+
+async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
+    match &cli.cmd {
+        Cmd::Status => status(cli, out).await,
+        Cmd::Inspect { name } => {
+            let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+            let s = c.inspect(name).await?;
+            out.print(lock_json(&s), || lock_human(&s));
+            Ok(())
+        }
+        Cmd::Release {
+            name,
+            session,
+            token,
+        } => {
+            let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+            let remaining = c.release_token(session, name, *token).await?;
+            out.print(
+                json!({"released": remaining == 0, "remaining": remaining}),
+                || {
+                    if remaining == 0 {
+                        format!("released {name}")
+                    } else {
+                        format!("released one hold of {name}; {remaining} re-entries remain")
+                    }
+                },
+            );
+            Ok(())
+        }
+        Cmd::Acquire { name, hold } => {
+            let (client, guard) = take(cli, name, hold).await?;
+            out.print(
+                json!({"acquired": true, "name": name, "token": guard.token(), "session": guard.session_id()}),
+                || {
+                    format!(
+                        "acquired {name}\ntoken   {}\nsession {}\nholding until Ctrl-C",
+                        guard.token(),
+                        guard.session_id()
+                    )
+                },
+            );
+            tokio::select! {
+                _ = guard.lost() => {
+                    out.note(json!({"event": "lost", "name": name, "token": guard.token()}),
+                        || format!("the lease on {name} was lost (token {})", guard.token()));
+                    return Err(Fail::Code(EXIT_LOST));
+                }
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            guard.release().await?;
+            client.close().await?;
+            out.note(json!({"event": "released", "name": name}), || {
+                format!("released {name}")
+            });
+            Ok(())
+        }
+        Cmd::Run {
+            name,
+            hold,
+            command,
+        } => run_command(cli, out, name, hold, command).await,
+    }
+}
+
+async fn take(cli: &Cli, name: &str, hold: &HoldArgs) -> Result<(Client, LockGuard), Fail> {
+    let client = Client::connect_with(endpoints(cli), options(cli, hold.ttl)).await?;
+    let mut b = client.acquire(name).mode(hold.mode);
+    if let Some(o) = &hold.owner {
+        b = b.owner(o);
+    }
+    if let Some(w) = hold.wait {
+        b = b.wait(w);
+    }
+    let guard = b.await?;
+    Ok((client, guard))
+}
+
+async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {
+    let mut failed = None;
+    for ep in endpoints(cli) {
+        let mut opts = options(cli, Duration::from_secs(15));
+        opts.retry.max_attempts = 2;
+        let r = match Client::lazy([&ep], opts) {
+            Ok(c) => c.status().await,
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(s) => out.print(status_json(&ep, &s), || status_human(&ep, &s)),
+            Err(e) => {
+                out.print(
+                    json!({"endpoint": ep, "error": {"code": e.code(), "message": e.to_string()}}),
+                    || format!("{ep}: unreachable: {e}"),
+                );
+                failed = Some(e);
+            }
+        }
+    }
+    match failed {
+        Some(_) => Err(Fail::Code(1)),
+        None => Ok(()),
+    }
+}
+
+fn status_json(ep: &str, s: &proto::StatusResponse) -> Value {
+    json!({
+        "endpoint": ep,
+        "node_id": s.node_id,
+        "pid": s.pid,
+        "groups": s.groups.iter().map(|g| json!({
+            "id": g.id, "leader": g.leader, "term": g.term, "members": g.members,
+            "applied_index": g.applied_index, "revision": g.revision,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn status_human(ep: &str, s: &proto::StatusResponse) -> String {
+    let mut t = format!(
+        "node {} (pid {}) at {ep}\n  group  leader  term  members   applied  revision",
+        s.node_id, s.pid
+    );
+    for g in &s.groups {
+        let leader = if g.leader == 0 {
+            "-".to_string()
+        } else {
+            g.leader.to_string()
+        };
+        let members: Vec<String> = g.members.iter().map(u64::to_string).collect();
+        t.push_str(&format!(
+            "\n  {:<5}  {:<6}  {:<4}  {:<8}  {:<7}  {}",
+            if g.id == 0 {
+                "meta".to_string()
+            } else {
+                g.id.to_string()
+            },
+            leader,
+            g.term,
+            members.join(","),
+            g.applied_index,
+            g.revision
+        ));
+    }
+    t
+}
+
+fn mode_name(m: i32) -> &'static str {
+    match proto::Mode::try_from(m) {
+        Ok(proto::Mode::Shared) => "shared",
+        Ok(proto::Mode::Semaphore) => "semaphore",
+        _ => "exclusive",
+    }
+}
+
+fn lock_json(s: &proto::LockState) -> Value {
+    json!({
+        "name": s.name,
+        "namespace": s.namespace,
+        "holders": s.holders.iter().map(|h| json!({
+            "session": h.session_id, "owner": h.owner, "token": h.fencing_token,
+            "mode": mode_name(h.mode), "held_for_ms": h.held_for_ms, "reentry": h.reentry,
+        })).collect::<Vec<_>>(),
+        "waiters": s.waiters.iter().map(|w| json!({
+            "session": w.session_id, "owner": w.owner, "mode": mode_name(w.mode),
+            "position": w.position, "waited_ms": w.waited_ms,
+        })).collect::<Vec<_>>(),
+        "lock_delay_until_ms": s.lock_delay_until_ms,
+    })
+}
+
+fn lock_human(s: &proto::LockState) -> String {
+    if s.holders.is_empty() && s.waiters.is_empty() {
+        return format!("{} is free", s.name);
+    }
+    let mut t = format!("{} (namespace {})", s.name, s.namespace);
+    for h in &s.holders {
+        t.push_str(&format!(
+            "\n  held by {} ({}) token {} {} for {} ms{}",
+            h.owner,
+            h.session_id,
+            h.fencing_token,
+            mode_name(h.mode),
+            h.held_for_ms,
+            if h.reentry > 1 {
+                format!(", re-entered {}×", h.reentry)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    for w in &s.waiters {
+        t.push_str(&format!(
+            "\n  #{} waiting: {} ({}) {} for {} ms",
+            w.position,
+            w.owner,
+            w.session_id,
+            mode_name(w.mode),
+            w.waited_ms
+        ));
+    }
+    t
+}
+
+/// 128 + signal for a command a signal ended, like a shell.
+fn exit_code(st: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(s)) => 128u8.wrapping_add(s as u8),
+        _ => 1,
+    }
+}
+
+async fn run_command(
+    cli: &Cli,
+    out: &Out,
+    name: &str,
+    hold: &HoldArgs,
+    command: &[String],
+) -> Result<(), Fail> {
+    let (client, guard) = take(cli, name, hold).await?;
+    let mut child = match tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env("LOCKD_TOKEN", guard.token().to_string())
+        .env("LOCKD_LOCK", name)
+        .process_group(0)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = guard.release().await;
+            let _ = client.close().await;
+            out.note(
+                json!({"error": {"code": "spawn_failed", "message": format!("{}: {e}", command[0])}}),
+                || format!("error: cannot run {}: {e}", command[0]),
+            );
+            return Err(Fail::Code(127));
+        }
+    };
+    let pgid = Pid::from_raw(child.id().map_or(0, |p| p as i32));
+    out.note(
+        json!({"event": "acquired", "name": name, "token": guard.token(), "session": guard.session_id(), "pid": pgid.as_raw()}),
+        || format!("holding {name} (token {}); running {}", guard.token(), command.join(" ")),
+    );
+    let stop = |sig| {
+        let _ = killpg(pgid, sig);
+    };
+    let mut interrupted = false;
+    let status = tokio::select! {
+        st = child.wait() => st,
+        _ = guard.lost() => {
+            let deadline = guard.deadline();
+            stop(Signal::SIGTERM);
+            let st = match tokio::time::timeout(GRACE, child.wait()).await {
+                Ok(st) => st,
+                Err(_) => {
+                    stop(Signal::SIGKILL);
+                    child.wait().await
+                }
+            };
+            let after = Instant::now().saturating_duration_since(deadline);
+            stop(Signal::SIGKILL); // whatever CMD left behind in its group
+            out.note(
+                json!({"event": "lost", "name": name, "token": guard.token(),
+                       "child_stopped_after_deadline_ms": after.as_secs_f64() * 1000.0,
+                       "child_status": st.as_ref().map(|s| s.to_string()).unwrap_or_default()}),
+                || format!("the lease on {name} was lost; stopped the command {:.0} ms after the local deadline", after.as_secs_f64() * 1000.0),
+            );
+            return Err(Fail::Code(EXIT_LOST));
+        }
+        _ = tokio::signal::ctrl_c() => {
+            interrupted = true;
+            stop(Signal::SIGTERM);
+            match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+                Ok(st) => st,
+                Err(_) => {
+                    stop(Signal::SIGKILL);
+                    child.wait().await
+                }
+            }
+        }
+    };
+    let code = match status {
+        Ok(st) => exit_code(st),
+        Err(e) => {
+            out.note(
+                json!({"error": {"code": "wait_failed", "message": e.to_string()}}),
+                || format!("error: waiting for the command: {e}"),
+            );
+            1
+        }
+    };
+    let lost = guard.is_lost();
+    let released = guard.release().await;
+    let _ = client.close().await;
+    if lost && !interrupted {
+        // It finished, but not provably inside the lease.
+        out.note(json!({"event": "lost", "name": name}), || {
+            format!("the lease on {name} ran out as the command finished")
+        });
+        return Err(Fail::Code(EXIT_LOST));
+    }
+    if let Err(e) = released {
+        out.note(
+            json!({"warning": {"code": e.code(), "message": e.to_string()}}),
+            || format!("warning: release failed: {e}"),
+        );
+    }
+    Err(Fail::Code(code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_modes_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_mode("semaphore:4"), Ok(Mode::Semaphore(4)));
+        assert_eq!(parse_mode("shared"), Ok(Mode::Shared));
+        assert!(parse_mode("semaphore:x").is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! `lockctl` against a real 3-node cluster (`lockd serve` processes on loopback).
+//!
+//! Needs `target/debug/lockd`: `cargo build -p lockd-server --bin lockd` first.
+
+#[path = "../../lockd-client/tests/common/mod.rs"]
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use lockd_client::Client;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::time::{timeout, Instant};
+
+fn lockctl(c: &Cluster) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    cmd.args([
+        "--endpoints",
+        &c.endpoints(),
+        "--namespace",
+        "fast",
+        "--json",
+    ])
+    .stdin(Stdio::null())
+    .kill_on_drop(true);
+    cmd
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has exited; lockctl reaps CMD, so it is gone soon after.
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| {
+            !s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_stops_its_command_within_a_second_of_the_deadline_when_every_node_dies() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::start(3, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    // CMD ignores SIGTERM and leaves a grandchild: only SIGKILL to the whole group stops both.
+    let script = format!(
+        "trap '' TERM; echo \"$LOCKD_LOCK $LOCKD_TOKEN\"; sleep 600 & echo $! > {}; wait",
+        pidfile.display()
+    );
+    let mut child = lockctl(&c)
+        .args(["run", "fast/job", "--ttl", "3s", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut events = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let next = |l: Option<String>| -> Value { serde_json::from_str(&l.expect("a line")).unwrap() };
+    let acquired = next(
+        timeout(Duration::from_secs(30), events.next_line())
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    let cmd_pid = acquired["pid"].as_i64().unwrap() as i32;
+    let printed = timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(printed, Some(format!("fast/job {}", acquired["token"])));
+    let probe = Client::lazy(&c.grpc, quick()).unwrap();
+    let held = probe.inspect("fast/job").await.unwrap();
+    assert_eq!(
+        held.holders[0].fencing_token,
+        acquired["token"].as_u64().unwrap()
+    );
+    eventually(Duration::from_secs(10), "the grandchild's pid", || {
+        let p = pidfile.clone();
+        async move { std::fs::read_to_string(p).is_ok_and(|s| s.ends_with('\n')) }
+    })
+    .await;
+    let grandchild: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let killed_at = Instant::now();
+    for n in &mut c.nodes {
+        n.kill();
+    }
+    let mut gone_at = None;
+    let end = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < end {
+        if !alive(cmd_pid) && !alive(grandchild) {
+            gone_at = Some(Instant::now());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let gone_at = gone_at.expect("the command's process group was not stopped");
+    let lost = next(
+        timeout(Duration::from_secs(10), events.next_line())
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(lost["event"], "lost", "{lost}");
+    let after_ms = lost["child_stopped_after_deadline_ms"].as_f64().unwrap();
+    let status = timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(76),
+        "lockctl exits 76 when the lease is lost"
+    );
+    // Every acknowledged keepalive was sent before the kill, so the deadline is at most
+    // TTL − margin (3 s − 0.6 s) after it; the group must be gone within 1 s of that.
+    let since_kill = gone_at - killed_at;
+    eprintln!(
+        "lockctl run: command stopped {after_ms:.1} ms after the local deadline ({since_kill:?} after every node was killed)"
+    );
+    assert!(
+        after_ms < 1000.0,
+        "stopped {after_ms} ms after the deadline"
+    );
+    assert!(
+        since_kill < Duration::from_millis(2400 + 1000),
+        "{since_kill:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_passes_the_exit_code_and_refuses_a_held_lock() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(3, 1).await;
+    let out = lockctl(&c)
+        .args([
+            "run",
+            "fast/exit",
+            "--ttl",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let holder = Client::connect_with(&c.grpc, options(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let g = holder.acquire("fast/exit").await.unwrap();
+    let out = lockctl(&c)
+        .args([
+            "run",
+            "fast/exit",
+            "--ttl",
+            "3s",
+            "--wait",
+            "300ms",
+            "--",
+            "true",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"]["code"], "not_acquired");
+
+    let out = lockctl(&c)
+        .args(["inspect", "fast/exit"])
+        .output()
+        .await
+        .unwrap();
+    let state: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(state["holders"][0]["token"], g.token());
+    let out = lockctl(&c).arg("status").output().await.unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+    let out = lockctl(&c)
+        .args([
+            "release",
+            "fast/exit",
+            "--session",
+            g.session_id(),
+            "--token",
+        ])
+        .arg(g.token().to_string())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(g.release().await.is_err(), "already released by lockctl");
+}

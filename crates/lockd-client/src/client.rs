@@ -1,0 +1,535 @@
+//! [`Client`], the [`acquire`](Client::acquire) builder and [`LockGuard`].
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockd_proto::v1 as pb;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::session::{Cmd, Core, Driver, Held, Lease};
+use crate::{Error, RetryPolicy};
+
+/// The longest wait the service accepts for one acquire (`wait_ms` ≤ 300 000).
+const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// How a [`Client`] behaves. `ClientOptions::default()` suits most workers.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Names this process in the service's views, e.g. `payout-worker-17`; also the default
+    /// owner of its locks. Default: `lockd-client/<pid>`.
+    pub client_name: String,
+    /// The session TTL to ask for; the service clamps it to the namespace's bounds. Default 15 s.
+    pub ttl: Duration,
+    /// How long before the lease's end a guard reports it lost. Default `ttl / 5` (3 s at 15 s).
+    pub margin: Option<Duration>,
+    /// The namespace whose TTL bounds (and bearer token) the session uses; empty = `default`.
+    pub namespace: String,
+    /// Bearer token for namespaces that require one.
+    pub auth_token: Option<String>,
+    /// How long one request may take before the node counts as unreachable. Default 2 s.
+    pub request_timeout: Duration,
+    /// Backoff for retryable errors.
+    pub retry: RetryPolicy,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            client_name: format!("lockd-client/{}", std::process::id()),
+            ttl: Duration::from_secs(15),
+            margin: None,
+            namespace: String::new(),
+            auth_token: None,
+            request_timeout: Duration::from_secs(2),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// A connection to a lockd cluster, carrying one session for the whole process.
+///
+/// The session is opened by [`Client::connect`] and kept alive every TTL/3 over one `Session`
+/// stream. Any node accepts any request (it forwards to the lock groups' leaders), and one
+/// session spans every lock group: the node fans keepalives out to each group's leader. So the
+/// client keeps **one** session and **one** stream, not one per group as GUIDE §2 sketches; when
+/// the stream breaks or a node stops answering, the stream moves to the next endpoint and
+/// `attach`es the same session while its lease lasts.
+///
+/// If the lease's local deadline passes without a renewal, every [`LockGuard`] reports
+/// [`lost`](LockGuard::lost), the service is told ("lease expired while still working", counted
+/// by [`Client::lease_expired_count`]) and the next acquire opens a fresh session.
+///
+/// `Client` is cheap to clone; the session is closed by [`Client::close`], or in the background
+/// once every clone and every guard is dropped.
+#[derive(Clone)]
+pub struct Client {
+    core: Arc<Core>,
+    cmds: mpsc::UnboundedSender<Cmd>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoints", &self.endpoints())
+            .field("session", &self.core.lease.borrow().session_id)
+            .finish()
+    }
+}
+
+/// `host:port` or `http://host:port`.
+fn endpoint(addr: &str) -> Result<tonic::transport::Endpoint, Error> {
+    let uri = if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    };
+    Ok(tonic::transport::Endpoint::from_shared(uri)
+        .map_err(|e| Error::InvalidArgument(format!("endpoint '{addr}': {e}")))?
+        .connect_timeout(Duration::from_secs(1))
+        .tcp_nodelay(true))
+}
+
+impl Client {
+    /// Connects to a cluster given some of its nodes' gRPC addresses (`127.0.0.1:7170` or
+    /// `http://…`) with default options, and opens the session.
+    pub async fn connect<I, S>(endpoints: I) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::connect_with(endpoints, ClientOptions::default()).await
+    }
+
+    /// [`Client::connect`] with options.
+    pub async fn connect_with<I, S>(endpoints: I, opts: ClientOptions) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let client = Client::lazy(endpoints, opts)?;
+        let (tx, rx) = oneshot::channel();
+        client.cmds.send(Cmd::Open(tx)).map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)??;
+        Ok(client)
+    }
+
+    /// A client that opens its session on first use (the first acquire). Unary calls such as
+    /// [`Client::inspect`] need no session. Must be called within a Tokio runtime.
+    pub fn lazy<I, S>(endpoints: I, opts: ClientOptions) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let channels = endpoints
+            .into_iter()
+            .map(|a| {
+                let a = a.as_ref().trim().to_string();
+                endpoint(&a).map(|e| (a, e.connect_lazy()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if channels.is_empty() {
+            return Err(Error::InvalidArgument("no endpoints given".into()));
+        }
+        if opts.ttl.is_zero() {
+            return Err(Error::InvalidArgument("ttl must be positive".into()));
+        }
+        let core = Arc::new(Core::new(opts, channels));
+        let (cmds, rx) = mpsc::unbounded_channel();
+        tokio::spawn(Driver::new(core.clone(), rx).run());
+        Ok(Client { core, cmds })
+    }
+
+    /// The endpoints this client was given.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.core.channels.iter().map(|(a, _)| a.clone()).collect()
+    }
+
+    /// The current session's id, if one is open and not lost.
+    pub fn session_id(&self) -> Option<String> {
+        let l = self.core.lease.borrow();
+        (!l.lost).then(|| l.session_id.clone())
+    }
+
+    /// The options this client runs with.
+    pub fn options(&self) -> &ClientOptions {
+        &self.core.opts
+    }
+
+    /// How many times a lease ran out while the application still held a lock (each is also
+    /// reported to the service's `lockd_lease_expired_while_holding` metric).
+    pub fn lease_expired_count(&self) -> u64 {
+        self.core.lease_expired.load(Relaxed)
+    }
+
+    /// Starts an acquire of `name`: exclusive, try-once, owned by the client name, unless the
+    /// builder says otherwise. `.await` it.
+    ///
+    /// ```no_run
+    /// # async fn f(client: lockd_client::Client) -> Result<(), lockd_client::Error> {
+    /// use std::time::Duration;
+    /// use lockd_client::Mode;
+    /// let guard = client
+    ///     .acquire("reports/daily")
+    ///     .wait(Duration::from_secs(10))
+    ///     .mode(Mode::Shared)
+    ///     .owner("report-builder/7")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire(&self, name: impl Into<String>) -> AcquireBuilder {
+        AcquireBuilder {
+            client: self.clone(),
+            name: name.into(),
+            owner: None,
+            mode: Mode::Exclusive,
+            wait: None,
+            reentrant: false,
+        }
+    }
+
+    /// Acquires every name, in sorted order (duplicates once), waiting up to `wait` for each
+    /// (zero = try once). Processes that take overlapping sets this way cannot deadlock: every
+    /// one of them takes a shared name in the same order. On failure the names already taken are
+    /// released and the error returned. The guards come back in sorted order.
+    pub async fn acquire_all<I, S>(&self, names: I, wait: Duration) -> Result<Vec<LockGuard>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut names: Vec<String> = names.into_iter().map(Into::into).collect();
+        names.sort();
+        names.dedup();
+        let mut guards = Vec::with_capacity(names.len());
+        for name in names {
+            let b = self.acquire(name);
+            let b = if wait.is_zero() {
+                b.try_once()
+            } else {
+                b.wait(wait)
+            };
+            match b.await {
+                Ok(g) => guards.push(g),
+                Err(e) => {
+                    for g in guards.into_iter().rev() {
+                        let _ = g.release().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(guards)
+    }
+
+    /// A linearizable view of `name`: holders, token, queue (no session needed).
+    pub async fn inspect(&self, name: &str) -> Result<pb::LockState, Error> {
+        let req = pb::InspectRequest {
+            name: name.to_string(),
+            token: self.core.opts.auth_token.clone().unwrap_or_default(),
+        };
+        self.core
+            .unary(|mut c| {
+                let req = req.clone();
+                async move { c.inspect(req).await }
+            })
+            .await
+    }
+
+    /// The status of the node the client currently talks to: its groups, leaders, terms.
+    pub async fn status(&self) -> Result<pb::StatusResponse, Error> {
+        self.core
+            .unary(|mut c| async move { c.status(pb::StatusRequest {}).await })
+            .await
+    }
+
+    /// Releases a hold given its session and token, e.g. one taken by another process
+    /// (`lockctl release`). Returns the re-entries still held (0 = released).
+    pub async fn release_token(
+        &self,
+        session_id: &str,
+        name: &str,
+        token: u64,
+    ) -> Result<u32, Error> {
+        self.core.release(session_id, name, token).await
+    }
+
+    /// Closes the session: every lock it holds is released at once and every guard reports lost.
+    /// Further acquires fail with [`Error::Closed`].
+    pub async fn close(&self) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.cmds.send(Cmd::Close(tx)).map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)?
+    }
+
+    async fn acquire_once(&self, req: pb::AcquireRequest) -> Result<crate::session::Grant, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.cmds
+            .send(Cmd::Acquire(req, tx))
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)?
+    }
+}
+
+/// How a lock may be shared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// One holder.
+    #[default]
+    Exclusive,
+    /// Any number of shared holders, never beside an exclusive one.
+    Shared,
+    /// Up to `n` holders (1..=10 000), each with its own token.
+    Semaphore(u32),
+}
+
+/// An acquire being built; `.await` it for a [`LockGuard`].
+///
+/// Retryable errors (no leader, node down, 429/503) are retried with backoff inside the wait
+/// (or, for a try-lock, up to [`RetryPolicy::max_attempts`]). A waiting acquire parks in the
+/// lock's FIFO queue on the service and is woken by the pushed grant, never by polling.
+#[must_use = "an acquire does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct AcquireBuilder {
+    client: Client,
+    name: String,
+    owner: Option<String>,
+    mode: Mode,
+    wait: Option<Duration>,
+    reentrant: bool,
+}
+
+impl AcquireBuilder {
+    /// Try once: fail with [`Error::NotAcquired`] if the lock is taken (the default).
+    pub fn try_once(mut self) -> Self {
+        self.wait = None;
+        self
+    }
+
+    /// Wait in the lock's queue up to `d` for a grant.
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait = Some(d);
+        self
+    }
+
+    /// Exclusive (default), shared, or semaphore.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Who within the process holds it (default: the client name).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Opt in to re-entry: the same session and owner may take it again and must release as
+    /// often.
+    pub fn reentrant(mut self, yes: bool) -> Self {
+        self.reentrant = yes;
+        self
+    }
+
+    async fn run(self) -> Result<LockGuard, Error> {
+        let c = &self.client;
+        let (mode, limit) = match self.mode {
+            Mode::Exclusive => (pb::Mode::Exclusive, 0),
+            Mode::Shared => (pb::Mode::Shared, 0),
+            Mode::Semaphore(n) => (pb::Mode::Semaphore, n),
+        };
+        let owner = self
+            .owner
+            .unwrap_or_else(|| c.core.opts.client_name.clone());
+        let until = self.wait.map(|w| Instant::now() + w.min(MAX_WAIT));
+        let policy = &c.core.opts.retry;
+        let mut attempt = 0;
+        loop {
+            let wait_ms = until.map_or(0, |u| {
+                u.saturating_duration_since(Instant::now()).as_millis() as u64
+            });
+            let req = pb::AcquireRequest {
+                session_id: String::new(),
+                name: self.name.clone(),
+                owner: owner.clone(),
+                mode: mode as i32,
+                limit,
+                wait_ms,
+                reentrant: self.reentrant,
+                token: c.core.opts.auth_token.clone().unwrap_or_default(),
+            };
+            let e = match c.acquire_once(req).await {
+                Ok(g) => return Ok(LockGuard::new(c.clone(), self.name, g)),
+                Err(e) => e,
+            };
+            attempt += 1;
+            // A session lost mid-wait is replaced by a new one on the next attempt.
+            let retry = e.is_retryable() || e == Error::SessionLost;
+            let time_left = until.is_some_and(|u| Instant::now() < u);
+            if !retry || !(time_left || attempt < policy.max_attempts) {
+                return Err(e);
+            }
+            let mut pause = policy.delay(attempt - 1, e.retry_after());
+            if let Some(u) = until {
+                pause = pause.min(u.saturating_duration_since(Instant::now()));
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+impl IntoFuture for AcquireBuilder {
+    type Output = Result<LockGuard, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// A held lock. Attach [`token`](LockGuard::token) to every write made under it, and stop
+/// working when [`lost`](LockGuard::lost) fires.
+///
+/// Dropping the guard releases the lock in the background; [`release`](LockGuard::release)
+/// does it and says whether the service agreed.
+#[must_use = "dropping a guard releases the lock"]
+pub struct LockGuard {
+    client: Client,
+    name: String,
+    token: u64,
+    session_id: String,
+    gen: u64,
+    id: u64,
+    lease: watch::Receiver<Lease>,
+    released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("token", &self.token)
+            .field("session_id", &self.session_id)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    fn new(client: Client, name: String, g: crate::session::Grant) -> LockGuard {
+        let id = client.core.next_guard.fetch_add(1, Relaxed);
+        client.core.held.lock().expect("held lock").insert(
+            id,
+            Held {
+                name: name.clone(),
+                gen: g.gen,
+                token: g.token,
+            },
+        );
+        let lease = client.core.lease.subscribe();
+        LockGuard {
+            client,
+            name,
+            token: g.token,
+            session_id: g.session_id,
+            gen: g.gen,
+            id,
+            lease,
+            released: false,
+        }
+    }
+
+    /// The fencing token: unique to this grant and larger than every earlier grant's token for
+    /// the name. Storage that checks it (`... WHERE fence <= $token`) refuses a stale holder.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The session holding the lock.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The local deadline: when [`lost`](LockGuard::lost) fires unless a keepalive sent before
+    /// then is acknowledged. It is `send time of the last acknowledged keepalive + TTL − margin`
+    /// on the monotonic clock, so it falls before the service can expire the session (C1).
+    pub fn deadline(&self) -> Instant {
+        self.lease.borrow().deadline
+    }
+
+    /// Whether the lock is lost: the local deadline passed, or the session ended.
+    pub fn is_lost(&self) -> bool {
+        let l = self.lease.borrow();
+        l.gen != self.gen || l.lost || l.deadline <= Instant::now()
+    }
+
+    /// Completes when the lock is lost: at the local deadline if no renewal moved it, or when
+    /// the session ends. Stop working under the lock at once; do not "finish one last write".
+    /// The future owns what it needs, so it can be spawned or raced against the work.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.lease.clone();
+        let gen = self.gen;
+        async move {
+            loop {
+                let deadline = {
+                    let l = rx.borrow_and_update();
+                    if l.gen != gen || l.lost || l.deadline <= Instant::now() {
+                        return;
+                    }
+                    l.deadline
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    r = rx.changed() => if r.is_err() { return },
+                }
+            }
+        }
+    }
+
+    /// Gives the lock back (one level of re-entry) and says whether the service agreed: a lost
+    /// lock's release is refused (`session_not_found`, `not_holder` or `stale_token`).
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.released = true;
+        self.forget();
+        self.client
+            .core
+            .release(&self.session_id, &self.name, self.token)
+            .await
+            .map(|_| ())
+    }
+
+    fn forget(&self) {
+        self.client
+            .core
+            .held
+            .lock()
+            .expect("held lock")
+            .remove(&self.id);
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.forget();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime: the session's close or expiry frees it
+        };
+        let core = self.client.core.clone();
+        let (session, name, token) = (self.session_id.clone(), self.name.clone(), self.token);
+        rt.spawn(async move {
+            if let Err(e) = core.release(&session, &name, token).await {
+                tracing::debug!(%e, name, "background release failed");
+            }
+        });
+    }
+}

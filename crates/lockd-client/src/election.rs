@@ -1,0 +1,108 @@
+//! Leader election on a lock name: campaign, observe, resign.
+
+use std::time::Duration;
+
+use crate::{Client, Error, LockGuard};
+
+/// The longest single wait the service accepts; a campaign waits again after it.
+const ROUND: Duration = Duration::from_secs(300);
+
+/// An election on one name, e.g. `"leaders/partition-9"`: the holder of the exclusive lock is
+/// the leader, its owner string says who it is, and its fencing token numbers its term.
+#[derive(Clone, Debug)]
+pub struct Election {
+    client: Client,
+    name: String,
+}
+
+/// Who leads, as [`Election::observe`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's campaign value (its owner string), e.g. `"node-7 10.0.0.7:9000"`.
+    pub value: String,
+    /// Its fencing token: a larger token is a later leadership.
+    pub token: u64,
+    /// The leader's session.
+    pub session_id: String,
+}
+
+/// Won leadership. Lead while it lasts; stop at once when [`lost`](Leadership::lost) fires.
+#[derive(Debug)]
+#[must_use = "dropping leadership resigns"]
+pub struct Leadership {
+    guard: LockGuard,
+}
+
+impl Client {
+    /// An election on `name`.
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election {
+            client: self.clone(),
+            name: name.into(),
+        }
+    }
+}
+
+impl Election {
+    /// Waits in line (FIFO, woken by the pushed grant) until this process leads, announcing
+    /// `value` to observers. Waits as long as it takes; race it against a timeout or shutdown
+    /// signal to give up (dropping the future leaves the line).
+    pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership, Error> {
+        let value = value.into();
+        loop {
+            match self
+                .client
+                .acquire(self.name.clone())
+                .owner(value.clone())
+                .wait(ROUND)
+                .await
+            {
+                Ok(guard) => return Ok(Leadership { guard }),
+                Err(Error::NotAcquired { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The current leader, or `None` when nobody leads (a linearizable read).
+    pub async fn observe(&self) -> Result<Option<Leader>, Error> {
+        let state = self.client.inspect(&self.name).await?;
+        Ok(state.holders.into_iter().next().map(|h| Leader {
+            value: h.owner,
+            token: h.fencing_token,
+            session_id: h.session_id,
+        }))
+    }
+
+    /// The name the election runs on.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Leadership {
+    /// The leadership's fencing token: fence every side effect with it.
+    pub fn token(&self) -> u64 {
+        self.guard.token()
+    }
+
+    /// Completes when leadership is lost (see [`LockGuard::lost`]).
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// Whether leadership is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// The lock behind the leadership.
+    pub fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+    /// Steps down, letting the next candidate in line lead.
+    pub async fn resign(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+}

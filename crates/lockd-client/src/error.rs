@@ -1,0 +1,151 @@
+//! The client's one error type.
+
+use std::time::Duration;
+
+/// Everything a lockd call can fail with.
+///
+/// [`Error::code`] is a stable string (the service's own code for [`Error::Api`]); match on it or
+/// on the variant. [`Error::is_retryable`] says whether the same request may succeed later; the
+/// client already retried those with backoff before handing them back.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The service refused the request.
+    #[error("{code} ({status}): {message}")]
+    Api {
+        /// The HTTP status the error maps to (400, 401, 403, 404, 409, 413, 429, 503).
+        status: u16,
+        /// The service's stable error code, e.g. `stale_token`, `not_holder`, `queue_full`.
+        code: String,
+        /// A human-readable explanation from the service.
+        message: String,
+        /// When the service asked the caller to come back (429 and 503).
+        retry_after: Option<Duration>,
+    },
+    /// No node could be reached, or the connection broke before an answer came.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The lock is held by someone else (try-lock), or the wait ended without a grant.
+    #[error("not acquired{}", holder.as_deref().map(|h| format!(": held by '{h}'")).unwrap_or_default())]
+    NotAcquired {
+        /// The owner string of the current holder, when the service said.
+        holder: Option<String>,
+        /// The queue position the caller had or would have had (0 if unknown).
+        queue_position: u32,
+    },
+    /// The session ended (expired, closed, or its local deadline passed) while the request was
+    /// in flight.
+    #[error("the session ended")]
+    SessionLost,
+    /// The [`Client`](crate::Client) was closed.
+    #[error("the client is closed")]
+    Closed,
+    /// The caller passed something the client rejects before sending it.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// A stable code: the service's code for [`Error::Api`], otherwise `unavailable`,
+    /// `not_acquired`, `session_lost`, `client_closed` or `invalid_argument`.
+    pub fn code(&self) -> &str {
+        match self {
+            Error::Api { code, .. } => code,
+            Error::Unavailable(_) => "unavailable",
+            Error::NotAcquired { .. } => "not_acquired",
+            Error::SessionLost => "session_lost",
+            Error::Closed => "client_closed",
+            Error::InvalidArgument(_) => "invalid_argument",
+        }
+    }
+
+    /// Whether sending the same request again may succeed: no leader yet, a node or the network
+    /// is down, or the service is shedding load (429/503).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Api { status, .. } => matches!(status, 429 | 503),
+            Error::Unavailable(_) => true,
+            _ => false,
+        }
+    }
+
+    /// How long the service asked the caller to wait before retrying, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The error carried by a `SessionEvent.error` of the session stream.
+    pub(crate) fn from_event(e: lockd_proto::v1::Error) -> Error {
+        Error::Api {
+            status: e.status as u16,
+            code: e.code,
+            message: e.message,
+            retry_after: (e.retry_after_ms > 0).then(|| Duration::from_millis(e.retry_after_ms)),
+        }
+    }
+}
+
+impl From<tonic::Status> for Error {
+    /// A service error carries its code in the `lockd-error-code` metadata; a status without it
+    /// came from the transport (connection refused, reset, timed out).
+    fn from(s: tonic::Status) -> Error {
+        let meta = |k: &str| s.metadata().get(k).and_then(|v| v.to_str().ok());
+        let Some(code) = meta("lockd-error-code").map(str::to_string) else {
+            return match s.code() {
+                tonic::Code::InvalidArgument => Error::InvalidArgument(s.message().to_string()),
+                _ => Error::Unavailable(format!("{:?}: {}", s.code(), s.message())),
+            };
+        };
+        use tonic::Code;
+        let status = match s.code() {
+            Code::InvalidArgument => 400,
+            Code::Unauthenticated => 401,
+            Code::PermissionDenied => 403,
+            Code::NotFound => 404,
+            Code::FailedPrecondition => 409,
+            Code::ResourceExhausted if code == "payload_too_large" => 413,
+            Code::ResourceExhausted => 429,
+            Code::Unavailable => 503,
+            _ => 500,
+        };
+        let retry_after = meta("lockd-retry-after-ms")
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis);
+        Error::Api {
+            status,
+            code,
+            message: s.message().to_string(),
+            retry_after,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_metadata_becomes_a_typed_error() {
+        let mut s = tonic::Status::unavailable("the lock group has no leader yet");
+        s.metadata_mut()
+            .insert("lockd-error-code", "no_leader".parse().unwrap());
+        s.metadata_mut()
+            .insert("lockd-retry-after-ms", "250".parse().unwrap());
+        let e = Error::from(s);
+        assert_eq!(e.code(), "no_leader");
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after(), Some(Duration::from_millis(250)));
+
+        let mut s = tonic::Status::failed_precondition("stale");
+        s.metadata_mut()
+            .insert("lockd-error-code", "stale_token".parse().unwrap());
+        let e = Error::from(s);
+        assert_eq!((e.code(), e.is_retryable()), ("stale_token", false));
+
+        let e = Error::from(tonic::Status::unavailable("connection refused"));
+        assert_eq!((e.code(), e.is_retryable()), ("unavailable", true));
+    }
+}

@@ -1,0 +1,779 @@
+//! The session driver: one task per [`Client`](crate::Client) that owns the `Session` stream.
+//!
+//! It opens the session, sends a keepalive every TTL/3, moves the stream to another node (and
+//! `attach`es the same session) when the stream breaks or stops answering, matches pushed grants
+//! to waiting acquires, and keeps the local lease deadline that every [`LockGuard`] watches:
+//! `send time of the last acknowledged open/attach/keepalive + TTL − margin`, on the monotonic
+//! clock. When that deadline passes without a renewal, or the service says the session ended,
+//! the session is *lost*: every guard of it reports lost, and the next acquire opens a new one.
+//!
+//! [`LockGuard`]: crate::LockGuard
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lockd_proto::v1 as pb;
+use lockd_proto::v1::lock_client::LockClient;
+use pb::session_event::Kind as Ev;
+use pb::session_request::Kind as Req;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{sleep_until, timeout, Instant};
+use tonic::transport::Channel;
+
+use crate::{ClientOptions, Error};
+
+/// What every guard of the client watches: the current session and its local deadline.
+#[derive(Clone, Debug)]
+pub(crate) struct Lease {
+    /// Bumped for every new session; a guard of an older generation is lost.
+    pub gen: u64,
+    pub session_id: String,
+    /// The local deadline: last acknowledged send + TTL − margin.
+    pub deadline: Instant,
+    /// The session ended (deadline passed, service expired or closed it, client closed).
+    pub lost: bool,
+}
+
+/// A lock the application holds, for "lease expired while still working" reports.
+#[derive(Clone, Debug)]
+pub(crate) struct Held {
+    pub name: String,
+    pub gen: u64,
+    pub token: u64,
+}
+
+/// What the driver and the handles share (not the command sender: when the last handle goes,
+/// the driver sees its command channel close and closes the session).
+pub(crate) struct Core {
+    pub opts: ClientOptions,
+    pub channels: Vec<(String, Channel)>,
+    preferred: AtomicUsize,
+    pub lease: watch::Sender<Lease>,
+    pub held: Mutex<HashMap<u64, Held>>,
+    pub next_guard: AtomicU64,
+    pub lease_expired: AtomicU64,
+}
+
+impl Core {
+    pub fn new(opts: ClientOptions, channels: Vec<(String, Channel)>) -> Core {
+        let (lease, _) = watch::channel(Lease {
+            gen: 0,
+            session_id: String::new(),
+            deadline: Instant::now(),
+            lost: true,
+        });
+        Core {
+            opts,
+            channels,
+            preferred: AtomicUsize::new(0),
+            lease,
+            held: Mutex::default(),
+            next_guard: AtomicU64::new(1),
+            lease_expired: AtomicU64::new(0),
+        }
+    }
+
+    fn preferred(&self) -> usize {
+        self.preferred.load(Relaxed) % self.channels.len()
+    }
+
+    /// Moves on to the next endpoint after `failed` did not answer.
+    fn rotate(&self, failed: usize) {
+        let _ = self.preferred.compare_exchange(
+            failed,
+            (failed + 1) % self.channels.len(),
+            Relaxed,
+            Relaxed,
+        );
+    }
+
+    pub fn margin(&self) -> Duration {
+        self.opts.margin.unwrap_or(self.opts.ttl / 5)
+    }
+
+    /// A unary call on the preferred node, retried with backoff on retryable errors (moving to
+    /// the next node when one does not answer).
+    pub async fn unary<T, F, Fut>(&self, mut call: F) -> Result<T, Error>
+    where
+        F: FnMut(LockClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let policy = &self.opts.retry;
+        let mut attempt = 0;
+        loop {
+            let i = self.preferred();
+            let rpc = LockClient::new(self.channels[i].1.clone());
+            let e = match timeout(self.opts.request_timeout, call(rpc)).await {
+                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Err(s)) => Error::from(s),
+                Err(_) => Error::Unavailable(format!(
+                    "{} did not answer in {:?}",
+                    self.channels[i].0, self.opts.request_timeout
+                )),
+            };
+            if matches!(e, Error::Unavailable(_)) {
+                self.rotate(i);
+            }
+            attempt += 1;
+            if !e.is_retryable() || attempt >= policy.max_attempts {
+                return Err(e);
+            }
+            tokio::time::sleep(policy.delay(attempt - 1, e.retry_after())).await;
+        }
+    }
+
+    /// Gives back one hold (unary, retried). After a transport failure the first attempt may
+    /// have landed, so a later "not the holder" counts as done.
+    pub async fn release(&self, session_id: &str, name: &str, token: u64) -> Result<u32, Error> {
+        let req = pb::ReleaseRequest {
+            session_id: session_id.to_string(),
+            name: name.to_string(),
+            fencing_token: token,
+            token: self.opts.auth_token.clone().unwrap_or_default(),
+        };
+        self.unary(|mut c| {
+            let req = req.clone();
+            async move { c.release(req).await }
+        })
+        .await
+        .map(|r| r.remaining)
+    }
+
+    /// Tells the service a lease ran out while the application still held the lock.
+    async fn report_lease_expired(&self, name: String) {
+        let r = self
+            .unary(|mut c| {
+                let name = name.clone();
+                async move {
+                    c.report_lease_expired(pb::ReportLeaseExpiredRequest { name })
+                        .await
+                }
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::debug!(%e, "could not report an expired lease");
+        }
+    }
+}
+
+/// A grant, as the driver hands it to an acquire.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    pub token: u64,
+    pub session_id: String,
+    pub gen: u64,
+}
+
+pub(crate) enum Cmd {
+    /// Open the session now if there is none (used by `Client::connect`).
+    Open(oneshot::Sender<Result<(), Error>>),
+    Acquire(pb::AcquireRequest, oneshot::Sender<Result<Grant, Error>>),
+    Close(oneshot::Sender<Result<(), Error>>),
+}
+
+struct Sess {
+    id: String,
+    gen: u64,
+    ttl: Duration,
+    every: Duration,
+    deadline: Instant,
+    next_keepalive: Instant,
+    reconnect_at: Instant,
+    reconnect_attempt: u32,
+}
+
+struct Conn {
+    tx: mpsc::UnboundedSender<pb::SessionRequest>,
+    rx: tonic::Streaming<pb::SessionEvent>,
+    endpoint: usize,
+}
+
+struct Acq {
+    name: String,
+    owner: String,
+    reply: oneshot::Sender<Result<Grant, Error>>,
+}
+
+enum Pending {
+    KeepAlive(Instant),
+    Acquire(Acq),
+}
+
+/// Outcomes pushed before the `queued` reply they belong to.
+const EARLY_CAPACITY: usize = 4096;
+
+pub(crate) struct Driver {
+    core: Arc<Core>,
+    cmds: mpsc::UnboundedReceiver<Cmd>,
+    sess: Option<Sess>,
+    conn: Option<Conn>,
+    gen: u64,
+    next_rid: u64,
+    pending: HashMap<u64, Pending>,
+    waits: HashMap<(u32, u64), Acq>,
+    early: HashMap<(u32, u64), Ev>,
+    early_order: VecDeque<(u32, u64)>,
+    /// (name, owner) of acquires whose outcome a broken stream took with it.
+    unsure: Vec<(String, String)>,
+}
+
+async fn at(t: Option<Instant>) {
+    match t {
+        Some(t) => sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_event(conn: &mut Option<Conn>) -> Result<Option<pb::SessionEvent>, tonic::Status> {
+    match conn {
+        Some(c) => c.rx.message().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Driver {
+    pub fn new(core: Arc<Core>, cmds: mpsc::UnboundedReceiver<Cmd>) -> Driver {
+        Driver {
+            core,
+            cmds,
+            sess: None,
+            conn: None,
+            gen: 0,
+            next_rid: 1,
+            pending: HashMap::new(),
+            waits: HashMap::new(),
+            early: HashMap::new(),
+            early_order: VecDeque::new(),
+            unsure: Vec::new(),
+        }
+    }
+
+    pub async fn run(mut self) {
+        loop {
+            let deadline = self.sess.as_ref().map(|s| s.deadline);
+            let keepalive = self
+                .sess
+                .as_ref()
+                .filter(|_| self.conn.is_some())
+                .map(|s| s.next_keepalive);
+            let reconnect = self
+                .sess
+                .as_ref()
+                .filter(|_| self.conn.is_none())
+                .map(|s| s.reconnect_at);
+            tokio::select! {
+                biased;
+                _ = at(deadline) => {
+                    // A renewal may have raced the timer: only a deadline still in the past counts.
+                    if self.sess.as_ref().is_some_and(|s| s.deadline <= Instant::now()) {
+                        self.lose("the local lease deadline passed without a renewal", true);
+                    }
+                }
+                cmd = self.cmds.recv() => match cmd {
+                    None => {
+                        let _ = self.close().await;
+                        return;
+                    }
+                    Some(Cmd::Close(reply)) => {
+                        let _ = reply.send(self.close().await);
+                        return;
+                    }
+                    Some(Cmd::Open(reply)) => {
+                        let r = self.ensure_session().await;
+                        let _ = reply.send(r);
+                    }
+                    Some(Cmd::Acquire(req, reply)) => self.acquire(req, reply).await,
+                },
+                ev = next_event(&mut self.conn) => match ev {
+                    Ok(Some(ev)) => self.event(ev),
+                    Ok(None) => self.disconnected("the node ended the session stream"),
+                    Err(s) => self.disconnected(&format!("session stream failed: {}", s.message())),
+                },
+                _ = at(keepalive) => self.keepalive(),
+                _ = at(reconnect) => self.reconnect().await,
+            }
+        }
+    }
+
+    fn rid(&mut self) -> u64 {
+        self.next_rid += 1;
+        self.next_rid
+    }
+
+    /// Opens a stream to endpoint `i` whose first message is `first`; returns the stream, the
+    /// first answer and when the request was sent.
+    async fn handshake(&mut self, i: usize, first: Req) -> Result<(Conn, Ev, Instant), Error> {
+        let rid = self.rid();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sent = Instant::now();
+        let _ = tx.send(pb::SessionRequest {
+            request_id: rid,
+            kind: Some(first),
+        });
+        let mut rpc = LockClient::new(self.core.channels[i].1.clone());
+        let handshake = async {
+            let mut stream = rpc
+                .session(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+                .await?
+                .into_inner();
+            loop {
+                match stream.message().await? {
+                    Some(ev) if ev.request_id == rid => match ev.kind {
+                        Some(Ev::Error(e)) => return Err(Error::from_event(e)),
+                        Some(k) => return Ok((stream, k)),
+                        None => return Err(Error::Unavailable("an empty reply".into())),
+                    },
+                    Some(_) => continue,
+                    None => return Err(Error::Unavailable("the node closed the stream".into())),
+                }
+            }
+        };
+        match timeout(self.core.opts.request_timeout, handshake).await {
+            Ok(Ok((rx, k))) => Ok((
+                Conn {
+                    tx,
+                    rx,
+                    endpoint: i,
+                },
+                k,
+                sent,
+            )),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Unavailable(format!(
+                "{} did not answer in {:?}",
+                self.core.channels[i].0, self.core.opts.request_timeout
+            ))),
+        }
+    }
+
+    async fn ensure_session(&mut self) -> Result<(), Error> {
+        if self.sess.is_some() {
+            return Ok(());
+        }
+        let core = self.core.clone();
+        let o = &core.opts;
+        let open = pb::OpenSessionRequest {
+            client: o.client_name.clone(),
+            ttl_ms: o.ttl.as_millis() as u64,
+            namespace: o.namespace.clone(),
+            token: o.auth_token.clone().unwrap_or_default(),
+        };
+        let mut attempt = 0;
+        loop {
+            let i = self.core.preferred();
+            let e = match self.handshake(i, Req::Open(open.clone())).await {
+                Ok((conn, Ev::Opened(r), sent)) => {
+                    self.gen += 1;
+                    let ttl = Duration::from_millis(r.ttl_ms);
+                    let every = Duration::from_millis(r.keepalive_every_ms.max(1));
+                    let deadline = sent + ttl.saturating_sub(self.core.margin());
+                    self.sess = Some(Sess {
+                        id: r.session_id.clone(),
+                        gen: self.gen,
+                        ttl,
+                        every,
+                        deadline,
+                        next_keepalive: sent + every,
+                        reconnect_at: sent,
+                        reconnect_attempt: 0,
+                    });
+                    self.conn = Some(conn);
+                    self.core.lease.send_replace(Lease {
+                        gen: self.gen,
+                        session_id: r.session_id,
+                        deadline,
+                        lost: false,
+                    });
+                    return Ok(());
+                }
+                Ok((_, other, _)) => {
+                    Error::Unavailable(format!("unexpected answer to open: {other:?}"))
+                }
+                Err(e) => e,
+            };
+            if matches!(e, Error::Unavailable(_)) {
+                self.core.rotate(i);
+            }
+            attempt += 1;
+            if !e.is_retryable() || attempt >= o.retry.max_attempts {
+                return Err(e);
+            }
+            tokio::time::sleep(o.retry.delay(attempt - 1, e.retry_after())).await;
+        }
+    }
+
+    /// A renewal sent at `sent` was acknowledged.
+    fn renewed(&mut self, sent: Instant, ttl_ms: u64) {
+        let Some(s) = &mut self.sess else { return };
+        if s.deadline <= Instant::now() {
+            // Too late: the guards may already have stopped. A lost lease stays lost.
+            self.lose("the local lease deadline passed without a renewal", true);
+            return;
+        }
+        let ttl = s.ttl.min(Duration::from_millis(ttl_ms.max(1)));
+        let deadline = sent + ttl.saturating_sub(self.core.margin());
+        if deadline > s.deadline {
+            s.deadline = deadline;
+            let gen = s.gen;
+            self.core.lease.send_if_modified(|l| {
+                let changed = l.gen == gen && !l.lost && deadline > l.deadline;
+                if changed {
+                    l.deadline = deadline;
+                }
+                changed
+            });
+        }
+    }
+
+    fn keepalive(&mut self) {
+        let (Some(s), Some(c)) = (&mut self.sess, &self.conn) else {
+            return;
+        };
+        let now = Instant::now();
+        s.next_keepalive = now + s.every;
+        // The previous keepalive went unanswered for a whole interval: the node is stuck or gone.
+        let stale = self.pending.values().any(|p| match p {
+            Pending::KeepAlive(sent) => now.duration_since(*sent) >= s.every,
+            Pending::Acquire(_) => false,
+        });
+        if stale {
+            self.core.rotate(c.endpoint);
+            self.disconnected("a keepalive went unanswered for a whole interval");
+            return;
+        }
+        let id = s.id.clone();
+        let rid = self.rid();
+        self.pending.insert(rid, Pending::KeepAlive(now));
+        self.send(rid, Req::Keepalive(pb::KeepAliveRequest { session_id: id }));
+    }
+
+    fn send(&mut self, rid: u64, kind: Req) {
+        if let Some(c) = &self.conn {
+            let _ = c.tx.send(pb::SessionRequest {
+                request_id: rid,
+                kind: Some(kind),
+            });
+        }
+    }
+
+    async fn acquire(
+        &mut self,
+        req: pb::AcquireRequest,
+        reply: oneshot::Sender<Result<Grant, Error>>,
+    ) {
+        if let Err(e) = self.ensure_session().await {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if self.conn.is_none() {
+            let _ = reply.send(Err(Error::Unavailable(
+                "the session stream is reconnecting".into(),
+            )));
+            return;
+        }
+        let rid = self.rid();
+        self.pending.insert(
+            rid,
+            Pending::Acquire(Acq {
+                name: req.name.clone(),
+                owner: req.owner.clone(),
+                reply,
+            }),
+        );
+        self.send(rid, Req::Acquire(req));
+    }
+
+    fn event(&mut self, ev: pb::SessionEvent) {
+        let Some(kind) = ev.kind else { return };
+        let pending = (ev.request_id != 0)
+            .then(|| self.pending.remove(&ev.request_id))
+            .flatten();
+        match (kind, pending) {
+            (Ev::Keepalive(k), Some(Pending::KeepAlive(sent))) => self.renewed(sent, k.ttl_ms),
+            (Ev::Error(e), Some(Pending::KeepAlive(_))) => {
+                if e.status == 404 {
+                    self.lose("the service no longer knows the session", true);
+                }
+            }
+            (Ev::Acquired(r), Some(Pending::Acquire(a))) => {
+                let out = if r.acquired {
+                    Ok(r.fencing_token)
+                } else {
+                    Err(Error::NotAcquired {
+                        holder: (!r.holder.is_empty()).then_some(r.holder),
+                        queue_position: r.queue_position,
+                    })
+                };
+                self.answer(a, out);
+            }
+            (Ev::Queued(q), Some(Pending::Acquire(a))) => {
+                let key = (q.group, q.waiter);
+                match self.early.remove(&key) {
+                    Some(push) => self.push(push, Some(a)),
+                    None => {
+                        self.waits.insert(key, a);
+                    }
+                }
+            }
+            (Ev::Error(e), Some(Pending::Acquire(a))) => {
+                let _ = a.reply.send(Err(Error::from_event(e)));
+            }
+            (Ev::SessionEnded(e), _) => {
+                let why = format!("the service ended the session ({})", e.reason);
+                self.lose(&why, e.reason != "closed");
+            }
+            (push @ (Ev::Granted(_) | Ev::WaitEnded(_)), _) => self.push(push, None),
+            (Ev::LeaseExtended(l), _) => {
+                tracing::debug!(
+                    group = l.group,
+                    by_ms = l.extended_by_ms,
+                    "lease extended by a new leader; the local deadline stays"
+                )
+            }
+            (other, _) => tracing::debug!(?other, "unexpected session event"),
+        }
+    }
+
+    /// A `granted` or `wait_ended` push; `waiting` is the acquire it answers when known.
+    fn push(&mut self, push: Ev, waiting: Option<Acq>) {
+        let key = match &push {
+            Ev::Granted(g) => (g.group, g.waiter),
+            Ev::WaitEnded(w) => (w.group, w.waiter),
+            _ => return,
+        };
+        let Some(a) = waiting.or_else(|| self.waits.remove(&key)) else {
+            // Pushed before the `queued` reply: keep it for that reply.
+            if self.early.insert(key, push).is_none() {
+                self.early_order.push_back(key);
+                while self.early_order.len() > EARLY_CAPACITY {
+                    if let Some(old) = self.early_order.pop_front() {
+                        self.early.remove(&old);
+                    }
+                }
+            }
+            return;
+        };
+        let out = match push {
+            Ev::Granted(g) => Ok(g.fencing_token),
+            Ev::WaitEnded(w) if w.reason == "session_ended" => Err(Error::SessionLost),
+            _ => Err(Error::NotAcquired {
+                holder: None,
+                queue_position: 0,
+            }),
+        };
+        self.answer(a, out);
+    }
+
+    fn answer(&mut self, a: Acq, out: Result<u64, Error>) {
+        let Some(s) = &self.sess else {
+            let _ = a.reply.send(Err(Error::SessionLost));
+            return;
+        };
+        let out = out.map(|token| Grant {
+            token,
+            session_id: s.id.clone(),
+            gen: s.gen,
+        });
+        if let Err(Ok(g)) = a.reply.send(out) {
+            // Nobody waits for this grant any more (the acquire was dropped): give it back.
+            let core = self.core.clone();
+            tokio::spawn(async move {
+                let _ = core.release(&g.session_id, &a.name, g.token).await;
+            });
+        }
+    }
+
+    /// The stream broke: fail what was in flight (their outcome is unknown), and reconnect.
+    fn disconnected(&mut self, why: &str) {
+        let Some(c) = self.conn.take() else { return };
+        tracing::debug!(endpoint = %self.core.channels[c.endpoint].0, why, "session stream lost");
+        self.core.rotate(c.endpoint);
+        self.early.clear();
+        self.early_order.clear();
+        let waits: Vec<_> = self.waits.drain().map(|(_, a)| a).collect();
+        let pending: Vec<_> = self.pending.drain().map(|(_, p)| p).collect();
+        for p in pending {
+            if let Pending::Acquire(a) = p {
+                self.fail_unsure(a);
+            }
+        }
+        for a in waits {
+            self.fail_unsure(a);
+        }
+        if let Some(s) = &mut self.sess {
+            s.reconnect_at = Instant::now();
+            s.reconnect_attempt = 0;
+        }
+    }
+
+    fn fail_unsure(&mut self, a: Acq) {
+        self.unsure.push((a.name, a.owner));
+        let _ = a.reply.send(Err(Error::Unavailable(
+            "the session stream broke before the acquire was answered".into(),
+        )));
+    }
+
+    /// Moves the session to the next node (`attach`), within the local deadline.
+    async fn reconnect(&mut self) {
+        let Some(s) = &self.sess else { return };
+        let (id, deadline) = (s.id.clone(), s.deadline);
+        let i = self.core.preferred();
+        let attach = self.handshake(i, Req::Attach(id.clone()));
+        // An attach answered after the local deadline could not save the lease anyway.
+        let Ok(attached) = tokio::time::timeout_at(deadline, attach).await else {
+            self.lose("the local lease deadline passed while reconnecting", true);
+            return;
+        };
+        match attached {
+            Ok((conn, Ev::Keepalive(k), sent)) => {
+                tracing::debug!(endpoint = %self.core.channels[i].0, "session stream moved");
+                self.conn = Some(conn);
+                self.renewed(sent, k.ttl_ms);
+                if let Some(s) = &mut self.sess {
+                    s.next_keepalive = sent + s.every;
+                }
+                self.settle_unsure(&id).await;
+            }
+            Ok((_, other, _)) => {
+                tracing::debug!(?other, "unexpected answer to attach");
+                self.retry_reconnect(i);
+            }
+            Err(e) if e.code() == "session_not_found" => {
+                self.lose("the service no longer knows the session", true)
+            }
+            Err(e) => {
+                tracing::debug!(%e, endpoint = %self.core.channels[i].0, "attach failed");
+                self.retry_reconnect(i);
+            }
+        }
+    }
+
+    fn retry_reconnect(&mut self, failed: usize) {
+        self.core.rotate(failed);
+        if let Some(s) = &mut self.sess {
+            let d = self.core.opts.retry.delay(s.reconnect_attempt.min(4), None);
+            s.reconnect_attempt += 1;
+            s.reconnect_at = Instant::now() + d;
+        }
+    }
+
+    /// Acquires whose answer the broken stream lost may have been granted: a hold of ours that no
+    /// guard knows is given back, so the caller's retry starts clean.
+    async fn settle_unsure(&mut self, session_id: &str) {
+        let unsure = std::mem::take(&mut self.unsure);
+        let budget = self.sess.as_ref().map_or(Duration::ZERO, |s| s.every);
+        let settle = async {
+            for (name, owner) in unsure {
+                let req = pb::InspectRequest {
+                    name: name.clone(),
+                    token: self.core.opts.auth_token.clone().unwrap_or_default(),
+                };
+                let mut rpc = LockClient::new(self.core.channels[self.core.preferred()].1.clone());
+                let Ok(state) = rpc.inspect(req).await else {
+                    continue;
+                };
+                let known: Vec<u64> = {
+                    let held = self.core.held.lock().expect("held lock");
+                    held.values()
+                        .filter(|h| h.name == name)
+                        .map(|h| h.token)
+                        .collect()
+                };
+                for h in state.into_inner().holders {
+                    if h.session_id == session_id
+                        && h.owner == owner
+                        && !known.contains(&h.fencing_token)
+                    {
+                        let _ = self.core.release(session_id, &name, h.fencing_token).await;
+                    }
+                }
+            }
+        };
+        let _ = timeout(budget, settle).await;
+    }
+
+    /// The session is over for this client: every guard of it is lost.
+    fn lose(&mut self, why: &str, report: bool) {
+        let Some(s) = self.sess.take() else { return };
+        tracing::warn!(session = %s.id, why, "lockd session lost");
+        self.conn = None;
+        self.core.lease.send_modify(|l| {
+            if l.gen == s.gen {
+                l.lost = true;
+            }
+        });
+        for p in std::mem::take(&mut self.pending).into_values() {
+            if let Pending::Acquire(a) = p {
+                let _ = a.reply.send(Err(Error::SessionLost));
+            }
+        }
+        for (_, a) in self.waits.drain() {
+            let _ = a.reply.send(Err(Error::SessionLost));
+        }
+        self.early.clear();
+        self.early_order.clear();
+        self.unsure.clear();
+        let held: Vec<String> = {
+            let held = self.core.held.lock().expect("held lock");
+            held.values()
+                .filter(|h| h.gen == s.gen)
+                .map(|h| h.name.clone())
+                .collect()
+        };
+        let held = if report { held } else { Vec::new() };
+        self.core
+            .lease_expired
+            .fetch_add(held.len() as u64, Relaxed);
+        let core = self.core.clone();
+        let id = s.id;
+        tokio::spawn(async move {
+            for name in held {
+                core.report_lease_expired(name).await;
+            }
+            // The guards are lost; free their locks now rather than at the service's expiry.
+            let _ = core
+                .unary(|mut c| {
+                    let session_id = id.clone();
+                    async move {
+                        c.close_session(pb::CloseSessionRequest { session_id })
+                            .await
+                    }
+                })
+                .await;
+        });
+    }
+
+    async fn close(&mut self) -> Result<(), Error> {
+        let Some(s) = self.sess.take() else {
+            return Ok(());
+        };
+        self.conn = None;
+        self.core.lease.send_modify(|l| {
+            if l.gen == s.gen {
+                l.lost = true;
+            }
+        });
+        for p in std::mem::take(&mut self.pending).into_values() {
+            if let Pending::Acquire(a) = p {
+                let _ = a.reply.send(Err(Error::Closed));
+            }
+        }
+        for (_, a) in self.waits.drain() {
+            let _ = a.reply.send(Err(Error::Closed));
+        }
+        let id = s.id;
+        self.core
+            .unary(|mut c| {
+                let session_id = id.clone();
+                async move {
+                    c.close_session(pb::CloseSessionRequest { session_id })
+                        .await
+                }
+            })
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,239 @@
+//! A real lockd cluster on loopback: `lockd serve` processes started from the built binary,
+//! killed by PID when the guard drops.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lockd_client::{Client, ClientOptions};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Names under `fast/` may have leases of 1–15 s (the default namespace needs ≥ 5 s).
+pub const NAMESPACES: &str = r#"
+[[namespace]]
+name = "fast"
+prefix = "fast/"
+min_ttl_ms = 1000
+default_ttl_ms = 3000
+max_ttl_ms = 15000
+"#;
+
+/// The directory cargo builds into (honours `CARGO_TARGET_DIR`).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+    }
+}
+
+/// `target/debug/lockd`, which `cargo build -p lockd-server --bin lockd` makes.
+pub fn lockd_bin() -> PathBuf {
+    let p = target_dir().join("debug/lockd");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build -p lockd-server --bin lockd` first (same CARGO_TARGET_DIR)",
+        p.display()
+    );
+    p
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed (SIGKILL, by PID) on drop.
+pub struct Proc {
+    pub child: Option<Child>,
+}
+
+impl Proc {
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().expect("running").id() as i32)
+    }
+
+    pub fn signal(&self, s: Signal) {
+        if self.child.is_some() {
+            kill(self.pid(), s).unwrap();
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The process state letter in /proc/PID/status (`T` = stopped).
+    pub fn state(&self) -> char {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("State:"))
+            .and_then(|v| v.trim().chars().next())
+            .unwrap_or('?')
+    }
+
+    /// Sends SIGSTOP and waits until the kernel reports the process stopped.
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+        for _ in 0..500 {
+            if self.state() == 'T' {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("process {} did not stop", self.pid());
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Proc>,
+    pub grpc: Vec<String>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// `n` nodes with `groups` lock groups; returns once a session opens and every node sees a
+    /// leader for every group.
+    pub async fn start(n: usize, groups: u32) -> Cluster {
+        let bin = lockd_bin();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("namespaces.toml");
+        std::fs::write(&config, NAMESPACES).unwrap();
+        let grpc: Vec<String> = (0..n)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        let peers = grpc
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = Vec::new();
+        for (i, addr) in grpc.iter().enumerate() {
+            let log =
+                std::fs::File::create(dir.path().join(format!("node-{}.log", i + 1))).unwrap();
+            let child = Command::new(&bin)
+                .arg("serve")
+                .args(["--node-id", &(i + 1).to_string(), "--peers", &peers])
+                .args(["--http", &format!("127.0.0.1:{}", free_port())])
+                .args(["--grpc", addr])
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("node-{}", i + 1)))
+                .args(["--groups", &groups.to_string()])
+                .arg("--config")
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            nodes.push(Proc { child: Some(child) });
+        }
+        let c = Cluster { nodes, grpc, dir };
+        c.wait_ready(groups).await;
+        c
+    }
+
+    async fn wait_ready(&self, groups: u32) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.ready(groups).await {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "cluster not ready in 60 s; logs in {}",
+                self.dir.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn ready(&self, groups: u32) -> bool {
+        for a in &self.grpc {
+            let Ok(c) = Client::lazy([a], quick()) else {
+                return false;
+            };
+            let Ok(s) = c.status().await else {
+                return false;
+            };
+            if s.groups.len() != groups as usize + 1 || s.groups.iter().any(|g| g.leader == 0) {
+                return false;
+            }
+        }
+        // The namespaces are in place once a session can open in `fast`.
+        let Ok(c) = Client::connect_with(&self.grpc, options(Duration::from_secs(3))).await else {
+            return false;
+        };
+        c.close().await.is_ok()
+    }
+
+    /// The node id leading lock group `g`, as node `via` sees it (0 = unknown).
+    pub async fn leader_of(&self, via: usize, g: u32) -> u64 {
+        let c = Client::lazy([&self.grpc[via]], quick()).unwrap();
+        c.status()
+            .await
+            .ok()
+            .and_then(|s| s.groups.into_iter().find(|x| x.id == g))
+            .map_or(0, |x| x.leader)
+    }
+
+    pub fn endpoints(&self) -> String {
+        self.grpc.join(",")
+    }
+}
+
+/// Options for test clients: namespace `fast`, the given TTL.
+pub fn options(ttl: Duration) -> ClientOptions {
+    ClientOptions {
+        client_name: "test".into(),
+        ttl,
+        namespace: "fast".into(),
+        ..Default::default()
+    }
+}
+
+/// Options that fail fast (for probes).
+pub fn quick() -> ClientOptions {
+    ClientOptions {
+        request_timeout: Duration::from_millis(500),
+        retry: lockd_client::RetryPolicy {
+            max_attempts: 1,
+            ..Default::default()
+        },
+        ..options(Duration::from_secs(3))
+    }
+}
+
+/// Polls `f` every 20 ms until it is true or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + limit;
+    while !f().await {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Cluster tests run one at a time: each starts three nodes on a small shared machine.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
