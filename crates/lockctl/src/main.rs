@@ -65,6 +65,18 @@ enum Cmd {
         #[command(flatten)]
         hold: HoldArgs,
     },
+    /// List live sessions (a page), or show one session's holds and waits.
+    Sessions {
+        /// Show this session in detail.
+        #[arg(long)]
+        session: Option<String>,
+        /// List sessions with ids after this one.
+        #[arg(long, default_value = "")]
+        after: String,
+        /// At most this many (1..=1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
     /// Release a hold given its session and token (e.g. one a crashed script left).
     Release {
         name: String,
@@ -219,6 +231,55 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
             let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
             let s = c.inspect(name).await?;
             out.print(lock_json(&s), || lock_human(&s));
+            Ok(())
+        }
+        Cmd::Sessions {
+            session,
+            after,
+            limit,
+        } => {
+            let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+            match session {
+                Some(id) => {
+                    let d = c.get_session(id).await?;
+                    let held: Vec<Value> = d
+                        .held
+                        .iter()
+                        .map(
+                            |h| json!({"name": h.name, "token": h.fencing_token, "group": h.group}),
+                        )
+                        .collect();
+                    let waits: Vec<Value> = d.waits.iter().map(|w| json!({"name": w.name, "queue_position": w.queue_position, "group": w.group})).collect();
+                    out.print(
+                        json!({"session_id": d.session_id, "client": d.client, "ttl_ms": d.ttl_ms, "held": held, "waits": waits}),
+                        || {
+                            let mut t = format!("session {} ({}), ttl {} ms", d.session_id, d.client, d.ttl_ms);
+                            for h in &d.held {
+                                t.push_str(&format!("\n  holds {} token {} (group {})", h.name, h.fencing_token, h.group));
+                            }
+                            for w in &d.waits {
+                                t.push_str(&format!("\n  waits {} at position {} (group {})", w.name, w.queue_position, w.group));
+                            }
+                            t
+                        },
+                    );
+                }
+                None => {
+                    let page = c.list_sessions(after, *limit).await?;
+                    let rows: Vec<Value> = page.iter().map(|s| json!({"session_id": s.session_id, "client": s.client, "ttl_ms": s.ttl_ms, "held": s.held, "waits": s.waits})).collect();
+                    out.print(json!({"sessions": rows}), || {
+                        let mut t =
+                            String::from("session              ttl_ms  held  waits  client");
+                        for s in &page {
+                            t.push_str(&format!(
+                                "\n{:<20} {:>6} {:>5} {:>6}  {}",
+                                s.session_id, s.ttl_ms, s.held, s.waits, s.client
+                            ));
+                        }
+                        t
+                    });
+                }
+            }
             Ok(())
         }
         Cmd::Release {

@@ -195,6 +195,23 @@ async fn run_passes_the_exit_code_and_refuses_a_held_lock() {
         .unwrap();
     let state: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(state["holders"][0]["token"], g.token());
+    let out = lockctl(&c).args(["sessions"]).output().await.unwrap();
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let me = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == g.session_id())
+        .cloned();
+    assert_eq!(me.expect("the holder's session is listed")["held"], 1);
+    let out = lockctl(&c)
+        .args(["sessions", "--session", g.session_id()])
+        .output()
+        .await
+        .unwrap();
+    let detail: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(detail["held"][0]["name"], "fast/exit");
+    assert_eq!(detail["held"][0]["token"], g.token());
     let out = lockctl(&c).arg("status").output().await.unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);

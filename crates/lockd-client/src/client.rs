@@ -238,6 +238,39 @@ impl Client {
             .await
     }
 
+    /// One session's holds and waits in every group.
+    pub async fn get_session(&self, session_id: &str) -> Result<pb::SessionDetail, Error> {
+        let req = pb::GetSessionRequest {
+            session_id: session_id.to_string(),
+        };
+        self.core
+            .unary(|mut c| {
+                let req = req.clone();
+                async move { c.get_session(req).await }
+            })
+            .await
+    }
+
+    /// A page of live sessions with ids above `after` (empty = from the first), at most `limit`
+    /// (0 = 100; at most 1000).
+    pub async fn list_sessions(
+        &self,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<pb::SessionSummary>, Error> {
+        let req = pb::ListSessionsRequest {
+            after: after.to_string(),
+            limit,
+        };
+        self.core
+            .unary(|mut c| {
+                let req = req.clone();
+                async move { c.list_sessions(req).await }
+            })
+            .await
+            .map(|r| r.sessions)
+    }
+
     /// The status of the node the client currently talks to: its groups, leaders, terms.
     pub async fn status(&self) -> Result<pb::StatusResponse, Error> {
         self.core

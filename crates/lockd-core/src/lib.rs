@@ -36,6 +36,6 @@ mod types;
 pub use bucket::{bucket_of, ShardMap, BUCKETS};
 pub use invariants::Violation;
 pub use machine::{validate_namespace, Applied, LockTable, Stats};
-pub use query::{HolderInfo, LockInfo, SessionInfo, WaiterInfo};
+pub use query::{HolderInfo, LockInfo, SessionInfo, SessionSummary, WaiterInfo};
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT};
 pub use types::*;

@@ -50,7 +50,43 @@ pub struct SessionInfo {
     pub waits: Vec<(String, WaiterId, u32)>,
 }
 
+/// One line of a session listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSummary {
+    pub session: SessionId,
+    pub client: String,
+    pub ttl_ms: u64,
+    pub opened_at_ms: u64,
+    pub held: u32,
+    pub waits: u32,
+}
+
 impl LockTable {
+    /// Up to `limit` sessions with ids above `after`, in id order (a page of a listing).
+    pub fn session_page(&self, after: Option<SessionId>, limit: usize) -> Vec<SessionSummary> {
+        let mut ids: Vec<SessionId> = self
+            .sessions
+            .keys()
+            .copied()
+            .filter(|id| after.is_none_or(|a| *id > a))
+            .collect();
+        ids.sort_unstable();
+        ids.truncate(limit);
+        ids.into_iter()
+            .map(|id| {
+                let s = &self.sessions[&id];
+                SessionSummary {
+                    session: id,
+                    client: s.client.to_string(),
+                    ttl_ms: s.ttl_ms,
+                    opened_at_ms: s.opened_at_ms,
+                    held: s.held.len() as u32,
+                    waits: s.waits.len() as u32,
+                }
+            })
+            .collect()
+    }
+
     /// The record of `name` as of group time `now_ms` (for `held_for_ms`); `None` if the name is
     /// free, has nobody waiting and no lock-delay.
     pub fn lock_info(&self, name: &str, now_ms: u64) -> Option<LockInfo> {

@@ -972,6 +972,16 @@ fn queries_report_holders_waiters_and_sessions() {
             deadline_ms: 10_000
         }]
     );
+    let page = h.t.session_page(None, 10);
+    assert_eq!(
+        page.iter()
+            .map(|s| (s.session, s.held, s.waits))
+            .collect::<Vec<_>>(),
+        vec![(a, 1, 0), (b, 0, 1)]
+    );
+    assert_eq!(page[0].client, "client-1");
+    assert_eq!(h.t.session_page(Some(a), 10).len(), 1);
+    assert_eq!(h.t.session_page(None, 1).len(), 1);
     let sb = h.t.session_info(b).unwrap();
     assert_eq!(sb.waits, vec![("n".to_string(), 1, 1)]);
     assert_eq!(

@@ -389,6 +389,72 @@ impl Lock for GrpcApi {
         }))
     }
 
+    async fn get_session(
+        &self,
+        req: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::SessionDetail>, Status> {
+        let start = Instant::now();
+        let out = async {
+            let s = session_id("session_id", &req.get_ref().session_id)?;
+            let d = self.svc.session_info(s).await?;
+            Ok(pb::SessionDetail {
+                session_id: d.session.to_string(),
+                client: d.client,
+                ttl_ms: d.ttl_ms,
+                held: d
+                    .held
+                    .into_iter()
+                    .map(|(group, name, t)| pb::HeldLock {
+                        name,
+                        fencing_token: t,
+                        group,
+                    })
+                    .collect(),
+                waits: d
+                    .waits
+                    .into_iter()
+                    .map(|(group, name, p)| pb::QueuedWait {
+                        name,
+                        queue_position: p,
+                        group,
+                    })
+                    .collect(),
+            })
+        }
+        .await;
+        self.finish("get_session", start, out)
+    }
+
+    async fn list_sessions(
+        &self,
+        req: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let start = Instant::now();
+        let out = async {
+            let r = req.get_ref();
+            let after = if r.after.is_empty() {
+                None
+            } else {
+                Some(session_id("after", &r.after)?)
+            };
+            let page = self.svc.list_sessions(after, r.limit as usize).await?;
+            Ok(pb::ListSessionsResponse {
+                sessions: page
+                    .into_iter()
+                    .map(|s| pb::SessionSummary {
+                        session_id: s.session.to_string(),
+                        client: s.client,
+                        ttl_ms: s.ttl_ms,
+                        held: s.held,
+                        waits: s.waits,
+                    })
+                    .collect(),
+            })
+        }
+        .await;
+        self.finish("list_sessions", start, out)
+    }
+
     async fn report_lease_expired(
         &self,
         req: Request<pb::ReportLeaseExpiredRequest>,

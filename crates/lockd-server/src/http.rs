@@ -28,6 +28,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// that the router answers each one; add a route here and in the spec together.
 pub const ENDPOINTS: &[(&str, &str)] = &[
     ("post", "/v1/sessions"),
+    ("get", "/v1/sessions"),
     ("post", "/v1/sessions/{id}:keepalive"),
     ("get", "/v1/sessions/{id}"),
     ("delete", "/v1/sessions/{id}"),
@@ -42,7 +43,7 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
 
 pub fn router(svc: Arc<Service>) -> Router {
     Router::new()
-        .route("/v1/sessions", post(open_session))
+        .route("/v1/sessions", post(open_session).get(list_sessions))
         .route(
             "/v1/sessions/{*rest}",
             post(session_verb).delete(close_session).get(get_session),
@@ -226,11 +227,49 @@ async fn get_session(State(svc): State<Arc<Service>>, Path(id): Path<String>) ->
     let start = Instant::now();
     let r = async {
         let session = parse_session("session id", &id)?;
-        let info = svc.session_info(session).await?;
-        Ok(info)
+        let d = svc.session_info(session).await?;
+        Ok(json!({
+            "session_id": d.session.to_string(),
+            "client": d.client,
+            "ttl_ms": d.ttl_ms,
+            "held": d.held.iter().map(|(g, n, t)| json!({"name": n, "token": t, "group": g})).collect::<Vec<_>>(),
+            "waits": d.waits.iter().map(|(g, n, p)| json!({"name": n, "queue_position": p, "group": g})).collect::<Vec<_>>(),
+        }))
     }
     .await;
     finish(&svc, "get_session", start, r)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    after: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn list_sessions(
+    State(svc): State<Arc<Service>>,
+    q: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let q = q
+            .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?
+            .0;
+        let after = q
+            .after
+            .as_deref()
+            .map(|a| parse_session("after", a))
+            .transpose()?;
+        let limit = ranged("limit", q.limit, 100, 1, 1000)?;
+        let page = svc.list_sessions(after, limit as usize).await?;
+        Ok(json!({"sessions": page.iter().map(|s| json!({
+            "session_id": s.session.to_string(), "client": s.client, "ttl_ms": s.ttl_ms,
+            "held": s.held, "waits": s.waits,
+        })).collect::<Vec<_>>()}))
+    }
+    .await;
+    finish(&svc, "list_sessions", start, r)
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockd_core::{
-    limits, BusyReason, LockInfo, LockMode, Namespace, Op, Reply, SessionId, ShardMap, Token,
+    limits, BusyReason, LockInfo, LockMode, Namespace, Op, Reply, SessionId, SessionSummary,
+    ShardMap, Token,
 };
 use lockd_raft::{Group, GroupError, GroupId, Node, META_GROUP};
 
@@ -58,6 +59,16 @@ pub enum AcquireOutcome {
         queue_position: u32,
         lock_delay_until_ms: Option<u64>,
     },
+}
+
+/// A session's holds `(group, name, token)` and waits `(group, name, queue position)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionDetail {
+    pub session: SessionId,
+    pub client: String,
+    pub ttl_ms: u64,
+    pub held: Vec<(GroupId, String, Token)>,
+    pub waits: Vec<(GroupId, String, u32)>,
 }
 
 /// The immediate answer to an acquire.
@@ -519,46 +530,73 @@ impl Service {
     }
 
     /// A session's holds and waits across every lock group; 404 if no group knows it.
-    pub async fn session_info(&self, session: SessionId) -> Result<serde_json::Value, ApiError> {
-        let groups: Vec<_> = self
-            .lock_group_ids()
-            .into_iter()
-            .map(|g| self.group(g))
-            .collect::<Result<_, _>>()?;
+    pub async fn session_info(&self, session: SessionId) -> Result<SessionDetail, ApiError> {
+        let groups = self.lock_groups_all()?;
         let infos = futures::future::join_all(
             groups
                 .iter()
                 .map(|g| g.read(move |t| t.session_info(session))),
         )
         .await;
-        let mut found = None;
-        let (mut held, mut waits) = (Vec::new(), Vec::new());
+        let mut detail: Option<SessionDetail> = None;
         for (g, info) in groups.iter().zip(infos) {
             let Some(info) = info? else { continue };
-            for (name, token) in &info.held {
-                held.push(serde_json::json!({"name": name, "token": token, "group": g.id()}));
-            }
-            for (name, _, position) in &info.waits {
-                waits.push(
-                    serde_json::json!({"name": name, "queue_position": position, "group": g.id()}),
-                );
-            }
-            found = Some(info);
+            let d = detail.get_or_insert_with(|| SessionDetail {
+                session,
+                client: info.client.clone(),
+                ttl_ms: info.ttl_ms,
+                held: Vec::new(),
+                waits: Vec::new(),
+            });
+            d.held
+                .extend(info.held.iter().map(|(n, t)| (g.id(), n.clone(), *t)));
+            d.waits
+                .extend(info.waits.iter().map(|(n, _, p)| (g.id(), n.clone(), *p)));
         }
-        let info = found.ok_or_else(|| {
+        detail.ok_or_else(|| {
             ApiError::new(
                 404,
                 "session_not_found",
                 format!("session {session} does not exist or has expired"),
             )
-        })?;
-        Ok(serde_json::json!({
-            "session_id": session.to_string(),
-            "client": info.client,
-            "ttl_ms": info.ttl_ms,
-            "held": held,
-            "waits": waits,
-        }))
+        })
+    }
+
+    /// A page of live sessions (ids above `after`, at most `limit`, at most 1000), merged over
+    /// every lock group.
+    pub async fn list_sessions(
+        &self,
+        after: Option<SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, ApiError> {
+        let limit = if limit == 0 { 100 } else { limit.min(1000) };
+        let groups = self.lock_groups_all()?;
+        let pages = futures::future::join_all(
+            groups
+                .iter()
+                .map(|g| g.read(move |t| t.session_page(after, limit))),
+        )
+        .await;
+        let mut merged: std::collections::BTreeMap<SessionId, SessionSummary> = Default::default();
+        for page in pages {
+            for s in page? {
+                merged
+                    .entry(s.session)
+                    .and_modify(|m| {
+                        m.held += s.held;
+                        m.waits += s.waits;
+                    })
+                    .or_insert(s);
+            }
+        }
+        Ok(merged.into_values().take(limit).collect())
+    }
+
+    fn lock_groups_all(&self) -> Result<Vec<Arc<Group>>, ApiError> {
+        self.lock_group_ids()
+            .into_iter()
+            .map(|g| self.group(g))
+            .collect()
     }
 
     /// `GET /v1/status`: this node and every group it hosts.

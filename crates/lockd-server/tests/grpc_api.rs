@@ -193,6 +193,24 @@ async fn unary_flows_and_errors() {
     let granted = wait.await.unwrap();
     assert!(granted.acquired && granted.fencing_token > t);
 
+    let detail = cl
+        .get_session(pb::GetSessionRequest {
+            session_id: a.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(detail.held.len(), 4);
+    let page = cl
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(page.sessions.len(), 2);
+    assert!(page
+        .sessions
+        .iter()
+        .any(|s| s.session_id == a && s.held == 4));
     let closed = cl
         .close_session(pb::CloseSessionRequest {
             session_id: a.clone(),

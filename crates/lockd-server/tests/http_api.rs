@@ -100,6 +100,23 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     assert_eq!(r.body["held"][0]["name"], name);
     assert_eq!(r.body["held"][0]["token"], t1);
 
+    let r = h.get("/v1/sessions?limit=10").await;
+    assert_eq!(r.status, 200);
+    let listed: Vec<_> = r.body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_string())
+        .collect();
+    let mut want = vec![s1.clone(), s2.clone()];
+    want.sort();
+    assert_eq!(listed, want);
+    let first = &r.body["sessions"][0];
+    assert_eq!(first["held"], if want[0] == s1 { 1 } else { 0 });
+    let r = h.get(&format!("/v1/sessions?after={}", want[0])).await;
+    assert_eq!(r.body["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(h.get("/v1/sessions?limit=0").await.status, 400);
+    assert_eq!(h.get("/v1/sessions?after=zz").await.status, 400);
     let r = h.release(name, &s1, t1).await;
     assert_eq!(
         (r.status, r.body.clone()),
