@@ -81,7 +81,9 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     // gRPC: peer traffic (raft, forwarded proposals) on the node's one gRPC port.
     let peer = node.peer_service();
     let api = lockd_proto::v1::lock_server::LockServer::new(grpc::GrpcApi::new(service.clone()));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(cfg.grpc);
+    // Serving from a pre-bound listener skips tonic's own TCP_NODELAY: set it here, or every
+    // small reply (Raft acks above all) waits out Nagle against the peer's delayed ACK (~40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(cfg.grpc).with_nodelay(Some(true));
     let rx = stop_rx.clone();
     tasks.spawn(async move {
         let served = tonic::transport::Server::builder()
@@ -98,7 +100,13 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let app = http::router(service.clone());
     let rx = stop_rx.clone();
     tasks.spawn(async move {
-        if let Err(e) = axum::serve(cfg.http, app)
+        use axum::serve::ListenerExt;
+        let listener = cfg.http.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
+        if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(stopped(rx))
             .await
         {

@@ -135,7 +135,8 @@ pub async fn start(cfg: NodeConfig) -> TestNode {
     let (tx, rx) = oneshot::channel::<()>();
     let svc = node.peer_service();
     let server = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let _ = tonic::transport::Server::builder()
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, async {
