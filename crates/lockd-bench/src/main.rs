@@ -1,24 +1,30 @@
 //! `lockd-bench`: measures lockd side by side with what users would otherwise run for locks
 //! (a 3-member etcd, Redis with and without an fsync'd AOF), on the same machine in one run.
 //!
-//! `lockd-bench compare [--quick] [--systems etcd,redis-aof,...]` installs missing Debian
-//! packages, starts each system on loopback in a temp dir, runs the same workloads against it
-//! (see `workload`), stops it by pid, and prints one table with ratios to a baseline system.
+//! `lockd-bench compare [--quick] [--systems lockd,etcd,redis-aof,...]` installs missing Debian
+//! packages, starts each system on loopback in a temp dir (lockd: 3 `lockd serve` processes of
+//! the release binary), runs the same workloads against it (see `workload`), stops it by pid,
+//! and prints one table with ratios to etcd and Redis-AOF; then lockd's hot lock and failover
+//! (see `scenarios`). `lockd-bench smoke` is the seconds-long CI check against lockd alone.
 
 mod etcd;
 mod http;
+mod lockd;
 mod procs;
 mod redis_target;
 mod report;
+mod scenarios;
 mod target;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
+use crate::lockd::Routing;
 use crate::target::SystemKind;
 use crate::workload::{Ctx, Plan, Row};
 
@@ -27,6 +33,27 @@ use crate::workload::{Ctx, Plan, Row};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// Where lockd comes from and how its cluster is shaped.
+#[derive(Args, Clone)]
+struct LockdArgs {
+    /// The `lockd` binary (default: next to lockd-bench, then $CARGO_TARGET_DIR/release, then
+    /// the workspace's target/release). Build it with `cargo build --release -p lockd-server`.
+    #[arg(long, env = "LOCKD_BIN")]
+    lockd_bin: Option<PathBuf>,
+    /// Lock groups per lockd cluster (`lockd serve --groups`).
+    #[arg(long, default_value_t = 4)]
+    groups: u32,
+    /// Where the servers' temp data dirs go (must be a real disk for fsync to mean anything).
+    #[arg(long)]
+    data_root: Option<PathBuf>,
+}
+
+impl LockdArgs {
+    fn data_root(&self) -> PathBuf {
+        self.data_root.clone().unwrap_or_else(std::env::temp_dir)
+    }
 }
 
 #[derive(Subcommand)]
@@ -41,15 +68,53 @@ enum Cmd {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "etcd,etcd-lock,redis-aof,redis-mem"
+            default_value = "lockd,lockd-http,lockd-leader,etcd,etcd-lock,redis-aof,redis-mem"
         )]
         systems: Vec<SystemKind>,
-        /// The system the ratio column divides by.
-        #[arg(long, value_enum, default_value = "etcd")]
-        baseline: SystemKind,
-        /// Where the servers' temp data dirs go (must be a real disk for fsync to mean anything).
-        #[arg(long)]
-        data_root: Option<PathBuf>,
+        /// The systems the ratio columns divide by.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "etcd,redis-aof"
+        )]
+        baselines: Vec<SystemKind>,
+        /// Waiters in the hot-lock run (after the `lockd` system's workloads; 0 skips it).
+        #[arg(long, default_value_t = 50)]
+        hot_waiters: usize,
+        /// Failover trials (after the `lockd` system's workloads; 0 skips them).
+        #[arg(long, default_value_t = 20)]
+        failover_trials: usize,
+        #[command(flatten)]
+        lockd: LockdArgs,
+    },
+    /// Failover alone: SIGKILL the leader of a probe name's group, time the next acquire.
+    Failover {
+        #[arg(long, default_value_t = 20)]
+        trials: usize,
+        /// Background clients cycling locks throughout (0 = an idle cluster).
+        #[arg(long, default_value_t = 0)]
+        load: usize,
+        #[command(flatten)]
+        lockd: LockdArgs,
+    },
+    /// The hot lock alone: one name, N blocking waiters, spread and leader-routed.
+    Hotlock {
+        #[arg(long, default_value_t = 50)]
+        waiters: usize,
+        #[arg(long, default_value_t = 5)]
+        secs: u64,
+        #[command(flatten)]
+        lockd: LockdArgs,
+    },
+    /// A few seconds against lockd only (no etcd/Redis): asserts that every operation succeeds,
+    /// never a timing. For CI.
+    Smoke {
+        /// Nodes in the cluster (1 or 3).
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        #[command(flatten)]
+        lockd: LockdArgs,
     },
 }
 
@@ -74,33 +139,99 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let Cmd::Compare {
-        quick,
-        systems,
-        baseline,
-        data_root,
-    } = cli.cmd;
-    let data_root = data_root.unwrap_or_else(std::env::temp_dir);
+    match cli.cmd {
+        Cmd::Compare {
+            quick,
+            systems,
+            baselines,
+            hot_waiters,
+            failover_trials,
+            lockd,
+        } => {
+            let extras = Extras {
+                hot_waiters,
+                hot_secs: if quick { 3 } else { 10 },
+                failover_trials,
+            };
+            compare(quick, &systems, &baselines, &lockd, &extras).await
+        }
+        Cmd::Failover {
+            trials,
+            load,
+            lockd,
+        } => {
+            let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
+            let mut cluster =
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
+            let f = scenarios::failover(&mut cluster, trials, load).await?;
+            println!("lockd ({} groups): {}", lockd.groups, f.line());
+            Ok(())
+        }
+        Cmd::Hotlock {
+            waiters,
+            secs,
+            lockd,
+        } => {
+            let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
+            let cluster = lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
+            for routing in [Routing::Spread, Routing::Leader] {
+                let dur = Duration::from_secs(secs);
+                let h = scenarios::hot_lock(&cluster, routing, waiters, dur).await?;
+                println!("lockd ({} groups): {}", lockd.groups, h.line());
+            }
+            Ok(())
+        }
+        Cmd::Smoke { nodes, lockd } => smoke(nodes, &lockd).await,
+    }
+}
+
+/// The lockd-only runs that follow the `lockd` system's workloads in `compare`.
+struct Extras {
+    hot_waiters: usize,
+    hot_secs: u64,
+    failover_trials: usize,
+}
+
+async fn compare(
+    quick: bool,
+    systems: &[SystemKind],
+    baselines: &[SystemKind],
+    lockd: &LockdArgs,
+    extras: &Extras,
+) -> Result<()> {
+    let data_root = lockd.data_root();
     let plan = Plan::new(quick);
     let mut needs = Vec::new();
-    for s in &systems {
+    for s in systems {
         match s {
             SystemKind::Etcd | SystemKind::EtcdLock => needs.push(("etcd", "etcd-server")),
             SystemKind::RedisAof | SystemKind::RedisMem => {
                 needs.push(("redis-server", "redis-server"))
             }
-            SystemKind::Lockd => {}
+            _ => {}
         }
     }
     procs::ensure_packages(&needs)?;
+    let bin = match systems.iter().any(|s| s.is_lockd()) {
+        true => Some(lockd::find_binary(lockd.lockd_bin.as_deref())?),
+        false => None,
+    };
 
     let started = std::time::SystemTime::now();
     let mut rows = Vec::new();
+    let mut lines = Vec::new();
     let mut failed = Vec::new();
     for (i, &s) in systems.iter().enumerate() {
         eprintln!("== [{}/{}] {}", i + 1, systems.len(), s.label());
-        match run_system(s, &plan, &data_root).await {
-            Ok(r) => rows.extend(r),
+        let r = match (s.is_lockd(), &bin) {
+            (true, Some(bin)) => run_lockd(s, &plan, bin, lockd, extras).await,
+            _ => run_system(s, &plan, &data_root).await.map(|r| (r, vec![])),
+        };
+        match r {
+            Ok((r, l)) => {
+                rows.extend(r);
+                lines.extend(l);
+            }
             Err(e) => {
                 eprintln!("{}: FAILED: {e:#}", s.label());
                 failed.push(s.label());
@@ -114,29 +245,122 @@ async fn run(cli: Cli) -> Result<()> {
         if quick { " --quick" } else { "" }
     );
     println!(
-        "machine: {} cores; {}; {}",
+        "machine: {} cores; lockd {} ({} groups, 3 nodes); {}; {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        bin.as_ref().map_or("-".into(), |b| b.display().to_string()),
+        lockd.groups,
         procs::version_of("etcd"),
         procs::version_of("redis-server"),
     );
     println!("ops/s counts every request; cycle latencies are the acquires'; open-loop latencies");
     println!("run from the intended send time; cpu = % of one core (servers / lockd-bench)\n");
-    print!("{}", report::table(&rows, baseline.label()));
+    let labels: Vec<&str> = baselines.iter().map(|b| b.label()).collect();
+    print!("{}", report::table(&rows, &labels));
+    for l in &lines {
+        println!("\n{l}");
+    }
     if !failed.is_empty() {
         bail!("failed: {}", failed.join(", "));
     }
     Ok(())
 }
 
-/// Starts one system, runs every workload against it, stops it (the guards' drop).
+/// Starts a 3-node lockd cluster, runs every workload against it with the flavour `s` names,
+/// and, for `lockd` itself, the hot lock and the failover trials.
+async fn run_lockd(
+    s: SystemKind,
+    plan: &Plan,
+    bin: &Path,
+    args: &LockdArgs,
+    extras: &Extras,
+) -> Result<(Vec<Row>, Vec<String>)> {
+    let mut cluster = lockd::Cluster::start(bin, &args.data_root(), 3, args.groups).await?;
+    let cx = Ctx {
+        system: s.label(),
+        plan,
+        server_pids: cluster.pids(),
+    };
+    let rows = match s {
+        SystemKind::LockdHttp => {
+            let t = lockd::HttpTarget::new(&cluster, Routing::Spread).await?;
+            workload::run_all(&cx, t).await?
+        }
+        SystemKind::LockdLeader => {
+            let t = lockd::GrpcTarget::new(&cluster, Routing::Leader).await?;
+            workload::run_all(&cx, t).await?
+        }
+        _ => {
+            let t = lockd::GrpcTarget::new(&cluster, Routing::Spread).await?;
+            workload::run_all(&cx, t).await?
+        }
+    };
+    cluster.check_alive()?;
+    let mut lines = Vec::new();
+    if s == SystemKind::Lockd {
+        if extras.hot_waiters > 0 {
+            for routing in [Routing::Spread, Routing::Leader] {
+                eprintln!(
+                    "[lockd] hot lock, {} waiters, {routing:?}",
+                    extras.hot_waiters
+                );
+                let dur = Duration::from_secs(extras.hot_secs);
+                let h = scenarios::hot_lock(&cluster, routing, extras.hot_waiters, dur).await?;
+                lines.push(format!("lockd: {}", h.line()));
+            }
+        }
+        if extras.failover_trials > 0 {
+            eprintln!("[lockd] failover, {} trials", extras.failover_trials);
+            let f = scenarios::failover(&mut cluster, extras.failover_trials, 0).await?;
+            lines.push(format!("lockd: {}", f.line()));
+        }
+    }
+    Ok((rows, lines))
+}
+
+/// CI smoke: every request kind through both APIs and both routings, a tiny hot lock; fails
+/// only if an operation fails, never on a timing.
+async fn smoke(nodes: usize, args: &LockdArgs) -> Result<()> {
+    let bin = lockd::find_binary(args.lockd_bin.as_deref())?;
+    let cluster = lockd::Cluster::start(&bin, &args.data_root(), nodes, args.groups).await?;
+    let plan = Plan::smoke();
+    let cx = |system| Ctx {
+        system,
+        plan: &plan,
+        server_pids: cluster.pids(),
+    };
+    let mut rows = Vec::new();
+    let t = lockd::GrpcTarget::new(&cluster, Routing::Spread).await?;
+    rows.extend(workload::run_all(&cx("lockd"), t).await?);
+    let t = lockd::HttpTarget::new(&cluster, Routing::Spread).await?;
+    rows.extend(workload::run_all(&cx("lockd-http"), t).await?);
+    let t = lockd::GrpcTarget::new(&cluster, Routing::Leader).await?;
+    rows.extend(workload::run_all(&cx("lockd-leader"), t).await?);
+    print!("{}", report::table(&rows, &[]));
+    let hot = scenarios::hot_lock(&cluster, Routing::Spread, 5, Duration::from_secs(1)).await?;
+    println!("{}", hot.line());
+    let bad: Vec<String> = rows
+        .iter()
+        .filter(|r| r.errors > 0 || r.ops_per_s <= 0.0)
+        .map(|r| format!("{} {}: {} errors", r.system, r.workload, r.errors))
+        .collect();
+    if !bad.is_empty() {
+        bail!("smoke failed: {}", bad.join("; "));
+    }
+    if hot.errors > 0 || hot.overhead.is_empty() {
+        bail!(
+            "smoke failed: hot lock had {} errors, {} hand-offs",
+            hot.errors,
+            hot.overhead.len()
+        );
+    }
+    println!("smoke ok ({} nodes)", nodes);
+    Ok(())
+}
+
+/// Starts one etcd or Redis system, runs every workload against it, stops it (the guards' drop).
 async fn run_system(s: SystemKind, plan: &Plan, data_root: &std::path::Path) -> Result<Vec<Row>> {
     let label = s.label();
     match s {
-        // LOCKD TARGET GOES HERE: start `lockd dev --nodes 3` (3 processes, fsync on) behind a
-        // `procs::Server` guard per node, wait for `GET /v1/status` to show leaders, and run
-        // `workload::run_all(&Ctx { .. }, lockd::LockdTarget::new(..))`; the target speaks the
-        // HTTP API of GUIDE §4 through `http::HttpConn`.
-        SystemKind::Lockd => bail!("the lockd target is not implemented yet (waiting for its API)"),
         SystemKind::Etcd | SystemKind::EtcdLock => {
             let mut cluster = etcd::Cluster::start(data_root).await?;
             let flavour = if s == SystemKind::Etcd {
@@ -170,6 +394,9 @@ async fn run_system(s: SystemKind, plan: &Plan, data_root: &std::path::Path) -> 
             let rows = workload::run_all(&cx, target).await?;
             server.check_alive()?;
             Ok(rows)
+        }
+        SystemKind::Lockd | SystemKind::LockdHttp | SystemKind::LockdLeader => {
+            bail!("{label} runs through run_lockd")
         }
     }
 }

@@ -131,6 +131,15 @@ impl Server {
         Ok(())
     }
 
+    /// SIGKILL now (no grace), and reap it: the failover workload's crash.
+    pub fn kill_now(&mut self) -> Result<()> {
+        self.child
+            .kill()
+            .with_context(|| format!("kill {}", self.name))?;
+        self.child.wait()?;
+        Ok(())
+    }
+
     fn stop(&mut self) {
         if self.child.try_wait().ok().flatten().is_some() {
             return;

@@ -1,7 +1,7 @@
 //! The comparison table: one Markdown table for every system and workload of a run.
 //!
 //! Why Markdown: the same text goes to the terminal and, unchanged, into docs/BENCHMARKS.md.
-//! The ratio column divides each row's ops/s by the baseline system's on the same workload.
+//! Each ratio column divides a row's ops/s by one baseline system's on the same workload.
 
 use std::fmt::Write;
 
@@ -11,23 +11,36 @@ fn ms(us: u64) -> String {
     format!("{:.2}", us as f64 / 1000.0)
 }
 
-/// Renders `rows` with a ratio column against `baseline` (a system label).
-pub fn table(rows: &[Row], baseline: &str) -> String {
+/// Renders `rows` with one ratio column per baseline (a system label): the row's ops/s over
+/// the baseline's on the same workload.
+pub fn table(rows: &[Row], baselines: &[&str]) -> String {
     let mut out = String::new();
+    let ratio_heads: String = baselines.iter().map(|b| format!(" vs {b} |")).collect();
     let _ = writeln!(
         out,
-        "| system | workload | ops/s | p50 ms | p99 ms | p999 ms | errors | ops/s vs {baseline} | cpu srv/bench | note |"
+        "| system | workload | ops/s | p50 ms | p99 ms | p999 ms | errors |{ratio_heads} cpu srv/bench | note |"
     );
-    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(
+        out,
+        "|---|---|---:|---:|---:|---:|---:|{}---:|---|",
+        "---:|".repeat(baselines.len())
+    );
     for r in rows {
-        let base = rows
+        let ratios: String = baselines
             .iter()
-            .find(|b| b.system == baseline && b.workload == r.workload)
-            .filter(|b| b.ops_per_s > 0.0);
-        let ratio = base.map_or("-".into(), |b| format!("{:.2}x", r.ops_per_s / b.ops_per_s));
+            .map(|&b| {
+                let base = rows
+                    .iter()
+                    .find(|x| x.system == b && x.workload == r.workload)
+                    .filter(|x| x.ops_per_s > 0.0);
+                base.map_or(" - |".into(), |x| {
+                    format!(" {:.2}x |", r.ops_per_s / x.ops_per_s)
+                })
+            })
+            .collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.0}%/{:.0}% | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} |{ratios} {:.0}%/{:.0}% | {} |",
             r.system,
             r.workload,
             r.ops_per_s,
@@ -35,7 +48,6 @@ pub fn table(rows: &[Row], baseline: &str) -> String {
             ms(r.p99_us),
             ms(r.p999_us),
             r.errors,
-            ratio,
             r.cpu.servers_pct,
             r.cpu.bench_pct,
             r.note
@@ -64,14 +76,21 @@ mod tests {
 
     #[test]
     fn ratio_is_against_the_baseline_on_the_same_workload() {
-        let t = table(&[row("etcd", 1000.0), row("redis-mem", 30000.0)], "etcd");
+        let rows = [
+            row("etcd", 1000.0),
+            row("redis-aof", 20000.0),
+            row("lockd", 30000.0),
+        ];
+        let t = table(&rows, &["etcd", "redis-aof"]);
         assert!(
-            t.contains("| etcd | cycle C=1 | 1000 | 1.20 | 2.50 | 9.00 | 0 | 1.00x |"),
+            t.contains("| etcd | cycle C=1 | 1000 | 1.20 | 2.50 | 9.00 | 0 | 1.00x | 0.05x |"),
             "{t}"
         );
         assert!(
-            t.contains("| redis-mem | cycle C=1 | 30000 | 1.20 | 2.50 | 9.00 | 0 | 30.00x |"),
+            t.contains("| lockd | cycle C=1 | 30000 | 1.20 | 2.50 | 9.00 | 0 | 30.00x | 1.50x |"),
             "{t}"
         );
+        let t = table(&rows[2..], &["etcd"]);
+        assert!(t.contains("| 0 | - |"), "{t}");
     }
 }

@@ -68,9 +68,12 @@ pub trait LockTarget: Send + Sync + 'static {
 /// The systems `compare` knows. Each names one server setup plus one lock protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SystemKind {
-    /// lockd, 3 replicas, fsync on. NOT IMPLEMENTED YET: plugs in here once lockd's HTTP API
-    /// (docs: GUIDE §4) serves; see `run_system` in main.rs.
+    /// lockd, 3 replicas, fsync on; gRPC unary calls, clients spread over the nodes.
     Lockd,
+    /// The same cluster setup; the HTTP/JSON API, clients spread over the nodes.
+    LockdHttp,
+    /// The same cluster setup; gRPC, each lock request sent to its group's leader (no forward).
+    LockdLeader,
     /// etcd 3.4, 3 members, fsync on; lock = Txn on create_revision with a lease.
     Etcd,
     /// The same cluster setup; lock = etcd's own v3lock Lock/Unlock RPC.
@@ -82,10 +85,19 @@ pub enum SystemKind {
 }
 
 impl SystemKind {
+    pub fn is_lockd(self) -> bool {
+        matches!(
+            self,
+            SystemKind::Lockd | SystemKind::LockdHttp | SystemKind::LockdLeader
+        )
+    }
+
     /// The name printed in the table, as given on the command line.
     pub fn label(self) -> &'static str {
         match self {
             SystemKind::Lockd => "lockd",
+            SystemKind::LockdHttp => "lockd-http",
+            SystemKind::LockdLeader => "lockd-leader",
             SystemKind::Etcd => "etcd",
             SystemKind::EtcdLock => "etcd-lock",
             SystemKind::RedisAof => "redis-aof",

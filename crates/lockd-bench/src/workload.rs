@@ -56,6 +56,21 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Seconds-long, tiny concurrency, no open loop: the CI smoke (it asserts only success).
+    pub fn smoke() -> Plan {
+        Plan {
+            cycle_concurrency: vec![1, 4],
+            cycle_duration: Duration::from_secs(1),
+            read_concurrency: 4,
+            max_rate_clients: 8,
+            mix_rates: vec![],
+            mix_clients: 8,
+            mix_duration: Duration::from_secs(1),
+        }
+    }
+}
+
 /// What a workload runs in: the system's name, the plan, and the server processes whose CPU
 /// each row reports.
 pub struct Ctx<'a> {

@@ -1,0 +1,650 @@
+//! lockd as a target: a cluster of the real `lockd serve` release binary, and two client
+//! flavours (gRPC unary calls, and the HTTP/JSON API).
+//!
+//! Why separate processes on loopback, fsync on: that is how users deploy it (3 replicas), and
+//! how etcd runs beside it in the same table. Any node accepts any request and forwards
+//! proposals to the group's leader; `Routing::Leader` instead sends each lock request straight
+//! to the leader of the name's group, which shows what the forwarding hop costs.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use hyper::{Method, StatusCode};
+use lockd_core::ShardMap;
+use lockd_proto::v1 as pb;
+use lockd_proto::v1::lock_client::LockClient;
+use serde::Deserialize;
+use serde_json::json;
+use tempfile::TempDir;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::http::HttpConn;
+use crate::procs::{free_ports, loopback, Server};
+use crate::target::{LockTarget, Token};
+
+/// How long a cluster gets to elect every group's leader (and a restarted node to catch up).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The `lockd` binary: `--lockd-bin`/`LOCKD_BIN`, else next to this executable (the same
+/// target dir and profile), else `$CARGO_TARGET_DIR/release/lockd`, else the workspace's
+/// `target/release/lockd`.
+pub fn find_binary(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        if p.is_file() {
+            return Ok(p.to_owned());
+        }
+        bail!("lockd binary {} does not exist", p.display());
+    }
+    let mut tried = Vec::new();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_owned))
+    {
+        tried.push(dir.join("lockd"));
+    }
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        tried.push(PathBuf::from(t).join("release/lockd"));
+    }
+    tried.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/lockd"));
+    for p in &tried {
+        if p.is_file() {
+            if p.components().any(|c| c.as_os_str() == "debug") {
+                eprintln!(
+                    "warning: {} is a debug build; numbers will be meaningless",
+                    p.display()
+                );
+            }
+            return Ok(p.clone());
+        }
+    }
+    let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+    bail!(
+        "the lockd binary was not found (looked at {}); build it with \
+         `cargo build --release -p lockd-server` (CARGO_TARGET_DIR is honoured) or pass --lockd-bin",
+        tried.join(", ")
+    )
+}
+
+/// One `lockd serve` process and how to start it again.
+struct Node {
+    id: u64,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    args: Vec<String>,
+    server: Option<Server>,
+}
+
+/// A running cluster; dropping it stops every node by pid, then removes the data.
+pub struct Cluster {
+    // Field order matters: nodes stop before their data dir is removed.
+    nodes: Vec<Node>,
+    bin: PathBuf,
+    groups: u32,
+    starts: usize,
+    dir: TempDir,
+}
+
+/// `GET /v1/status`, the fields we use.
+#[derive(Deserialize, Debug)]
+pub struct Status {
+    pub groups: Vec<GroupStatus>,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct GroupStatus {
+    pub id: u32,
+    pub leader: u64,
+    pub members: Vec<u64>,
+    pub applied_index: u64,
+}
+
+async fn status(addr: SocketAddr) -> Result<Status> {
+    let mut c = HttpConn::connect(addr).await?;
+    let (code, body) = c.request(Method::GET, "/v1/status", None).await?;
+    if code != StatusCode::OK {
+        bail!("{addr}: GET /v1/status: {code}");
+    }
+    Ok(serde_json::from_slice(&body)?)
+}
+
+impl Cluster {
+    /// Starts `n` nodes with `groups` lock groups (fsync is always on in lockd) and waits until
+    /// every node sees the same leader for every group, the meta group included.
+    pub async fn start(bin: &Path, data_root: &Path, n: usize, groups: u32) -> Result<Cluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("lockd-bench-lockd-")
+            .tempdir_in(data_root)?;
+        let ports = free_ports(2 * n)?;
+        let (http, grpc) = ports.split_at(n);
+        let peers: Vec<String> = (0..n)
+            .map(|i| format!("{}=127.0.0.1:{}", i + 1, grpc[i]))
+            .collect();
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            bin: bin.to_owned(),
+            groups,
+            starts: 0,
+            dir,
+        };
+        for i in 0..n {
+            let id = i as u64 + 1;
+            let args: Vec<String> = [
+                "serve".to_string(),
+                "--node-id".into(),
+                id.to_string(),
+                "--peers".into(),
+                peers.join(","),
+                "--http".into(),
+                loopback(http[i]).to_string(),
+                "--grpc".into(),
+                loopback(grpc[i]).to_string(),
+                "--data-dir".into(),
+                cluster
+                    .dir
+                    .path()
+                    .join(format!("node-{id}"))
+                    .display()
+                    .to_string(),
+                "--groups".into(),
+                groups.to_string(),
+            ]
+            .into();
+            cluster.nodes.push(Node {
+                id,
+                http: loopback(http[i]),
+                grpc: loopback(grpc[i]),
+                args,
+                server: None,
+            });
+            cluster.launch(i)?;
+        }
+        cluster.wait_leaders().await?;
+        Ok(cluster)
+    }
+
+    fn launch(&mut self, i: usize) -> Result<()> {
+        self.starts += 1;
+        let node = &mut self.nodes[i];
+        let name = format!("lockd-n{}-{}", node.id, self.starts);
+        let bin = self.bin.display().to_string();
+        node.server = Some(Server::start(&name, &bin, &node.args, self.dir.path())?);
+        Ok(())
+    }
+
+    pub fn size(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn groups(&self) -> u32 {
+        self.groups
+    }
+
+    pub fn http_addrs(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().map(|n| n.http).collect()
+    }
+
+    pub fn grpc_addrs(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().map(|n| n.grpc).collect()
+    }
+
+    /// The running nodes' pids, for CPU accounting.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.server.as_ref().map(Server::pid))
+            .collect()
+    }
+
+    /// Fails if a running node died.
+    pub fn check_alive(&mut self) -> Result<()> {
+        self.nodes
+            .iter_mut()
+            .filter_map(|n| n.server.as_mut())
+            .try_for_each(Server::check_alive)
+    }
+
+    fn live(&self) -> impl Iterator<Item = (usize, &Node)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.server.is_some())
+    }
+
+    /// Polls every 50 ms until `ready` holds for the live nodes' statuses, a node dies, or
+    /// `READY_TIMEOUT` passes.
+    async fn wait_until<F>(&mut self, what: &str, mut ready: F) -> Result<()>
+    where
+        F: FnMut(&[(usize, Status)]) -> Result<()>,
+    {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            self.check_alive()?;
+            let mut all = Vec::new();
+            let mut err = None;
+            for (i, n) in self.live() {
+                match status(n.http).await {
+                    Ok(s) => all.push((i, s)),
+                    Err(e) => err = Some(e),
+                }
+            }
+            let r = match err {
+                Some(e) => Err(e),
+                None => ready(&all),
+            };
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(e.context(format!("{what}: not after {READY_TIMEOUT:?}")))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// Waits until every live node names the same leader for every group (0..=G).
+    pub async fn wait_leaders(&mut self) -> Result<()> {
+        let groups = self.groups;
+        self.wait_until("every group has a leader", |all| {
+            leaders_of(all, groups).map(|_| ())
+        })
+        .await
+    }
+
+    /// The leader's node index for every group id (0..=G), as the live nodes agree on it.
+    pub async fn leaders(&self) -> Result<Vec<usize>> {
+        let mut all = Vec::new();
+        for (i, n) in self.live() {
+            all.push((i, status(n.http).await?));
+        }
+        leaders_of(&all, self.groups)
+    }
+
+    /// SIGKILLs node `i` (no grace); returns when the process is gone.
+    pub fn kill(&mut self, i: usize) -> Result<()> {
+        let mut s = self.nodes[i].server.take().context("node already down")?;
+        s.kill_now()
+    }
+
+    /// Restarts node `i` from its data dir and waits until every group has a leader and, in
+    /// every group, the node's applied index is within `slack` of the most advanced replica's.
+    pub async fn restart(&mut self, i: usize, slack: u64) -> Result<()> {
+        self.launch(i)?;
+        let groups = self.groups;
+        let id = self.nodes[i].id;
+        self.wait_until("the restarted node caught up", |all| {
+            leaders_of(all, groups)?;
+            let mine = &all.iter().find(|(j, _)| *j == i).context("no status")?.1;
+            for g in &mine.groups {
+                let best = all
+                    .iter()
+                    .flat_map(|(_, s)| s.groups.iter().filter(|o| o.id == g.id))
+                    .map(|o| o.applied_index)
+                    .max()
+                    .unwrap_or(0);
+                if !g.members.contains(&id) || g.applied_index + slack < best {
+                    bail!("group {}: applied {} of {best}", g.id, g.applied_index);
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// The leader's node index per group id, if every node sees one and they agree.
+fn leaders_of(all: &[(usize, Status)], groups: u32) -> Result<Vec<usize>> {
+    let mut leaders = vec![0u64; groups as usize + 1];
+    for (i, s) in all {
+        for g in 0..=groups {
+            let st = s.groups.iter().find(|x| x.id == g);
+            let leader = st.map_or(0, |x| x.leader);
+            if leader == 0 {
+                bail!("node index {i}: group {g} has no leader");
+            }
+            if leaders[g as usize] != 0 && leaders[g as usize] != leader {
+                bail!("group {g}: nodes disagree on the leader");
+            }
+            leaders[g as usize] = leader;
+        }
+    }
+    // Node ids are 1-based indexes.
+    Ok(leaders.into_iter().map(|id| id as usize - 1).collect())
+}
+
+/// Where a client sends each request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Client `id` talks to node `id % n` only; followers forward to leaders.
+    Spread,
+    /// Lock requests go to the leader of the name's group (as the status showed it at start);
+    /// session requests to node `id % n`.
+    Leader,
+}
+
+/// Picks the connection for a request: a client holds one connection (spread) or one per node.
+#[derive(Clone)]
+struct Picker {
+    routing: Routing,
+    nodes: usize,
+    shards: ShardMap,
+    leaders: Vec<usize>,
+}
+
+impl Picker {
+    async fn new(cluster: &Cluster, routing: Routing) -> Result<Picker> {
+        Ok(Picker {
+            routing,
+            nodes: cluster.size(),
+            shards: ShardMap::initial(cluster.groups()),
+            leaders: cluster.leaders().await?,
+        })
+    }
+
+    /// The nodes client `id` connects to, in connection order.
+    fn nodes_of(&self, id: usize) -> Vec<usize> {
+        match self.routing {
+            Routing::Spread => vec![id % self.nodes],
+            Routing::Leader => (0..self.nodes).collect(),
+        }
+    }
+
+    /// The connection index for session requests of client `id`.
+    fn home(&self, id: usize) -> usize {
+        match self.routing {
+            Routing::Spread => 0,
+            Routing::Leader => id % self.nodes,
+        }
+    }
+
+    /// The connection index for a lock request on `name`.
+    fn for_name(&self, name: &str) -> usize {
+        match self.routing {
+            Routing::Spread => 0,
+            Routing::Leader => self.leaders[self.shards.group_of(name) as usize],
+        }
+    }
+}
+
+/// A fencing token as the trait carries it; anything else (the mix's release of a lock it does
+/// not hold) becomes token 0, which holds nothing.
+fn fencing(token: &str) -> u64 {
+    token.parse().unwrap_or(0)
+}
+
+/// lockd over gRPC unary calls (tonic, one HTTP/2 connection per client and node).
+pub struct GrpcTarget {
+    addrs: Vec<SocketAddr>,
+    picker: Picker,
+}
+
+pub struct GrpcClient {
+    id: usize,
+    conns: Vec<LockClient<Channel>>,
+    session: String,
+}
+
+pub async fn grpc_connect(addr: SocketAddr) -> Result<LockClient<Channel>> {
+    let ch = Endpoint::from_shared(format!("http://{addr}"))?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .with_context(|| format!("connect gRPC {addr}"))?;
+    Ok(LockClient::new(ch))
+}
+
+/// Opens a session of `ttl` through `c`.
+pub async fn grpc_session(c: &mut LockClient<Channel>, who: &str, ttl: Duration) -> Result<String> {
+    let r = c
+        .open_session(pb::OpenSessionRequest {
+            client: who.to_owned(),
+            ttl_ms: ttl.as_millis() as u64,
+            ..Default::default()
+        })
+        .await?;
+    Ok(r.into_inner().session_id)
+}
+
+impl GrpcTarget {
+    pub async fn new(cluster: &Cluster, routing: Routing) -> Result<GrpcTarget> {
+        Ok(GrpcTarget {
+            addrs: cluster.grpc_addrs(),
+            picker: Picker::new(cluster, routing).await?,
+        })
+    }
+}
+
+impl LockTarget for GrpcTarget {
+    type Client = GrpcClient;
+
+    async fn prepare(&self, id: usize, ttl: Duration) -> Result<GrpcClient> {
+        let mut conns = Vec::new();
+        for i in self.picker.nodes_of(id) {
+            conns.push(grpc_connect(self.addrs[i]).await?);
+        }
+        let home = self.picker.home(id);
+        let session = grpc_session(&mut conns[home], &format!("lockd-bench-{id}"), ttl).await?;
+        Ok(GrpcClient { id, conns, session })
+    }
+
+    async fn acquire(&self, c: &mut GrpcClient, name: &str, owner: &str) -> Result<Option<Token>> {
+        let i = self.picker.for_name(name);
+        let r = c.conns[i]
+            .acquire(pb::AcquireRequest {
+                session_id: c.session.clone(),
+                name: name.to_owned(),
+                owner: owner.to_owned(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        Ok(r.acquired.then(|| r.fencing_token.to_string()))
+    }
+
+    async fn release(&self, c: &mut GrpcClient, name: &str, token: &str) -> Result<bool> {
+        let i = self.picker.for_name(name);
+        let r = c.conns[i]
+            .release(pb::ReleaseRequest {
+                session_id: c.session.clone(),
+                name: name.to_owned(),
+                fencing_token: fencing(token),
+                ..Default::default()
+            })
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => Ok(false),
+            Err(s) => Err(s.into()),
+        }
+    }
+
+    async fn keepalive(&self, c: &mut GrpcClient, _held: Option<(&str, &str)>) -> Result<()> {
+        let home = self.picker.home(c.id);
+        let session_id = c.session.clone();
+        c.conns[home]
+            .keep_alive(pb::KeepAliveRequest { session_id })
+            .await?;
+        Ok(())
+    }
+
+    async fn read(&self, c: &mut GrpcClient, name: &str) -> Result<Option<String>> {
+        let i = self.picker.for_name(name);
+        let r = c.conns[i]
+            .inspect(pb::InspectRequest {
+                name: name.to_owned(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        Ok(r.holders.first().map(|h| h.owner.clone()))
+    }
+
+    async fn finish(&self, mut c: GrpcClient) -> Result<()> {
+        let home = self.picker.home(c.id);
+        let session_id = c.session.clone();
+        c.conns[home]
+            .close_session(pb::CloseSessionRequest { session_id })
+            .await?;
+        Ok(())
+    }
+}
+
+/// lockd over its HTTP/JSON API (one keep-alive HTTP/1.1 connection per client and node).
+pub struct HttpTarget {
+    addrs: Vec<SocketAddr>,
+    picker: Picker,
+}
+
+pub struct HttpClient {
+    id: usize,
+    conns: Vec<HttpConn>,
+    session: String,
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters (so `/` and `:` in a name
+/// cannot be mistaken for path structure or the verb).
+fn encode(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[derive(Deserialize)]
+struct SessionResp {
+    session_id: String,
+}
+
+#[derive(Deserialize)]
+struct AcquireResp {
+    acquired: bool,
+    #[serde(default)]
+    token: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct InspectResp {
+    #[serde(default)]
+    holder: Option<HolderResp>,
+}
+
+#[derive(Deserialize)]
+struct HolderResp {
+    owner: String,
+}
+
+impl HttpTarget {
+    pub async fn new(cluster: &Cluster, routing: Routing) -> Result<HttpTarget> {
+        Ok(HttpTarget {
+            addrs: cluster.http_addrs(),
+            picker: Picker::new(cluster, routing).await?,
+        })
+    }
+}
+
+impl LockTarget for HttpTarget {
+    type Client = HttpClient;
+
+    async fn prepare(&self, id: usize, ttl: Duration) -> Result<HttpClient> {
+        let mut conns = Vec::new();
+        for i in self.picker.nodes_of(id) {
+            conns.push(HttpConn::connect(self.addrs[i]).await?);
+        }
+        let home = self.picker.home(id);
+        let body = json!({"client": format!("lockd-bench-{id}"), "ttl_s": ttl.as_secs()});
+        let r = conns[home].post_json("/v1/sessions", &body).await?;
+        let session = serde_json::from_slice::<SessionResp>(&r)?.session_id;
+        Ok(HttpClient { id, conns, session })
+    }
+
+    async fn acquire(&self, c: &mut HttpClient, name: &str, owner: &str) -> Result<Option<Token>> {
+        let i = self.picker.for_name(name);
+        let body = json!({"session_id": c.session, "owner": owner, "wait_ms": 0});
+        let path = format!("/v1/locks/{}:acquire", encode(name));
+        let r: AcquireResp = serde_json::from_slice(&c.conns[i].post_json(&path, &body).await?)?;
+        match (r.acquired, r.token) {
+            (true, Some(t)) => Ok(Some(t.to_string())),
+            (true, None) => bail!("acquired without a token"),
+            (false, _) => Ok(None),
+        }
+    }
+
+    async fn release(&self, c: &mut HttpClient, name: &str, token: &str) -> Result<bool> {
+        let i = self.picker.for_name(name);
+        let body = json!({"session_id": c.session, "token": fencing(token)});
+        let path = format!("/v1/locks/{}:release", encode(name));
+        let (code, bytes) = c.conns[i]
+            .request(Method::POST, &path, Some(serde_json::to_vec(&body)?))
+            .await?;
+        match code {
+            StatusCode::OK => Ok(true),
+            StatusCode::CONFLICT => Ok(false),
+            _ => bail!("POST {path}: {code}: {}", String::from_utf8_lossy(&bytes)),
+        }
+    }
+
+    async fn keepalive(&self, c: &mut HttpClient, _held: Option<(&str, &str)>) -> Result<()> {
+        let home = self.picker.home(c.id);
+        let path = format!("/v1/sessions/{}:keepalive", c.session);
+        let (code, bytes) = c.conns[home].request(Method::POST, &path, None).await?;
+        if code != StatusCode::OK {
+            bail!("POST {path}: {code}: {}", String::from_utf8_lossy(&bytes));
+        }
+        Ok(())
+    }
+
+    async fn read(&self, c: &mut HttpClient, name: &str) -> Result<Option<String>> {
+        let i = self.picker.for_name(name);
+        let path = format!("/v1/locks/{}", encode(name));
+        let (code, bytes) = c.conns[i].request(Method::GET, &path, None).await?;
+        if code != StatusCode::OK {
+            bail!("GET {path}: {code}: {}", String::from_utf8_lossy(&bytes));
+        }
+        let r: InspectResp = serde_json::from_slice(&bytes)?;
+        Ok(r.holder.map(|h| h.owner))
+    }
+
+    async fn finish(&self, mut c: HttpClient) -> Result<()> {
+        let home = self.picker.home(c.id);
+        let path = format!("/v1/sessions/{}", c.session);
+        c.conns[home].request(Method::DELETE, &path, None).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_percent_encoded() {
+        assert_eq!(encode("a/b:c d"), "a%2Fb%3Ac%20d");
+        assert_eq!(encode("plain-1.x~"), "plain-1.x~");
+    }
+
+    #[test]
+    fn leaders_need_agreement() {
+        let st = |leader| Status {
+            groups: (0..=1)
+                .map(|id| GroupStatus {
+                    id,
+                    leader,
+                    members: vec![1, 2],
+                    applied_index: 0,
+                })
+                .collect(),
+        };
+        assert_eq!(
+            leaders_of(&[(0, st(2)), (1, st(2))], 1).unwrap(),
+            vec![1, 1]
+        );
+        assert!(leaders_of(&[(0, st(2)), (1, st(1))], 1).is_err());
+        assert!(leaders_of(&[(0, st(0))], 1).is_err());
+    }
+}
