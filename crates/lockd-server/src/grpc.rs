@@ -78,6 +78,17 @@ fn session_id(field: &str, v: &str) -> Result<SessionId, ApiError> {
         .ok_or_else(|| ApiError::bad_request(format!("{field} '{v}' is not a session id")))
 }
 
+/// A request's own token if it carries one, else the stream's (from its metadata).
+fn token_or(token: &str, stream: &Credentials) -> Credentials {
+    if token.is_empty() {
+        stream.clone()
+    } else {
+        Credentials {
+            bearer: Some(token.to_string()),
+        }
+    }
+}
+
 fn creds(token: &str, meta: &tonic::metadata::MetadataMap) -> Credentials {
     let bearer = if token.is_empty() {
         meta.get("authorization")
@@ -494,7 +505,7 @@ impl Lock for GrpcApi {
                         use pb::session_event::Kind as Ev;
                         match msg.kind {
                             Some(Kind::Open(o)) if attached.is_none() => {
-                                let c = if o.token.is_empty() { meta_creds.clone() } else { Credentials { bearer: Some(o.token.clone()) } };
+                                let c = token_or(&o.token, &meta_creds);
                                 match svc.open_session(&o.client, o.ttl_ms, &o.namespace, &c).await {
                                     Ok(s) => {
                                         attached = Some((s.session, svc.waits.attach_stream(s.session, ev_tx.clone())));
@@ -538,7 +549,7 @@ impl Lock for GrpcApi {
                                     let (op, r) = match kind {
                                         Kind::Keepalive(_) => ("keepalive", svc.keepalive(session).await.map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms }))),
                                         Kind::Acquire(a) => {
-                                            let c = if a.token.is_empty() { meta_creds } else { Credentials { bearer: Some(a.token.clone()) } };
+                                            let c = token_or(&a.token, &meta_creds);
                                             let r = async {
                                                 let req = acquire_request(&a, session)?;
                                                 Ok(match svc.acquire_start(req, &c).await? {
@@ -549,7 +560,7 @@ impl Lock for GrpcApi {
                                             ("acquire", r)
                                         }
                                         Kind::Release(r) => {
-                                            let c = if r.token.is_empty() { meta_creds } else { Credentials { bearer: Some(r.token.clone()) } };
+                                            let c = token_or(&r.token, &meta_creds);
                                             ("release", svc.release(session, &r.name, r.fencing_token, &c).await.map(|remaining| Ev::Released(pb::ReleaseResponse { remaining })))
                                         }
                                         Kind::Close(_) => ("close_session", svc.close_session(session).await.map(|released| Ev::Closed(pb::CloseSessionResponse { released }))),
