@@ -107,6 +107,20 @@ enum Cmd {
         #[command(flatten)]
         lockd: LockdArgs,
     },
+    /// Many sessions kept alive at TTL/3: CPU per node and bytes written to disk, against an idle
+    /// window of the same length (keepalives are in memory on the leaders, never in the log).
+    Sessions {
+        #[arg(long, default_value_t = 20_000)]
+        count: usize,
+        /// Session TTL in seconds (keepalives every TTL/3).
+        #[arg(long, default_value_t = 15)]
+        ttl_s: u64,
+        /// Length of the measured window (and of the idle baseline), seconds.
+        #[arg(long, default_value_t = 20)]
+        secs: u64,
+        #[command(flatten)]
+        lockd: LockdArgs,
+    },
     /// A few seconds against lockd only (no etcd/Redis): asserts that every operation succeeds,
     /// never a timing. For CI.
     Smoke {
@@ -179,6 +193,20 @@ async fn run(cli: Cli) -> Result<()> {
                 let h = scenarios::hot_lock(&cluster, routing, waiters, dur).await?;
                 println!("lockd ({} groups): {}", lockd.groups, h.line());
             }
+            Ok(())
+        }
+        Cmd::Sessions {
+            count,
+            ttl_s,
+            secs,
+            lockd,
+        } => {
+            let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
+            let cluster = lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
+            let ttl = Duration::from_secs(ttl_s);
+            let r =
+                scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs)).await?;
+            println!("lockd ({} groups): {}", lockd.groups, r.line());
             Ok(())
         }
         Cmd::Smoke { nodes, lockd } => smoke(nodes, &lockd).await,

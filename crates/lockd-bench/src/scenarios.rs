@@ -477,6 +477,197 @@ pub async fn failover(
     Ok(out)
 }
 
+/// What keeping many sessions alive costs: CPU per node and bytes written to disk.
+pub struct SessionLoad {
+    pub sessions: usize,
+    pub open_secs: f64,
+    pub keepalives: u64,
+    pub errors: u64,
+    pub window_secs: f64,
+    /// Per node: (node index, % of one core idle, % of one core during keepalives, bytes written
+    /// to storage during keepalives).
+    pub nodes: Vec<(usize, f64, f64, u64)>,
+    /// The node that leads every lock group (all of them do, today, on a fresh cluster).
+    pub leaders: Vec<usize>,
+    pub bench_cpu_pct: f64,
+}
+
+impl SessionLoad {
+    pub fn line(&self) -> String {
+        let per_node: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|(i, idle, busy, w)| {
+                let role = if self.leaders.contains(i) {
+                    " (leader)"
+                } else {
+                    ""
+                };
+                format!(
+                    "node {}{role}: cpu {busy:.1}% of a core (idle {idle:.1}%), disk writes {w} B",
+                    i + 1
+                )
+            })
+            .collect();
+        format!(
+            "{} sessions opened in {:.1} s; {} keepalives over {:.0} s ({:.0}/s, each fanned out to every group's leader), {} errors; {}; load generator cpu {:.0}%",
+            self.sessions,
+            self.open_secs,
+            self.keepalives,
+            self.window_secs,
+            self.keepalives as f64 / self.window_secs,
+            self.errors,
+            per_node.join("; "),
+            self.bench_cpu_pct,
+        )
+    }
+}
+
+/// Bytes a process has caused to be written to storage (`/proc/PID/io` write_bytes; root).
+fn write_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("write_bytes:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Opens `n` sessions (TTL `ttl`, spread over the nodes), then sends each a keepalive every
+/// TTL/3 for `window`, and compares every node's CPU and disk writes with an idle window of the
+/// same length taken before the sessions existed. Keepalives must cost CPU on the group leaders
+/// and write nothing to the log.
+pub async fn session_load(
+    cluster: &Cluster,
+    n: usize,
+    ttl: Duration,
+    window: Duration,
+) -> Result<SessionLoad> {
+    let pids = cluster.pids();
+    let cpu = |pids: &[u32]| {
+        pids.iter()
+            .map(|p| cpu_secs(Some(*p)))
+            .collect::<Vec<f64>>()
+    };
+    let pct = |a: &[f64], b: &[f64], secs: f64| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (y - x) / secs * 100.0)
+            .collect::<Vec<f64>>()
+    };
+
+    // Idle baseline: heartbeats and nothing else.
+    let c0 = cpu(&pids);
+    sleep(window).await;
+    let idle = pct(&c0, &cpu(&pids), window.as_secs_f64());
+
+    // Open the sessions, 64 at a time, spread over the nodes.
+    let addrs = cluster.grpc_addrs();
+    let mut clients = Vec::new();
+    for a in &addrs {
+        clients.push(grpc_connect(*a).await?);
+    }
+    let started = Instant::now();
+    let mut sessions: Vec<(usize, String)> = Vec::with_capacity(n);
+    let mut set = JoinSet::new();
+    for i in 0..n {
+        if set.len() >= 64 {
+            if let Some(r) = set.join_next().await {
+                sessions.push(r??);
+            }
+        }
+        let node = i % addrs.len();
+        let mut c = clients[node].clone();
+        set.spawn(async move {
+            Ok::<_, anyhow::Error>((node, grpc_session(&mut c, &format!("s{i}"), ttl).await?))
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        sessions.push(r??);
+    }
+    let open_secs = started.elapsed().as_secs_f64();
+
+    // Keep them alive: each session every TTL/3, spread evenly over the period.
+    let period = ttl / 3;
+    let sent = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let sessions = Arc::new(sessions);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut senders = JoinSet::new();
+    let lanes = 32usize;
+    for lane in 0..lanes {
+        let (sessions, clients, sent, errors, stop) = (
+            sessions.clone(),
+            clients.clone(),
+            sent.clone(),
+            errors.clone(),
+            stop.clone(),
+        );
+        senders.spawn(async move {
+            let mine: Vec<usize> = (lane..sessions.len()).step_by(lanes).collect();
+            let gap = period / mine.len().max(1) as u32;
+            let mut next = Instant::now();
+            'outer: loop {
+                for &k in &mine {
+                    if stop.load(Ordering::Relaxed) {
+                        break 'outer;
+                    }
+                    sleep_until(next).await;
+                    next += gap;
+                    let (node, id) = &sessions[k];
+                    let mut c = clients[*node].clone();
+                    let ok = timeout(
+                        Duration::from_secs(5),
+                        c.keep_alive(pb::KeepAliveRequest {
+                            session_id: id.clone(),
+                        }),
+                    )
+                    .await
+                    .is_ok_and(|r| r.is_ok());
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if !ok {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+    // One period to reach a steady rate, then measure.
+    sleep(period).await;
+    let (c1, w1, k1, b1) = (
+        cpu(&pids),
+        pids.iter().map(|p| write_bytes(*p)).collect::<Vec<_>>(),
+        sent.load(Ordering::Relaxed),
+        cpu_secs(None),
+    );
+    sleep(window).await;
+    let (c2, w2, k2, b2) = (
+        cpu(&pids),
+        pids.iter().map(|p| write_bytes(*p)).collect::<Vec<_>>(),
+        sent.load(Ordering::Relaxed),
+        cpu_secs(None),
+    );
+    stop.store(true, Ordering::Relaxed);
+    senders.abort_all();
+    let secs = window.as_secs_f64();
+    let busy = pct(&c1, &c2, secs);
+    let leaders = cluster.leaders().await.unwrap_or_default();
+    Ok(SessionLoad {
+        sessions: sessions.len(),
+        open_secs,
+        keepalives: k2 - k1,
+        errors: errors.load(Ordering::Relaxed),
+        window_secs: secs,
+        nodes: (0..pids.len())
+            .map(|i| (i, idle[i], busy[i], w2[i].saturating_sub(w1[i])))
+            .collect(),
+        leaders,
+        bench_cpu_pct: (b2 - b1) / secs * 100.0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
