@@ -695,24 +695,30 @@ impl Driver {
         let _ = timeout(budget, settle).await;
     }
 
-    /// The session is over for this client: every guard of it is lost.
-    fn lose(&mut self, why: &str, report: bool) {
-        let Some(s) = self.sess.take() else { return };
-        tracing::warn!(session = %s.id, why, "lockd session lost");
+    /// Ends the session on this side: drops the stream, marks generation `gen` lost for every
+    /// guard, and fails every acquire still in flight or waiting with `err`.
+    fn end_locally(&mut self, gen: u64, err: impl Fn() -> Error) {
         self.conn = None;
         self.core.lease.send_modify(|l| {
-            if l.gen == s.gen {
+            if l.gen == gen {
                 l.lost = true;
             }
         });
         for p in std::mem::take(&mut self.pending).into_values() {
             if let Pending::Acquire(a) = p {
-                let _ = a.reply.send(Err(Error::SessionLost));
+                let _ = a.reply.send(Err(err()));
             }
         }
         for (_, a) in self.waits.drain() {
-            let _ = a.reply.send(Err(Error::SessionLost));
+            let _ = a.reply.send(Err(err()));
         }
+    }
+
+    /// The session is over for this client: every guard of it is lost.
+    fn lose(&mut self, why: &str, report: bool) {
+        let Some(s) = self.sess.take() else { return };
+        tracing::warn!(session = %s.id, why, "lockd session lost");
+        self.end_locally(s.gen, || Error::SessionLost);
         self.early.clear();
         self.early_order.clear();
         self.unsure.clear();
@@ -750,20 +756,7 @@ impl Driver {
         let Some(s) = self.sess.take() else {
             return Ok(());
         };
-        self.conn = None;
-        self.core.lease.send_modify(|l| {
-            if l.gen == s.gen {
-                l.lost = true;
-            }
-        });
-        for p in std::mem::take(&mut self.pending).into_values() {
-            if let Pending::Acquire(a) = p {
-                let _ = a.reply.send(Err(Error::Closed));
-            }
-        }
-        for (_, a) in self.waits.drain() {
-            let _ = a.reply.send(Err(Error::Closed));
-        }
+        self.end_locally(s.gen, || Error::Closed);
         let id = s.id;
         self.core
             .unary(|mut c| {
