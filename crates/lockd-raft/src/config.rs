@@ -26,6 +26,11 @@ pub struct NodeConfig {
     pub election_timeout_ms: (u64, u64),
     /// Log entries between snapshots; the log up to a snapshot is purged afterwards.
     pub snapshot_every: u64,
+    /// NEGATIVE CONTROL for lockd-check, never for production: the leader acknowledges
+    /// keepalives without checking its leader lease, so a deposed or isolated leader promises
+    /// time it does not own. lockd-check must then report a violation.
+    #[doc(hidden)]
+    pub skip_leader_lease_check: bool,
 }
 
 impl NodeConfig {
@@ -44,6 +49,7 @@ impl NodeConfig {
             heartbeat_ms: 100,
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
+            skip_leader_lease_check: false,
         }
     }
 

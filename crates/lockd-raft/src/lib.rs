@@ -17,6 +17,7 @@
 //! openraft's types never leave the private `raft` module, so an openraft upgrade touches one
 //! directory.
 
+mod audit;
 mod config;
 mod error;
 mod group;
@@ -28,6 +29,7 @@ mod replica;
 mod tracker;
 mod wire;
 
+pub use audit::AuditEvent;
 pub use config::NodeConfig;
 pub use error::{GroupError, StartError};
 pub use group::{Group, GroupStatus, ProposeResult};
@@ -59,6 +61,18 @@ pub trait EffectSink: Send + Sync + 'static {
     /// append to its fdatasync completing (queueing included). For metrics; must not block.
     fn log_synced(&self, group: GroupId, took: std::time::Duration) {
         let _ = (group, took);
+    }
+
+    /// Whether [`EffectSink::audited`] should be fed (computing audit events costs a little per
+    /// entry, so it is off unless asked for). Read once per applied entry.
+    fn wants_audit(&self) -> bool {
+        false
+    }
+
+    /// Called on every replica, in log order, with the ownership changes of the entry at `index`
+    /// (group time `now_ms`), when [`EffectSink::wants_audit`] is true and there are any.
+    fn audited(&self, group: GroupId, index: u64, now_ms: u64, events: &[AuditEvent]) {
+        let _ = (group, index, now_ms, events);
     }
 }
 

@@ -64,6 +64,7 @@ impl Node {
             retry_budget: (2 * election_max).max(Duration::from_secs(1)),
             retry_pause: Duration::from_millis((cfg.heartbeat_ms / 2).clamp(10, 100)),
             propose_timeout: Duration::from_secs(5).max(4 * election_max),
+            skip_leader_lease_check: cfg.skip_leader_lease_check,
         };
         let pool = Arc::new(PeerPool::new(&cfg.peers));
         let mut groups = BTreeMap::new();

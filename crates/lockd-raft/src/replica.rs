@@ -71,9 +71,18 @@ impl Replica {
 
     /// Applies one committed command (log order) and returns the core's reply.
     pub(crate) fn apply(&self, index: u64, term: u64, cmd: &Command) -> Result<Reply, Rejection> {
-        let applied = {
+        let audit = self.sink.wants_audit();
+        let (applied, audit) = {
             let mut st = lock(&self.state);
+            let ending = if audit {
+                crate::audit::ending_holds(&st.table, &cmd.op)
+            } else {
+                Vec::new()
+            };
             let applied = st.table.apply(cmd);
+            let audit = audit.then(|| {
+                crate::audit::events(&st.table, cmd, &applied.reply, &applied.effects, ending)
+            });
             st.index = index;
             st.term = term;
             st.at = Instant::now();
@@ -88,10 +97,13 @@ impl Replica {
                     leader.session_ended(*session);
                 }
             }
-            applied
+            (applied, audit)
         };
         if !applied.effects.is_empty() {
             self.sink.applied(self.group, &applied.effects);
+        }
+        if let Some(events) = audit.filter(|e| !e.is_empty()) {
+            self.sink.audited(self.group, index, cmd.now_ms, &events);
         }
         self.applied_tx.send_replace(index);
         applied.reply

@@ -5,6 +5,7 @@
 //! wakes waiters from applied effects. [`start`] takes already-bound listeners, so tests bind
 //! port 0 and a cluster's peers know each other's addresses before any node starts.
 
+pub mod audit;
 pub mod config;
 pub mod error;
 pub mod grpc;
@@ -34,6 +35,8 @@ pub struct ServerConfig {
     pub grpc: TcpListener,
     /// Namespaces to make sure exist (the default one is built in).
     pub namespaces: Vec<Namespace>,
+    /// Append every applied grant and end of a hold or session here (JSON lines).
+    pub audit_log: Option<std::path::PathBuf>,
 }
 
 /// A running node. Dropping it does not stop it: call [`Running::stop`].
@@ -64,6 +67,7 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 
 /// Starts a node on the given listeners.
 pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
+    use anyhow::Context as _;
     let http_addr = cfg.http.local_addr()?;
     let grpc_addr = cfg.grpc.local_addr()?;
     let lock_groups = cfg.node.lock_groups;
@@ -71,6 +75,11 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let (waits, mut orphans) = Waits::new();
     let metrics = Arc::new(Metrics::new());
     waits.observe_log_sync(metrics.log_sync.clone());
+    if let Some(path) = &cfg.audit_log {
+        let log = audit::AuditLog::open(path)
+            .with_context(|| format!("opening audit log {}", path.display()))?;
+        waits.write_audit_log(log);
+    }
     let node = Node::start(cfg.node, waits.clone()).await?;
     let mut service = Service::new(node.clone(), waits, metrics, lock_groups);
     service.election_timeout_max_ms = election_timeout_max_ms;

@@ -81,6 +81,14 @@ struct ServeArgs {
     grpc: SocketAddr,
     #[arg(long)]
     data_dir: PathBuf,
+    /// Append every grant, end of a hold and end of a session this replica applies to this
+    /// file (JSON lines, log order; read by `lockd-check`).
+    #[arg(long)]
+    audit_log: Option<PathBuf>,
+    /// NEGATIVE CONTROL for lockd-check; makes the node UNSAFE. `skip-leader-lease-check`: the
+    /// leader acknowledges keepalives without its leader lease.
+    #[arg(long, hide = true, value_parser = ["skip-leader-lease-check"])]
+    unsafe_negative_control: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -108,6 +116,13 @@ fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
     Ok(peers)
 }
 
+/// What only `serve` sets.
+#[derive(Default)]
+struct ServeExtras {
+    audit_log: Option<PathBuf>,
+    skip_leader_lease_check: bool,
+}
+
 async fn run_node(
     node_id: u64,
     peers: BTreeMap<u64, String>,
@@ -115,6 +130,7 @@ async fn run_node(
     grpc: SocketAddr,
     data_dir: &Path,
     common: &Common,
+    extras: ServeExtras,
 ) -> anyhow::Result<()> {
     if !peers.contains_key(&node_id) {
         bail!("--peers must include this node ({node_id})");
@@ -142,11 +158,17 @@ async fn run_node(
         common.election_timeout_ms * 3 / 2,
     );
     node.snapshot_every = common.snapshot_every;
+    if extras.skip_leader_lease_check {
+        tracing::warn!("NEGATIVE CONTROL: skip-leader-lease-check; this node is unsafe");
+        eprintln!("lockd node {node_id}: NEGATIVE CONTROL skip-leader-lease-check (unsafe)");
+        node.skip_leader_lease_check = true;
+    }
     let running = lockd_server::start(ServerConfig {
         node,
         http,
         grpc,
         namespaces,
+        audit_log: extras.audit_log,
     })
     .await?;
     eprintln!(
@@ -277,10 +299,34 @@ async fn main() -> ExitCode {
         Cmd::Dev(a) if a.nodes > 1 => run_cluster(a).await,
         Cmd::Dev(a) => {
             let peers = BTreeMap::from([(1, a.grpc.to_string())]);
-            run_node(1, peers, a.http, a.grpc, &a.data_dir, &a.common).await
+            run_node(
+                1,
+                peers,
+                a.http,
+                a.grpc,
+                &a.data_dir,
+                &a.common,
+                ServeExtras::default(),
+            )
+            .await
         }
         Cmd::Serve(a) => match parse_peers(&a.peers) {
-            Ok(peers) => run_node(a.node_id, peers, a.http, a.grpc, &a.data_dir, &a.common).await,
+            Ok(peers) => {
+                let extras = ServeExtras {
+                    audit_log: a.audit_log.clone(),
+                    skip_leader_lease_check: a.unsafe_negative_control.is_some(),
+                };
+                run_node(
+                    a.node_id,
+                    peers,
+                    a.http,
+                    a.grpc,
+                    &a.data_dir,
+                    &a.common,
+                    extras,
+                )
+                .await
+            }
             Err(e) => Err(e),
         },
     };

@@ -93,6 +93,8 @@ pub struct Waits {
     log_sync: Mutex<Option<prometheus_client::metrics::histogram::Histogram>>,
     janitor: mpsc::UnboundedSender<Orphan>,
     pub counters: EffectCounters,
+    /// `--audit-log`, if asked for.
+    audit: std::sync::OnceLock<crate::audit::AuditLog>,
 }
 
 /// A parked wait. Dropping it before the outcome arrives marks the waiter abandoned.
@@ -137,8 +139,14 @@ impl Waits {
             log_sync: Mutex::default(),
             janitor: tx,
             counters: EffectCounters::default(),
+            audit: std::sync::OnceLock::new(),
         };
         (Arc::new(w), rx)
+    }
+
+    /// Writes every applied grant and end of a hold or session to `log` from now on.
+    pub fn write_audit_log(&self, log: crate::audit::AuditLog) {
+        let _ = self.audit.set(log);
     }
 
     /// Sends the log's append-to-durable times to `h`.
@@ -226,6 +234,16 @@ impl Waits {
 }
 
 impl EffectSink for Waits {
+    fn wants_audit(&self) -> bool {
+        self.audit.get().is_some()
+    }
+
+    fn audited(&self, group: GroupId, index: u64, now_ms: u64, events: &[lockd_raft::AuditEvent]) {
+        if let Some(log) = self.audit.get() {
+            log.write(group, index, now_ms, events);
+        }
+    }
+
     fn log_synced(&self, _group: GroupId, took: std::time::Duration) {
         if let Some(h) = &*self.log_sync.lock().expect("log sync lock") {
             h.observe(took.as_secs_f64());

@@ -49,10 +49,13 @@ impl PeerPool {
         }
     }
 
-    /// Records a node's address as the Raft membership knows it.
+    /// Records a node's address as the Raft membership knows it, unless this node's own
+    /// configuration names it: the membership holds the initialising node's view of the
+    /// addresses, and another node may reach that peer another way (a proxy, NAT, a fault
+    /// injector), so the local configuration wins.
     pub(crate) fn learn_addr(&self, id: NodeId, addr: &str) {
         let mut addrs = self.addrs.write().expect("peer addrs poisoned");
-        if addrs.get(&id).map(String::as_str) != Some(addr) {
+        if !addrs.contains_key(&id) {
             addrs.insert(id, addr.to_string());
         }
     }

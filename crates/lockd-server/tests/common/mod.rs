@@ -78,6 +78,7 @@ pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
             http,
             grpc,
             namespaces: namespaces(),
+            audit_log: None,
         }));
     }
     let nodes = futures::future::join_all(starts)

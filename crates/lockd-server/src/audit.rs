@@ -1,0 +1,61 @@
+//! `--audit-log FILE`: every grant, end of a hold and end of a session this replica applies, as
+//! JSON lines in log order (see `lockd_raft::AuditEvent`).
+//!
+//! Each line is one write(2) to a file opened for appending, so a killed process loses at most
+//! the line being written and the file can be read while the node runs. Every replica writes
+//! the same events for the same log index; lockd-check merges several nodes' files by
+//! `(group, index)` and treats a disagreement as a violation of S9.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+
+use lockd_raft::{AuditEvent, GroupId};
+use serde::Serialize;
+
+/// An open audit log.
+pub struct AuditLog {
+    file: Mutex<File>,
+}
+
+/// One line: where in the log, then the event's own fields.
+#[derive(Serialize)]
+struct Line<'a> {
+    group: GroupId,
+    index: u64,
+    time_ms: u64,
+    #[serde(flatten)]
+    event: &'a AuditEvent,
+}
+
+impl AuditLog {
+    /// Opens (creating or appending to) `path`.
+    pub fn open(path: &Path) -> std::io::Result<AuditLog> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(AuditLog {
+            file: Mutex::new(file),
+        })
+    }
+
+    /// Appends the events of one applied entry. A write error is logged, not fatal: the audit
+    /// log is a record, and serving locks must not depend on it.
+    pub fn write(&self, group: GroupId, index: u64, time_ms: u64, events: &[AuditEvent]) {
+        let mut buf = Vec::with_capacity(128 * events.len());
+        for event in events {
+            let line = Line {
+                group,
+                index,
+                time_ms,
+                event,
+            };
+            if serde_json::to_writer(&mut buf, &line).is_ok() {
+                buf.push(b'\n');
+            }
+        }
+        let mut file = self.file.lock().expect("audit log lock");
+        if let Err(e) = file.write_all(&buf) {
+            tracing::warn!(error = %e, "audit log write failed");
+        }
+    }
+}
