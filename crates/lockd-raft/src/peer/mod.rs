@@ -55,9 +55,7 @@ impl PeerPool {
     /// injector), so the local configuration wins.
     pub(crate) fn learn_addr(&self, id: NodeId, addr: &str) {
         let mut addrs = self.addrs.write().expect("peer addrs poisoned");
-        if !addrs.contains_key(&id) {
-            addrs.insert(id, addr.to_string());
-        }
+        addrs.entry(id).or_insert_with(|| addr.to_string());
     }
 
     fn client(&self, target: NodeId) -> Result<PeerClient<Channel>, tonic::Status> {
