@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use lockd_check::checker::{self, Budget, Report};
 use lockd_check::demo::{run_lockset, LocksetConfig};
 use lockd_check::history::History;
+use lockd_check::nemesis;
 use lockd_check::store::{Fencing, PG_ENV};
 
 #[derive(Parser)]
@@ -90,6 +91,174 @@ enum Cmd {
         #[command(flatten)]
         budget: BudgetArgs,
     },
+    /// Real processes under faults: three `lockd serve` nodes, worker processes using
+    /// lockd-client, a fenced PostgreSQL store, and seeded kills, pauses, partitions and clock
+    /// jumps. Prints a RESULT line; exits 1 on any violation (with --sabotage: exits 0 only if
+    /// the sabotage was caught).
+    Nemesis(NemesisArgs),
+    /// One worker process of `nemesis` (started by it).
+    #[command(hide = true)]
+    NemesisWorker(WorkerArgs),
+}
+
+#[derive(clap::Args)]
+struct NemesisArgs {
+    /// Seconds of faults (the run takes longer: start, heal, check).
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The lockd binary to run as `lockd serve`.
+    #[arg(long, env = "LOCKD_BIN", default_value = "target/debug/lockd")]
+    lockd_bin: PathBuf,
+    /// PostgreSQL connection string for the fenced store.
+    #[arg(long, env = PG_ENV)]
+    pg: String,
+    /// Where node data, logs and histories go (re-check with `lockd-check check DIR/*.jsonl`).
+    #[arg(long, default_value = "target/nemesis")]
+    dir: PathBuf,
+    /// Session TTL of the workers (pauses and partitions last 2-5 TTLs).
+    #[arg(long, default_value_t = 2000)]
+    ttl_ms: u64,
+    #[arg(long, default_value_t = 3)]
+    mutex_workers: u64,
+    #[arg(long, default_value_t = 2)]
+    lockset_workers: u64,
+    #[arg(long, default_value_t = 2)]
+    groups: u32,
+    /// Fault kinds to draw from (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "kill,pause-node,pause-client,partition,clock"
+    )]
+    faults: Vec<nemesis::FaultKind>,
+    /// NEGATIVE CONTROL: break one safety mechanism; the run must then report a violation.
+    #[arg(long, value_enum)]
+    sabotage: Option<nemesis::Sabotage>,
+    /// Do not run nodes under libfaketime (drops the clock fault).
+    #[arg(long)]
+    no_faketime: bool,
+    #[command(flatten)]
+    budget: BudgetArgs,
+}
+
+#[derive(clap::Args)]
+struct WorkerArgs {
+    #[arg(long)]
+    id: u64,
+    #[arg(long, value_delimiter = ',')]
+    endpoints: Vec<String>,
+    #[arg(long)]
+    ttl_ms: u64,
+    #[arg(long)]
+    pg: String,
+    #[arg(long)]
+    store_ns: String,
+    #[arg(long)]
+    history: PathBuf,
+    #[arg(long)]
+    origin_ns: u64,
+    #[arg(long)]
+    run_for_s: u64,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long)]
+    lockset: bool,
+    #[arg(long)]
+    sabotage_client_deadline: bool,
+    #[arg(long)]
+    sabotage_store_fence: bool,
+}
+
+fn run_nemesis(a: NemesisArgs) -> anyhow::Result<ExitCode> {
+    let mut faults = a.faults.clone();
+    if a.no_faketime {
+        faults.retain(|f| *f != nemesis::FaultKind::Clock);
+    }
+    faults.sort();
+    faults.dedup();
+    let cfg = nemesis::NemesisConfig {
+        lockd_bin: a.lockd_bin.clone(),
+        self_exe: std::env::current_exe()?,
+        dir: a.dir.clone(),
+        duration: Duration::from_secs(a.duration.max(1)),
+        seed: a.seed,
+        pg: a.pg.clone(),
+        ttl: Duration::from_millis(a.ttl_ms.clamp(1000, 60_000)),
+        mutex_workers: a.mutex_workers.clamp(1, 32),
+        lockset_workers: a.lockset_workers.clamp(0, 32),
+        lock_groups: a.groups.clamp(1, 16),
+        faults,
+        sabotage: a.sabotage,
+        faketime: !a.no_faketime,
+        budget: a.budget.budget(),
+    };
+    if !cfg.lockd_bin.exists() {
+        anyhow::bail!(
+            "--lockd-bin {} does not exist (build it: cargo build -p lockd-server)",
+            cfg.lockd_bin.display()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let out = rt.block_on(nemesis::run(&cfg))?;
+    for d in &out.report.details {
+        println!("  {d}");
+    }
+    println!("{}", out.result_line(&cfg));
+    println!(
+        "history: {} and {}/worker-*.jsonl (re-check: lockd-check check {}/*.jsonl)",
+        out.history_file.display(),
+        cfg.dir.display(),
+        cfg.dir.display()
+    );
+    let ok = match cfg.sabotage {
+        Some(s) => {
+            let caught = out.has_violations();
+            println!(
+                "negative control {s:?}: {}",
+                if caught {
+                    "CAUGHT (good)"
+                } else {
+                    "NOT caught"
+                }
+            );
+            caught
+        }
+        None => !out.has_violations(),
+    };
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let cfg = nemesis::worker::WorkerConfig {
+        id: a.id,
+        endpoints: a.endpoints,
+        namespace: nemesis::NAMESPACE.into(),
+        ttl: Duration::from_millis(a.ttl_ms),
+        lockset: a.lockset,
+        pg: a.pg,
+        store_ns: a.store_ns,
+        history: a.history,
+        origin_ns: a.origin_ns,
+        run_for: Duration::from_secs(a.run_for_s),
+        seed: a.seed,
+        sabotage_client_deadline: a.sabotage_client_deadline,
+        sabotage_store_fence: a.sabotage_store_fence,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(nemesis::worker::run(cfg))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_report(r: &Report) {
@@ -115,6 +284,8 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
+        Cmd::Nemesis(a) => run_nemesis(a),
+        Cmd::NemesisWorker(a) => run_worker(a),
         Cmd::Check { files, budget } => {
             let h = History::load(&files)?;
             let r = checker::check(&h, budget.budget())?;

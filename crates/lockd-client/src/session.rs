@@ -96,7 +96,21 @@ impl Core {
 
     /// A unary call on the preferred node, retried with backoff on retryable errors (moving to
     /// the next node when one does not answer).
-    pub async fn unary<T, F, Fut>(&self, mut call: F) -> Result<T, Error>
+    pub async fn unary<T, F, Fut>(&self, call: F) -> Result<T, Error>
+    where
+        F: FnMut(LockClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.unary_noting(call, &mut false).await
+    }
+
+    /// [`Core::unary`], setting `maybe_landed` if an attempt failed in a way that may have
+    /// reached the service (no answer, a broken connection, an unknown outcome).
+    async fn unary_noting<T, F, Fut>(
+        &self,
+        mut call: F,
+        maybe_landed: &mut bool,
+    ) -> Result<T, Error>
     where
         F: FnMut(LockClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -116,6 +130,11 @@ impl Core {
             };
             if matches!(e, Error::Unavailable(_)) {
                 self.rotate(i);
+                *maybe_landed = true;
+            }
+            if matches!(e, Error::Api { status: 503, .. }) {
+                // "No leader" is refused before proposing, but "outcome unknown" is also 503.
+                *maybe_landed = true;
             }
             attempt += 1;
             if !e.is_retryable() || attempt >= policy.max_attempts {
@@ -134,12 +153,25 @@ impl Core {
             fencing_token: token,
             token: self.opts.auth_token.clone().unwrap_or_default(),
         };
-        self.unary(|mut c| {
-            let req = req.clone();
-            async move { c.release(req).await }
-        })
-        .await
-        .map(|r| r.remaining)
+        let mut maybe_landed = false;
+        let r = self
+            .unary_noting(
+                |mut c| {
+                    let req = req.clone();
+                    async move { c.release(req).await }
+                },
+                &mut maybe_landed,
+            )
+            .await;
+        match r {
+            Ok(r) => Ok(r.remaining),
+            // The session is alive but no longer holds this token: an earlier attempt did it
+            // (only this session, or an operator's release by token, can end a live hold).
+            Err(Error::Api {
+                status: 409, code, ..
+            }) if maybe_landed && (code == "not_holder" || code == "stale_token") => Ok(0),
+            Err(e) => Err(e),
+        }
     }
 
     /// Tells the service a lease ran out while the application still held the lock.

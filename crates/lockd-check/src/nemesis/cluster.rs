@@ -1,0 +1,436 @@
+//! Three real `lockd serve` processes on loopback, wired through fault-injecting proxies, each
+//! under libfaketime so its wall clock can jump (its monotonic clock, which lockd uses for
+//! leases, is left alone with `FAKETIME_DONT_FAKE_MONOTONIC=1`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use lockd_client::{Client, ClientOptions};
+use rustix::process::{kill_process, Pid, Signal};
+
+use super::proxy::Link;
+
+/// Debian's libfaketime (package `libfaketime`).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// How the nodes are started.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub lockd_bin: PathBuf,
+    pub dir: PathBuf,
+    pub nodes: u64,
+    pub lock_groups: u32,
+    /// Namespaces file passed with `--config`.
+    pub config_toml: String,
+    /// Extra `lockd serve` flags (the negative control).
+    pub extra_args: Vec<String>,
+    pub faketime: bool,
+}
+
+struct NodeProc {
+    id: u64,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    args: Vec<String>,
+    child: Option<tokio::process::Child>,
+    pid: u32,
+    faketime_file: PathBuf,
+    log: PathBuf,
+    audit: PathBuf,
+}
+
+/// A running cluster. Stop it with [`Cluster::shutdown`]; children are also killed on drop.
+pub struct Cluster {
+    cfg: ClusterConfig,
+    nodes: Vec<NodeProc>,
+    links: BTreeMap<(u64, u64), Link>,
+}
+
+fn free_port() -> anyhow::Result<SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?)
+}
+
+fn signal(pid: u32, sig: Signal) -> anyhow::Result<()> {
+    let pid = Pid::from_raw(pid as i32).context("pid 0")?;
+    kill_process(pid, sig).with_context(|| format!("signal {sig:?} to pid {pid:?}"))
+}
+
+/// The `State:` letter of `/proc/PID/status` (`T` = stopped).
+pub fn proc_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .and_then(|v| v.trim().chars().next())
+}
+
+/// SIGSTOPs `pid` and waits (up to 2 s) until `/proc` shows it stopped; `true` if it did.
+pub async fn pause(pid: u32) -> anyhow::Result<bool> {
+    signal(pid, Signal::STOP)?;
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        if proc_state(pid) == Some('T') {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(false)
+}
+
+pub fn resume(pid: u32) -> anyhow::Result<()> {
+    signal(pid, Signal::CONT)
+}
+
+impl Cluster {
+    /// Starts every node and waits until every group has a leader.
+    pub async fn start(cfg: ClusterConfig) -> anyhow::Result<Cluster> {
+        if cfg.faketime && !Path::new(LIBFAKETIME).exists() {
+            bail!("{LIBFAKETIME} is missing: apt-get install libfaketime (or pass --no-faketime)");
+        }
+        std::fs::create_dir_all(&cfg.dir)?;
+        let config_path = cfg.dir.join("namespaces.toml");
+        std::fs::write(&config_path, &cfg.config_toml)?;
+        let ids: Vec<u64> = (1..=cfg.nodes).collect();
+        let mut grpc = BTreeMap::new();
+        let mut http = BTreeMap::new();
+        for &id in &ids {
+            grpc.insert(id, free_port()?);
+            http.insert(id, free_port()?);
+        }
+        let mut links = BTreeMap::new();
+        for &a in &ids {
+            for &b in &ids {
+                if a != b {
+                    links.insert((a, b), Link::start(grpc[&b]).await?);
+                }
+            }
+        }
+        let mut nodes = Vec::new();
+        for &id in &ids {
+            let peers: Vec<String> = ids
+                .iter()
+                .map(|&p| {
+                    let addr = if p == id {
+                        grpc[&p]
+                    } else {
+                        links[&(id, p)].listen
+                    };
+                    format!("{p}={addr}")
+                })
+                .collect();
+            let data = cfg.dir.join(format!("node{id}"));
+            let audit = cfg.dir.join(format!("node{id}.audit.jsonl"));
+            let mut args = vec![
+                "serve".to_string(),
+                "--node-id".into(),
+                id.to_string(),
+                "--peers".into(),
+                peers.join(","),
+                "--http".into(),
+                http[&id].to_string(),
+                "--grpc".into(),
+                grpc[&id].to_string(),
+                "--data-dir".into(),
+                data.display().to_string(),
+                "--groups".into(),
+                cfg.lock_groups.to_string(),
+                "--config".into(),
+                config_path.display().to_string(),
+                "--audit-log".into(),
+                audit.display().to_string(),
+            ];
+            args.extend(cfg.extra_args.iter().cloned());
+            let faketime_file = cfg.dir.join(format!("node{id}.faketime"));
+            std::fs::write(&faketime_file, "+0\n")?;
+            nodes.push(NodeProc {
+                id,
+                http: http[&id],
+                grpc: grpc[&id],
+                args,
+                child: None,
+                pid: 0,
+                faketime_file,
+                log: cfg.dir.join(format!("node{id}.log")),
+                audit,
+            });
+        }
+        let mut c = Cluster { cfg, nodes, links };
+        for i in 0..c.nodes.len() {
+            c.spawn(i)?;
+        }
+        c.wait_ready(Duration::from_secs(60)).await?;
+        Ok(c)
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let n = &mut self.nodes[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&n.log)?;
+        let mut cmd = tokio::process::Command::new(&self.cfg.lockd_bin);
+        cmd.args(&n.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true);
+        if self.cfg.faketime {
+            cmd.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .env("FAKETIME_TIMESTAMP_FILE", &n.faketime_file)
+                .env("FAKETIME_NO_CACHE", "1");
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", self.cfg.lockd_bin.display()))?;
+        n.pid = child.id().context("child has no pid")?;
+        n.child = Some(child);
+        Ok(())
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    fn node(&self, id: u64) -> &NodeProc {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    pub fn pid(&self, id: u64) -> u32 {
+        self.node(id).pid
+    }
+
+    /// gRPC endpoints of all nodes, starting at `first` (so workers spread over nodes).
+    pub fn endpoints_from(&self, first: usize) -> Vec<String> {
+        let n = self.nodes.len();
+        (0..n)
+            .map(|k| self.nodes[(first + k) % n].grpc.to_string())
+            .collect()
+    }
+
+    pub fn endpoints_except(&self, id: u64) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.id != id)
+            .map(|n| n.grpc.to_string())
+            .collect()
+    }
+
+    pub fn audit_logs(&self) -> Vec<PathBuf> {
+        self.nodes.iter().map(|n| n.audit.clone()).collect()
+    }
+
+    pub fn http_addr(&self, id: u64) -> SocketAddr {
+        self.node(id).http
+    }
+
+    /// SIGKILL, then reap.
+    pub async fn kill(&mut self, id: u64) -> anyhow::Result<()> {
+        let n = &mut self.nodes[(id - 1) as usize];
+        if let Some(mut child) = n.child.take() {
+            signal(n.pid, Signal::KILL)?;
+            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        }
+        Ok(())
+    }
+
+    pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        self.spawn((id - 1) as usize)
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.node(id).child.is_some()
+    }
+
+    /// Cuts (or heals) every link to and from `id`.
+    pub fn isolate(&self, id: u64, cut: bool) {
+        for ((a, b), link) in &self.links {
+            if *a == id || *b == id {
+                link.set_cut(cut);
+            }
+        }
+    }
+
+    pub fn heal_all(&self) {
+        for link in self.links.values() {
+            link.set_cut(false);
+        }
+    }
+
+    /// Sets `id`'s wall-clock offset (libfaketime relative format, seconds).
+    pub fn set_clock_offset(&self, id: u64, offset_s: i64) -> anyhow::Result<()> {
+        let spec = if offset_s >= 0 {
+            format!("+{offset_s}\n")
+        } else {
+            format!("{offset_s}\n")
+        };
+        std::fs::write(&self.node(id).faketime_file, spec)?;
+        Ok(())
+    }
+
+    /// The node's wall clock as its HTTP `Date` header shows it, minus ours, in seconds.
+    /// (hyper caches the header for a second and only refreshes it forwards, so this sees
+    /// forward jumps only.)
+    pub async fn observed_clock_offset(&self, id: u64) -> Option<i64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.node(id).http;
+        let fut = async {
+            let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+            s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .ok()?;
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).await.ok()?;
+            let text = String::from_utf8_lossy(&buf);
+            let date = text.lines().find_map(|l| {
+                l.strip_prefix("date: ")
+                    .or_else(|| l.strip_prefix("Date: "))
+            })?;
+            let t = httpdate_secs(date.trim())?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_secs() as i64;
+            Some(t - now)
+        };
+        tokio::time::timeout(Duration::from_secs(2), fut)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Who leads each lock group (group 0, the meta group, included), asking any live node.
+    pub async fn leaders(&self) -> BTreeMap<u32, u64> {
+        for n in &self.nodes {
+            if n.child.is_none() || proc_state(n.pid) == Some('T') {
+                continue;
+            }
+            let Ok(c) = Client::lazy(
+                [n.grpc.to_string()],
+                ClientOptions {
+                    request_timeout: Duration::from_millis(500),
+                    ..ClientOptions::default()
+                },
+            ) else {
+                continue;
+            };
+            let Ok(Ok(st)) = tokio::time::timeout(Duration::from_secs(1), c.status()).await else {
+                continue;
+            };
+            let leaders: BTreeMap<u32, u64> = st
+                .groups
+                .iter()
+                .filter(|g| g.leader != 0)
+                .map(|g| (g.id, g.leader))
+                .collect();
+            if !leaders.is_empty() {
+                return leaders;
+            }
+        }
+        BTreeMap::new()
+    }
+
+    /// Waits until every group (meta included) has a leader.
+    pub async fn wait_ready(&self, within: Duration) -> anyhow::Result<()> {
+        let until = Instant::now() + within;
+        let want = self.cfg.lock_groups as usize + 1;
+        while Instant::now() < until {
+            if self.leaders().await.len() == want {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!(
+            "cluster not ready within {within:?} (see {})",
+            self.cfg.dir.display()
+        )
+    }
+
+    /// Resumes, heals and restarts everything (the end of the fault schedule).
+    pub fn restore(&mut self) -> anyhow::Result<()> {
+        self.heal_all();
+        for i in 0..self.nodes.len() {
+            let id = self.nodes[i].id;
+            self.set_clock_offset(id, 0)?;
+            if self.nodes[i].child.is_some() {
+                let _ = resume(self.nodes[i].pid);
+            } else {
+                self.spawn(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERM every node, then SIGKILL what is left after 5 s.
+    pub async fn shutdown(mut self) {
+        for n in &mut self.nodes {
+            if n.child.is_some() {
+                let _ = resume(n.pid);
+                let _ = signal(n.pid, Signal::TERM);
+            }
+        }
+        for n in &mut self.nodes {
+            if let Some(mut child) = n.child.take() {
+                if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                    .await
+                    .is_err()
+                {
+                    let _ = signal(n.pid, Signal::KILL);
+                    let _ = child.wait().await;
+                }
+            }
+        }
+    }
+}
+
+/// Parses an IMF-fixdate (`Mon, 30 Nov 2026 19:50:45 GMT`) to Unix seconds.
+fn httpdate_secs(s: &str) -> Option<i64> {
+    let parts: Vec<&str> = s.split_whitespace().collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let day: i64 = parts[1].parse().ok()?;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == parts[2])? as i64
+        + 1;
+    let year: i64 = parts[3].parse().ok()?;
+    let hms: Vec<i64> = parts[4]
+        .split(':')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    if hms.len() != 3 {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::httpdate_secs;
+
+    #[test]
+    fn parses_http_dates() {
+        assert_eq!(httpdate_secs("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            httpdate_secs("Mon, 30 Nov 2026 19:50:45 GMT"),
+            Some(1_796_068_245)
+        );
+        assert_eq!(httpdate_secs("garbage"), None);
+    }
+}

@@ -1,0 +1,529 @@
+//! `lockd-check nemesis`: real `lockd serve` processes, real worker processes using lockd-client,
+//! a fenced PostgreSQL store, and a seeded schedule of faults:
+//!
+//! * `kill`: SIGKILL a node (the leader of a lock group, more often than not), restart it after
+//!   3–6 s; the time to the next grant in the groups it led is a failover measurement;
+//! * `pause-node` / `pause-client`: SIGSTOP a node or a worker for 2–5 TTLs, counted only once
+//!   `/proc/PID/status` shows `T`, then SIGCONT;
+//! * `partition`: cut every link between one node (often a leader) and the others, through the
+//!   fault-injecting proxies, for 2–5 TTLs;
+//! * `clock`: jump a node's wall clock forwards by an hour to a month (libfaketime, monotonic
+//!   clock untouched) for 2–4 TTLs, then back.
+//!
+//! Afterwards it heals everything, lets the workers finish, reads the store's own log, the
+//! final sets and every node's audit log, and runs the checker over the whole history.
+
+pub mod audit;
+pub mod cluster;
+pub mod proxy;
+pub mod worker;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use lockd_client::{Client, ClientOptions};
+use lockd_core::ShardMap;
+
+use crate::checker::{self, Budget, Report};
+use crate::history::{History, MonotonicClock, Record, Recorder};
+use crate::store::Store;
+use cluster::{Cluster, ClusterConfig};
+use worker::{mutex_key, MUTEX_NAMES, SET_FENCED, SET_UNFENCED};
+
+/// The namespace every nemesis lock lives in (short TTLs allowed), and its prefix.
+pub const NAMESPACE: &str = "nemesis";
+pub const PREFIX: &str = "nemesis/";
+
+/// A fault the schedule may inject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum FaultKind {
+    Kill,
+    PauseNode,
+    PauseClient,
+    Partition,
+    Clock,
+}
+
+impl FaultKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "kill",
+            // One kind in the RESULT line; the target says node or worker.
+            FaultKind::PauseNode | FaultKind::PauseClient => "pause",
+            FaultKind::Partition => "partition",
+            FaultKind::Clock => "clock",
+        }
+    }
+}
+
+/// A negative control: a deliberately broken safety mechanism the run must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sabotage {
+    /// The store accepts "fenced" writes without checking the fence.
+    StoreFence,
+    /// Workers ignore the client's deadline.
+    ClientDeadline,
+    /// Leaders acknowledge keepalives without their leader lease (the grant-time lease check).
+    LeaderLease,
+}
+
+/// One nemesis run.
+#[derive(Clone, Debug)]
+pub struct NemesisConfig {
+    pub lockd_bin: PathBuf,
+    /// This executable (workers are `lockd-check nemesis-worker` processes).
+    pub self_exe: PathBuf,
+    pub dir: PathBuf,
+    pub duration: Duration,
+    pub seed: u64,
+    pub pg: String,
+    pub ttl: Duration,
+    pub mutex_workers: u64,
+    pub lockset_workers: u64,
+    pub lock_groups: u32,
+    pub faults: Vec<FaultKind>,
+    pub sabotage: Option<Sabotage>,
+    pub faketime: bool,
+    pub budget: Budget,
+}
+
+/// What a run found.
+pub struct Outcome {
+    pub report: Report,
+    pub replica_divergence: usize,
+    pub audit_entries: usize,
+    pub history_file: PathBuf,
+}
+
+impl Outcome {
+    pub fn has_violations(&self) -> bool {
+        self.report.has_violations() || self.replica_divergence > 0
+    }
+
+    /// The checker's RESULT line plus what only the nemesis knows.
+    pub fn result_line(&self, cfg: &NemesisConfig) -> String {
+        let mut line = self.report.result_line();
+        // `violations=` stays last.
+        if let Some(i) = line.rfind(" violations=") {
+            line.truncate(i);
+        }
+        format!(
+            "{line} replica_divergence={} audit_entries={} duration_s={} seed={} sabotage={} violations={}",
+            self.replica_divergence,
+            self.audit_entries,
+            cfg.duration.as_secs(),
+            cfg.seed,
+            cfg.sabotage
+                .map_or("none".to_string(), |s| format!("{s:?}").to_lowercase()),
+            self.has_violations()
+        )
+    }
+}
+
+fn namespaces_toml(ttl: Duration) -> String {
+    format!(
+        "[[namespace]]\nname = \"{NAMESPACE}\"\nprefix = \"{PREFIX}\"\nmin_ttl_ms = 1000\n\
+         max_ttl_ms = 60000\ndefault_ttl_ms = {}\n",
+        ttl.as_millis()
+    )
+}
+
+/// A paused or isolated target to undo, with when.
+enum Undo {
+    Cont(u32),
+    Heal(u64),
+    Restart(u64),
+    Clock(u64),
+}
+
+/// Runs the whole thing.
+pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
+    std::fs::create_dir_all(&cfg.dir)?;
+    let clock = MonotonicClock::start();
+    let history_file = cfg.dir.join("nemesis.jsonl");
+    let _ = std::fs::remove_file(&history_file);
+    let rec = Recorder::with_file(clock, &history_file)?;
+    rec.push(Record::Meta {
+        version: crate::history::FORMAT_VERSION,
+        workload: "nemesis".into(),
+        notes: format!(
+            "seed {} duration {:?} ttl {:?} faults {:?} sabotage {:?}",
+            cfg.seed, cfg.duration, cfg.ttl, cfg.faults, cfg.sabotage
+        ),
+    });
+
+    // The store.
+    let store_ns = format!(
+        "nemesis_{}_{}",
+        std::process::id(),
+        MonotonicClock::raw_ns() % 1_000_000_000
+    );
+    let admin = Store::connect(&cfg.pg, &store_ns).await?;
+    admin.setup().await?;
+    for name in MUTEX_NAMES {
+        let key = mutex_key(name);
+        admin.init_key(&key, "").await?;
+        rec.push(Record::StoreInit {
+            key,
+            value: String::new(),
+        });
+    }
+    for key in [SET_FENCED, SET_UNFENCED] {
+        admin.init_key(key, "[]").await?;
+        rec.push(Record::StoreInit {
+            key: key.into(),
+            value: "[]".into(),
+        });
+    }
+
+    // The cluster.
+    let extra_args = match cfg.sabotage {
+        Some(Sabotage::LeaderLease) => vec![
+            "--unsafe-negative-control".to_string(),
+            "skip-leader-lease-check".to_string(),
+        ],
+        _ => Vec::new(),
+    };
+    let mut cluster = Cluster::start(ClusterConfig {
+        lockd_bin: cfg.lockd_bin.clone(),
+        dir: cfg.dir.join("cluster"),
+        nodes: 3,
+        lock_groups: cfg.lock_groups,
+        config_toml: namespaces_toml(cfg.ttl),
+        extra_args,
+        faketime: cfg.faketime,
+    })
+    .await?;
+    wait_for_namespace(&cluster.endpoints_from(0), cfg.ttl).await?;
+    eprintln!(
+        "nemesis: cluster up (pids {:?}), store schema {store_ns}, history {}",
+        cluster
+            .ids()
+            .iter()
+            .map(|&i| cluster.pid(i))
+            .collect::<Vec<_>>(),
+        history_file.display()
+    );
+
+    // The workers.
+    let mut workers = Vec::new();
+    let total = cfg.mutex_workers + cfg.lockset_workers;
+    for id in 1..=total {
+        let lockset = id > cfg.mutex_workers;
+        let file = cfg.dir.join(format!("worker-{id}.jsonl"));
+        let _ = std::fs::remove_file(&file);
+        let log = std::fs::File::create(cfg.dir.join(format!("worker-{id}.log")))?;
+        let mut cmd = tokio::process::Command::new(&cfg.self_exe);
+        cmd.arg("nemesis-worker")
+            .args(["--id", &id.to_string()])
+            .args([
+                "--endpoints",
+                &cluster.endpoints_from(id as usize - 1).join(","),
+            ])
+            .args(["--ttl-ms", &cfg.ttl.as_millis().to_string()])
+            .args(["--pg", &cfg.pg])
+            .args(["--store-ns", &store_ns])
+            .args(["--history", &file.display().to_string()])
+            .args(["--origin-ns", &clock.origin_ns().to_string()])
+            .args(["--run-for-s", &cfg.duration.as_secs().to_string()])
+            .args(["--seed", &cfg.seed.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        if lockset {
+            cmd.arg("--lockset");
+        }
+        match cfg.sabotage {
+            Some(Sabotage::ClientDeadline) => {
+                cmd.arg("--sabotage-client-deadline");
+            }
+            Some(Sabotage::StoreFence) => {
+                cmd.arg("--sabotage-store-fence");
+            }
+            _ => {}
+        }
+        let child = cmd.spawn().context("starting a nemesis worker")?;
+        let pid = child.id().context("worker has no pid")?;
+        workers.push((id, pid, child, file));
+    }
+
+    // The fault schedule.
+    let mut rng = fastrand::Rng::with_seed(cfg.seed);
+    let end = Instant::now() + cfg.duration;
+    let ttl_ms = cfg.ttl.as_millis() as u64;
+    let mut probes = tokio::task::JoinSet::new();
+    let mut faults_done = 0u64;
+    while Instant::now() < end && !cfg.faults.is_empty() {
+        tokio::time::sleep(Duration::from_millis(rng.u64(1000..=3000))).await;
+        if Instant::now() >= end {
+            break;
+        }
+        let kind = cfg.faults[rng.usize(..cfg.faults.len())];
+        let leaders = cluster.leaders().await;
+        let lock_leaders: Vec<u64> = leaders
+            .iter()
+            .filter(|(g, _)| **g != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        // Leaders more often than not: that is where the interesting failures are.
+        let node = if !lock_leaders.is_empty() && rng.f64() < 0.7 {
+            lock_leaders[rng.usize(..lock_leaders.len())]
+        } else {
+            cluster.ids()[rng.usize(..cluster.ids().len())]
+        };
+        let at_ns = rec.now_ns();
+        let (target, verified, undo, hold) = match kind {
+            FaultKind::Kill => {
+                cluster.kill(node).await?;
+                let led: Vec<u32> = leaders
+                    .iter()
+                    .filter(|(g, n)| **g != 0 && **n == node)
+                    .map(|(g, _)| *g)
+                    .collect();
+                if !led.is_empty() {
+                    let endpoints = cluster.endpoints_except(node);
+                    probes.spawn(probe_failover(
+                        endpoints,
+                        led,
+                        cfg.lock_groups,
+                        cfg.ttl,
+                        Instant::now(),
+                        at_ns,
+                    ));
+                }
+                (
+                    format!("node{node}"),
+                    true,
+                    Undo::Restart(node),
+                    rng.u64(3000..=6000),
+                )
+            }
+            FaultKind::PauseNode => {
+                let ok = cluster::pause(cluster.pid(node)).await?;
+                (
+                    format!("node{node}"),
+                    ok,
+                    Undo::Cont(cluster.pid(node)),
+                    rng.u64(2 * ttl_ms..=5 * ttl_ms),
+                )
+            }
+            FaultKind::PauseClient => {
+                // Half the time a lock-set worker: a pause between its read and its write is
+                // what makes the unfenced key lose updates.
+                let lockset: Vec<usize> = (cfg.mutex_workers as usize..workers.len()).collect();
+                let w = if !lockset.is_empty() && rng.bool() {
+                    lockset[rng.usize(..lockset.len())]
+                } else {
+                    rng.usize(..workers.len())
+                };
+                let (id, pid, _, _) = &workers[w];
+                let ok = cluster::pause(*pid).await?;
+                (
+                    format!("worker{id}"),
+                    ok,
+                    Undo::Cont(*pid),
+                    rng.u64(2 * ttl_ms..=5 * ttl_ms),
+                )
+            }
+            FaultKind::Partition => {
+                cluster.isolate(node, true);
+                (
+                    format!("node{node}"),
+                    true,
+                    Undo::Heal(node),
+                    rng.u64(2 * ttl_ms..=5 * ttl_ms),
+                )
+            }
+            FaultKind::Clock => {
+                let offset = rng.i64(3600..=30 * 86_400);
+                cluster.set_clock_offset(node, offset)?;
+                let mut seen = false;
+                if cfg.faketime {
+                    for _ in 0..10 {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        if cluster
+                            .observed_clock_offset(node)
+                            .await
+                            .is_some_and(|o| (o - offset).abs() <= 5)
+                        {
+                            seen = true;
+                            break;
+                        }
+                    }
+                }
+                (
+                    format!("node{node}+{offset}s"),
+                    seen,
+                    Undo::Clock(node),
+                    rng.u64(2 * ttl_ms..=4 * ttl_ms),
+                )
+            }
+        };
+        rec.push(Record::Fault {
+            kind: kind.label().into(),
+            at_ns,
+            target: target.clone(),
+            verified,
+        });
+        faults_done += 1;
+        eprintln!(
+            "nemesis: t={:>5.1}s {} {target} verified={verified} for {hold} ms",
+            at_ns as f64 / 1e9,
+            kind.label()
+        );
+        tokio::time::sleep(Duration::from_millis(hold)).await;
+        match undo {
+            Undo::Cont(pid) => cluster::resume(pid)?,
+            Undo::Heal(id) => cluster.isolate(id, false),
+            Undo::Restart(id) => cluster.restart(id)?,
+            Undo::Clock(id) => cluster.set_clock_offset(id, 0)?,
+        }
+    }
+    cluster.restore()?;
+    for (_, pid, _, _) in &workers {
+        let _ = cluster::resume(*pid);
+    }
+    eprintln!("nemesis: {faults_done} faults injected; healing, waiting for workers");
+
+    // Workers stop on their own after `duration`, finishing their round (bounded by the TTL).
+    let grace = Duration::from_secs(30) + 6 * cfg.ttl;
+    let mut worker_files = Vec::new();
+    for (id, pid, mut child, file) in workers {
+        match tokio::time::timeout(grace, child.wait()).await {
+            Ok(Ok(st)) if !st.success() => eprintln!("nemesis: worker {id} exited with {st}"),
+            Ok(_) => {}
+            Err(_) => {
+                eprintln!("nemesis: worker {id} (pid {pid}) did not stop; killing it");
+                let _ = child.kill().await;
+            }
+        }
+        worker_files.push(file);
+    }
+    while let Some(r) = probes.join_next().await {
+        match r {
+            Ok(Some((at_ns, ms))) => rec.push(Record::Failover { at_ns, ms }),
+            Ok(None) => eprintln!("nemesis: a failover probe gave up"),
+            Err(e) => eprintln!("nemesis: a failover probe panicked: {e}"),
+        }
+    }
+
+    // The store's view, then the service's.
+    for (key, fenced) in [(SET_FENCED, true), (SET_UNFENCED, false)] {
+        let v = admin.read(key).await?;
+        let set: Vec<u64> = serde_json::from_str(&v).context("final set")?;
+        rec.push(Record::LocksetFinal {
+            key: key.into(),
+            fenced,
+            elements: set,
+        });
+    }
+    for r in admin.log_records().await? {
+        rec.push(r);
+    }
+    // Let the restarted nodes catch up so their audit logs are complete, then stop them.
+    let _ = cluster.wait_ready(Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let audit_files = cluster.audit_logs();
+    cluster.shutdown().await;
+    let merged = audit::merge(&audit_files)?;
+    for d in &merged.divergent {
+        eprintln!("nemesis: REPLICA DIVERGENCE {d}");
+    }
+    for r in merged.records {
+        rec.push(r);
+    }
+    let _ = admin.drop_namespace().await;
+
+    let mut history = rec.history();
+    history
+        .records
+        .extend(History::load(&worker_files)?.records);
+    let report = checker::check(&history, cfg.budget)?;
+    Ok(Outcome {
+        report,
+        replica_divergence: merged.divergent.len(),
+        audit_entries: merged.entries,
+        history_file,
+    })
+}
+
+/// The namespace config is proposed by the nodes after they start: wait until a lock in it can
+/// be taken, so workers do not begin with refusals.
+async fn wait_for_namespace(endpoints: &[String], ttl: Duration) -> anyhow::Result<()> {
+    let client = Client::lazy(
+        endpoints.to_vec(),
+        ClientOptions {
+            client_name: "nemesis-ready".into(),
+            ttl,
+            namespace: NAMESPACE.into(),
+            ..ClientOptions::default()
+        },
+    )?;
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        match client.acquire(format!("{PREFIX}ready")).try_once().await {
+            Ok(g) => {
+                let _ = g.release().await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), client.close()).await;
+                return Ok(());
+            }
+            Err(e) if Instant::now() >= until => anyhow::bail!("namespace never appeared: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// After a leader was killed: time until a fresh client, talking only to the survivors, is
+/// granted a lock in every group that node led. `None` if that takes over 30 s.
+async fn probe_failover(
+    endpoints: Vec<String>,
+    groups: Vec<u32>,
+    lock_groups: u32,
+    ttl: Duration,
+    started: Instant,
+    at_ns: u64,
+) -> Option<(u64, f64)> {
+    let map = ShardMap::initial(lock_groups);
+    let names: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            (0..)
+                .map(|i| format!("{PREFIX}probe-{i}"))
+                .find(|n| map.group_of(n) == *g)
+                .expect("some name lands in every group")
+        })
+        .collect();
+    let client = Client::lazy(
+        endpoints,
+        ClientOptions {
+            client_name: "nemesis-probe".into(),
+            ttl,
+            namespace: NAMESPACE.into(),
+            request_timeout: Duration::from_millis(500),
+            ..ClientOptions::default()
+        },
+    )
+    .ok()?;
+    let mut pending: Vec<&String> = names.iter().collect();
+    while started.elapsed() < Duration::from_secs(30) {
+        let mut left = Vec::new();
+        for name in pending {
+            match client.acquire(name.as_str()).try_once().await {
+                Ok(g) => {
+                    let _ = g.release().await;
+                }
+                Err(_) => left.push(name),
+            }
+        }
+        pending = left;
+        if pending.is_empty() {
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            let _ = tokio::time::timeout(Duration::from_secs(2), client.close()).await;
+            return Some((at_ns, ms));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}

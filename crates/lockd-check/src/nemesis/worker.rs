@@ -1,0 +1,355 @@
+//! One nemesis worker: a separate OS process (so the nemesis can SIGSTOP it like a GC pause)
+//! using lockd-client against the real cluster, recording every call to its own history file.
+//!
+//! Two workloads:
+//! * **mutex**: take one of a few names, hold it for 0.2–3 TTLs, and while the guard is not
+//!   lost write to the fenced store under the token every 150 ms; then release;
+//! * **lockset** (Jepsen's): under the lock, read a set from the store, think, write it back
+//!   with one more element. Each round alternates between the fenced key (fenced read and write)
+//!   and the unfenced key (plain read and write), so one run measures both.
+//!
+//! The end of a worker's belief that it holds a lock is recorded as it happens: a `LeaseLost`
+//! with the guard's deadline when the client's deadline fired, or the release's invoke. An
+//! outcome the worker cannot know (a timeout) ends its process id; it goes on under a new one
+//! with a new session, as the history format requires.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use lockd_client::{Client, ClientOptions, Error as ClientError, LockGuard};
+
+use crate::history::{Call, MonotonicClock, Outcome, Record, Recorder};
+use crate::store::{Fencing, Store, WriteOutcome};
+
+/// What one worker does.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// 1-based worker number; process ids are `id * 1_000_000 + epoch`.
+    pub id: u64,
+    pub endpoints: Vec<String>,
+    pub namespace: String,
+    pub ttl: Duration,
+    pub lockset: bool,
+    pub pg: String,
+    pub store_ns: String,
+    pub history: PathBuf,
+    pub origin_ns: u64,
+    pub run_for: Duration,
+    pub seed: u64,
+    /// NEGATIVE CONTROL: ignore the client's deadline (believe the lock is held until released).
+    pub sabotage_client_deadline: bool,
+    /// NEGATIVE CONTROL: the store accepts "fenced" writes without checking the fence.
+    pub sabotage_store_fence: bool,
+}
+
+/// The lock names and store keys the workloads use (the nemesis initialises the keys).
+pub const MUTEX_NAMES: [&str; 2] = ["nemesis/m0", "nemesis/m1"];
+pub const SET_FENCED: &str = "set-fenced";
+pub const SET_UNFENCED: &str = "set-unfenced";
+
+/// The store key a mutex name's holders write.
+pub fn mutex_key(name: &str) -> String {
+    format!("reg-{}", name.rsplit('/').next().unwrap_or(name))
+}
+
+/// The lock name guarding a lock-set key.
+pub fn set_lock(key: &str) -> String {
+    format!("nemesis/{key}")
+}
+
+struct Worker {
+    cfg: WorkerConfig,
+    rec: Recorder,
+    store: Store,
+    rng: fastrand::Rng,
+    client: Client,
+    epoch: u64,
+    next_element: u64,
+}
+
+fn client_options(cfg: &WorkerConfig, epoch: u64) -> ClientOptions {
+    ClientOptions {
+        client_name: format!("nemesis-w{}-{epoch}", cfg.id),
+        ttl: cfg.ttl,
+        namespace: cfg.namespace.clone(),
+        request_timeout: Duration::from_secs(1),
+        ..ClientOptions::default()
+    }
+}
+
+fn encode(set: &BTreeSet<u64>) -> String {
+    serde_json::to_string(set).expect("a set of integers serializes")
+}
+
+fn decode(s: &str) -> anyhow::Result<BTreeSet<u64>> {
+    serde_json::from_str(s).with_context(|| format!("store value {s:?} is not a set"))
+}
+
+/// Runs one worker until `run_for` has passed; its history goes to `cfg.history`.
+pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
+    let rec = Recorder::with_file(MonotonicClock::with_origin(cfg.origin_ns), &cfg.history)?;
+    let store = Store::connect(&cfg.pg, &cfg.store_ns).await?;
+    let client = Client::lazy(cfg.endpoints.clone(), client_options(&cfg, 0))?;
+    let mut w = Worker {
+        rng: fastrand::Rng::with_seed(cfg.seed ^ cfg.id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        cfg,
+        rec,
+        store,
+        client,
+        epoch: 0,
+        next_element: 0,
+    };
+    let end = Instant::now() + w.cfg.run_for;
+    let mut round = 0u64;
+    while Instant::now() < end {
+        round += 1;
+        let r = if w.cfg.lockset {
+            let key = if round % 2 == 0 {
+                SET_FENCED
+            } else {
+                SET_UNFENCED
+            };
+            w.lockset_round(key).await
+        } else {
+            let name = MUTEX_NAMES[w.rng.usize(..MUTEX_NAMES.len())];
+            w.mutex_round(name, end).await
+        };
+        if let Err(e) = r {
+            // A store error (PostgreSQL restarted, say) ends this process id like a crash.
+            eprintln!("nemesis worker {}: {e:#}", w.cfg.id);
+            w.new_process().await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let process = w.process();
+    w.rec.push(Record::ProcessEnd {
+        process,
+        at_ns: w.rec.now_ns(),
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(2), w.client.close()).await;
+    Ok(())
+}
+
+impl Worker {
+    /// How "fenced" writes are made (sabotaged: no check at all).
+    fn fenced(&self) -> Fencing {
+        if self.cfg.sabotage_store_fence {
+            Fencing::SabotagedNoCheck
+        } else {
+            Fencing::Fenced
+        }
+    }
+
+    fn process(&self) -> u64 {
+        self.cfg.id * 1_000_000 + self.epoch
+    }
+
+    /// Ends this process id (its session may hold a lock it does not know about) and starts a
+    /// new one with a new session.
+    async fn new_process(&mut self) {
+        let process = self.process();
+        self.rec.push(Record::ProcessEnd {
+            process,
+            at_ns: self.rec.now_ns(),
+        });
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.close()).await;
+        self.epoch += 1;
+        match Client::lazy(
+            self.cfg.endpoints.clone(),
+            client_options(&self.cfg, self.epoch),
+        ) {
+            Ok(c) => self.client = c,
+            Err(e) => eprintln!("nemesis worker {}: new client: {e}", self.cfg.id),
+        }
+    }
+
+    /// Acquire `name`, waiting up to two TTLs. `None` if not granted (or unknown: then the
+    /// process id has already moved on).
+    async fn acquire(&mut self, name: &str) -> Option<LockGuard> {
+        let process = self.process();
+        let h = self.rec.invoke(
+            process,
+            Call::Acquire {
+                name: name.to_owned(),
+            },
+        );
+        let res = self.client.acquire(name).wait(2 * self.cfg.ttl).await;
+        match res {
+            Ok(g) => {
+                self.rec.complete(h, Outcome::Granted { token: g.token() });
+                Some(g)
+            }
+            Err(ClientError::NotAcquired { .. }) => {
+                self.rec.complete(h, Outcome::NotGranted);
+                None
+            }
+            // Refused before anything changed: bad input, no session, shed load.
+            Err(
+                e @ ClientError::Api {
+                    status: 400 | 401 | 403 | 404 | 429,
+                    ..
+                },
+            ) => {
+                self.rec.complete(h, Outcome::NotGranted);
+                eprintln!("nemesis worker {}: acquire {name}: {e}", self.cfg.id);
+                tokio::time::sleep(Duration::from_millis(self.rng.u64(100..=300))).await;
+                None
+            }
+            Err(e) => {
+                // Maybe granted (a timeout after sending, a lost session): unknown.
+                self.rec.complete(h, Outcome::Unknown);
+                eprintln!("nemesis worker {}: acquire {name}: {e}", self.cfg.id);
+                self.new_process().await;
+                tokio::time::sleep(Duration::from_millis(self.rng.u64(100..=300))).await;
+                None
+            }
+        }
+    }
+
+    /// Whether the worker still believes it holds `g`; records the end of that belief once.
+    fn still_held(&self, g: &LockGuard) -> bool {
+        if self.cfg.sabotage_client_deadline || !g.is_lost() {
+            return true;
+        }
+        let now = Instant::now();
+        let now_ns = self.rec.now_ns();
+        let deadline_ns = now_ns.saturating_sub(
+            now.saturating_duration_since(g.deadline().into_std())
+                .as_nanos()
+                .try_into()
+                .unwrap_or(u64::MAX),
+        );
+        self.rec.push(Record::LeaseLost {
+            process: self.process(),
+            name: g.name().to_owned(),
+            token: g.token(),
+            deadline_ns,
+            at_ns: now_ns,
+        });
+        false
+    }
+
+    async fn release(&mut self, g: LockGuard) {
+        let process = self.process();
+        let h = self.rec.invoke(
+            process,
+            Call::Release {
+                name: g.name().to_owned(),
+                token: g.token(),
+            },
+        );
+        match g.release().await {
+            Ok(()) => self.rec.complete(h, Outcome::Ok),
+            Err(ClientError::Api { status: 409, .. })
+            | Err(ClientError::Api { status: 404, .. }) => self.rec.complete(h, Outcome::Refused),
+            Err(_) => {
+                self.rec.complete(h, Outcome::Unknown);
+                self.new_process().await;
+            }
+        }
+    }
+
+    async fn mutex_round(&mut self, name: &str, end: Instant) -> anyhow::Result<()> {
+        let Some(g) = self.acquire(name).await else {
+            return Ok(());
+        };
+        let ttl_ms = self.cfg.ttl.as_millis() as u64;
+        let hold = Duration::from_millis(self.rng.u64(ttl_ms / 5..=3 * ttl_ms));
+        let until = (Instant::now() + hold).min(end + self.cfg.ttl);
+        let key = mutex_key(name);
+        let mut n = 0u64;
+        loop {
+            if !self.still_held(&g) {
+                return Ok(()); // dropping the guard releases in the background, unrecorded
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            n += 1;
+            let value = format!("{}:{n}", g.token());
+            let h = self.rec.invoke(
+                self.process(),
+                Call::Write {
+                    key: key.clone(),
+                    token: Some(g.token()),
+                    fenced: true,
+                    value: value.clone(),
+                    add: None,
+                },
+            );
+            let out = self
+                .store
+                .write(&key, g.token(), &value, self.fenced())
+                .await?;
+            self.rec.complete(h, write_outcome(out));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        self.release(g).await;
+        Ok(())
+    }
+
+    async fn lockset_round(&mut self, key: &str) -> anyhow::Result<()> {
+        let fenced = key == SET_FENCED;
+        let name = set_lock(key);
+        let Some(g) = self.acquire(&name).await else {
+            return Ok(());
+        };
+        let token = g.token();
+        let h = self.rec.invoke(
+            self.process(),
+            Call::Read {
+                key: key.to_owned(),
+                token: fenced.then_some(token),
+            },
+        );
+        let read = if fenced {
+            self.store.read_fenced(key, token).await?
+        } else {
+            Some(self.store.read(key).await?)
+        };
+        match &read {
+            Some(v) => self.rec.complete(h, Outcome::ReadOk { value: v.clone() }),
+            None => self.rec.complete(h, Outcome::RejectedStale),
+        }
+        // Think. No lease check before the write: "check, then write" never closes the window
+        // (a pause can fall between the two); the fence is what must protect the data.
+        tokio::time::sleep(Duration::from_millis(self.rng.u64(50..=300))).await;
+        if let Some(v) = read {
+            let mut set = decode(&v)?;
+            self.next_element += 1;
+            let element = self.cfg.id * 1_000_000 + self.next_element;
+            set.insert(element);
+            let value = encode(&set);
+            let h = self.rec.invoke(
+                self.process(),
+                Call::Write {
+                    key: key.to_owned(),
+                    token: Some(token),
+                    fenced,
+                    value: value.clone(),
+                    add: Some(element),
+                },
+            );
+            let fencing = if fenced {
+                self.fenced()
+            } else {
+                Fencing::Unfenced
+            };
+            let out = self.store.write(key, token, &value, fencing).await?;
+            self.rec.complete(h, write_outcome(out));
+        }
+        if self.still_held(&g) {
+            self.release(g).await;
+        }
+        Ok(())
+    }
+}
+
+fn write_outcome(out: WriteOutcome) -> Outcome {
+    match out {
+        WriteOutcome::Accepted => Outcome::Accepted,
+        WriteOutcome::RejectedStale => Outcome::RejectedStale,
+    }
+}
