@@ -140,6 +140,14 @@ struct NemesisArgs {
     /// Do not run nodes under libfaketime (drops the clock fault).
     #[arg(long)]
     no_faketime: bool,
+    /// Use YOUR running cluster instead of starting one: its gRPC endpoints (comma-separated).
+    /// Its namespace config needs the `nemesis/` namespace (see README). Only worker pauses
+    /// are injected; kill, pause or partition your nodes by hand meanwhile.
+    #[arg(long, value_delimiter = ',')]
+    endpoints: Vec<String>,
+    /// With --endpoints: your nodes' `--audit-log` files, for the service-side checks.
+    #[arg(long, value_delimiter = ',', requires = "endpoints")]
+    audit_logs: Vec<PathBuf>,
     #[command(flatten)]
     budget: BudgetArgs,
 }
@@ -194,8 +202,9 @@ fn run_nemesis(a: NemesisArgs) -> anyhow::Result<ExitCode> {
         sabotage: a.sabotage,
         faketime: !a.no_faketime,
         budget: a.budget.budget(),
+        external: (!a.endpoints.is_empty()).then(|| (a.endpoints.clone(), a.audit_logs.clone())),
     };
-    if !cfg.lockd_bin.exists() {
+    if cfg.external.is_none() && !cfg.lockd_bin.exists() {
         anyhow::bail!(
             "--lockd-bin {} does not exist (build it: cargo build -p lockd-server)",
             cfg.lockd_bin.display()

@@ -48,11 +48,20 @@ pub struct Cluster {
     cfg: ClusterConfig,
     nodes: Vec<NodeProc>,
     links: BTreeMap<(u64, u64), Link>,
+    /// A cluster someone else runs: its gRPC endpoints and the audit logs it writes.
+    external: Option<(Vec<String>, Vec<PathBuf>)>,
 }
 
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?)
+/// A free loopback port for a node to bind later. Drawn below Linux's ephemeral range
+/// (32768+), so the proxies' and clients' own ports, taken meanwhile, cannot collide with it.
+fn free_port(rng: &mut fastrand::Rng) -> anyhow::Result<SocketAddr> {
+    for _ in 0..1000 {
+        let addr = SocketAddr::from(([127, 0, 0, 1], rng.u16(20_000..32_000)));
+        if std::net::TcpListener::bind(addr).is_ok() {
+            return Ok(addr);
+        }
+    }
+    bail!("no free port in 20000..32000")
 }
 
 fn signal(pid: u32, sig: Signal) -> anyhow::Result<()> {
@@ -97,9 +106,17 @@ impl Cluster {
         let ids: Vec<u64> = (1..=cfg.nodes).collect();
         let mut grpc = BTreeMap::new();
         let mut http = BTreeMap::new();
+        let mut rng = fastrand::Rng::new();
         for &id in &ids {
-            grpc.insert(id, free_port()?);
-            http.insert(id, free_port()?);
+            let mut pick = || loop {
+                let a = free_port(&mut rng)?;
+                if !grpc.values().chain(http.values()).any(|b| *b == a) {
+                    return anyhow::Ok(a);
+                }
+            };
+            let (g, h) = (pick()?, pick()?);
+            grpc.insert(id, g);
+            http.insert(id, h);
         }
         let mut links = BTreeMap::new();
         for &a in &ids {
@@ -158,12 +175,40 @@ impl Cluster {
                 audit,
             });
         }
-        let mut c = Cluster { cfg, nodes, links };
+        let mut c = Cluster {
+            cfg,
+            nodes,
+            links,
+            external: None,
+        };
         for i in 0..c.nodes.len() {
             c.spawn(i)?;
         }
         c.wait_ready(Duration::from_secs(60)).await?;
         Ok(c)
+    }
+
+    /// A cluster this process did not start (no node faults possible): its endpoints, and the
+    /// `--audit-log` files of its nodes if the caller can read them (may be empty).
+    pub fn external(endpoints: Vec<String>, audit_logs: Vec<PathBuf>) -> Cluster {
+        Cluster {
+            cfg: ClusterConfig {
+                lockd_bin: PathBuf::new(),
+                dir: PathBuf::new(),
+                nodes: 0,
+                lock_groups: 0,
+                config_toml: String::new(),
+                extra_args: Vec::new(),
+                faketime: false,
+            },
+            nodes: Vec::new(),
+            links: BTreeMap::new(),
+            external: Some((endpoints, audit_logs)),
+        }
+    }
+
+    pub fn is_external(&self) -> bool {
+        self.external.is_some()
     }
 
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
@@ -207,9 +252,13 @@ impl Cluster {
 
     /// gRPC endpoints of all nodes, starting at `first` (so workers spread over nodes).
     pub fn endpoints_from(&self, first: usize) -> Vec<String> {
-        let n = self.nodes.len();
-        (0..n)
-            .map(|k| self.nodes[(first + k) % n].grpc.to_string())
+        let all: Vec<String> = match &self.external {
+            Some((e, _)) => e.clone(),
+            None => self.nodes.iter().map(|n| n.grpc.to_string()).collect(),
+        };
+        let n = all.len().max(1);
+        (0..all.len())
+            .map(|k| all[(first + k) % n].clone())
             .collect()
     }
 
@@ -222,7 +271,10 @@ impl Cluster {
     }
 
     pub fn audit_logs(&self) -> Vec<PathBuf> {
-        self.nodes.iter().map(|n| n.audit.clone()).collect()
+        match &self.external {
+            Some((_, logs)) => logs.clone(),
+            None => self.nodes.iter().map(|n| n.audit.clone()).collect(),
+        }
     }
 
     pub fn http_addr(&self, id: u64) -> SocketAddr {
@@ -337,6 +389,9 @@ impl Cluster {
 
     /// Waits until every group (meta included) has a leader.
     pub async fn wait_ready(&self, within: Duration) -> anyhow::Result<()> {
+        if self.external.is_some() {
+            return Ok(());
+        }
         let until = Instant::now() + within;
         let want = self.cfg.lock_groups as usize + 1;
         while Instant::now() < until {

@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod proxy;
 pub mod worker;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -86,6 +87,9 @@ pub struct NemesisConfig {
     pub sabotage: Option<Sabotage>,
     pub faketime: bool,
     pub budget: Budget,
+    /// Run against a cluster someone else started: (gRPC endpoints, readable audit logs).
+    /// Only client pauses are injected then; the operator may add node faults by hand.
+    pub external: Option<(Vec<String>, Vec<PathBuf>)>,
 }
 
 /// What a run found.
@@ -185,16 +189,21 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         ],
         _ => Vec::new(),
     };
-    let mut cluster = Cluster::start(ClusterConfig {
-        lockd_bin: cfg.lockd_bin.clone(),
-        dir: cfg.dir.join("cluster"),
-        nodes: 3,
-        lock_groups: cfg.lock_groups,
-        config_toml: namespaces_toml(cfg.ttl),
-        extra_args,
-        faketime: cfg.faketime,
-    })
-    .await?;
+    let mut cluster = match &cfg.external {
+        Some((endpoints, audit_logs)) => Cluster::external(endpoints.clone(), audit_logs.clone()),
+        None => {
+            Cluster::start(ClusterConfig {
+                lockd_bin: cfg.lockd_bin.clone(),
+                dir: cfg.dir.join("cluster"),
+                nodes: 3,
+                lock_groups: cfg.lock_groups,
+                config_toml: namespaces_toml(cfg.ttl),
+                extra_args,
+                faketime: cfg.faketime,
+            })
+            .await?
+        }
+    };
     wait_for_namespace(&cluster.endpoints_from(0), cfg.ttl).await?;
     eprintln!(
         "nemesis: cluster up (pids {:?}), store schema {store_ns}, history {}",
@@ -255,13 +264,27 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     let ttl_ms = cfg.ttl.as_millis() as u64;
     let mut probes = tokio::task::JoinSet::new();
     let mut faults_done = 0u64;
-    while Instant::now() < end && !cfg.faults.is_empty() {
+    let faults: Vec<FaultKind> = if cluster.is_external() {
+        let only = [FaultKind::PauseClient];
+        cfg.faults
+            .iter()
+            .copied()
+            .filter(|f| only.contains(f))
+            .collect()
+    } else {
+        cfg.faults.clone()
+    };
+    while Instant::now() < end && !faults.is_empty() {
         tokio::time::sleep(Duration::from_millis(rng.u64(1000..=3000))).await;
         if Instant::now() >= end {
             break;
         }
-        let kind = cfg.faults[rng.usize(..cfg.faults.len())];
-        let leaders = cluster.leaders().await;
+        let kind = faults[rng.usize(..faults.len())];
+        let leaders = if cluster.is_external() {
+            BTreeMap::new()
+        } else {
+            cluster.leaders().await
+        };
         let lock_leaders: Vec<u64> = leaders
             .iter()
             .filter(|(g, _)| **g != 0)
@@ -270,6 +293,8 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         // Leaders more often than not: that is where the interesting failures are.
         let node = if !lock_leaders.is_empty() && rng.f64() < 0.7 {
             lock_leaders[rng.usize(..lock_leaders.len())]
+        } else if cluster.is_external() {
+            0
         } else {
             cluster.ids()[rng.usize(..cluster.ids().len())]
         };

@@ -233,21 +233,44 @@ impl Worker {
 
     async fn release(&mut self, g: LockGuard) {
         let process = self.process();
+        let (name, token, deadline) = (g.name().to_owned(), g.token(), g.deadline().into_std());
         let h = self.rec.invoke(
             process,
             Call::Release {
-                name: g.name().to_owned(),
-                token: g.token(),
+                name: name.clone(),
+                token,
             },
         );
-        match g.release().await {
+        let res = g.release().await;
+        let refused = matches!(
+            res,
+            Err(ClientError::Api {
+                status: 404 | 409,
+                ..
+            })
+        );
+        match &res {
             Ok(()) => self.rec.complete(h, Outcome::Ok),
-            Err(ClientError::Api { status: 409, .. })
-            | Err(ClientError::Api { status: 404, .. }) => self.rec.complete(h, Outcome::Refused),
-            Err(_) => {
-                self.rec.complete(h, Outcome::Unknown);
-                self.new_process().await;
-            }
+            Err(_) if refused => self.rec.complete(h, Outcome::Refused),
+            Err(_) => self.rec.complete(h, Outcome::Unknown),
+        }
+        // The client's deadline may pass while the release is in flight; the client then ends
+        // its session itself, which frees the hold before the release arrives (and is refused).
+        // The belief ended at the deadline: say so, as the guard would have.
+        let now = Instant::now();
+        if res.is_err() && now >= deadline && !self.cfg.sabotage_client_deadline {
+            let now_ns = self.rec.now_ns();
+            let late: u64 = (now - deadline).as_nanos().try_into().unwrap_or(u64::MAX);
+            self.rec.push(Record::LeaseLost {
+                process,
+                name,
+                token,
+                deadline_ns: now_ns.saturating_sub(late),
+                at_ns: now_ns,
+            });
+        }
+        if res.is_err() && !refused {
+            self.new_process().await;
         }
     }
 
