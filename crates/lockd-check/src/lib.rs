@@ -6,10 +6,13 @@
 //!   brute force) and direct checks (double grants, token regressions, grants to expired sessions,
 //!   stale writes accepted, lost updates), summarised in a `RESULT key=value ...` line.
 //! * [`store`]: the fenced store on PostgreSQL, with its own log of accepted and rejected writes.
+//! * [`sim`]: a deterministic in-process simulation of a real lockd Raft group with seeded
+//!   faults (`lockd-check sim`).
 //! * [`demo`]: a checker self-test (a toy lease lock, not lockd) showing an unfenced run losing
 //!   updates and a fenced one losing none.
 
 pub mod checker;
 pub mod demo;
 pub mod history;
+pub mod sim;
 pub mod store;

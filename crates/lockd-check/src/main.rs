@@ -90,6 +90,10 @@ enum Cmd {
         #[command(flatten)]
         budget: BudgetArgs,
     },
+    /// Deterministic simulation of a real lockd Raft group (in-process nodes, simulated
+    /// network, disk and clocks) with seeded faults. A failing seed prints its replay command;
+    /// exits 1 if any seed fails.
+    Sim(lockd_check::sim::SimArgs),
 }
 
 fn print_report(r: &Report) {
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
+        Cmd::Sim(args) => lockd_check::sim::main(args),
         Cmd::Check { files, budget } => {
             let h = History::load(&files)?;
             let r = checker::check(&h, budget.budget())?;
