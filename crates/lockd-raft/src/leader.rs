@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::watch;
 use lockd_core::{LockTable, Op, SessionId};
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::group::Group;

@@ -27,6 +27,7 @@ mod peer;
 mod raft;
 mod replica;
 mod tracker;
+mod watch;
 mod wire;
 
 pub use clock::NodeClock;

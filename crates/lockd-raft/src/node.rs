@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use crate::watch;
 use tokio::task::JoinHandle;
 use tracing::info;
 
@@ -161,7 +161,7 @@ impl Node {
         if self.shutting_down.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.stop.send(true);
+        self.stop.send_replace(true);
         let duties: Vec<_> = std::mem::take(&mut *self.duties.lock().expect("duties poisoned"));
         for d in duties {
             d.abort();

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::watch;
 use lockd_core::{Command, Effect, LockTable, Op, Rejection, Reply};
-use tokio::sync::watch;
 
 use crate::leader::Leadership;
 use crate::{EffectSink, GroupId, NodeClock};

@@ -95,13 +95,13 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// Defaults: 3 replicas, 30 s of faults, no sabotage.
+    /// Defaults: 3 replicas, 20 s of faults, no sabotage.
     pub fn new(seed: u64) -> SimConfig {
         SimConfig {
             seed,
             replicas: 3,
             sabotage: None,
-            run_for: Duration::from_secs(30),
+            run_for: Duration::from_secs(20),
         }
     }
 
@@ -214,6 +214,8 @@ struct World {
     stop: AtomicBool,
     /// Client index -> paused until.
     client_pause: Mutex<BTreeMap<u64, Instant>>,
+    /// With `SIM_TRACE=path`, every digested event as text (to find where two runs diverge).
+    trace: Mutex<Option<Vec<String>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -235,8 +237,15 @@ impl World {
         self.ns(Instant::now())
     }
 
+    fn trace(&self, line: String) {
+        if let Some(t) = lock(&self.trace).as_mut() {
+            t.push(line);
+        }
+    }
+
     fn push(&self, rec: Record) {
         lock(&self.digest).write(format!("{rec:?}").as_bytes());
+        self.trace(format!("{rec:?}"));
         lock(&self.records).push(rec);
     }
 
@@ -303,6 +312,11 @@ impl World {
         ));
         let state = t.state_hash();
         lock(&self.digest).write_u64(hash_of(&(node, index, entry, state, self.now_ns())));
+        self.trace(format!(
+            "{} node {node} applied {index}: {cmd:?} -> {:?} state {state:x}",
+            self.now_ns(),
+            applied.reply
+        ));
         let mut a = lock(&self.audit);
         a.applies += 1;
         if let Some(&(e0, s0)) = a.first.get(&index) {
@@ -983,6 +997,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         next_op: AtomicU64::new(1),
         stop: AtomicBool::new(false),
         client_pause: Mutex::new(BTreeMap::new()),
+        trace: Mutex::new(std::env::var_os("SIM_TRACE").map(|_| Vec::new())),
         cfg,
     });
     w.push(Record::Meta {
@@ -1042,6 +1057,13 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         },
     )?;
     let digest = lock(&w.digest).finish();
+    if let (Some(path), Some(t)) = (std::env::var_os("SIM_TRACE"), lock(&w.trace).take()) {
+        let path = format!("{}.{seed}.{digest:016x}", path.to_string_lossy());
+        std::fs::write(&path, t.join("\n"))?;
+        if let Some(l) = w.net.lock().log.take() {
+            std::fs::write(format!("{path}.net"), l.join("\n"))?;
+        }
+    }
     let violations = std::mem::take(&mut *lock(&w.violations));
     let faults = std::mem::take(&mut *lock(&w.faults));
     let applies = lock(&w.audit).applies;
@@ -1239,7 +1261,7 @@ pub struct SimArgs {
     #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence"])]
     pub sabotage: Option<String>,
     /// Simulated seconds of faults per seed.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 20)]
     pub sim_secs: u64,
     /// Run each seed twice and compare the trace digests.
     #[arg(long)]

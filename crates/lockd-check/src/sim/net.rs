@@ -31,6 +31,8 @@ pub(crate) struct NetState {
     rng: fastrand::Rng,
     pub(crate) legs: u64,
     pub(crate) lost: u64,
+    /// With `SIM_TRACE`, every leg drawn (to find where two runs diverge).
+    pub(crate) log: Option<Vec<String>>,
 }
 
 /// The simulated network.
@@ -50,6 +52,7 @@ impl SimNet {
                 rng: fastrand::Rng::with_seed(seed),
                 legs: 0,
                 lost: 0,
+                log: std::env::var_os("SIM_TRACE").map(|_| Vec::new()),
             }),
         })
     }
@@ -138,8 +141,11 @@ impl SimNet {
     }
 
     /// Draws one leg: `None` if it is lost (or the pair is partitioned), else its delay.
-    fn leg(&self, from: NodeId, to: NodeId) -> Option<Duration> {
+    fn leg(&self, from: NodeId, to: NodeId, what: &str) -> Option<Duration> {
         let mut st = self.lock();
+        if let Some(l) = st.log.as_mut() {
+            l.push(format!("{:?} leg {from}->{to} {what}", Instant::now()));
+        }
         st.legs += 1;
         let lost = st.rng.f64() < st.loss;
         let (lo, hi) = st.delay_us;
@@ -178,7 +184,7 @@ impl SimNet {
             tokio::time::sleep_until(deadline).await;
             Err(tonic::Status::deadline_exceeded("simulated: no answer"))
         };
-        let Some(delay) = self.leg(from, to) else {
+        let Some(delay) = self.leg(from, to, &format!("{method:?} g{group} req")) else {
             return lost().await;
         };
         tokio::time::sleep(delay).await;
@@ -197,7 +203,7 @@ impl SimNet {
                 Err(_) => return Err(tonic::Status::deadline_exceeded("simulated: timeout")),
             };
         drop(node);
-        let Some(delay) = self.leg(to, from) else {
+        let Some(delay) = self.leg(to, from, &format!("{method:?} g{group} reply")) else {
             return lost().await;
         };
         tokio::time::sleep(delay).await;

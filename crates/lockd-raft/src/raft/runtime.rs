@@ -5,6 +5,7 @@
 //! runtime except that: each call returns a `SmallRng` seeded from a per-thread seed stream.
 //! In production the stream is seeded from entropy on first use; the simulator calls
 //! [`seed_thread_rng`] on its (single) runtime thread first, so a seed reproduces a run.
+//! Its watch channel is [`crate::watch`]: tokio's wakes receivers in a random order.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -132,7 +133,7 @@ impl AsyncRuntime for LockdRuntime {
     }
 
     type Mpsc = <TokioRuntime as AsyncRuntime>::Mpsc;
-    type Watch = <TokioRuntime as AsyncRuntime>::Watch;
+    type Watch = DetWatch;
     type Oneshot = <TokioRuntime as AsyncRuntime>::Oneshot;
     type Mutex<T: OptionalSend + 'static> = <TokioRuntime as AsyncRuntime>::Mutex<T>;
 
@@ -175,5 +176,84 @@ mod tests {
         seed_thread_rng(Some(8));
         assert_ne!(a, draw());
         seed_thread_rng(None);
+    }
+}
+
+/// openraft's watch over [`crate::watch`] (deterministic wake-up order).
+pub struct DetWatch;
+
+/// Sender half of [`DetWatch`].
+pub struct DetSender<T>(crate::watch::Sender<T>);
+
+/// Receiver half of [`DetWatch`].
+pub struct DetReceiver<T>(crate::watch::Receiver<T>);
+
+impl<T> Clone for DetSender<T> {
+    fn clone(&self) -> Self {
+        DetSender(self.0.clone())
+    }
+}
+
+impl<T> Clone for DetReceiver<T> {
+    fn clone(&self) -> Self {
+        DetReceiver(self.0.clone())
+    }
+}
+
+impl openraft_rt::watch::Watch for DetWatch {
+    type Sender<T: OptionalSend + openraft_rt::OptionalSync> = DetSender<T>;
+    type Receiver<T: OptionalSend + openraft_rt::OptionalSync> = DetReceiver<T>;
+    type Ref<'a, T: OptionalSend + 'a> = crate::watch::Ref<'a, T>;
+
+    fn channel<T: OptionalSend + openraft_rt::OptionalSync>(
+        init: T,
+    ) -> (Self::Sender<T>, Self::Receiver<T>) {
+        let (tx, rx) = crate::watch::channel(init);
+        (DetSender(tx), DetReceiver(rx))
+    }
+}
+
+impl<T> openraft_rt::watch::WatchSender<DetWatch, T> for DetSender<T>
+where
+    T: OptionalSend + openraft_rt::OptionalSync,
+{
+    fn send(&self, value: T) -> Result<(), openraft_rt::watch::SendError<T>> {
+        self.0.send_replace(value);
+        Ok(())
+    }
+
+    fn send_if_modified<F>(&self, modify: F) -> bool
+    where
+        F: FnOnce(&mut T) -> bool,
+    {
+        self.0.send_if_modified(modify)
+    }
+
+    fn borrow_watched(&self) -> crate::watch::Ref<'_, T> {
+        self.0.borrow()
+    }
+
+    fn subscribe(&self) -> DetReceiver<T> {
+        DetReceiver(self.0.subscribe())
+    }
+}
+
+impl<T> openraft_rt::watch::WatchReceiver<DetWatch, T> for DetReceiver<T>
+where
+    T: OptionalSend + openraft_rt::OptionalSync,
+{
+    async fn changed(&mut self) -> Result<(), openraft_rt::watch::RecvError> {
+        self.0
+            .changed()
+            .await
+            .map_err(|_| openraft_rt::watch::RecvError(()))
+    }
+
+    fn borrow_watched(&self) -> crate::watch::Ref<'_, T> {
+        self.0.borrow()
+    }
+
+    fn borrow_and_update(&mut self) -> crate::watch::Ref<'_, T> {
+        self.0.borrow_and_update()
     }
 }
