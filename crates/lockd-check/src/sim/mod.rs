@@ -214,6 +214,9 @@ struct World {
     stop: AtomicBool,
     /// Client index -> paused until.
     client_pause: Mutex<BTreeMap<u64, Instant>>,
+    /// Client index -> a pause that starts at its next store write, right after the deadline
+    /// check (the GC pause fencing exists for).
+    pending_pause: Mutex<BTreeMap<u64, Duration>>,
     /// With `SIM_TRACE=path`, every digested event as text (to find where two runs diverge).
     trace: Mutex<Option<Vec<String>>>,
 }
@@ -482,6 +485,15 @@ impl World {
             },
         );
         accepted
+    }
+
+    /// Starts client `idx`'s pending pause, if any, then sleeps through it.
+    async fn write_pause_point(&self, idx: u64) {
+        if let Some(d) = lock(&self.pending_pause).remove(&idx) {
+            let until = Instant::now() + d;
+            lock(&self.client_pause).insert(idx, until);
+        }
+        self.pause_point(idx).await
     }
 
     /// Sleeps while client `idx` is paused (its process is stopped).
@@ -759,7 +771,13 @@ async fn session_ops(
         lock(&w.acked_grants).push((name.clone(), token));
         let from = Instant::now();
         let mut lost = None;
-        for n in 0..w.rand_u64(1..4) {
+        // Mostly short holds; some long ones (a holder that outlives a leader change).
+        let writes = if w.chance(0.3) {
+            w.rand_u64(8..25)
+        } else {
+            w.rand_u64(1..4)
+        };
+        for n in 0..writes {
             tokio::time::sleep(w.rand_ms(50, 700)).await;
             w.pause_point(idx).await;
             if expired(s) {
@@ -768,8 +786,13 @@ async fn session_ops(
                 break;
             }
             // A stop here (GC pause) between the check and the write is what fencing is for.
-            w.pause_point(idx).await;
+            w.write_pause_point(idx).await;
             w.store_write(*pid, &name, token, format!("{}:{token}:{n}", *pid));
+        }
+        // The guard reports the lock lost at the deadline, also after the last write (a pause
+        // may have carried the client past it): then it does not release either.
+        if lost.is_none() && expired(s) {
+            lost = Some((*lock(&s.deadline)).min(Instant::now()));
         }
         let to = match lost {
             Some(d) => {
@@ -932,12 +955,20 @@ async fn nemesis(w: Arc<World>) {
             5 | 6 => {
                 let c = w.rand_u64(0..CLIENTS);
                 let dur = TTL + w.rand_ms(300, 4_000);
-                let until = Instant::now() + dur;
-                let mut p = lock(&w.client_pause);
-                let e = p.entry(c).or_insert(until);
-                *e = (*e).max(until);
-                drop(p);
-                w.fault("pause_client", format!("client {c} for {dur:?}"));
+                if w.chance(0.5) {
+                    lock(&w.pending_pause).insert(c, dur);
+                    w.fault(
+                        "pause_client",
+                        format!("client {c} for {dur:?} at its next write"),
+                    );
+                } else {
+                    let until = Instant::now() + dur;
+                    let mut p = lock(&w.client_pause);
+                    let e = p.entry(c).or_insert(until);
+                    *e = (*e).max(until);
+                    drop(p);
+                    w.fault("pause_client", format!("client {c} for {dur:?}"));
+                }
             }
             _ => {
                 let loss = w.rand_u64(5..30) as f64 / 100.0;
@@ -997,6 +1028,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         next_op: AtomicU64::new(1),
         stop: AtomicBool::new(false),
         client_pause: Mutex::new(BTreeMap::new()),
+        pending_pause: Mutex::new(BTreeMap::new()),
         trace: Mutex::new(std::env::var_os("SIM_TRACE").map(|_| Vec::new())),
         cfg,
     });
@@ -1033,6 +1065,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     // Heal: no partitions, pauses or loss; every node up.
     w.net.heal();
     lock(&w.client_pause).clear();
+    lock(&w.pending_pause).clear();
     tokio::time::sleep(Duration::from_secs(5)).await;
     for id in 1..=w.cfg.replicas {
         if w.net.node(id).is_none() {
