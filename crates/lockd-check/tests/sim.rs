@@ -35,7 +35,11 @@ fn a_seed_replays_to_the_same_digest() {
 }
 
 fn caught(sabotage: Sabotage) -> Option<u64> {
-    (1..=30).find(|seed| run_seed(&cfg(*seed, Some(sabotage))).expect("seed runs").failed())
+    (1..=30).find(|seed| {
+        run_seed(&cfg(*seed, Some(sabotage)))
+            .expect("seed runs")
+            .failed()
+    })
 }
 
 #[test]

@@ -129,7 +129,7 @@ impl Group {
     /// the leader. Never answers before commit.
     pub async fn propose(&self, op: Op) -> ProposeResult {
         let deadline = Instant::now() + self.timing.propose_timeout;
-        match tokio::time::timeout_at(deadline.into(), self.propose_routed(op)).await {
+        match tokio::time::timeout_at(deadline, self.propose_routed(op)).await {
             Ok(r) => r,
             Err(_) => Err(GroupError::Timeout),
         }
@@ -269,7 +269,7 @@ impl Group {
             self.replica.wait_applied(index).await;
             Ok::<_, GroupError>(())
         };
-        match tokio::time::timeout_at(deadline.into(), wait).await {
+        match tokio::time::timeout_at(deadline, wait).await {
             Ok(Ok(())) => Ok(self.replica.read(f)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(GroupError::Timeout),

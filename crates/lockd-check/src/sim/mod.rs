@@ -154,7 +154,7 @@ pub fn run_seed(cfg: &SimConfig) -> anyhow::Result<SeedOutcome> {
         .enable_time()
         .start_paused(true)
         .build()?;
-    lockd_raft::seed_thread_rng(Some(cfg.seed ^ 0x5eed_0f_0a57_0ad));
+    lockd_raft::seed_thread_rng(Some(cfg.seed ^ 0x0005_eed0_f0a5_70ad));
     let out = rt.block_on(simulate(cfg.clone()));
     lockd_raft::seed_thread_rng(None);
     // Dropping the runtime cancels whatever is left (tasks of stopped nodes).
@@ -1012,7 +1012,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     let w = Arc::new(World {
         t0: Instant::now(),
         rng: Mutex::new(fastrand::Rng::with_seed(seed)),
-        net: SimNet::new(seed ^ 0x6e65_7477_6f72_6b),
+        net: SimNet::new(seed ^ 0x006e_6574_776f_726b),
         disks,
         records: Mutex::new(Vec::new()),
         digest: Mutex::new(DefaultHasher::new()),

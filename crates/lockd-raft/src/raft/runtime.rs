@@ -157,28 +157,6 @@ impl AsyncRuntime for LockdRuntime {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::RngExt;
-
-    #[test]
-    fn a_seed_reproduces_the_stream() {
-        let draw = || -> Vec<u64> {
-            (0..4)
-                .map(|_| LockdRuntime::thread_rng().random_range(0..1_000_000))
-                .collect()
-        };
-        seed_thread_rng(Some(7));
-        let a = draw();
-        seed_thread_rng(Some(7));
-        assert_eq!(a, draw());
-        seed_thread_rng(Some(8));
-        assert_ne!(a, draw());
-        seed_thread_rng(None);
-    }
-}
-
 /// openraft's watch over [`crate::watch`] (deterministic wake-up order).
 pub struct DetWatch;
 
@@ -255,5 +233,27 @@ where
 
     fn borrow_and_update(&mut self) -> crate::watch::Ref<'_, T> {
         self.0.borrow_and_update()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::RngExt;
+
+    #[test]
+    fn a_seed_reproduces_the_stream() {
+        let draw = || -> Vec<u64> {
+            (0..4)
+                .map(|_| LockdRuntime::thread_rng().random_range(0..1_000_000))
+                .collect()
+        };
+        seed_thread_rng(Some(7));
+        let a = draw();
+        seed_thread_rng(Some(7));
+        assert_eq!(a, draw());
+        seed_thread_rng(Some(8));
+        assert_ne!(a, draw());
+        seed_thread_rng(None);
     }
 }
