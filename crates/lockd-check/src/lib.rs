@@ -8,6 +8,8 @@
 //! * [`store`]: the fenced store on PostgreSQL, with its own log of accepted and rejected writes.
 //! * [`nemesis`]: real `lockd serve` processes and worker processes under seeded kills, pauses,
 //!   partitions and clock jumps.
+//! * [`sim`]: a deterministic in-process simulation of a real lockd Raft group with seeded
+//!   faults (`lockd-check sim`).
 //! * [`demo`]: a checker self-test (a toy lease lock, not lockd) showing an unfenced run losing
 //!   updates and a fenced one losing none.
 
@@ -15,4 +17,5 @@ pub mod checker;
 pub mod demo;
 pub mod history;
 pub mod nemesis;
+pub mod sim;
 pub mod store;

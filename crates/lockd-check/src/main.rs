@@ -99,6 +99,10 @@ enum Cmd {
     /// One worker process of `nemesis` (started by it).
     #[command(hide = true)]
     NemesisWorker(WorkerArgs),
+    /// Deterministic simulation of a real lockd Raft group (in-process nodes, simulated
+    /// network, disk and clocks) with seeded faults. A failing seed prints its replay command;
+    /// exits 1 if any seed fails.
+    Sim(lockd_check::sim::SimArgs),
 }
 
 #[derive(clap::Args)]
@@ -137,6 +141,10 @@ struct NemesisArgs {
     /// NEGATIVE CONTROL: break one safety mechanism; the run must then report a violation.
     #[arg(long, value_enum)]
     sabotage: Option<nemesis::Sabotage>,
+    /// Chance per lock-set round that a worker stops itself (SIGSTOP) between its read and
+    /// its write, the place where a pause loses updates; the nemesis resumes it 2-5 TTLs later.
+    #[arg(long, default_value_t = 0.03)]
+    self_pause: f64,
     /// Do not run nodes under libfaketime (drops the clock fault).
     #[arg(long)]
     no_faketime: bool,
@@ -178,6 +186,8 @@ struct WorkerArgs {
     sabotage_client_deadline: bool,
     #[arg(long)]
     sabotage_store_fence: bool,
+    #[arg(long, default_value_t = 0.0)]
+    self_pause: f64,
 }
 
 fn run_nemesis(a: NemesisArgs) -> anyhow::Result<ExitCode> {
@@ -202,6 +212,7 @@ fn run_nemesis(a: NemesisArgs) -> anyhow::Result<ExitCode> {
         sabotage: a.sabotage,
         faketime: !a.no_faketime,
         budget: a.budget.budget(),
+        self_pause: a.self_pause.clamp(0.0, 1.0),
         external: (!a.endpoints.is_empty()).then(|| (a.endpoints.clone(), a.audit_logs.clone())),
     };
     if cfg.external.is_none() && !cfg.lockd_bin.exists() {
@@ -262,6 +273,7 @@ fn run_worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         sabotage_client_deadline: a.sabotage_client_deadline,
         sabotage_store_fence: a.sabotage_store_fence,
+        self_pause: a.self_pause.clamp(0.0, 1.0),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -295,6 +307,7 @@ fn run() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Nemesis(a) => run_nemesis(a),
         Cmd::NemesisWorker(a) => run_worker(a),
+        Cmd::Sim(args) => lockd_check::sim::main(args),
         Cmd::Check { files, budget } => {
             let h = History::load(&files)?;
             let r = checker::check(&h, budget.budget())?;

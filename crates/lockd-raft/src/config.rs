@@ -5,8 +5,20 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use crate::NodeId;
+use crate::{MemStorage, NodeId};
+
+/// Where a node keeps its Raft logs, votes and snapshots.
+#[derive(Clone, Debug, Default)]
+pub enum Storage {
+    /// Files under `NodeConfig::data_dir` (raft-log WAL + snapshot files, fsync'd). Production.
+    #[default]
+    Disk,
+    /// In memory, with a modelled fsync: only what a completed (simulated, delayed) flush made
+    /// durable survives a crash. For the deterministic simulator; no threads, no files.
+    Memory(Arc<MemStorage>),
+}
 
 /// How one node hosts its replicas.
 #[derive(Clone, Debug)]
@@ -26,9 +38,15 @@ pub struct NodeConfig {
     pub election_timeout_ms: (u64, u64),
     /// Log entries between snapshots; the log up to a snapshot is purged afterwards.
     pub snapshot_every: u64,
-    /// NEGATIVE CONTROL for lockd-check, never for production: the leader acknowledges
-    /// keepalives without checking its leader lease, so a deposed or isolated leader promises
-    /// time it does not own. lockd-check must then report a violation.
+    /// Where logs and snapshots live (default: files under `data_dir`).
+    pub storage: Storage,
+    /// SIMULATION ONLY: rate of this node's clock relative to real (tokio) time, for lockd's own
+    /// time reads (group-time stamping, session tracker). 1.0 in production.
+    #[doc(hidden)]
+    pub clock_rate: f64,
+    /// NEGATIVE CONTROL ONLY: the leader acknowledges keepalives without checking its leader
+    /// lease (quorum ack), so a deposed leader can extend sessions. Never set in production;
+    /// not reachable from configuration files.
     #[doc(hidden)]
     pub skip_leader_lease_check: bool,
 }
@@ -49,6 +67,8 @@ impl NodeConfig {
             heartbeat_ms: 100,
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
+            storage: Storage::Disk,
+            clock_rate: 1.0,
             skip_leader_lease_check: false,
         }
     }

@@ -7,13 +7,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use lockd_core::{Command, LockTable, Op, Rejection, Reply, SessionId};
 use tracing::debug;
 
 use crate::leader::KeepaliveRefused;
-use crate::peer::{Method, PeerPool};
+use crate::peer::{Method, Peers};
 use crate::raft::{RaftGroup, WriteError};
 use crate::replica::Replica;
 use crate::wire::WireReply;
@@ -30,7 +32,7 @@ pub(crate) struct Timing {
     pub(crate) retry_pause: Duration,
     /// Bound on one proposal (commit + apply), after which its outcome is unknown.
     pub(crate) propose_timeout: Duration,
-    /// Negative control (see `NodeConfig::skip_leader_lease_check`).
+    /// Negative control: acknowledge keepalives without the leader-lease check.
     pub(crate) skip_leader_lease_check: bool,
 }
 
@@ -66,7 +68,7 @@ pub struct Group {
     id: GroupId,
     raft: RaftGroup,
     replica: Arc<Replica>,
-    peers: Arc<PeerPool>,
+    peers: Peers,
     timing: Timing,
     stopping: AtomicBool,
 }
@@ -79,7 +81,7 @@ impl Group {
         id: GroupId,
         raft: RaftGroup,
         replica: Arc<Replica>,
-        peers: Arc<PeerPool>,
+        peers: Peers,
         timing: Timing,
     ) -> Group {
         Group {
@@ -127,7 +129,7 @@ impl Group {
     /// the leader. Never answers before commit.
     pub async fn propose(&self, op: Op) -> ProposeResult {
         let deadline = Instant::now() + self.timing.propose_timeout;
-        match tokio::time::timeout_at(deadline.into(), self.propose_routed(op)).await {
+        match tokio::time::timeout_at(deadline, self.propose_routed(op)).await {
             Ok(r) => r,
             Err(_) => Err(GroupError::Timeout),
         }
@@ -244,7 +246,7 @@ impl Group {
         if !status.is_leader || !lease_ok {
             return Err(self.no_leader());
         }
-        let now = Instant::now();
+        let now = self.replica.clock().now();
         match self
             .replica
             .with_leadership(|l| l.keepalive(status.term, session, now))
@@ -267,7 +269,7 @@ impl Group {
             self.replica.wait_applied(index).await;
             Ok::<_, GroupError>(())
         };
-        match tokio::time::timeout_at(deadline.into(), wait).await {
+        match tokio::time::timeout_at(deadline, wait).await {
             Ok(Ok(())) => Ok(self.replica.read(f)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(GroupError::Timeout),

@@ -8,10 +8,12 @@
 //! polls.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::watch;
 use lockd_core::{LockTable, Op, SessionId};
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::group::Group;
@@ -72,10 +74,11 @@ impl Leadership {
         self.tracker.clear();
     }
 
-    /// Group time on the leader: never behind the applied time, advancing with `Instant`.
-    pub(crate) fn stamp(&self, applied_now_ms: u64) -> Option<u64> {
+    /// Group time on the leader at `now` (the node clock): never behind the applied time,
+    /// advancing with the node's monotonic clock.
+    pub(crate) fn stamp(&self, applied_now_ms: u64, now: Instant) -> Option<u64> {
         let c = self.clock?;
-        let elapsed = c.base_at.elapsed().as_millis() as u64;
+        let elapsed = now.saturating_duration_since(c.base_at).as_millis() as u64;
         Some(c.base_ms.saturating_add(elapsed).max(applied_now_ms))
     }
 
@@ -120,15 +123,18 @@ impl Leadership {
 pub(crate) async fn run(group: Arc<Group>, mut stop: watch::Receiver<bool>) {
     let mut applied = group.replica().subscribe();
     let mut roles = group.raft().role_changes();
+    let clock = *group.replica().clock();
     loop {
         let wake = step(&group).await;
         let sleep = async {
             match wake {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
+                Some(at) => clock.sleep_until(at).await,
                 None => std::future::pending().await,
             }
         };
+        // `biased`: a fixed poll order, so a seeded simulation replays exactly.
         tokio::select! {
+            biased;
             _ = stop.changed() => return,
             _ = applied.changed() => {}
             r = roles.changed() => if r.is_err() { return },
@@ -140,6 +146,7 @@ pub(crate) async fn run(group: Arc<Group>, mut stop: watch::Receiver<bool>) {
 /// One pass: follow role changes, propose what is due, and say when to look again.
 async fn step(group: &Group) -> Option<Instant> {
     let replica = group.replica();
+    let clock = *replica.clock();
     let status = group.raft().status();
     if !status.is_leader {
         if replica.active_term().is_some() {
@@ -168,7 +175,7 @@ async fn step(group: &Group) -> Option<Instant> {
         );
     }
 
-    let now = Instant::now();
+    let now = clock.now();
     let due = replica.with_leadership(|l| l.due(now));
     if !due.is_empty() {
         debug!(
@@ -180,10 +187,10 @@ async fn step(group: &Group) -> Option<Instant> {
             .propose_on_leader(Op::ExpireSessions { sessions: due })
             .await
         {
-            Ok(_) => Some(Instant::now()),
+            Ok(_) => Some(clock.now()),
             Err(e) => {
                 warn!(group = replica.group(), error = %e, "ExpireSessions failed; retrying");
-                Some(Instant::now() + RETRY_PAUSE)
+                Some(clock.now() + RETRY_PAUSE)
             }
         };
     }
@@ -200,16 +207,16 @@ async fn step(group: &Group) -> Option<Instant> {
                         group = replica.group(),
                         timer_ms, "timer still due after Tick"
                     );
-                    Some(Instant::now() + RETRY_PAUSE)
+                    Some(clock.now() + RETRY_PAUSE)
                 }
-                Ok(_) => Some(Instant::now()),
+                Ok(_) => Some(clock.now()),
                 Err(e) => {
                     warn!(group = replica.group(), error = %e, "Tick failed; retrying");
-                    Some(Instant::now() + RETRY_PAUSE)
+                    Some(clock.now() + RETRY_PAUSE)
                 }
             };
         }
-        let at = Instant::now() + Duration::from_millis(timer_ms - now_ms);
+        let at = clock.now() + Duration::from_millis(timer_ms - now_ms);
         wake = Some(wake.map_or(at, |w| w.min(at)));
     }
     wake

@@ -18,6 +18,7 @@
 //! directory.
 
 mod audit;
+mod clock;
 mod config;
 mod error;
 mod group;
@@ -27,14 +28,18 @@ mod peer;
 mod raft;
 mod replica;
 mod tracker;
+mod watch;
 mod wire;
 
 pub use audit::AuditEvent;
-pub use config::NodeConfig;
+pub use clock::NodeClock;
+pub use config::{NodeConfig, Storage};
 pub use error::{GroupError, StartError};
 pub use group::{Group, GroupStatus, ProposeResult};
 pub use node::Node;
+pub use peer::{Method as PeerMethod, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
+pub use raft::{seed_thread_rng, MemStorage};
 
 /// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.
 pub type GroupId = u32;
@@ -55,6 +60,22 @@ pub trait EffectSink: Send + Sync + 'static {
     /// anything waiting for them on this node should re-read the state. Default: nothing.
     fn reset(&self, group: GroupId) {
         let _ = group;
+    }
+
+    /// AUDIT HOOK (simulator, tests): called on every replica for every applied command entry,
+    /// in log order, while the replica's state lock is held, with the log index, the command,
+    /// what applying it returned, and the table afterwards. Must be cheap and must not call back
+    /// into the group. Default: nothing.
+    #[doc(hidden)]
+    fn audit(
+        &self,
+        group: GroupId,
+        index: u64,
+        cmd: &lockd_core::Command,
+        applied: &lockd_core::Applied,
+        table: &lockd_core::LockTable,
+    ) {
+        let _ = (group, index, cmd, applied, table);
     }
 
     /// Called from the log's flush thread when an append became durable, with the time from the

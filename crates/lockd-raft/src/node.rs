@@ -9,15 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use crate::watch;
 use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::group::{Group, Timing};
-use crate::peer::{PeerPool, PeerServer, PeerService};
+use crate::peer::{Method, PeerPool, PeerServer, PeerService, PeerTransport, Peers};
 use crate::raft::RaftGroup;
 use crate::replica::Replica;
-use crate::{EffectSink, GroupId, NodeConfig, NodeId, StartError};
+use crate::{EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError};
 
 /// Every group hosted by this process.
 pub struct Node {
@@ -57,6 +57,17 @@ impl Node {
         cfg: NodeConfig,
         sink: Arc<dyn EffectSink>,
     ) -> Result<Arc<Node>, StartError> {
+        let pool = Arc::new(PeerPool::new(&cfg.peers));
+        Node::start_with_transport(cfg, sink, pool).await
+    }
+
+    /// [`Node::start`] with peer calls sent through `transport` instead of the gRPC pool (the
+    /// simulator's in-process network; inbound calls then arrive through [`Node::serve_peer`]).
+    pub async fn start_with_transport(
+        cfg: NodeConfig,
+        sink: Arc<dyn EffectSink>,
+        transport: Arc<dyn PeerTransport>,
+    ) -> Result<Arc<Node>, StartError> {
         validate(&cfg)?;
         let election_max = Duration::from_millis(cfg.election_timeout_ms.1);
         let timing = Timing {
@@ -66,11 +77,12 @@ impl Node {
             propose_timeout: Duration::from_secs(5).max(4 * election_max),
             skip_leader_lease_check: cfg.skip_leader_lease_check,
         };
-        let pool = Arc::new(PeerPool::new(&cfg.peers));
+        let pool = Peers(transport);
+        let clock = NodeClock::new(cfg.clock_rate);
         let mut groups = BTreeMap::new();
         for id in 0..=cfg.lock_groups {
             let dir = cfg.data_dir.join(format!("group-{id}"));
-            let replica = Arc::new(Replica::new(id, sink.clone()));
+            let replica = Arc::new(Replica::new(id, sink.clone(), clock));
             let raft = RaftGroup::start(&cfg, id, &dir, replica.clone(), pool.clone()).await?;
             groups.insert(
                 id,
@@ -115,6 +127,17 @@ impl Node {
         PeerService::server(self.clone())
     }
 
+    /// Serves one inbound peer call (`method` for group `group`, postcard `payload`) exactly as
+    /// the gRPC peer service would: the entry point of an in-process (simulated) network.
+    pub async fn serve_peer(
+        &self,
+        method: Method,
+        group: GroupId,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, tonic::Status> {
+        crate::peer::dispatch(self, method, group, payload).await
+    }
+
     pub fn group(&self, id: GroupId) -> Option<Arc<Group>> {
         self.groups.get(&id).cloned()
     }
@@ -138,7 +161,7 @@ impl Node {
         if self.shutting_down.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.stop.send(true);
+        self.stop.send_replace(true);
         let duties: Vec<_> = std::mem::take(&mut *self.duties.lock().expect("duties poisoned"));
         for d in duties {
             d.abort();

@@ -8,13 +8,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::watch;
 use lockd_core::{Command, Effect, LockTable, Op, Rejection, Reply};
-use tokio::sync::watch;
 
 use crate::leader::Leadership;
-use crate::{EffectSink, GroupId};
+use crate::{EffectSink, GroupId, NodeClock};
 
 /// What has been applied, and when (on this node's monotonic clock).
 pub(crate) struct AppliedState {
@@ -33,6 +35,8 @@ pub(crate) struct Replica {
     leader: Mutex<Leadership>,
     applied_tx: watch::Sender<u64>,
     sink: Arc<dyn EffectSink>,
+    /// The node's clock: every time read of the group's lockd logic goes through it.
+    clock: NodeClock,
     /// Snapshots received from a leader (not counting the one restored at start).
     installs: AtomicU64,
 }
@@ -49,20 +53,26 @@ impl Replica {
         self.sink.clone()
     }
 
-    pub(crate) fn new(group: GroupId, sink: Arc<dyn EffectSink>) -> Replica {
+    pub(crate) fn new(group: GroupId, sink: Arc<dyn EffectSink>, clock: NodeClock) -> Replica {
         Replica {
             group,
             state: Mutex::new(AppliedState {
                 table: LockTable::new(),
                 index: 0,
                 term: 0,
-                at: Instant::now(),
+                at: clock.now(),
             }),
             leader: Mutex::new(Leadership::default()),
             applied_tx: watch::Sender::new(0),
             sink,
+            clock,
             installs: AtomicU64::new(0),
         }
+    }
+
+    /// The node's clock.
+    pub(crate) fn clock(&self) -> &NodeClock {
+        &self.clock
     }
 
     pub(crate) fn group(&self) -> GroupId {
@@ -83,9 +93,10 @@ impl Replica {
             let audit = audit.then(|| {
                 crate::audit::events(&st.table, cmd, &applied.reply, &applied.effects, ending)
             });
+            self.sink.audit(self.group, index, cmd, &applied, &st.table);
             st.index = index;
             st.term = term;
-            st.at = Instant::now();
+            st.at = self.clock.now();
             let mut leader = lock(&self.leader);
             if let (Op::OpenSession { .. }, Ok(Reply::SessionOpened { session, ttl_ms })) =
                 (&cmd.op, &applied.reply)
@@ -126,7 +137,7 @@ impl Replica {
             st.table = table;
             st.index = index;
             st.term = term;
-            st.at = Instant::now();
+            st.at = self.clock.now();
             // A snapshot only reaches a follower; if a stale leader view survived, drop it so
             // the leader duties start over from the new state.
             lock(&self.leader).deactivate();
@@ -175,10 +186,11 @@ impl Replica {
     pub(crate) fn now_ms(&self) -> u64 {
         let st = lock(&self.state);
         let leader = lock(&self.leader);
-        leader.stamp(st.table.now_ms()).unwrap_or_else(|| {
+        let now = self.clock.now();
+        leader.stamp(st.table.now_ms(), now).unwrap_or_else(|| {
             st.table
                 .now_ms()
-                .saturating_add(st.at.elapsed().as_millis() as u64)
+                .saturating_add(now.saturating_duration_since(st.at).as_millis() as u64)
         })
     }
 
@@ -190,7 +202,7 @@ impl Replica {
         if leader.term() != Some(term) {
             return None;
         }
-        leader.stamp(st.table.now_ms())
+        leader.stamp(st.table.now_ms(), self.clock.now())
     }
 
     /// Starts leader duties for `term` from the applied state: clock base and session timers
@@ -198,7 +210,7 @@ impl Replica {
     pub(crate) fn activate(&self, term: u64, slack: Duration) -> usize {
         let st = lock(&self.state);
         let mut leader = lock(&self.leader);
-        leader.activate(term, &st.table, Instant::now(), slack)
+        leader.activate(term, &st.table, self.clock.now(), slack)
     }
 
     pub(crate) fn deactivate(&self) {

@@ -13,7 +13,9 @@
 //!   leader change never shortens a lease.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use lockd_core::SessionId;
 

@@ -18,8 +18,9 @@ pub mod cluster;
 pub mod proxy;
 pub mod worker;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -86,6 +87,8 @@ pub struct NemesisConfig {
     pub faults: Vec<FaultKind>,
     pub sabotage: Option<Sabotage>,
     pub faketime: bool,
+    /// See `WorkerConfig::self_pause`.
+    pub self_pause: f64,
     pub budget: Budget,
     /// Run against a cluster someone else started: (gRPC endpoints, readable audit logs).
     /// Only client pauses are injected then; the operator may add node faults by hand.
@@ -237,6 +240,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             .args(["--origin-ns", &clock.origin_ns().to_string()])
             .args(["--run-for-s", &cfg.duration.as_secs().to_string()])
             .args(["--seed", &cfg.seed.to_string()])
+            .args(["--self-pause", &cfg.self_pause.to_string()])
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -257,6 +261,17 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         let pid = child.id().context("worker has no pid")?;
         workers.push((id, pid, child, file));
     }
+
+    // Workers that stopped themselves in their write window: count the pause once /proc shows
+    // it, resume them 2-5 TTLs later. Pids the schedule paused are left to the schedule.
+    let paused_by_us: Arc<Mutex<HashSet<u32>>> = Arc::default();
+    let watcher = tokio::spawn(watch_self_pauses(
+        workers.iter().map(|(id, pid, _, _)| (*id, *pid)).collect(),
+        paused_by_us.clone(),
+        rec.clone(),
+        cfg.ttl,
+        cfg.seed,
+    ));
 
     // The fault schedule.
     let mut rng = fastrand::Rng::with_seed(cfg.seed);
@@ -344,6 +359,9 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
                     rng.usize(..workers.len())
                 };
                 let (id, pid, _, _) = &workers[w];
+                if !paused_by_us.lock().expect("pause set").insert(*pid) {
+                    continue; // already stopped by itself
+                }
                 let ok = cluster::pause(*pid).await?;
                 (
                     format!("worker{id}"),
@@ -400,12 +418,16 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         );
         tokio::time::sleep(Duration::from_millis(hold)).await;
         match undo {
-            Undo::Cont(pid) => cluster::resume(pid)?,
+            Undo::Cont(pid) => {
+                cluster::resume(pid)?;
+                paused_by_us.lock().expect("pause set").remove(&pid);
+            }
             Undo::Heal(id) => cluster.isolate(id, false),
             Undo::Restart(id) => cluster.restart(id)?,
             Undo::Clock(id) => cluster.set_clock_offset(id, 0)?,
         }
     }
+    watcher.abort();
     cluster.restore()?;
     for (_, pid, _, _) in &workers {
         let _ = cluster::resume(*pid);
@@ -472,6 +494,52 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         audit_entries: merged.entries,
         history_file,
     })
+}
+
+/// Polls the workers' `/proc` state; a worker stopped without the schedule's doing stopped
+/// itself: record the pause and resume it 2-5 TTLs later.
+async fn watch_self_pauses(
+    workers: Vec<(u64, u32)>,
+    scheduled: Arc<Mutex<HashSet<u32>>>,
+    rec: Recorder,
+    ttl: Duration,
+    seed: u64,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x5e1f);
+    let ttl_ms = ttl.as_millis() as u64;
+    let mut ours: HashSet<u32> = HashSet::new();
+    let mut resumes = tokio::task::JoinSet::new();
+    loop {
+        while let Some(Ok(pid)) = resumes.try_join_next() {
+            ours.remove(&pid);
+        }
+        for (id, pid) in &workers {
+            if ours.contains(pid) || scheduled.lock().expect("pause set").contains(pid) {
+                continue;
+            }
+            if cluster::proc_state(*pid) == Some('T') {
+                ours.insert(*pid);
+                let hold = rng.u64(2 * ttl_ms..=5 * ttl_ms);
+                rec.push(Record::Fault {
+                    kind: "pause".into(),
+                    at_ns: rec.now_ns(),
+                    target: format!("worker{id} (self, in its write window)"),
+                    verified: true,
+                });
+                eprintln!(
+                    "nemesis: t={:>5.1}s pause worker{id} (self) verified=true for {hold} ms",
+                    rec.now_ns() as f64 / 1e9
+                );
+                let pid = *pid;
+                resumes.spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(hold)).await;
+                    let _ = cluster::resume(pid);
+                    pid
+                });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The namespace config is proposed by the nodes after they start: wait until a lock in it can

@@ -42,6 +42,10 @@ pub struct WorkerConfig {
     pub sabotage_client_deadline: bool,
     /// NEGATIVE CONTROL: the store accepts "fenced" writes without checking the fence.
     pub sabotage_store_fence: bool,
+    /// Chance per lock-set round (a tenth of it per mutex write) that the worker SIGSTOPs
+    /// itself in the worst place: holding the lock, between its read (or lease check) and its
+    /// write. The nemesis sees the stopped process and resumes it 2-5 TTLs later.
+    pub self_pause: f64,
 }
 
 /// The lock names and store keys the workloads use (the nemesis initialises the keys).
@@ -79,6 +83,11 @@ fn client_options(cfg: &WorkerConfig, epoch: u64) -> ClientOptions {
     }
 }
 
+/// Stops this process (like a GC pause) until someone sends SIGCONT.
+fn stop_self() {
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+}
+
 fn encode(set: &BTreeSet<u64>) -> String {
     serde_json::to_string(set).expect("a set of integers serializes")
 }
@@ -106,7 +115,7 @@ pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
     while Instant::now() < end {
         round += 1;
         let r = if w.cfg.lockset {
-            let key = if round % 2 == 0 {
+            let key = if round.is_multiple_of(2) {
                 SET_FENCED
             } else {
                 SET_UNFENCED
@@ -291,6 +300,9 @@ impl Worker {
                 break;
             }
             n += 1;
+            if self.rng.f64() < self.cfg.self_pause / 10.0 {
+                stop_self();
+            }
             let value = format!("{}:{n}", g.token());
             let h = self.rec.invoke(
                 self.process(),
@@ -339,6 +351,9 @@ impl Worker {
         // Think. No lease check before the write: "check, then write" never closes the window
         // (a pause can fall between the two); the fence is what must protect the data.
         tokio::time::sleep(Duration::from_millis(self.rng.u64(50..=300))).await;
+        if self.rng.f64() < self.cfg.self_pause {
+            stop_self();
+        }
         if let Some(v) = read {
             let mut set = decode(&v)?;
             self.next_element += 1;

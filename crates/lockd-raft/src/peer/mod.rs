@@ -4,6 +4,11 @@
 //! Every request names its group; payloads are postcard bytes in a prost `bytes` field, so the
 //! service needs no .proto mapping of openraft or lockd-core types. The client side is a pool
 //! with one lazily connected HTTP/2 channel per peer node, shared by every group.
+//!
+//! **Transport seam.** Outbound calls go through the [`PeerTransport`] trait; [`PeerPool`]
+//! (tonic) is the production implementation. Inbound, [`Node::serve_peer`] dispatches a
+//! `(method, group, payload)` to the node exactly as the tonic service does, so a simulated
+//! network can route calls between in-process nodes without sockets.
 
 pub(crate) mod pb;
 
@@ -11,6 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
@@ -24,25 +30,92 @@ use pb::{peer_client::PeerClient, PeerReply, PeerRequest};
 pub(crate) const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
 /// The calls of the peer service.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Method {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// openraft AppendEntries (also heartbeats).
     Append,
+    /// openraft RequestVote.
     Vote,
+    /// openraft pre-vote.
     PreVote,
+    /// openraft full snapshot install.
     Snapshot,
+    /// A proposal forwarded to the leader.
     Propose,
+    /// A keepalive forwarded to the leader.
     Keepalive,
+    /// A read-index request forwarded to the leader.
     ReadIndex,
 }
 
-/// One channel per peer node, connected on first use.
-pub(crate) struct PeerPool {
+/// How a node sends peer calls: one request with a postcard payload for one group on `target`,
+/// answered by the reply payload or a gRPC status. Errors follow tonic's conventions:
+/// `Unavailable` with "tcp connect error" means the request certainly never left; anything else
+/// may have been delivered.
+pub trait PeerTransport: Send + Sync + 'static {
+    /// Sends one request and returns the reply payload.
+    fn call(
+        &self,
+        target: NodeId,
+        method: Method,
+        group: GroupId,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Vec<u8>, tonic::Status>>;
+
+    /// Records a node's address as the Raft membership knows it (default: ignored).
+    fn learn_addr(&self, id: NodeId, addr: &str) {
+        let _ = (id, addr);
+    }
+}
+
+/// The node's handle on its transport, with the typed forwarding helper.
+#[derive(Clone)]
+pub(crate) struct Peers(pub(crate) Arc<dyn PeerTransport>);
+
+impl Peers {
+    pub(crate) async fn call(
+        &self,
+        target: NodeId,
+        method: Method,
+        group: GroupId,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        self.0.call(target, method, group, payload, timeout).await
+    }
+
+    pub(crate) fn learn_addr(&self, id: NodeId, addr: &str) {
+        self.0.learn_addr(id, addr)
+    }
+
+    /// A forwarded call: typed request, typed `Result<_, GroupError>` reply. A transport
+    /// failure is reported as `Err(status)`; the caller decides what it means.
+    pub(crate) async fn forward<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        target: NodeId,
+        method: Method,
+        group: GroupId,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Result<Resp, GroupError>, tonic::Status> {
+        let payload =
+            postcard::to_allocvec(req).map_err(|e| tonic::Status::internal(e.to_string()))?;
+        let reply = self.call(target, method, group, payload, timeout).await?;
+        postcard::from_bytes(&reply)
+            .map_err(|e| tonic::Status::internal(format!("bad reply from node {target}: {e}")))
+    }
+}
+
+/// The production transport: one tonic channel per peer node, connected on first use.
+pub struct PeerPool {
     addrs: RwLock<HashMap<NodeId, String>>,
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
 }
 
 impl PeerPool {
-    pub(crate) fn new(peers: &BTreeMap<NodeId, String>) -> PeerPool {
+    /// A pool for `peers` (node id -> gRPC address).
+    pub fn new(peers: &BTreeMap<NodeId, String>) -> PeerPool {
         PeerPool {
             addrs: RwLock::new(peers.iter().map(|(id, a)| (*id, a.clone())).collect()),
             channels: Mutex::new(HashMap::new()),
@@ -53,7 +126,7 @@ impl PeerPool {
     /// configuration names it: the membership holds the initialising node's view of the
     /// addresses, and another node may reach that peer another way (a proxy, NAT, a fault
     /// injector), so the local configuration wins.
-    pub(crate) fn learn_addr(&self, id: NodeId, addr: &str) {
+    fn set_addr(&self, id: NodeId, addr: &str) {
         let mut addrs = self.addrs.write().expect("peer addrs poisoned");
         addrs.entry(id).or_insert_with(|| addr.to_string());
     }
@@ -86,8 +159,8 @@ impl PeerPool {
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
-    /// Sends one request and returns the reply payload.
-    pub(crate) async fn call(
+    /// Sends one request over tonic and returns the reply payload.
+    async fn send(
         &self,
         target: NodeId,
         method: Method,
@@ -112,22 +185,22 @@ impl PeerPool {
         };
         Ok(res?.into_inner().payload)
     }
+}
 
-    /// A forwarded call: typed request, typed `Result<_, GroupError>` reply. A transport
-    /// failure is reported as `Err(status)`; the caller decides what it means.
-    pub(crate) async fn forward<Req: Serialize, Resp: DeserializeOwned>(
+impl PeerTransport for PeerPool {
+    fn call(
         &self,
         target: NodeId,
         method: Method,
         group: GroupId,
-        req: &Req,
+        payload: Vec<u8>,
         timeout: Duration,
-    ) -> Result<Result<Resp, GroupError>, tonic::Status> {
-        let payload =
-            postcard::to_allocvec(req).map_err(|e| tonic::Status::internal(e.to_string()))?;
-        let reply = self.call(target, method, group, payload, timeout).await?;
-        postcard::from_bytes(&reply)
-            .map_err(|e| tonic::Status::internal(format!("bad reply from node {target}: {e}")))
+    ) -> BoxFuture<'_, Result<Vec<u8>, tonic::Status>> {
+        Box::pin(self.send(target, method, group, payload, timeout))
+    }
+
+    fn learn_addr(&self, id: NodeId, addr: &str) {
+        self.set_addr(id, addr)
     }
 }
 
@@ -143,34 +216,61 @@ impl PeerService {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    fn group(&self, req: &PeerRequest) -> Result<Arc<crate::Group>, tonic::Status> {
-        if self.node.is_shutting_down() {
-            return Err(tonic::Status::unavailable("node is shutting down"));
-        }
-        self.node.group(req.group_id).ok_or_else(|| {
-            tonic::Status::not_found(format!("group {} is not hosted here", req.group_id))
-        })
-    }
-
-    async fn raft(
+    async fn serve(
         &self,
         req: tonic::Request<PeerRequest>,
-        rpc: RaftRpc,
+        method: Method,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
         let req = req.into_inner();
-        let group = self.group(&req)?;
-        let payload = group.raft().serve(rpc, &req.payload).await?;
+        let payload = dispatch(&self.node, method, req.group_id, &req.payload).await?;
         Ok(tonic::Response::new(PeerReply { payload }))
     }
 }
 
-fn decode<T: DeserializeOwned>(req: &PeerRequest) -> Result<T, tonic::Status> {
-    postcard::from_bytes(&req.payload).map_err(|e| tonic::Status::invalid_argument(e.to_string()))
+/// Serves one peer call on `node`: what the tonic service does for a request, without tonic.
+pub(crate) async fn dispatch(
+    node: &Node,
+    method: Method,
+    group_id: GroupId,
+    payload: &[u8],
+) -> Result<Vec<u8>, tonic::Status> {
+    if node.is_shutting_down() {
+        return Err(tonic::Status::unavailable("node is shutting down"));
+    }
+    let group = node
+        .group(group_id)
+        .ok_or_else(|| tonic::Status::not_found(format!("group {group_id} is not hosted here")))?;
+    let raft = group.raft();
+    match method {
+        Method::Append => raft.serve(RaftRpc::Append, payload).await,
+        Method::Vote => raft.serve(RaftRpc::Vote, payload).await,
+        Method::PreVote => raft.serve(RaftRpc::PreVote, payload).await,
+        Method::Snapshot => raft.serve(RaftRpc::Snapshot, payload).await,
+        // A proposal forwarded by a follower; answered only if this node leads (no
+        // re-forwarding).
+        Method::Propose => {
+            let op: lockd_core::Op = decode(payload)?;
+            reply(
+                &group
+                    .propose_on_leader(op)
+                    .await
+                    .map(crate::wire::WireReply),
+            )
+        }
+        Method::Keepalive => {
+            let session: lockd_core::SessionId = decode(payload)?;
+            reply(&group.keepalive_on_leader(session))
+        }
+        Method::ReadIndex => reply(&group.read_index_on_leader().await),
+    }
 }
 
-fn reply<T: Serialize>(v: &T) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-    let payload = postcard::to_allocvec(v).map_err(|e| tonic::Status::internal(e.to_string()))?;
-    Ok(tonic::Response::new(PeerReply { payload }))
+fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, tonic::Status> {
+    postcard::from_bytes(payload).map_err(|e| tonic::Status::invalid_argument(e.to_string()))
+}
+
+fn reply<T: Serialize>(v: &T) -> Result<Vec<u8>, tonic::Status> {
+    postcard::to_allocvec(v).map_err(|e| tonic::Status::internal(e.to_string()))
 }
 
 #[tonic::async_trait]
@@ -179,62 +279,48 @@ impl pb::peer_server::Peer for PeerService {
         &self,
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-        self.raft(req, RaftRpc::Append).await
+        self.serve(req, Method::Append).await
     }
 
     async fn vote(
         &self,
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-        self.raft(req, RaftRpc::Vote).await
+        self.serve(req, Method::Vote).await
     }
 
     async fn pre_vote(
         &self,
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-        self.raft(req, RaftRpc::PreVote).await
+        self.serve(req, Method::PreVote).await
     }
 
     async fn snapshot(
         &self,
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-        self.raft(req, RaftRpc::Snapshot).await
+        self.serve(req, Method::Snapshot).await
     }
 
-    /// A proposal forwarded by a follower; answered only if this node leads (no re-forwarding).
     async fn propose(
         &self,
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-        let req = req.into_inner();
-        let group = self.group(&req)?;
-        let op: lockd_core::Op = decode(&req)?;
-        reply(
-            &group
-                .propose_on_leader(op)
-                .await
-                .map(crate::wire::WireReply),
-        )
+        self.serve(req, Method::Propose).await
     }
 
     async fn keepalive(
         &self,
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-        let req = req.into_inner();
-        let group = self.group(&req)?;
-        let session: lockd_core::SessionId = decode(&req)?;
-        reply(&group.keepalive_on_leader(session))
+        self.serve(req, Method::Keepalive).await
     }
 
     async fn read_index(
         &self,
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-        let req = req.into_inner();
-        let group = self.group(&req)?;
-        reply(&group.read_index_on_leader().await)
+        self.serve(req, Method::ReadIndex).await
     }
 }

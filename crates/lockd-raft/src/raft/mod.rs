@@ -9,8 +9,13 @@
 //! Pinned to openraft `=0.10.0-alpha.37`; an upgrade should only touch this directory.
 
 mod log_store;
+mod mem_store;
 mod network;
+mod runtime;
 mod state_machine;
+
+pub use mem_store::MemStorage;
+pub use runtime::seed_thread_rng;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,10 +30,10 @@ use openraft::{BasicNode, Config, Instant as _, ReadPolicy, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
-use crate::peer::PeerPool;
+use crate::peer::Peers;
 use crate::replica::Replica;
 use crate::wire::WireReply;
-use crate::{GroupId, NodeConfig, NodeId, StartError};
+use crate::{GroupId, NodeConfig, NodeId, StartError, Storage};
 
 /// A log entry's payload (`AppData`): one lockd-core command. openraft needs `Display`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -53,6 +58,7 @@ openraft::declare_raft_types!(
         R = Outcome,
         NodeId = NodeId,
         Node = BasicNode,
+        AsyncRuntime = runtime::LockdRuntime,
 );
 
 type Raft = openraft::Raft<TypeConfig, state_machine::StateMachine>;
@@ -140,7 +146,7 @@ impl RaftGroup {
         group: GroupId,
         dir: &Path,
         replica: Arc<Replica>,
-        pool: Arc<PeerPool>,
+        pool: Peers,
     ) -> Result<RaftGroup, StartError> {
         let storage = |source| StartError::Storage { group, source };
         let config = Arc::new(raft_config(cfg)?);
@@ -148,15 +154,35 @@ impl RaftGroup {
             group,
             sink: replica.sink(),
         };
-        let log = log_store::LogStore::open(&dir.join("log"), Some(timing)).map_err(storage)?;
-        let sm = state_machine::StateMachine::open(dir, replica).map_err(storage)?;
         let net = network::GroupNetwork::new(pool, group);
-        let raft = Raft::new(cfg.node_id, config, net, log, sm)
-            .await
-            .map_err(|e| StartError::Raft {
-                group,
-                message: e.to_string(),
-            })?;
+        let raft_err = |e: openraft::error::Fatal<TypeConfig>| StartError::Raft {
+            group,
+            message: e.to_string(),
+        };
+        let raft = match &cfg.storage {
+            Storage::Disk => {
+                let log =
+                    log_store::LogStore::open(&dir.join("log"), Some(timing)).map_err(storage)?;
+                let backend = state_machine::SnapshotBackend::Disk(dir.to_path_buf());
+                let sm = state_machine::StateMachine::open(backend, replica).map_err(storage)?;
+                Raft::new(cfg.node_id, config, net, log, sm)
+                    .await
+                    .map_err(raft_err)?
+            }
+            Storage::Memory(disk) => {
+                let gen = disk.generation();
+                let log = mem_store::MemLogStore::open(disk.clone(), gen, group);
+                let backend = state_machine::SnapshotBackend::Memory {
+                    disk: disk.clone(),
+                    gen,
+                    group,
+                };
+                let sm = state_machine::StateMachine::open(backend, replica).map_err(storage)?;
+                Raft::new(cfg.node_id, config, net, log, sm)
+                    .await
+                    .map_err(raft_err)?
+            }
+        };
         Ok(RaftGroup {
             raft,
             keepalive_lease: Duration::from_millis(cfg.election_timeout_ms.0),

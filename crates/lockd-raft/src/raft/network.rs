@@ -6,7 +6,6 @@
 //! and hands the request to the group's `Raft`.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
@@ -19,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{dec, enc, Raft, RaftRpc, SnapshotData, SnapshotMeta, TypeConfig, Vote};
-use crate::peer::{Method, PeerPool};
+use crate::peer::{Method, Peers};
 use crate::{GroupId, NodeId};
 
 /// A whole snapshot in one message (openraft's `Snapshot` itself is not serde).
@@ -32,7 +31,7 @@ struct SnapshotWire {
 
 /// The process-wide router handed to every group's network adapter.
 #[derive(Clone)]
-pub(crate) struct Router(Arc<PeerPool>);
+pub(crate) struct Router(Peers);
 
 impl Router {
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
@@ -114,6 +113,7 @@ impl GroupRouter<TypeConfig, GroupId> for Router {
             data: snapshot.snapshot,
         };
         tokio::select! {
+            biased;
             closed = cancel => Err(StreamingError::Closed(closed)),
             r = self.call::<_, SnapshotResponse<TypeConfig>>(target, group, Method::Snapshot, &wire, &option) => {
                 r.map_err(|e| match e {
@@ -134,7 +134,7 @@ pub(crate) struct GroupNetwork {
 }
 
 impl GroupNetwork {
-    pub(crate) fn new(pool: Arc<PeerPool>, group: GroupId) -> GroupNetwork {
+    pub(crate) fn new(pool: Peers, group: GroupId) -> GroupNetwork {
         GroupNetwork {
             router: Router(pool),
             group,

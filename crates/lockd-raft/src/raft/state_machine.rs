@@ -6,6 +6,9 @@
 //! snapshot is restored and openraft replays the log after it (up to the persisted commit
 //! index). The snapshot point is captured on the apply task (consistent with `last_applied`);
 //! the file is written off it.
+//!
+//! With in-memory storage (the simulator) the snapshot goes to the node's [`MemStorage`]
+//! after a simulated flush delay instead, on the calling task (no `spawn_blocking`).
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -19,6 +22,7 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
+use super::mem_store::MemStorage;
 use super::{dec, enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::replica::Replica;
 use crate::wire::WireReply;
@@ -33,10 +37,23 @@ struct SnapshotFile {
     data: SnapshotData,
 }
 
-/// The newest snapshot on disk, shared by the state machine and its builders.
+/// Where snapshots are made durable.
+#[derive(Clone)]
+pub(crate) enum SnapshotBackend {
+    /// `snapshot.bin` in this group directory.
+    Disk(PathBuf),
+    /// The node's simulated disk, for this incarnation and group.
+    Memory {
+        disk: Arc<MemStorage>,
+        gen: u64,
+        group: crate::GroupId,
+    },
+}
+
+/// The newest durable snapshot, shared by the state machine and its builders.
 #[derive(Clone)]
 struct SnapshotStore {
-    dir: PathBuf,
+    backend: SnapshotBackend,
     current: Arc<Mutex<Option<(SnapshotMeta, SnapshotData)>>>,
     /// Serialises file writes (a builder and an install can race).
     write: Arc<Mutex<()>>,
@@ -68,7 +85,7 @@ impl SnapshotStore {
     }
 
     /// Writes the snapshot durably, unless a newer one is already stored.
-    fn save(&self, meta: &SnapshotMeta, data: &SnapshotData) -> io::Result<()> {
+    fn save(&self, dir: &Path, meta: &SnapshotMeta, data: &SnapshotData) -> io::Result<()> {
         let _w = self.write.lock().expect("snapshot write lock poisoned");
         if let Some((cur, _)) = &*self.current.lock().expect("snapshot lock poisoned") {
             if cur.last_log_id >= meta.last_log_id {
@@ -81,15 +98,39 @@ impl SnapshotStore {
         })?;
         let sum = xxhash_rust::xxh3::xxh3_64(&body);
         body.extend_from_slice(&sum.to_le_bytes());
-        let tmp = self.dir.join("snapshot.bin.tmp");
+        let tmp = dir.join("snapshot.bin.tmp");
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&body)?;
         f.sync_all()?;
         drop(f);
-        std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
-        std::fs::File::open(&self.dir)?.sync_all()?;
+        std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+        std::fs::File::open(dir)?.sync_all()?;
         *self.current.lock().expect("snapshot lock poisoned") = Some((meta.clone(), data.clone()));
         Ok(())
+    }
+
+    /// Makes the snapshot durable on the backend: a blocking file write off the async task,
+    /// or a simulated flush.
+    async fn persist(&self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<SnapshotData> {
+        match &self.backend {
+            SnapshotBackend::Disk(dir) => {
+                let (store, dir, m) = (self.clone(), dir.clone(), meta.clone());
+                tokio::task::spawn_blocking(move || store.save(&dir, &m, &data).map(|_| data))
+                    .await
+                    .map_err(io::Error::other)?
+            }
+            SnapshotBackend::Memory { disk, gen, group } => {
+                disk.save_snapshot(*gen, *group, meta, &data).await?;
+                let mut cur = self.current.lock().expect("snapshot lock poisoned");
+                if cur
+                    .as_ref()
+                    .is_none_or(|(c, _)| c.last_log_id < meta.last_log_id)
+                {
+                    *cur = Some((meta.clone(), data.clone()));
+                }
+                Ok(data)
+            }
+        }
     }
 
     fn current(&self) -> Option<Snapshot> {
@@ -114,16 +155,24 @@ fn restore(data: &[u8]) -> io::Result<LockTable> {
 }
 
 impl StateMachine {
-    /// Loads the newest snapshot in `dir` into `replica`, if there is one.
-    pub(crate) fn open(dir: &Path, replica: Arc<Replica>) -> io::Result<StateMachine> {
-        std::fs::create_dir_all(dir)?;
-        let current = SnapshotStore::load(dir)?;
+    /// Loads the newest durable snapshot into `replica`, if there is one.
+    pub(crate) fn open(
+        backend: SnapshotBackend,
+        replica: Arc<Replica>,
+    ) -> io::Result<StateMachine> {
+        let current = match &backend {
+            SnapshotBackend::Disk(dir) => {
+                std::fs::create_dir_all(dir)?;
+                SnapshotStore::load(dir)?
+            }
+            SnapshotBackend::Memory { disk, group, .. } => disk.load_snapshot(*group),
+        };
         let mut sm = StateMachine {
             replica,
             last_applied: None,
             membership: StoredMembership::default(),
             snapshots: SnapshotStore {
-                dir: dir.to_path_buf(),
+                backend,
                 current: Arc::new(Mutex::new(None)),
                 write: Arc::new(Mutex::new(())),
             },
@@ -158,20 +207,12 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let (store, meta, data) = (
-            self.store.clone(),
-            self.meta.clone(),
-            std::mem::take(&mut self.data),
-        );
-        let snap = tokio::task::spawn_blocking(move || {
-            store.save(&meta, &data)?;
-            Ok::<_, io::Error>(Snapshot {
-                meta,
-                snapshot: data,
-            })
-        })
-        .await
-        .map_err(io::Error::other)??;
+        let (meta, data) = (self.meta.clone(), std::mem::take(&mut self.data));
+        let data = self.store.persist(&meta, data).await?;
+        let snap = Snapshot {
+            meta,
+            snapshot: data,
+        };
         info!(index = ?snap.meta.last_log_id, bytes = snap.snapshot.len(), "snapshot written");
         Ok(snap)
     }
@@ -229,10 +270,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let table = restore(&snapshot)?;
-        let (store, m) = (self.snapshots.clone(), meta.clone());
-        let data = tokio::task::spawn_blocking(move || store.save(&m, &snapshot).map(|_| snapshot))
-            .await
-            .map_err(io::Error::other)??;
+        let data = self.snapshots.persist(meta, snapshot).await?;
         let (index, term) = log_pos(&meta.last_log_id);
         info!(
             group = self.replica.group(),

@@ -1,0 +1,1394 @@
+//! `lockd-check sim`: a deterministic in-process simulation of a real lockd Raft group.
+//!
+//! Per seed, one current-thread tokio runtime with paused (virtual) time runs 3 or 5 real
+//! `lockd_raft::Node`s (openraft + lockd-core) of one lock group (plus the meta group), wired
+//! through lockd-raft's seams: a simulated network ([`net`]), in-memory storage with a modelled
+//! fsync (`lockd_raft::MemStorage`), a per-node clock rate and a seeded openraft RNG. Only the
+//! network, the disk and the clock are simulated.
+//!
+//! Simulated clients open sessions, keep them alive every TTL/3, take and release names (try
+//! and wait), keep lockd-client's local deadline (send time of the last acknowledged open or
+//! keepalive + TTL − TTL/5) and write to a fenced store only while they believe they hold the
+//! lock. A seeded nemesis injects message loss and delay bursts, partitions (also isolating the
+//! leader), crashes with restart, node and client pauses longer than the TTL, and clock-rate
+//! skew within ±5 %.
+//!
+//! Checked online: lockd-core's invariants after every apply on every replica (S1, ...), tokens
+//! per name strictly rising (S2), identical entry and state hash for every replica at the same
+//! log index (S9); at the end, after healing: every acknowledged grant is in the committed log
+//! and applied on every replica (S3), no two clients believed they held a name at the same time
+//! (C1 / mutual exclusion), and the store never accepted a stale write. The recorded
+//! [`History`] then goes through the regular checker.
+
+mod net;
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use lockd_core::{
+    Applied, Command, Effect, LockMode, LockTable, Op, Reply, SessionId, WaitEndReason,
+};
+use lockd_raft::{EffectSink, GroupError, GroupId, MemStorage, Node, NodeConfig, NodeId, Storage};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::checker::{self, Budget, Report};
+use crate::history::{Call, History, Outcome, ProcessId, Record, StoreOp};
+use net::SimNet;
+
+/// The lock group the clients use.
+const GROUP: GroupId = 1;
+/// Session TTL of every client.
+const TTL: Duration = Duration::from_secs(5);
+/// Names the clients contend for.
+const NAMES: [&str; 2] = ["a", "b"];
+/// Clients per seed.
+const CLIENTS: u64 = 4;
+/// Bound on one client call (propose, keepalive) before its outcome is unknown.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A deliberate bug, to show the simulation catches it (negative control).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sabotage {
+    /// Clients ignore their local deadline (and a lost session) while they hold a lock.
+    ClientDeadline,
+    /// Leaders acknowledge keepalives without their leader-lease check.
+    LeaderLease,
+    /// The store accepts writes with stale tokens.
+    StoreFence,
+}
+
+impl Sabotage {
+    /// The `--sabotage` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sabotage::ClientDeadline => "client-deadline",
+            Sabotage::LeaderLease => "leader-lease",
+            Sabotage::StoreFence => "store-fence",
+        }
+    }
+
+    /// Parses the `--sabotage` spelling.
+    pub fn parse(s: &str) -> Option<Sabotage> {
+        [
+            Sabotage::ClientDeadline,
+            Sabotage::LeaderLease,
+            Sabotage::StoreFence,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+    }
+}
+
+/// One seed's setup.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub seed: u64,
+    /// 3 or 5.
+    pub replicas: u64,
+    pub sabotage: Option<Sabotage>,
+    /// Simulated time the clients and the nemesis run (healing and checks come after).
+    pub run_for: Duration,
+}
+
+impl SimConfig {
+    /// Defaults: 3 replicas, 20 s of faults, no sabotage.
+    pub fn new(seed: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            replicas: 3,
+            sabotage: None,
+            run_for: Duration::from_secs(20),
+        }
+    }
+
+    /// The command that replays this seed.
+    pub fn replay_command(&self) -> String {
+        let mut s = format!(
+            "lockd-check sim --seed {} --replicas {}",
+            self.seed, self.replicas
+        );
+        if let Some(k) = self.sabotage {
+            s.push_str(&format!(" --sabotage {}", k.name()));
+        }
+        s
+    }
+}
+
+/// What one seed produced.
+#[derive(Debug)]
+pub struct SeedOutcome {
+    pub seed: u64,
+    /// Client operations recorded (acquires, releases, writes).
+    pub ops: u64,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Violations found by the simulator's own checks.
+    pub violations: Vec<String>,
+    /// Hash of every applied entry (per replica) and every client event, with its time.
+    pub digest: u64,
+    /// The regular checker's report on the recorded history.
+    pub report: Report,
+    pub history: History,
+    /// Entries applied, summed over replicas.
+    pub applies: u64,
+}
+
+impl SeedOutcome {
+    /// Whether the seed failed (own checks or the checker).
+    pub fn failed(&self) -> bool {
+        !self.violations.is_empty() || self.report.has_violations()
+    }
+}
+
+/// Runs one seed on a fresh current-thread runtime with paused time.
+pub fn run_seed(cfg: &SimConfig) -> anyhow::Result<SeedOutcome> {
+    anyhow::ensure!(
+        cfg.replicas == 3 || cfg.replicas == 5,
+        "--replicas must be 3 or 5"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()?;
+    lockd_raft::seed_thread_rng(Some(cfg.seed ^ 0x0005_eed0_f0a5_70ad));
+    let out = rt.block_on(simulate(cfg.clone()));
+    lockd_raft::seed_thread_rng(None);
+    // Dropping the runtime cancels whatever is left (tasks of stopped nodes).
+    drop(rt);
+    out
+}
+
+// ------------------------------------------------------------------------------------------
+// The world: shared state of one seed.
+
+struct Hold {
+    name: String,
+    process: ProcessId,
+    token: u64,
+    from: Instant,
+    to: Instant,
+}
+
+/// The fenced store: per key, the highest token seen.
+#[derive(Default)]
+struct Store {
+    keys: BTreeMap<String, u64>,
+    seq: u64,
+}
+
+/// What the first replica to apply each index saw; the others must see the same (S9).
+#[derive(Default)]
+struct Audit {
+    first: BTreeMap<u64, (u64, u64)>,
+    /// Current holder of each name: (token, session), from the service's view.
+    holds: BTreeMap<String, (u64, SessionId)>,
+    last_token: BTreeMap<String, u64>,
+    /// Every grant in the committed log: (name, token) -> index.
+    grants: BTreeMap<(String, u64), u64>,
+    applies: u64,
+}
+
+struct World {
+    cfg: SimConfig,
+    t0: Instant,
+    rng: Mutex<fastrand::Rng>,
+    net: Arc<SimNet>,
+    disks: BTreeMap<NodeId, Arc<MemStorage>>,
+    records: Mutex<Vec<Record>>,
+    digest: Mutex<DefaultHasher>,
+    audit: Mutex<Audit>,
+    /// Ended waits seen by each node's sink: (node, waiter) -> token if granted.
+    waits: Mutex<BTreeMap<(NodeId, u64), Option<u64>>>,
+    wait_notify: Notify,
+    store: Mutex<Store>,
+    violations: Mutex<Vec<String>>,
+    holds: Mutex<Vec<Hold>>,
+    acked_grants: Mutex<Vec<(String, u64)>>,
+    faults: Mutex<BTreeMap<String, u64>>,
+    ops: AtomicU64,
+    next_op: AtomicU64,
+    stop: AtomicBool,
+    /// Client index -> paused until.
+    client_pause: Mutex<BTreeMap<u64, Instant>>,
+    /// Client index -> a pause that starts at its next store write, right after the deadline
+    /// check (the GC pause fencing exists for).
+    pending_pause: Mutex<BTreeMap<u64, Duration>>,
+    /// With `SIM_TRACE=path`, every digested event as text (to find where two runs diverge).
+    trace: Mutex<Option<Vec<String>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn hash_of(v: &impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    v.hash(&mut h);
+    h.finish()
+}
+
+impl World {
+    fn ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.t0).as_nanos() as u64
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.ns(Instant::now())
+    }
+
+    fn trace(&self, line: String) {
+        if let Some(t) = lock(&self.trace).as_mut() {
+            t.push(line);
+        }
+    }
+
+    fn push(&self, rec: Record) {
+        lock(&self.digest).write(format!("{rec:?}").as_bytes());
+        self.trace(format!("{rec:?}"));
+        lock(&self.records).push(rec);
+    }
+
+    fn violation(&self, what: String) {
+        let mut v = lock(&self.violations);
+        if v.len() < 50 {
+            v.push(format!("{what} (t={:.3}s)", self.now_ns() as f64 / 1e9));
+        }
+    }
+
+    fn fault(&self, kind: &str, target: String) {
+        *lock(&self.faults).entry(kind.to_string()).or_insert(0) += 1;
+        self.push(Record::Fault {
+            kind: kind.into(),
+            at_ns: self.now_ns(),
+            target,
+            verified: true,
+        });
+    }
+
+    fn rand_u64(&self, r: std::ops::Range<u64>) -> u64 {
+        lock(&self.rng).u64(r)
+    }
+
+    fn rand_ms(&self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(self.rand_u64(lo..hi))
+    }
+
+    fn chance(&self, p: f64) -> bool {
+        lock(&self.rng).f64() < p
+    }
+
+    fn invoke(&self, process: ProcessId, call: Call) -> u64 {
+        let op = self.next_op.fetch_add(1, Ordering::Relaxed);
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.push(Record::Invoke {
+            process,
+            op,
+            at_ns: self.now_ns(),
+            call,
+        });
+        op
+    }
+
+    fn complete(&self, process: ProcessId, op: u64, outcome: Outcome) {
+        self.push(Record::Complete {
+            process,
+            op,
+            at_ns: self.now_ns(),
+            outcome,
+        });
+    }
+
+    /// One entry applied on `node` (the audit hook of its sink).
+    fn audited(&self, node: NodeId, index: u64, cmd: &Command, applied: &Applied, t: &LockTable) {
+        if let Err(v) = t.check_invariants() {
+            self.violation(format!(
+                "invariant broken on node {node} at index {index}: {v:?}"
+            ));
+        }
+        let entry = hash_of(&format!(
+            "{cmd:?}|{:?}|{:?}",
+            applied.reply, applied.effects
+        ));
+        let state = t.state_hash();
+        lock(&self.digest).write_u64(hash_of(&(node, index, entry, state, self.now_ns())));
+        self.trace(format!(
+            "{} node {node} applied {index}: {cmd:?} -> {:?} state {state:x}",
+            self.now_ns(),
+            applied.reply
+        ));
+        let mut a = lock(&self.audit);
+        a.applies += 1;
+        if let Some(&(e0, s0)) = a.first.get(&index) {
+            if (e0, s0) != (entry, state) {
+                drop(a);
+                self.violation(format!(
+                    "S9: node {node} applied a different entry or reached a different state at \
+                     index {index}"
+                ));
+            }
+            return;
+        }
+        a.first.insert(index, (entry, state));
+        // Service records, from the first replica to apply this index.
+        let seq0 = index * 16;
+        let mut k = 0;
+        let mut recs = Vec::new();
+        let mut seq = || {
+            k += 1;
+            seq0 + k
+        };
+        let time_ms = cmd.now_ms;
+        if let Ok(Reply::SessionsExpired { expired }) = &applied.reply {
+            for s in expired {
+                recs.push(Record::SvcSessionExpired {
+                    seq: seq(),
+                    group: GROUP as u64,
+                    session: s.to_string(),
+                    time_ms,
+                });
+            }
+        }
+        if let (Op::Release { name, token, .. }, Ok(Reply::Released { remaining: 0 })) =
+            (&cmd.op, &applied.reply)
+        {
+            a.holds.remove(name);
+            recs.push(Record::SvcRelease {
+                seq: seq(),
+                group: GROUP as u64,
+                name: name.clone(),
+                token: *token,
+                cause: "release".into(),
+                time_ms,
+            });
+        }
+        for e in &applied.effects {
+            if let Effect::SessionEnded {
+                session, reason, ..
+            } = e
+            {
+                let ended: Vec<String> = a
+                    .holds
+                    .iter()
+                    .filter(|(_, (_, s))| s == session)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for n in ended {
+                    let token = a.holds.remove(&n).map_or(0, |h| h.0);
+                    recs.push(Record::SvcRelease {
+                        seq: seq(),
+                        group: GROUP as u64,
+                        name: n,
+                        token,
+                        cause: format!("{reason:?}").to_lowercase(),
+                        time_ms,
+                    });
+                }
+            }
+        }
+        let mut grants = Vec::new();
+        if let (Op::Acquire { session, name, .. }, Ok(Reply::Acquired { token, .. })) =
+            (&cmd.op, &applied.reply)
+        {
+            grants.push((name.clone(), *token, *session));
+        }
+        for e in &applied.effects {
+            if let Effect::Granted {
+                session,
+                name,
+                token,
+                ..
+            } = e
+            {
+                grants.push((name.to_string(), *token, *session));
+            }
+        }
+        let mut s2 = Vec::new();
+        for (name, token, session) in grants {
+            let last = a.last_token.get(&name).copied().unwrap_or(0);
+            if token <= last {
+                s2.push(format!(
+                    "S2: token {token} for {name} at index {index} after {last}"
+                ));
+            }
+            a.last_token.insert(name.clone(), token);
+            a.holds.insert(name.clone(), (token, session));
+            a.grants.insert((name.clone(), token), index);
+            recs.push(Record::SvcGrant {
+                seq: seq(),
+                group: GROUP as u64,
+                name,
+                token,
+                session: session.to_string(),
+                limit: 1,
+                time_ms,
+            });
+        }
+        drop(a);
+        for v in s2 {
+            self.violation(v);
+        }
+        for r in recs {
+            self.push(r);
+        }
+    }
+
+    /// A write to the fenced store.
+    fn store_write(&self, process: ProcessId, key: &str, token: u64, value: String) -> bool {
+        let op = self.invoke(
+            process,
+            Call::Write {
+                key: key.into(),
+                token: Some(token),
+                fenced: true,
+                value: value.clone(),
+                add: None,
+            },
+        );
+        let (accepted, fence_before, seq) = {
+            let mut st = lock(&self.store);
+            st.seq += 1;
+            let seq = st.seq;
+            let fence = st.keys.entry(key.to_string()).or_insert(0);
+            let before = *fence;
+            let ok = token >= before || self.cfg.sabotage == Some(Sabotage::StoreFence);
+            if ok {
+                *fence = before.max(token);
+            }
+            (ok, before, seq)
+        };
+        if accepted && token < fence_before {
+            self.violation(format!(
+                "store accepted a stale write to {key}: token {token} < fence {fence_before}"
+            ));
+        }
+        self.push(Record::StoreLog {
+            seq,
+            key: key.into(),
+            op: StoreOp::Write,
+            token: Some(token),
+            fenced: true,
+            accepted,
+            fence_before,
+            value: Some(value),
+        });
+        self.complete(
+            process,
+            op,
+            if accepted {
+                Outcome::Accepted
+            } else {
+                Outcome::RejectedStale
+            },
+        );
+        accepted
+    }
+
+    /// Starts client `idx`'s pending pause, if any, then sleeps through it.
+    async fn write_pause_point(&self, idx: u64) {
+        if let Some(d) = lock(&self.pending_pause).remove(&idx) {
+            let until = Instant::now() + d;
+            lock(&self.client_pause).insert(idx, until);
+        }
+        self.pause_point(idx).await
+    }
+
+    /// Sleeps while client `idx` is paused (its process is stopped).
+    async fn pause_point(&self, idx: u64) {
+        loop {
+            let until = lock(&self.client_pause).get(&idx).copied();
+            match until {
+                Some(u) if u > Instant::now() => tokio::time::sleep_until(u).await,
+                _ => return,
+            }
+        }
+    }
+}
+
+/// Each replica's effect sink: routes wait results to the waiting client, feeds the audit.
+struct SimSink {
+    node: NodeId,
+    world: Weak<World>,
+}
+
+impl EffectSink for SimSink {
+    fn applied(&self, group: GroupId, effects: &[Effect]) {
+        let Some(w) = self.world.upgrade() else {
+            return;
+        };
+        if group != GROUP {
+            return;
+        }
+        let mut any = false;
+        for e in effects {
+            let (waiter, token) = match e {
+                Effect::Granted { waiter, token, .. } => (waiter, Some(*token)),
+                Effect::WaitEnded { waiter, reason, .. } => {
+                    let _: &WaitEndReason = reason;
+                    (waiter, None)
+                }
+                Effect::SessionEnded { .. } => continue,
+            };
+            lock(&w.waits).insert((self.node, *waiter), token);
+            any = true;
+        }
+        if any {
+            w.wait_notify.notify_waiters();
+        }
+    }
+
+    fn audit(
+        &self,
+        group: GroupId,
+        index: u64,
+        cmd: &Command,
+        applied: &Applied,
+        table: &LockTable,
+    ) {
+        if group != GROUP {
+            return;
+        }
+        if let Some(w) = self.world.upgrade() {
+            w.audited(self.node, index, cmd, applied, table);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Nodes
+
+async fn start_node(w: &Arc<World>, id: NodeId) -> anyhow::Result<()> {
+    let peers: BTreeMap<NodeId, String> = (1..=w.cfg.replicas)
+        .map(|i| (i, format!("sim-node-{i}")))
+        .collect();
+    let mut cfg = NodeConfig::new(id, "/nonexistent/lockd-sim", peers);
+    cfg.storage = Storage::Memory(w.disks[&id].clone());
+    cfg.snapshot_every = 200;
+    cfg.skip_leader_lease_check = w.cfg.sabotage == Some(Sabotage::LeaderLease);
+    // Clock-rate skew within ±5 %, drawn per incarnation.
+    let skew = (w.rand_u64(0..10_001) as f64 - 5_000.0) / 100_000.0;
+    cfg.clock_rate = 1.0 + skew;
+    if skew.abs() >= 0.01 {
+        w.fault(
+            "clock_skew",
+            format!("node {id} rate {:.4}", cfg.clock_rate),
+        );
+    }
+    let sink = Arc::new(SimSink {
+        node: id,
+        world: Arc::downgrade(w),
+    });
+    let node = Node::start_with_transport(cfg, sink, w.net.link(id))
+        .await
+        .map_err(|e| anyhow::anyhow!("node {id} failed to start: {e}"))?;
+    w.net.up(id, node);
+    Ok(())
+}
+
+async fn crash_node(w: &Arc<World>, id: NodeId) {
+    w.disks[&id].crash();
+    if let Some(node) = w.net.down(id) {
+        node.shutdown().await;
+    }
+}
+
+fn leader_of(w: &World) -> Option<NodeId> {
+    (1..=w.cfg.replicas).find(|id| {
+        w.net
+            .node(*id)
+            .and_then(|(_, n)| n.group(GROUP))
+            .is_some_and(|g| g.is_leader())
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// Clients
+
+/// One call through a client's home node; `None` if it did not answer in time.
+async fn client_call<T, F, Fut>(w: &World, home: NodeId, f: F) -> Option<Result<T, GroupError>>
+where
+    F: FnOnce(Arc<lockd_raft::Group>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, GroupError>>,
+{
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    // The client's request reaches a paused node only when it resumes.
+    while w.net.is_paused(home) {
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let Some((_, node)) = w.net.node(home) else {
+        return Some(Err(GroupError::Unavailable("node down".into())));
+    };
+    let group = node.group(GROUP)?;
+    drop(node);
+    tokio::time::timeout_at(deadline, f(group)).await.ok()
+}
+
+struct Session {
+    id: SessionId,
+    /// Local deadline (lockd-client's rule).
+    deadline: Mutex<Instant>,
+    /// The service said the session is gone.
+    gone: AtomicBool,
+    abandoned: AtomicBool,
+}
+
+fn margin() -> Duration {
+    TTL / 5
+}
+
+async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut home: NodeId) {
+    loop {
+        tokio::time::sleep(TTL / 3).await;
+        w.pause_point(idx).await;
+        if s.abandoned.load(Ordering::Relaxed) || w.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let sent = Instant::now();
+        let sid = s.id;
+        match client_call(&w, home, |g| async move { g.keepalive(sid).await }).await {
+            Some(Ok(ttl_ms)) => {
+                let d = sent + Duration::from_millis(ttl_ms) - margin();
+                let mut cur = lock(&s.deadline);
+                *cur = (*cur).max(d);
+            }
+            Some(Err(GroupError::SessionNotFound)) => {
+                s.gone.store(true, Ordering::Relaxed);
+                return;
+            }
+            _ => home = w.rand_u64(1..w.cfg.replicas + 1),
+        }
+    }
+}
+
+async fn client(w: Arc<World>, idx: u64) {
+    let sabotage = w.cfg.sabotage == Some(Sabotage::ClientDeadline);
+    let mut pid: ProcessId = idx * 100_000;
+    let mut home = 1 + idx % w.cfg.replicas;
+    while !w.stop.load(Ordering::Relaxed) {
+        pid += 1;
+        w.pause_point(idx).await;
+        let sid = SessionId(w.rand_u64(1..u64::MAX));
+        let sent = Instant::now();
+        let open = Op::OpenSession {
+            session: sid,
+            client: format!("c{idx}"),
+            ttl_ms: TTL.as_millis() as u64,
+            namespace: String::new(),
+        };
+        let ttl = match client_call(&w, home, |g| async move { g.propose(open).await }).await {
+            Some(Ok(Ok(Reply::SessionOpened { ttl_ms, .. }))) => Duration::from_millis(ttl_ms),
+            other => {
+                if std::env::var_os("SIM_DEBUG").is_some() {
+                    eprintln!("open failed: {other:?}");
+                }
+                home = w.rand_u64(1..w.cfg.replicas + 1);
+                tokio::time::sleep(w.rand_ms(50, 300)).await;
+                continue;
+            }
+        };
+        let s = Arc::new(Session {
+            id: sid,
+            deadline: Mutex::new(sent + ttl - margin()),
+            gone: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+        });
+        tokio::spawn(keepalive_loop(w.clone(), idx, s.clone(), home));
+        session_ops(&w, idx, &s, &mut pid, &mut home, sabotage).await;
+        s.abandoned.store(true, Ordering::Relaxed);
+        w.push(Record::ProcessEnd {
+            process: pid,
+            at_ns: w.now_ns(),
+        });
+    }
+}
+
+/// Operations on one session until it is lost, an outcome is unknown, or the run stops.
+async fn session_ops(
+    w: &Arc<World>,
+    idx: u64,
+    s: &Arc<Session>,
+    pid: &mut ProcessId,
+    home: &mut NodeId,
+    sabotage: bool,
+) {
+    let expired = |s: &Session| {
+        !sabotage && (Instant::now() >= *lock(&s.deadline) || s.gone.load(Ordering::Relaxed))
+    };
+    loop {
+        if w.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        w.pause_point(idx).await;
+        if expired(s) {
+            return;
+        }
+        let name = NAMES[w.rand_u64(0..NAMES.len() as u64) as usize].to_string();
+        let wait_ms = if w.chance(0.5) { 1_500 } else { 0 };
+        let op = w.invoke(*pid, Call::Acquire { name: name.clone() });
+        let acquire = Op::Acquire {
+            session: s.id,
+            name: name.clone(),
+            owner: format!("c{idx}"),
+            mode: LockMode::Exclusive,
+            wait_ms,
+            reentrant: false,
+        };
+        let node = *home;
+        let r = client_call(w, node, |g| async move { g.propose(acquire).await }).await;
+        let outcome = match r {
+            Some(Ok(Ok(Reply::Acquired { token, .. }))) => Outcome::Granted { token },
+            Some(Ok(Ok(Reply::Queued { waiter, .. }))) => {
+                wait_for(
+                    w,
+                    node,
+                    waiter,
+                    Duration::from_millis(wait_ms) + CALL_TIMEOUT,
+                )
+                .await
+            }
+            Some(Ok(Ok(Reply::Busy { .. }))) | Some(Ok(Err(_))) => Outcome::NotGranted,
+            Some(Err(GroupError::NoLeader { .. })) => Outcome::NotGranted,
+            _ => Outcome::Unknown,
+        };
+        w.complete(*pid, op, outcome.clone());
+        let token = match outcome {
+            Outcome::Granted { token } => token,
+            Outcome::Unknown => return,
+            _ => {
+                if !matches!(r, Some(Ok(_))) {
+                    *home = w.rand_u64(1..w.cfg.replicas + 1);
+                }
+                tokio::time::sleep(w.rand_ms(20, 300)).await;
+                continue;
+            }
+        };
+        lock(&w.acked_grants).push((name.clone(), token));
+        let from = Instant::now();
+        let mut lost = None;
+        // Mostly short holds; some long ones (a holder that outlives a leader change).
+        let writes = if w.chance(0.3) {
+            w.rand_u64(8..25)
+        } else {
+            w.rand_u64(1..4)
+        };
+        for n in 0..writes {
+            tokio::time::sleep(w.rand_ms(50, 700)).await;
+            w.pause_point(idx).await;
+            if expired(s) {
+                let d = (*lock(&s.deadline)).min(Instant::now());
+                lost = Some(d);
+                break;
+            }
+            // A stop here (GC pause) between the check and the write is what fencing is for.
+            w.write_pause_point(idx).await;
+            w.store_write(*pid, &name, token, format!("{}:{token}:{n}", *pid));
+        }
+        // The guard reports the lock lost at the deadline, also after the last write (a pause
+        // may have carried the client past it): then it does not release either.
+        if lost.is_none() && expired(s) {
+            lost = Some((*lock(&s.deadline)).min(Instant::now()));
+        }
+        let to = match lost {
+            Some(d) => {
+                w.push(Record::LeaseLost {
+                    process: *pid,
+                    name: name.clone(),
+                    token,
+                    deadline_ns: w.ns(d),
+                    at_ns: w.now_ns(),
+                });
+                d
+            }
+            None => Instant::now(),
+        };
+        lock(&w.holds).push(Hold {
+            name: name.clone(),
+            process: *pid,
+            token,
+            from,
+            to,
+        });
+        if lost.is_some() {
+            return;
+        }
+        let op = w.invoke(
+            *pid,
+            Call::Release {
+                name: name.clone(),
+                token,
+            },
+        );
+        let sid = s.id;
+        let release = Op::Release {
+            session: sid,
+            name,
+            token,
+        };
+        let r = client_call(w, *home, |g| async move { g.propose(release).await }).await;
+        let outcome = match r {
+            Some(Ok(Ok(Reply::Released { .. }))) => Outcome::Ok,
+            Some(Ok(Err(_))) => Outcome::Refused,
+            _ => Outcome::Unknown,
+        };
+        let unknown = outcome == Outcome::Unknown;
+        w.complete(*pid, op, outcome);
+        if unknown {
+            return;
+        }
+        tokio::time::sleep(w.rand_ms(20, 300)).await;
+    }
+}
+
+/// Waits for a queued acquire's end as seen by `node`'s applies.
+async fn wait_for(w: &World, node: NodeId, waiter: u64, max: Duration) -> Outcome {
+    let deadline = Instant::now() + max;
+    loop {
+        let notified = w.wait_notify.notified();
+        if let Some(r) = lock(&w.waits).remove(&(node, waiter)) {
+            return match r {
+                Some(token) => Outcome::Granted { token },
+                None => Outcome::NotGranted,
+            };
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return Outcome::Unknown;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Nemesis
+
+async fn nemesis(w: Arc<World>) {
+    let end = w.t0 + w.cfg.run_for;
+    let n = w.cfg.replicas;
+    let crashed = Arc::new(Mutex::new(Vec::<NodeId>::new()));
+    loop {
+        tokio::time::sleep(w.rand_ms(500, 2_500)).await;
+        if Instant::now() + Duration::from_secs(1) >= end {
+            return;
+        }
+        match w.rand_u64(0..8) {
+            0 | 1 => {
+                // Isolate the leader (or a random node) from every other node.
+                let target = leader_of(&w).unwrap_or_else(|| w.rand_u64(1..n + 1));
+                let pairs: Vec<_> = (1..=n)
+                    .filter(|o| *o != target)
+                    .flat_map(|o| [(o, target), (target, o)])
+                    .collect();
+                w.net.block(&pairs);
+                let dur = w.rand_ms(1_000, 3 * TTL.as_millis() as u64);
+                w.fault("partition_leader", format!("node {target} for {dur:?}"));
+                let w2 = w.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(dur).await;
+                    w2.net.unblock(&pairs);
+                });
+            }
+            2 => {
+                // A random split: a minority on one side.
+                let k = w.rand_u64(1..n.div_ceil(2));
+                let mut side = Vec::new();
+                while (side.len() as u64) < k {
+                    let c = w.rand_u64(1..n + 1);
+                    if !side.contains(&c) {
+                        side.push(c);
+                    }
+                }
+                let pairs: Vec<_> = side
+                    .iter()
+                    .flat_map(|a| (1..=n).filter(|b| !side.contains(b)).map(move |b| (*a, b)))
+                    .flat_map(|(a, b)| [(a, b), (b, a)])
+                    .collect();
+                w.net.block(&pairs);
+                let dur = w.rand_ms(1_000, 6_000);
+                w.fault("partition", format!("{side:?} for {dur:?}"));
+                let w2 = w.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(dur).await;
+                    w2.net.unblock(&pairs);
+                });
+            }
+            3 => {
+                if !lock(&crashed).is_empty() {
+                    continue;
+                }
+                let target = if w.chance(0.5) {
+                    leader_of(&w).unwrap_or(1)
+                } else {
+                    w.rand_u64(1..n + 1)
+                };
+                lock(&crashed).push(target);
+                crash_node(&w, target).await;
+                let dur = w.rand_ms(300, 4_000);
+                w.fault("crash", format!("node {target}, restart after {dur:?}"));
+                let (w2, c2) = (w.clone(), crashed.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(dur).await;
+                    if let Err(e) = start_node(&w2, target).await {
+                        w2.violation(format!("restart failed: {e:#}"));
+                    }
+                    lock(&c2).retain(|c| *c != target);
+                });
+            }
+            4 => {
+                let target = if w.chance(0.5) {
+                    leader_of(&w).unwrap_or(1)
+                } else {
+                    w.rand_u64(1..n + 1)
+                };
+                let dur = TTL + w.rand_ms(300, 3_000);
+                w.net.pause(target, true);
+                w.fault("pause_node", format!("node {target} for {dur:?}"));
+                let w2 = w.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(dur).await;
+                    w2.net.pause(target, false);
+                });
+            }
+            5 | 6 => {
+                let c = w.rand_u64(0..CLIENTS);
+                let dur = TTL + w.rand_ms(300, 4_000);
+                if w.chance(0.5) {
+                    lock(&w.pending_pause).insert(c, dur);
+                    w.fault(
+                        "pause_client",
+                        format!("client {c} for {dur:?} at its next write"),
+                    );
+                } else {
+                    let until = Instant::now() + dur;
+                    let mut p = lock(&w.client_pause);
+                    let e = p.entry(c).or_insert(until);
+                    *e = (*e).max(until);
+                    drop(p);
+                    w.fault("pause_client", format!("client {c} for {dur:?}"));
+                }
+            }
+            _ => {
+                let loss = w.rand_u64(5..30) as f64 / 100.0;
+                let max_us = w.rand_u64(20_000..150_000);
+                {
+                    let mut st = w.net.lock();
+                    st.loss = loss;
+                    st.delay_us = (200, max_us);
+                }
+                let dur = w.rand_ms(1_000, 5_000);
+                w.fault(
+                    "loss_delay",
+                    format!("loss {loss} delay<={max_us}us for {dur:?}"),
+                );
+                let w2 = w.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(dur).await;
+                    let mut st = w2.net.lock();
+                    st.loss = 0.0;
+                    st.delay_us = (200, 3_000);
+                });
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// One seed
+
+async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
+    let seed = cfg.seed;
+    let disks = (1..=cfg.replicas)
+        .map(|id| {
+            let d = MemStorage::new(
+                seed.wrapping_mul(31).wrapping_add(id),
+                (Duration::from_micros(100), Duration::from_millis(4)),
+            );
+            (id, d)
+        })
+        .collect();
+    let w = Arc::new(World {
+        t0: Instant::now(),
+        rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+        net: SimNet::new(seed ^ 0x006e_6574_776f_726b),
+        disks,
+        records: Mutex::new(Vec::new()),
+        digest: Mutex::new(DefaultHasher::new()),
+        audit: Mutex::new(Audit::default()),
+        waits: Mutex::new(BTreeMap::new()),
+        wait_notify: Notify::new(),
+        store: Mutex::new(Store::default()),
+        violations: Mutex::new(Vec::new()),
+        holds: Mutex::new(Vec::new()),
+        acked_grants: Mutex::new(Vec::new()),
+        faults: Mutex::new(BTreeMap::new()),
+        ops: AtomicU64::new(0),
+        next_op: AtomicU64::new(1),
+        stop: AtomicBool::new(false),
+        client_pause: Mutex::new(BTreeMap::new()),
+        pending_pause: Mutex::new(BTreeMap::new()),
+        trace: Mutex::new(std::env::var_os("SIM_TRACE").map(|_| Vec::new())),
+        cfg,
+    });
+    w.push(Record::Meta {
+        version: crate::history::FORMAT_VERSION,
+        workload: "sim".into(),
+        notes: w.cfg.replay_command(),
+    });
+    for name in NAMES {
+        w.push(Record::StoreInit {
+            key: name.into(),
+            value: String::new(),
+        });
+    }
+    // The lowest id initialises the groups, so start it last.
+    for id in (1..=w.cfg.replicas).rev() {
+        start_node(&w, id).await?;
+    }
+    let nem = tokio::spawn(nemesis(w.clone()));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| tokio::spawn(client(w.clone(), i)))
+        .collect();
+    tokio::time::sleep(w.cfg.run_for).await;
+    w.stop.store(true, Ordering::Relaxed);
+    let _ = nem.await;
+    for c in clients {
+        if tokio::time::timeout(Duration::from_secs(30), c)
+            .await
+            .is_err()
+        {
+            w.violation("a client did not stop within 30 s".into());
+        }
+    }
+    // Heal: no partitions, pauses or loss; every node up.
+    w.net.heal();
+    lock(&w.client_pause).clear();
+    lock(&w.pending_pause).clear();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for id in 1..=w.cfg.replicas {
+        if w.net.node(id).is_none() {
+            start_node(&w, id).await?;
+        }
+    }
+    let converged = converge(&w).await;
+    final_checks(&w, converged);
+    for id in 1..=w.cfg.replicas {
+        if let Some(node) = w.net.down(id) {
+            node.shutdown().await;
+        }
+    }
+    let history = History {
+        records: std::mem::take(&mut *lock(&w.records)),
+    };
+    let report = checker::check(
+        &history,
+        Budget {
+            max_steps: 5_000_000,
+            max_time: Duration::from_secs(20),
+        },
+    )?;
+    let digest = lock(&w.digest).finish();
+    if let (Some(path), Some(t)) = (std::env::var_os("SIM_TRACE"), lock(&w.trace).take()) {
+        let path = format!("{}.{seed}.{digest:016x}", path.to_string_lossy());
+        std::fs::write(&path, t.join("\n"))?;
+        if let Some(l) = w.net.lock().log.take() {
+            std::fs::write(format!("{path}.net"), l.join("\n"))?;
+        }
+    }
+    let violations = std::mem::take(&mut *lock(&w.violations));
+    let faults = std::mem::take(&mut *lock(&w.faults));
+    let applies = lock(&w.audit).applies;
+    Ok(SeedOutcome {
+        seed,
+        ops: w.ops.load(Ordering::Relaxed),
+        faults,
+        violations,
+        digest,
+        report,
+        history,
+        applies,
+    })
+}
+
+/// Waits until every replica applied the same index (a write on the leader first, so the
+/// last entries commit). Returns the per-node (applied index, state hash).
+async fn converge(w: &World) -> Option<BTreeMap<NodeId, (u64, u64)>> {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    // Commit something of the current term so every earlier entry is committed too.
+    loop {
+        if let Some(l) = leader_of(w) {
+            if let Some((_, node)) = w.net.node(l) {
+                if let Some(g) = node.group(GROUP) {
+                    if g.propose(Op::Tick).await.is_ok() {
+                        break;
+                    }
+                }
+            }
+        }
+        if Instant::now() >= give_up {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    loop {
+        let mut seen = BTreeMap::new();
+        for id in 1..=w.cfg.replicas {
+            if let Some((_, n)) = w.net.node(id) {
+                if let Some(g) = n.group(GROUP) {
+                    seen.insert(id, (g.status().applied_index, g.state_hash()));
+                }
+            }
+        }
+        let first = seen.values().next().copied();
+        if seen.len() as u64 == w.cfg.replicas && seen.values().all(|v| Some(*v) == first) {
+            return Some(seen);
+        }
+        if Instant::now() >= give_up {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn final_checks(w: &World, converged: Option<BTreeMap<NodeId, (u64, u64)>>) {
+    let Some(final_state) = converged else {
+        w.violation("replicas did not converge within 30 s after healing".into());
+        return;
+    };
+    let applied = final_state.values().next().map_or(0, |v| v.0);
+    // S3: every acknowledged grant is in the committed log, applied on every replica.
+    let acked = lock(&w.acked_grants).clone();
+    let audit = lock(&w.audit);
+    for (name, token) in &acked {
+        match audit.grants.get(&(name.clone(), *token)) {
+            Some(index) if *index <= applied => {}
+            Some(index) => w.violation(format!(
+                "S3: acknowledged grant {name}/{token} at index {index} beyond the final applied \
+                 index {applied}"
+            )),
+            None => w.violation(format!(
+                "S3: acknowledged grant {name}/{token} is not in the committed log"
+            )),
+        }
+    }
+    drop(audit);
+    // C1 / mutual exclusion from the clients' view.
+    let holds = lock(&w.holds);
+    for (i, a) in holds.iter().enumerate() {
+        for b in &holds[i + 1..] {
+            if a.name == b.name && a.process != b.process && a.from < b.to && b.from < a.to {
+                w.violation(format!(
+                    "C1: {} believed held by process {} (token {}) during [{:.3}s, {:.3}s] and \
+                     by process {} (token {}) during [{:.3}s, {:.3}s]",
+                    a.name,
+                    a.process,
+                    a.token,
+                    w.ns(a.from) as f64 / 1e9,
+                    w.ns(a.to) as f64 / 1e9,
+                    b.process,
+                    b.token,
+                    w.ns(b.from) as f64 / 1e9,
+                    w.ns(b.to) as f64 / 1e9
+                ));
+            }
+        }
+    }
+}
+
+/// Aggregates of a multi-seed run.
+#[derive(Debug, Default)]
+pub struct RunSummary {
+    pub seeds: u64,
+    pub failed_seeds: Vec<u64>,
+    pub ops: u64,
+    pub applies: u64,
+    pub faults: BTreeMap<String, u64>,
+    pub violations: u64,
+    pub checker_violations: u64,
+    pub double_grants: u64,
+    pub token_regressions: u64,
+    pub grants_to_expired_sessions: u64,
+    pub stale_writes_accepted: u64,
+    pub writes_rejected_stale: u64,
+    pub not_linearizable: u64,
+    pub secs: f64,
+}
+
+impl RunSummary {
+    /// Adds one seed's outcome.
+    pub fn add(&mut self, o: &SeedOutcome) {
+        self.seeds += 1;
+        if o.failed() {
+            self.failed_seeds.push(o.seed);
+        }
+        self.ops += o.ops;
+        self.applies += o.applies;
+        for (k, n) in &o.faults {
+            *self.faults.entry(k.clone()).or_insert(0) += n;
+        }
+        self.violations += o.violations.len() as u64;
+        if o.report.has_violations() {
+            self.checker_violations += 1;
+        }
+        let d = &o.report.direct;
+        self.double_grants += d.double_grants;
+        self.token_regressions += d.token_regressions;
+        self.grants_to_expired_sessions += d.grants_to_expired_sessions;
+        self.stale_writes_accepted += d.stale_writes_accepted;
+        self.writes_rejected_stale += d.writes_rejected_stale;
+        self.not_linearizable += o.report.objects_not_linearizable as u64;
+    }
+
+    /// The one `RESULT` line of a run.
+    pub fn result_line(&self) -> String {
+        let mut s = format!(
+            "RESULT sim seeds={} failed_seeds={} ops={} applies={} seeds_per_s={:.2}",
+            self.seeds,
+            self.failed_seeds.len(),
+            self.ops,
+            self.applies,
+            self.seeds as f64 / self.secs.max(1e-9)
+        );
+        let total: u64 = self.faults.values().sum();
+        s.push_str(&format!(" faults={total}"));
+        for (k, n) in &self.faults {
+            s.push_str(&format!(" faults_{k}={n}"));
+        }
+        s.push_str(&format!(
+            " sim_violations={} checker_failed_seeds={} objects_not_linearizable={} \
+             double_grants={} token_regressions={} grants_to_expired_sessions={} \
+             stale_writes_accepted={} writes_rejected_stale={} violations={}",
+            self.violations,
+            self.checker_violations,
+            self.not_linearizable,
+            self.double_grants,
+            self.token_regressions,
+            self.grants_to_expired_sessions,
+            self.stale_writes_accepted,
+            self.writes_rejected_stale,
+            !self.failed_seeds.is_empty()
+        ));
+        s
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Command line
+
+/// Arguments of `lockd-check sim`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SimArgs {
+    /// Number of seeds to run (from --seed on).
+    #[arg(long, default_value_t = 20)]
+    pub seeds: u64,
+    /// First seed (alone, with --seeds 1, it replays that seed).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Replicas of the lock group: 3 or 5.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=5))]
+    pub replicas: u64,
+    /// NEGATIVE CONTROL: client-deadline, leader-lease or store-fence. The run then passes only
+    /// if some seed fails.
+    #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence"])]
+    pub sabotage: Option<String>,
+    /// Simulated seconds of faults per seed.
+    #[arg(long, default_value_t = 20)]
+    pub sim_secs: u64,
+    /// Run each seed twice and compare the trace digests.
+    #[arg(long)]
+    pub check_determinism: bool,
+    /// Print every seed's line, not just failures.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// `lockd-check sim`: runs the seeds, prints failures with their replay command and one
+/// `RESULT` line. Exit code 1 if a seed failed (or, under sabotage, if none did).
+pub fn main(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
+    use std::process::ExitCode;
+    let sabotage = match args.sabotage.as_deref() {
+        Some(s) => Some(Sabotage::parse(s).ok_or_else(|| anyhow::anyhow!("bad --sabotage {s}"))?),
+        None => None,
+    };
+    let started = std::time::Instant::now();
+    let mut sum = RunSummary::default();
+    let mut nondeterministic = Vec::new();
+    let mut sabotage_first_fail = None;
+    for seed in args.seed..args.seed.saturating_add(args.seeds) {
+        let cfg = SimConfig {
+            seed,
+            replicas: args.replicas,
+            sabotage,
+            run_for: Duration::from_secs(args.sim_secs.max(5)),
+        };
+        let o = run_seed(&cfg)?;
+        if args.check_determinism {
+            let again = run_seed(&cfg)?;
+            if again.digest != o.digest {
+                println!(
+                    "seed {seed}: NOT DETERMINISTIC: digest {:016x} then {:016x}; replay: {} \
+                     --check-determinism",
+                    o.digest,
+                    again.digest,
+                    cfg.replay_command()
+                );
+                nondeterministic.push(seed);
+            }
+        }
+        if o.failed() {
+            if sabotage_first_fail.is_none() {
+                sabotage_first_fail = Some(sum.seeds + 1);
+            }
+            println!(
+                "seed {seed}: FAILED ({} sim violations, checker violations: {}); replay: {}",
+                o.violations.len(),
+                o.report.has_violations(),
+                cfg.replay_command()
+            );
+            for v in o.violations.iter().take(5) {
+                println!("  {v}");
+            }
+            for d in o.report.details.iter().take(5) {
+                println!("  checker: {d}");
+            }
+        } else if args.verbose {
+            println!(
+                "seed {seed}: ok ops={} applies={} faults={} digest={:016x}",
+                o.ops,
+                o.applies,
+                o.faults.values().sum::<u64>(),
+                o.digest
+            );
+        }
+        sum.add(&o);
+    }
+    sum.secs = started.elapsed().as_secs_f64();
+    let mut line = sum.result_line();
+    if args.check_determinism {
+        line.push_str(&format!(
+            " nondeterministic_seeds={}",
+            nondeterministic.len()
+        ));
+    }
+    if let Some(k) = sabotage {
+        line.push_str(&format!(
+            " sabotage={} first_failing_seed_no={}",
+            k.name(),
+            sabotage_first_fail.map_or("none".into(), |n: u64| n.to_string())
+        ));
+    }
+    println!("{line}");
+    let ok = nondeterministic.is_empty()
+        && if sabotage.is_some() {
+            !sum.failed_seeds.is_empty()
+        } else {
+            sum.failed_seeds.is_empty()
+        };
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
