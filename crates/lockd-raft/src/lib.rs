@@ -62,12 +62,12 @@ pub trait EffectSink: Send + Sync + 'static {
         let _ = group;
     }
 
-    /// AUDIT HOOK (simulator, tests): called on every replica for every applied command entry,
+    /// RAW HOOK (simulator, tests): called on every replica for every applied command entry,
     /// in log order, while the replica's state lock is held, with the log index, the command,
     /// what applying it returned, and the table afterwards. Must be cheap and must not call back
     /// into the group. Default: nothing.
     #[doc(hidden)]
-    fn audit(
+    fn applied_entry(
         &self,
         group: GroupId,
         index: u64,

@@ -540,7 +540,7 @@ impl EffectSink for SimSink {
         }
     }
 
-    fn audit(
+    fn applied_entry(
         &self,
         group: GroupId,
         index: u64,
@@ -683,10 +683,7 @@ async fn client(w: Arc<World>, idx: u64) {
         };
         let ttl = match client_call(&w, home, |g| async move { g.propose(open).await }).await {
             Some(Ok(Ok(Reply::SessionOpened { ttl_ms, .. }))) => Duration::from_millis(ttl_ms),
-            other => {
-                if std::env::var_os("SIM_DEBUG").is_some() {
-                    eprintln!("open failed: {other:?}");
-                }
+            _ => {
                 home = w.rand_u64(1..w.cfg.replicas + 1);
                 tokio::time::sleep(w.rand_ms(50, 300)).await;
                 continue;
