@@ -133,6 +133,13 @@ fn raft_config(cfg: &NodeConfig) -> Result<Config, StartError> {
         // A whole LockTable goes in one message; give it time on a busy machine.
         install_snapshot_timeout: 10_000,
         enable_pre_vote: Some(true),
+        // A restarted leader must win a new election (a new term), never resume its old one.
+        // openraft restores leadership by default, and a leader replicates entries before its
+        // own fsync completes; if it crashes in between, it comes back without entries a
+        // follower already holds and would write different entries at the same (index, term).
+        // The follower keeps its own ("same log id, same entry") and the replicas diverge.
+        // Found by `lockd-check sim --seed 1552` (S9).
+        enable_leader_restore: Some(false),
         ..Default::default()
     };
     c.validate()
