@@ -822,6 +822,7 @@ async fn session_ops(
             },
         );
         let sid = s.id;
+        let name_for_lost = name.clone();
         let release = Op::Release {
             session: sid,
             name,
@@ -834,7 +835,20 @@ async fn session_ops(
             _ => Outcome::Unknown,
         };
         let unknown = outcome == Outcome::Unknown;
+        let released = outcome == Outcome::Ok;
         w.complete(*pid, op, outcome);
+        // The deadline may pass while the release is in flight (the leader is unreachable, the
+        // session then expires and the release is refused): the guard reports the lock lost at
+        // its deadline, which is when this client's belief ended.
+        if !released && expired(s) {
+            w.push(Record::LeaseLost {
+                process: *pid,
+                name: name_for_lost,
+                token,
+                deadline_ns: w.ns(*lock(&s.deadline)),
+                at_ns: w.now_ns(),
+            });
+        }
         if unknown {
             return;
         }
