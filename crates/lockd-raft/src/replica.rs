@@ -93,7 +93,8 @@ impl Replica {
             let audit = audit.then(|| {
                 crate::audit::events(&st.table, cmd, &applied.reply, &applied.effects, ending)
             });
-            self.sink.applied_entry(self.group, index, cmd, &applied, &st.table);
+            self.sink
+                .applied_entry(self.group, index, cmd, &applied, &st.table);
             st.index = index;
             st.term = term;
             st.at = self.clock.now();
