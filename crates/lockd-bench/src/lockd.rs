@@ -267,6 +267,52 @@ impl Cluster {
         s.kill_now()
     }
 
+    /// Node `i`'s pid, if it is running.
+    pub fn pid_of(&self, i: usize) -> Option<u32> {
+        self.nodes[i].server.as_ref().map(Server::pid)
+    }
+
+    /// Node `i`'s data dir (`group-<id>/` with `log/` and `snapshot.bin` inside).
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("node-{}", self.nodes[i].id))
+    }
+
+    /// Node `i`'s `GET /v1/status`.
+    pub async fn status_of(&self, i: usize) -> Result<Status> {
+        status(self.nodes[i].http).await
+    }
+
+    /// The sum of every sample of metric `name` (e.g. `lockd_held_locks`, over its groups) in
+    /// node `i`'s `GET /metrics`.
+    pub async fn metric_sum(&self, i: usize, name: &str) -> Result<f64> {
+        let mut c = HttpConn::connect(self.nodes[i].http).await?;
+        let (code, body) = c.request(Method::GET, "/metrics", None).await?;
+        if code != StatusCode::OK {
+            bail!("node {}: GET /metrics: {code}", self.nodes[i].id);
+        }
+        Ok(sum_metric(&String::from_utf8_lossy(&body), name))
+    }
+
+    /// Starts node `i` again from its data dir (after `kill`) and waits until every group has a
+    /// leader and the node has applied, in every group id `g`, at least `at_least[g]`.
+    pub async fn restart_to(&mut self, i: usize, at_least: &[u64]) -> Result<()> {
+        self.launch(i)?;
+        let groups = self.groups;
+        self.wait_until("the restarted node caught up", |all| {
+            leaders_of(all, groups)?;
+            let mine = &all.iter().find(|(j, _)| *j == i).context("no status")?.1;
+            for (g, &want) in at_least.iter().enumerate() {
+                let got = mine.groups.iter().find(|x| x.id as usize == g);
+                let got = got.map_or(0, |x| x.applied_index);
+                if got < want {
+                    bail!("group {g}: applied {got} of {want}");
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// Restarts node `i` from its data dir and waits until every group has a leader and, in
     /// every group, the node's applied index is within `slack` of the most advanced replica's.
     pub async fn restart(&mut self, i: usize, slack: u64) -> Result<()> {
@@ -311,6 +357,20 @@ fn leaders_of(all: &[(usize, Status)], groups: u32) -> Result<Vec<usize>> {
     }
     // Node ids are 1-based indexes.
     Ok(leaders.into_iter().map(|id| id as usize - 1).collect())
+}
+
+/// The sum of the samples of `name` (with or without labels) in OpenMetrics text.
+fn sum_metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            if !(rest.starts_with('{') || rest.starts_with(' ')) {
+                return None;
+            }
+            l.rsplit(' ').next()?.parse::<f64>().ok()
+        })
+        .sum()
 }
 
 /// Where a client sends each request.
@@ -626,6 +686,13 @@ mod tests {
     fn names_are_percent_encoded() {
         assert_eq!(encode("a/b:c d"), "a%2Fb%3Ac%20d");
         assert_eq!(encode("plain-1.x~"), "plain-1.x~");
+    }
+
+    #[test]
+    fn metric_samples_are_summed() {
+        let text = "# TYPE lockd_held_locks gauge\nlockd_held_locks{group=\"1\"} 3\n\
+                    lockd_held_locks{group=\"2\"} 4\nlockd_held_locks_x 9\nlockd_held_locks 1\n";
+        assert_eq!(sum_metric(text, "lockd_held_locks"), 8.0);
     }
 
     #[test]

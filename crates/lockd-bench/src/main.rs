@@ -5,7 +5,8 @@
 //! packages, starts each system on loopback in a temp dir (lockd: 3 `lockd serve` processes of
 //! the release binary), runs the same workloads against it (see `workload`), stops it by pid,
 //! and prints one table with ratios to etcd and Redis-AOF; then lockd's hot lock and failover
-//! (see `scenarios`). `lockd-bench smoke` is the seconds-long CI check against lockd alone.
+//! (see `scenarios`). `lockd-bench scale` holds 1M locks on a running cluster (see `scale`);
+//! `lockd-bench smoke` is the seconds-long CI check against lockd alone.
 
 mod etcd;
 mod http;
@@ -13,6 +14,7 @@ mod lockd;
 mod procs;
 mod redis_target;
 mod report;
+mod scale;
 mod scenarios;
 mod target;
 mod workload;
@@ -121,6 +123,33 @@ enum Cmd {
         #[command(flatten)]
         lockd: LockdArgs,
     },
+    /// Many held locks (issue 7): cycle throughput with ~1k held and with `--held` held, RSS per
+    /// replica and bytes per lock, load rate, and a follower's restart time.
+    Scale {
+        /// Locks to acquire and keep held.
+        #[arg(long, default_value_t = 1_000_000)]
+        held: u64,
+        /// Sessions the locks are spread over (opened first, kept alive every 20 s throughout).
+        #[arg(long, default_value_t = 20_000)]
+        sessions: usize,
+        /// Closed-loop clients of the cycle measurement (C=1 is measured too).
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Locks held during the baseline measurement.
+        #[arg(long, default_value_t = 1_000)]
+        baseline_held: u64,
+        /// Acquires in flight while loading.
+        #[arg(long, default_value_t = 512)]
+        load_inflight: usize,
+        /// Give up loading after this many seconds (and report the count reached).
+        #[arg(long, default_value_t = 1200)]
+        load_timeout_s: u64,
+        /// Length of each cycle measurement, seconds.
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        #[command(flatten)]
+        lockd: LockdArgs,
+    },
     /// A few seconds against lockd only (no etcd/Redis): asserts that every operation succeeds,
     /// never a timing. For CI.
     Smoke {
@@ -207,6 +236,45 @@ async fn run(cli: Cli) -> Result<()> {
             let r =
                 scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs)).await?;
             println!("lockd ({} groups): {}", lockd.groups, r.line());
+            Ok(())
+        }
+        Cmd::Scale {
+            held,
+            sessions,
+            concurrency,
+            baseline_held,
+            load_inflight,
+            load_timeout_s,
+            secs,
+            lockd,
+        } => {
+            let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
+            let started = std::time::Instant::now();
+            let mut cluster =
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
+            let args = scale::ScaleArgs {
+                held,
+                baseline_held,
+                sessions,
+                concurrency,
+                load_inflight,
+                load_timeout: Duration::from_secs(load_timeout_s),
+                cycle_secs: secs,
+            };
+            let r = scale::run(&mut cluster, &args).await?;
+            println!(
+                "lockd-bench scale --held {held} --sessions {sessions} --concurrency {concurrency} ({} s)",
+                started.elapsed().as_secs()
+            );
+            println!(
+                "machine: {} cores; lockd {} ({} groups, 3 nodes, fsync on, snapshot every {} entries)",
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
+                bin.display(),
+                lockd.groups,
+                scale::SNAPSHOT_EVERY,
+            );
+            println!("cycle rows: closed-loop acquire+release on fresh names, spread over the nodes; latency = acquires'\n");
+            print!("{}", r.render(held));
             Ok(())
         }
         Cmd::Smoke { nodes, lockd } => smoke(nodes, &lockd).await,

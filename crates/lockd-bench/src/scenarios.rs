@@ -535,6 +535,132 @@ fn write_bytes(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// One gRPC client per node, in node order.
+pub async fn connect_all(cluster: &Cluster) -> Result<Vec<LockClient<Channel>>> {
+    let mut clients = Vec::new();
+    for a in cluster.grpc_addrs() {
+        clients.push(grpc_connect(a).await?);
+    }
+    Ok(clients)
+}
+
+/// Opens `n` sessions of `ttl`, session `i` through node `i % nodes` (`clients` holds one client
+/// per node), 64 requests in flight. Returns `(node index, session id)` in session order.
+pub async fn open_sessions(
+    clients: &[LockClient<Channel>],
+    n: usize,
+    ttl: Duration,
+) -> Result<Vec<(usize, String)>> {
+    let mut sessions: Vec<(usize, (usize, String))> = Vec::with_capacity(n);
+    let mut set = JoinSet::new();
+    for i in 0..n {
+        if set.len() >= 64 {
+            if let Some(r) = set.join_next().await {
+                sessions.push(r??);
+            }
+        }
+        let node = i % clients.len();
+        let mut c = clients[node].clone();
+        set.spawn(async move {
+            let id = grpc_session(&mut c, &format!("s{i}"), ttl).await?;
+            Ok::<_, anyhow::Error>((i, (node, id)))
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        sessions.push(r??);
+    }
+    sessions.sort_by_key(|(i, _)| *i);
+    Ok(sessions.into_iter().map(|(_, s)| s).collect())
+}
+
+/// Keepalives for many sessions: each session once per `period`, spread evenly over it, sent
+/// through the node it was opened on, by `lanes` concurrent senders. Runs until `stop` or its
+/// deadline.
+pub struct Keepalives {
+    pub sent: Arc<AtomicU64>,
+    pub errors: Arc<AtomicU64>,
+    /// Keepalives answered NotFound: the session had expired (its locks are gone).
+    pub expired: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    senders: JoinSet<()>,
+}
+
+impl Keepalives {
+    pub fn spawn(
+        clients: &[LockClient<Channel>],
+        sessions: Arc<Vec<(usize, String)>>,
+        period: Duration,
+        lanes: usize,
+        deadline: Instant,
+    ) -> Keepalives {
+        let sent = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(AtomicU64::new(0));
+        let expired = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut senders = JoinSet::new();
+        for lane in 0..lanes {
+            let (sessions, clients, sent, errors, expired, stop) = (
+                sessions.clone(),
+                clients.to_vec(),
+                sent.clone(),
+                errors.clone(),
+                expired.clone(),
+                stop.clone(),
+            );
+            senders.spawn(async move {
+                let mine: Vec<usize> = (lane..sessions.len()).step_by(lanes).collect();
+                let gap = period / mine.len().max(1) as u32;
+                let mut next = Instant::now();
+                // Bounded by the deadline; the round count only guards against a zero period.
+                let rounds = 1 + deadline.saturating_duration_since(next).as_millis() as u64
+                    / period.as_millis().max(1) as u64;
+                'outer: for _ in 0..rounds {
+                    for &k in &mine {
+                        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                            break 'outer;
+                        }
+                        sleep_until(next).await;
+                        next += gap;
+                        let (node, id) = &sessions[k];
+                        let mut c = clients[*node].clone();
+                        let r = timeout(
+                            Duration::from_secs(5),
+                            c.keep_alive(pb::KeepAliveRequest {
+                                session_id: id.clone(),
+                            }),
+                        )
+                        .await;
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        match r {
+                            Ok(Ok(_)) => {}
+                            Ok(Err(s)) if s.code() == tonic::Code::NotFound => {
+                                expired.fetch_add(1, Ordering::Relaxed);
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        Keepalives {
+            sent,
+            errors,
+            expired,
+            stop,
+            senders,
+        }
+    }
+
+    /// Stops every sender now.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.senders.abort_all();
+    }
+}
+
 /// Opens `n` sessions (TTL `ttl`, spread over the nodes), then sends each a keepalive every
 /// TTL/3 for `window`, and compares every node's CPU and disk writes with an idle window of the
 /// same length taken before the sessions existed. Keepalives must cost CPU on the group leaders
@@ -563,77 +689,20 @@ pub async fn session_load(
     sleep(window).await;
     let idle = pct(&c0, &cpu(&pids), window.as_secs_f64());
 
-    // Open the sessions, 64 at a time, spread over the nodes.
-    let addrs = cluster.grpc_addrs();
-    let mut clients = Vec::new();
-    for a in &addrs {
-        clients.push(grpc_connect(*a).await?);
-    }
+    // Open the sessions, spread over the nodes, then keep each alive every TTL/3.
+    let clients = connect_all(cluster).await?;
     let started = Instant::now();
-    let mut sessions: Vec<(usize, String)> = Vec::with_capacity(n);
-    let mut set = JoinSet::new();
-    for i in 0..n {
-        if set.len() >= 64 {
-            if let Some(r) = set.join_next().await {
-                sessions.push(r??);
-            }
-        }
-        let node = i % addrs.len();
-        let mut c = clients[node].clone();
-        set.spawn(async move {
-            Ok::<_, anyhow::Error>((node, grpc_session(&mut c, &format!("s{i}"), ttl).await?))
-        });
-    }
-    while let Some(r) = set.join_next().await {
-        sessions.push(r??);
-    }
+    let sessions = Arc::new(open_sessions(&clients, n, ttl).await?);
     let open_secs = started.elapsed().as_secs_f64();
-
-    // Keep them alive: each session every TTL/3, spread evenly over the period.
     let period = ttl / 3;
-    let sent = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let sessions = Arc::new(sessions);
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut senders = JoinSet::new();
-    let lanes = 32usize;
-    for lane in 0..lanes {
-        let (sessions, clients, sent, errors, stop) = (
-            sessions.clone(),
-            clients.clone(),
-            sent.clone(),
-            errors.clone(),
-            stop.clone(),
-        );
-        senders.spawn(async move {
-            let mine: Vec<usize> = (lane..sessions.len()).step_by(lanes).collect();
-            let gap = period / mine.len().max(1) as u32;
-            let mut next = Instant::now();
-            'outer: loop {
-                for &k in &mine {
-                    if stop.load(Ordering::Relaxed) {
-                        break 'outer;
-                    }
-                    sleep_until(next).await;
-                    next += gap;
-                    let (node, id) = &sessions[k];
-                    let mut c = clients[*node].clone();
-                    let ok = timeout(
-                        Duration::from_secs(5),
-                        c.keep_alive(pb::KeepAliveRequest {
-                            session_id: id.clone(),
-                        }),
-                    )
-                    .await
-                    .is_ok_and(|r| r.is_ok());
-                    sent.fetch_add(1, Ordering::Relaxed);
-                    if !ok {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        });
-    }
+    let keep = Keepalives::spawn(
+        &clients,
+        sessions.clone(),
+        period,
+        32,
+        Instant::now() + period + window + Duration::from_secs(60),
+    );
+    let (sent, errors) = (keep.sent.clone(), keep.errors.clone());
     // One period to reach a steady rate, then measure.
     sleep(period).await;
     let (c1, w1, k1, b1) = (
@@ -649,8 +718,7 @@ pub async fn session_load(
         sent.load(Ordering::Relaxed),
         cpu_secs(None),
     );
-    stop.store(true, Ordering::Relaxed);
-    senders.abort_all();
+    keep.stop();
     let secs = window.as_secs_f64();
     let busy = pct(&c1, &c2, secs);
     let leaders = cluster.leaders().await.unwrap_or_default();
