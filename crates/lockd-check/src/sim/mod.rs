@@ -219,6 +219,8 @@ struct World {
     pending_pause: Mutex<BTreeMap<u64, Duration>>,
     /// With `SIM_TRACE=path`, every digested event as text (to find where two runs diverge).
     trace: Mutex<Option<Vec<String>>>,
+    /// Every session a client opened, with its local deadline (checked when it expires: C1).
+    sessions: Mutex<BTreeMap<SessionId, Arc<Session>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -343,6 +345,19 @@ impl World {
         };
         let time_ms = cmd.now_ms;
         if let Ok(Reply::SessionsExpired { expired }) = &applied.reply {
+            // C1 directly: a session must not expire while its client's own deadline, set by
+            // the keepalives a leader acknowledged, still runs.
+            for s in expired {
+                let deadline = lock(&self.sessions).get(s).map(|c| *lock(&c.deadline));
+                if let Some(d) = deadline.filter(|d| *d > Instant::now()) {
+                    self.violation(format!(
+                        "C1: session {s} expired at {:.3}s while its client's deadline ran to \
+                         {:.3}s",
+                        self.now_ns() as f64 / 1e9,
+                        self.ns(d) as f64 / 1e9
+                    ));
+                }
+            }
             for s in expired {
                 recs.push(Record::SvcSessionExpired {
                     seq: seq(),
@@ -695,6 +710,7 @@ async fn client(w: Arc<World>, idx: u64) {
             gone: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
         });
+        lock(&w.sessions).insert(sid, s.clone());
         tokio::spawn(keepalive_loop(w.clone(), idx, s.clone(), home));
         session_ops(&w, idx, &s, &mut pid, &mut home, sabotage).await;
         s.abandoned.store(true, Ordering::Relaxed);
@@ -894,7 +910,14 @@ async fn nemesis(w: Arc<World>) {
                     .flat_map(|o| [(o, target), (target, o)])
                     .collect();
                 w.net.block(&pairs);
-                let dur = w.rand_ms(1_000, 3 * TTL.as_millis() as u64);
+                // Half of them outlast a session's TTL plus an election, so the majority side
+                // expires sessions whose clients still talk to the isolated (deposed) leader.
+                let ttl_ms = TTL.as_millis() as u64;
+                let dur = if w.chance(0.5) {
+                    w.rand_ms(ttl_ms + 2_000, 3 * ttl_ms)
+                } else {
+                    w.rand_ms(1_000, 3 * ttl_ms)
+                };
                 w.fault("partition_leader", format!("node {target} for {dur:?}"));
                 let w2 = w.clone();
                 tokio::spawn(async move {
@@ -1041,6 +1064,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         client_pause: Mutex::new(BTreeMap::new()),
         pending_pause: Mutex::new(BTreeMap::new()),
         trace: Mutex::new(std::env::var_os("SIM_TRACE").map(|_| Vec::new())),
+        sessions: Mutex::new(BTreeMap::new()),
         cfg,
     });
     w.push(Record::Meta {
