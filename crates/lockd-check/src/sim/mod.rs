@@ -2,7 +2,7 @@
 //!
 //! Per seed, one current-thread tokio runtime with paused (virtual) time runs 3 or 5 real
 //! `lockd_raft::Node`s (openraft + lockd-core) of one lock group (plus the meta group), wired
-//! through lockd-raft's seams: a simulated network ([`net`]), in-memory storage with a modelled
+//! through lockd-raft's seams: a simulated network (`net`), in-memory storage with a modelled
 //! fsync (`lockd_raft::MemStorage`), a per-node clock rate and a seeded openraft RNG. Only the
 //! network, the disk and the clock are simulated.
 //!
