@@ -11,6 +11,9 @@ use clap::{Args, Parser, Subcommand};
 use lockd_raft::NodeConfig;
 use lockd_server::config::FileConfig;
 use lockd_server::ServerConfig;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tokio::net::TcpListener;
 
 #[derive(Parser)]
