@@ -9,14 +9,14 @@
 //! back with one more element (its own, unique). Fenced runs use a fenced read (raising the key's
 //! fence to the worker's token) and a fenced write; unfenced runs use neither.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 
 use crate::history::{Call, MonotonicClock, Outcome, Record, Recorder};
-use crate::store::{Fencing, Store, WriteOutcome};
+use crate::store::{decode_set, encode_set, Fencing, Store};
 
 /// A lease lock with no keepalive: a grant lasts `ttl` from the moment it is made; an expired
 /// holder is reaped lazily by the next acquire or release. It records the service's view
@@ -185,14 +185,6 @@ impl LocksetConfig {
     }
 }
 
-fn encode(set: &BTreeSet<u64>) -> String {
-    serde_json::to_string(set).expect("a set of integers serializes")
-}
-
-fn decode(s: &str) -> anyhow::Result<BTreeSet<u64>> {
-    serde_json::from_str(s).with_context(|| format!("store value {s:?} is not a set"))
-}
-
 /// Runs the lock-set workload under the toy lock and returns the recorder holding the whole
 /// history (clients, toy service, store log, final set).
 pub async fn run_lockset(cfg: &LocksetConfig) -> anyhow::Result<Recorder> {
@@ -238,7 +230,7 @@ pub async fn run_lockset(cfg: &LocksetConfig) -> anyhow::Result<Recorder> {
     for t in tasks {
         t.await.context("worker panicked")??;
     }
-    let final_set = decode(&admin.read(&key).await?)?;
+    let final_set = decode_set(&admin.read(&key).await?)?;
     rec.push(Record::LocksetFinal {
         key: key.clone(),
         fenced,
@@ -332,9 +324,9 @@ async fn worker(
         }
 
         if let Some(v) = read {
-            let mut set = decode(&v)?;
+            let mut set = decode_set(&v)?;
             set.insert(element);
-            let value = encode(&set);
+            let value = encode_set(&set);
             let h = rec.invoke(
                 process,
                 Call::Write {
@@ -346,13 +338,7 @@ async fn worker(
                 },
             );
             let out = store.write(key, token, &value, cfg.fencing).await?;
-            rec.complete(
-                h,
-                match out {
-                    WriteOutcome::Accepted => Outcome::Accepted,
-                    WriteOutcome::RejectedStale => Outcome::RejectedStale,
-                },
-            );
+            rec.complete(h, out.into());
         }
 
         // The deadline is checked only now: a paused process cannot check it mid-pause, which is

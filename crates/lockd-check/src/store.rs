@@ -15,7 +15,7 @@
 use anyhow::{bail, Context};
 use tokio_postgres::{Client, NoTls};
 
-use crate::history::{Record, StoreOp};
+use crate::history::{Outcome, Record, StoreOp};
 
 /// Environment variable holding the PostgreSQL connection string for tests and the demo.
 pub const PG_ENV: &str = "LOCKD_CHECK_PG";
@@ -274,4 +274,23 @@ impl Drop for Store {
     fn drop(&mut self) {
         self.conn_task.abort();
     }
+}
+
+impl From<WriteOutcome> for Outcome {
+    fn from(w: WriteOutcome) -> Outcome {
+        match w {
+            WriteOutcome::Accepted => Outcome::Accepted,
+            WriteOutcome::RejectedStale => Outcome::RejectedStale,
+        }
+    }
+}
+
+/// The lock-set workload's value: a JSON array of integers.
+pub fn encode_set(set: &std::collections::BTreeSet<u64>) -> String {
+    serde_json::to_string(set).expect("a set of integers serializes")
+}
+
+/// Reads a lock-set value back.
+pub fn decode_set(s: &str) -> anyhow::Result<std::collections::BTreeSet<u64>> {
+    serde_json::from_str(s).with_context(|| format!("store value {s:?} is not a set"))
 }

@@ -12,17 +12,22 @@ fn cfg(seed: u64, sabotage: Option<Sabotage>) -> SimConfig {
     c
 }
 
+/// Runs a clean seed and fails the test with its findings if it shows a violation.
+fn assert_clean(seed: u64) {
+    let o = run_seed(&cfg(seed, None)).expect("seed runs");
+    assert!(
+        !o.failed(),
+        "seed {seed} failed: {:?} {:?}",
+        o.violations,
+        o.report.details
+    );
+    assert!(o.ops > 0, "seed {seed} recorded no client operation");
+}
+
 #[test]
 fn clean_seeds_pass() {
     for seed in 1..=3 {
-        let o = run_seed(&cfg(seed, None)).expect("seed runs");
-        assert!(
-            !o.failed(),
-            "seed {seed} failed: {:?} {:?}",
-            o.violations,
-            o.report.details
-        );
-        assert!(o.ops > 0, "seed {seed} recorded no client operation");
+        assert_clean(seed);
     }
 }
 
@@ -66,12 +71,6 @@ fn store_fence_sabotage_is_caught() {
 #[test]
 fn seeds_that_found_bugs_stay_clean() {
     for seed in [1552, 1886] {
-        let o = run_seed(&cfg(seed, None)).expect("seed runs");
-        assert!(
-            !o.failed(),
-            "seed {seed} failed: {:?} {:?}",
-            o.violations,
-            o.report.details
-        );
+        assert_clean(seed);
     }
 }

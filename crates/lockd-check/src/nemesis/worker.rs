@@ -13,15 +13,13 @@
 //! outcome the worker cannot know (a timeout) ends its process id; it goes on under a new one
 //! with a new session, as the history format requires.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use lockd_client::{Client, ClientOptions, Error as ClientError, LockGuard};
 
 use crate::history::{Call, MonotonicClock, Outcome, Record, Recorder};
-use crate::store::{Fencing, Store, WriteOutcome};
+use crate::store::{decode_set, encode_set, Fencing, Store};
 
 /// What one worker does.
 #[derive(Clone, Debug)]
@@ -86,14 +84,6 @@ fn client_options(cfg: &WorkerConfig, epoch: u64) -> ClientOptions {
 /// Stops this process (like a GC pause) until someone sends SIGCONT.
 fn stop_self() {
     let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
-}
-
-fn encode(set: &BTreeSet<u64>) -> String {
-    serde_json::to_string(set).expect("a set of integers serializes")
-}
-
-fn decode(s: &str) -> anyhow::Result<BTreeSet<u64>> {
-    serde_json::from_str(s).with_context(|| format!("store value {s:?} is not a set"))
 }
 
 /// Runs one worker until `run_for` has passed; its history goes to `cfg.history`.
@@ -318,7 +308,7 @@ impl Worker {
                 .store
                 .write(&key, g.token(), &value, self.fenced())
                 .await?;
-            self.rec.complete(h, write_outcome(out));
+            self.rec.complete(h, out.into());
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
         self.release(g).await;
@@ -355,11 +345,11 @@ impl Worker {
             stop_self();
         }
         if let Some(v) = read {
-            let mut set = decode(&v)?;
+            let mut set = decode_set(&v)?;
             self.next_element += 1;
             let element = self.cfg.id * 1_000_000 + self.next_element;
             set.insert(element);
-            let value = encode(&set);
+            let value = encode_set(&set);
             let h = self.rec.invoke(
                 self.process(),
                 Call::Write {
@@ -376,18 +366,11 @@ impl Worker {
                 Fencing::Unfenced
             };
             let out = self.store.write(key, token, &value, fencing).await?;
-            self.rec.complete(h, write_outcome(out));
+            self.rec.complete(h, out.into());
         }
         if self.still_held(&g) {
             self.release(g).await;
         }
         Ok(())
-    }
-}
-
-fn write_outcome(out: WriteOutcome) -> Outcome {
-    match out {
-        WriteOutcome::Accepted => Outcome::Accepted,
-        WriteOutcome::RejectedStale => Outcome::RejectedStale,
     }
 }
