@@ -20,6 +20,7 @@ fn main() {
         .method(method("propose", "Propose"))
         .method(method("keepalive", "Keepalive"))
         .method(method("read_index", "ReadIndex"))
+        .method(method("batch", "Batch"))
         .build();
     tonic_build::manual::Builder::new().compile(&[service]);
 }

@@ -77,7 +77,7 @@ impl Node {
             propose_timeout: Duration::from_secs(5).max(4 * election_max),
             skip_leader_lease_check: cfg.skip_leader_lease_check,
         };
-        let pool = Peers(transport);
+        let pool = Peers::new(transport);
         let clock = NodeClock::new(cfg.clock_rate);
         let mut groups = BTreeMap::new();
         for id in 0..=cfg.lock_groups {

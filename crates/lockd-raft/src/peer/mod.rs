@@ -10,6 +10,7 @@
 //! `(method, group, payload)` to the node exactly as the tonic service does, so a simulated
 //! network can route calls between in-process nodes without sockets.
 
+mod batch;
 pub(crate) mod pb;
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +47,9 @@ pub enum Method {
     Keepalive,
     /// A read-index request forwarded to the leader.
     ReadIndex,
+    /// Several forwarded calls (propose, keepalive, read index) for one leader node in one
+    /// request; see `batch.rs`.
+    Batch,
 }
 
 /// How a node sends peer calls: one request with a postcard payload for one group on `target`,
@@ -69,11 +73,22 @@ pub trait PeerTransport: Send + Sync + 'static {
     }
 }
 
-/// The node's handle on its transport, with the typed forwarding helper.
+/// The node's handle on its transport, with the typed forwarding helper (forwarded calls go
+/// through the batcher).
 #[derive(Clone)]
-pub(crate) struct Peers(pub(crate) Arc<dyn PeerTransport>);
+pub(crate) struct Peers {
+    transport: Arc<dyn PeerTransport>,
+    batcher: Arc<batch::Batcher>,
+}
 
 impl Peers {
+    pub(crate) fn new(transport: Arc<dyn PeerTransport>) -> Peers {
+        Peers {
+            batcher: batch::Batcher::new(transport.clone()),
+            transport,
+        }
+    }
+
     pub(crate) async fn call(
         &self,
         target: NodeId,
@@ -82,15 +97,18 @@ impl Peers {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, tonic::Status> {
-        self.0.call(target, method, group, payload, timeout).await
+        self.transport
+            .call(target, method, group, payload, timeout)
+            .await
     }
 
     pub(crate) fn learn_addr(&self, id: NodeId, addr: &str) {
-        self.0.learn_addr(id, addr)
+        self.transport.learn_addr(id, addr)
     }
 
-    /// A forwarded call: typed request, typed `Result<_, GroupError>` reply. A transport
-    /// failure is reported as `Err(status)`; the caller decides what it means.
+    /// A forwarded call: typed request, typed `Result<_, GroupError>` reply, sent in a batch
+    /// with the other calls queued for `target`. A transport failure is reported as
+    /// `Err(status)`; the caller decides what it means.
     pub(crate) async fn forward<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         target: NodeId,
@@ -101,7 +119,14 @@ impl Peers {
     ) -> Result<Result<Resp, GroupError>, tonic::Status> {
         let payload =
             postcard::to_allocvec(req).map_err(|e| tonic::Status::internal(e.to_string()))?;
-        let reply = self.call(target, method, group, payload, timeout).await?;
+        let reply = match batch::Forwarded::of(method) {
+            Some(f) => {
+                self.batcher
+                    .call(target, f, group, payload, timeout)
+                    .await?
+            }
+            None => self.call(target, method, group, payload, timeout).await?,
+        };
         postcard::from_bytes(&reply)
             .map_err(|e| tonic::Status::internal(format!("bad reply from node {target}: {e}")))
     }
@@ -182,6 +207,7 @@ impl PeerPool {
             Method::Propose => client.propose(req).await,
             Method::Keepalive => client.keepalive(req).await,
             Method::ReadIndex => client.read_index(req).await,
+            Method::Batch => client.batch(req).await,
         };
         Ok(res?.into_inner().payload)
     }
@@ -237,6 +263,30 @@ pub(crate) async fn dispatch(
     if node.is_shutting_down() {
         return Err(tonic::Status::unavailable("node is shutting down"));
     }
+    if method != Method::Batch {
+        return dispatch_one(node, method, group_id, payload).await;
+    }
+    // Every member is served as a lone call would be, concurrently; answers keep their order.
+    let calls: Vec<batch::Call> = decode(payload)?;
+    let answers: Vec<batch::Answer> = futures_util::future::join_all(
+        calls
+            .iter()
+            .map(|c| dispatch_one(node, c.method.method(), c.group, &c.payload)),
+    )
+    .await
+    .into_iter()
+    .map(batch::Answer::from)
+    .collect();
+    reply(&answers)
+}
+
+/// Serves one call that is not a batch.
+async fn dispatch_one(
+    node: &Node,
+    method: Method,
+    group_id: GroupId,
+    payload: &[u8],
+) -> Result<Vec<u8>, tonic::Status> {
     let group = node
         .group(group_id)
         .ok_or_else(|| tonic::Status::not_found(format!("group {group_id} is not hosted here")))?;
@@ -262,6 +312,9 @@ pub(crate) async fn dispatch(
             reply(&group.keepalive_on_leader(session))
         }
         Method::ReadIndex => reply(&group.read_index_on_leader().await),
+        Method::Batch => Err(tonic::Status::invalid_argument(
+            "a batch may not contain a batch",
+        )),
     }
 }
 
@@ -322,5 +375,12 @@ impl pb::peer_server::Peer for PeerService {
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
         self.serve(req, Method::ReadIndex).await
+    }
+
+    async fn batch(
+        &self,
+        req: tonic::Request<PeerRequest>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.serve(req, Method::Batch).await
     }
 }
