@@ -467,6 +467,13 @@ impl LockTable {
         sessions: &[SessionId],
         effects: &mut Vec<Effect>,
     ) -> Result<Reply, Rejection> {
+        // Every expiring session's waits go first: a hold freed by one of them must not be
+        // granted to another that ends in this same command (it would be granted and freed at
+        // once, and the waiting client told it holds a lock whose session is gone).
+        let mut touched = BTreeSet::new();
+        for &session in sessions {
+            touched.append(&mut self.cancel_waits(session, effects).1);
+        }
         let mut expired = Vec::new();
         for &session in sessions {
             // The leader's list may name a session closed meanwhile, or one twice: skip those.
@@ -475,23 +482,24 @@ impl LockTable {
                 expired.push(session);
             }
         }
+        for name in &touched {
+            self.grant_waiters(now, name, effects);
+        }
         Ok(Reply::SessionsExpired { expired })
     }
 
-    /// Removes a session: cancels its waits first (so nothing is granted to it), frees its
-    /// holds (with lock-delay if it failed), then grants each touched name to its next waiters.
-    fn end_session(
+    /// Cancels every wait of `session` (if it exists); returns how many, and the names touched.
+    fn cancel_waits(
         &mut self,
-        now: u64,
         session: SessionId,
-        reason: SessionEndReason,
         effects: &mut Vec<Effect>,
-    ) -> (u32, u32) {
-        let Some(sess) = self.sessions.remove(&session) else {
-            return (0, 0);
-        };
+    ) -> (u32, BTreeSet<Arc<str>>) {
         let mut touched: BTreeSet<Arc<str>> = BTreeSet::new();
-        for (name, waiter) in &sess.waits {
+        let Some(sess) = self.sessions.get_mut(&session) else {
+            return (0, touched);
+        };
+        let waits = std::mem::take(&mut sess.waits);
+        for (name, waiter) in &waits {
             let lock = self
                 .locks
                 .get_mut(name)
@@ -515,6 +523,22 @@ impl LockTable {
             });
             touched.insert(name.clone());
         }
+        (waits.len() as u32, touched)
+    }
+
+    /// Removes a session: cancels its waits first (so nothing is granted to it), frees its
+    /// holds (with lock-delay if it failed), then grants each touched name to its next waiters.
+    fn end_session(
+        &mut self,
+        now: u64,
+        session: SessionId,
+        reason: SessionEndReason,
+        effects: &mut Vec<Effect>,
+    ) -> (u32, u32) {
+        let (cancelled, mut touched) = self.cancel_waits(session, effects);
+        let Some(sess) = self.sessions.remove(&session) else {
+            return (0, 0);
+        };
         for (name, token) in &sess.held {
             let delay_ms = match reason {
                 SessionEndReason::Expired => self.namespace_for(name).lock_delay_ms,
@@ -547,7 +571,7 @@ impl LockTable {
             reason,
             released,
         });
-        (released, sess.waits.len() as u32)
+        (released, cancelled)
     }
 
     #[allow(clippy::too_many_arguments)]

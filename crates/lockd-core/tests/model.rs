@@ -77,7 +77,10 @@ impl Model {
     }
 
     fn grant_waiters(&mut self, name: &str, now: u64, fx: &mut Vec<Effect>) {
-        let l = self.locks.get_mut(name).unwrap();
+        // A lock left with no holders, waiters or delay is gone.
+        let Some(l) = self.locks.get_mut(name) else {
+            return;
+        };
         if l.delay_until == 0 {
             while !l.waiters.is_empty() {
                 let w = l.waiters[0].clone();
@@ -118,13 +121,11 @@ impl Model {
         }
     }
 
-    fn end_session(&mut self, s: u64, expired: bool, now: u64, fx: &mut Vec<Effect>) -> (u32, u32) {
-        let ttl = self.sessions.remove(&s).unwrap();
-        let _ = ttl;
+    /// Ends every wait of session `s`, by name then waiter id; returns how many and the names.
+    fn cancel_waits(&mut self, s: u64, fx: &mut Vec<Effect>) -> (u32, Vec<String>) {
         let names: Vec<String> = self.locks.keys().cloned().collect();
         let mut touched = Vec::new();
         let mut waits = 0;
-        // Waits first, by name then waiter id; then holds, by name then token.
         for n in &names {
             let l = self.locks.get_mut(n).unwrap();
             let mut i = 0;
@@ -144,6 +145,14 @@ impl Model {
                 }
             }
         }
+        (waits, touched)
+    }
+
+    fn end_session(&mut self, s: u64, expired: bool, now: u64, fx: &mut Vec<Effect>) -> (u32, u32) {
+        // Waits first; then holds, by name then token.
+        let (waits, mut touched) = self.cancel_waits(s, fx);
+        self.sessions.remove(&s).unwrap();
+        let names: Vec<String> = self.locks.keys().cloned().collect();
         let mut released = 0;
         for n in &names {
             let delay = Self::limits(n).2;
@@ -220,12 +229,25 @@ impl Model {
                 })
             }
             Op::ExpireSessions { sessions } => {
+                // The waits of every listed session end before any of them frees a hold, so
+                // nothing freed here is granted to a session ending in the same command.
+                let mut touched = Vec::new();
+                for s in sessions {
+                    if self.sessions.contains_key(&s.0) {
+                        touched.extend(self.cancel_waits(s.0, fx).1);
+                    }
+                }
                 let mut expired = Vec::new();
                 for s in sessions {
                     if self.sessions.contains_key(&s.0) {
                         self.end_session(s.0, true, now, fx);
                         expired.push(*s);
                     }
+                }
+                touched.sort();
+                touched.dedup();
+                for n in touched {
+                    self.grant_waiters(&n, now, fx);
                 }
                 Ok(Reply::SessionsExpired { expired })
             }

@@ -753,6 +753,45 @@ fn waiters_of_dead_sessions_are_skipped() {
     assert_eq!(h.release(a, "n", ta).1, vec![granted(2, c, "n", 2)]);
 }
 
+/// Found by `lockd-check sim --seed 9492`: expiring [holder, first waiter] in one command freed
+/// the hold, granted it to the waiter's session (also expiring), then freed it again. The
+/// waiting client was told it held the lock, and the audit log showed a grant never released.
+#[test]
+fn a_hold_freed_by_an_expiry_skips_waiters_expiring_in_the_same_command() {
+    let mut h = H::new();
+    let (a, b, c) = (h.open(1), h.open(2), h.open(3));
+    h.token(a, "n", X);
+    h.acq(b, "n", X, 9_000);
+    h.acq(c, "n", X, 9_000);
+    let (reply, effects) = h.ok(Op::ExpireSessions {
+        sessions: vec![a, b],
+    });
+    assert_eq!(
+        reply,
+        Reply::SessionsExpired {
+            expired: vec![a, b]
+        }
+    );
+    assert_eq!(
+        effects,
+        vec![
+            wait_ended(1, b, "n", WaitEndReason::SessionEnded),
+            granted(2, c, "n", 2),
+            Effect::SessionEnded {
+                session: a,
+                reason: SessionEndReason::Expired,
+                released: 1
+            },
+            Effect::SessionEnded {
+                session: b,
+                reason: SessionEndReason::Expired,
+                released: 0
+            },
+        ]
+    );
+    h.t.check_invariants().unwrap();
+}
+
 #[test]
 fn bad_input_is_rejected_without_changing_state() {
     let mut h = H::new();
