@@ -139,7 +139,7 @@ impl Group {
         let give_up = Instant::now() + self.timing.retry_budget;
         loop {
             self.check_running()?;
-            let status = self.raft.status();
+            let status = self.raft.role();
             let res = match status.leader {
                 _ if status.is_leader => self.propose_on_leader(op.clone()).await,
                 Some(leader) => self.forward_propose(leader, &op).await,
@@ -180,7 +180,7 @@ impl Group {
     /// Serves a proposal on this node only if it leads with active leader duties.
     pub(crate) async fn propose_on_leader(&self, op: Op) -> ProposeResult {
         self.check_running()?;
-        let status = self.raft.status();
+        let status = self.raft.role();
         if !status.is_leader {
             return Err(self.no_leader());
         }
@@ -211,7 +211,7 @@ impl Group {
         let give_up = Instant::now() + self.timing.retry_budget;
         loop {
             self.check_running()?;
-            let status = self.raft.status();
+            let status = self.raft.role();
             let res = match status.leader {
                 _ if status.is_leader => self.keepalive_on_leader(session),
                 Some(leader) => {
@@ -241,7 +241,7 @@ impl Group {
     /// must not promise time it does not own.
     pub(crate) fn keepalive_on_leader(&self, session: SessionId) -> Result<u64, GroupError> {
         self.check_running()?;
-        let status = self.raft.status();
+        let status = self.raft.role();
         let lease_ok = self.timing.skip_leader_lease_check || self.raft.lease_valid();
         if !status.is_leader || !lease_ok {
             return Err(self.no_leader());
@@ -280,7 +280,7 @@ impl Group {
         let give_up = Instant::now() + self.timing.retry_budget;
         loop {
             self.check_running()?;
-            let status = self.raft.status();
+            let status = self.raft.role();
             let res = match status.leader {
                 _ if status.is_leader => self.read_index_on_leader().await,
                 Some(leader) => {
@@ -328,7 +328,7 @@ impl Group {
     }
 
     pub fn is_leader(&self) -> bool {
-        self.raft.status().is_leader
+        self.raft.role().is_leader
     }
 
     pub fn status(&self) -> GroupStatus {
@@ -336,12 +336,12 @@ impl Group {
         let (applied_index, _) = self.replica.applied();
         GroupStatus {
             id: self.id,
-            leader: s.leader,
-            term: s.term,
+            leader: s.role.leader,
+            term: s.role.term,
             members: s.voters,
             applied_index,
             revision: self.replica.read(|t| t.revision()),
-            is_leader: s.is_leader,
+            is_leader: s.role.is_leader,
             tracked_sessions: self.replica.with_leadership(|l| l.tracked()),
             snapshots_installed: self.replica.installs(),
         }

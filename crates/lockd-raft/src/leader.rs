@@ -147,7 +147,7 @@ pub(crate) async fn run(group: Arc<Group>, mut stop: watch::Receiver<bool>) {
 async fn step(group: &Group) -> Option<Instant> {
     let replica = group.replica();
     let clock = *replica.clock();
-    let status = group.raft().status();
+    let status = group.raft().role();
     if !status.is_leader {
         if replica.active_term().is_some() {
             replica.deactivate();

@@ -267,17 +267,42 @@ pub(crate) async fn dispatch(
         return dispatch_one(node, method, group_id, payload).await;
     }
     // Every member is served as a lone call would be, concurrently; answers keep their order.
+    // Keepalives are answered from memory, so they need no future at all.
     let calls: Vec<batch::Call> = decode(payload)?;
-    let answers: Vec<batch::Answer> = futures_util::future::join_all(
-        calls
-            .iter()
-            .map(|c| dispatch_one(node, c.method.method(), c.group, &c.payload)),
-    )
-    .await
-    .into_iter()
-    .map(batch::Answer::from)
-    .collect();
+    let mut answers = Vec::with_capacity(calls.len());
+    let mut waiting = Vec::new();
+    for (i, c) in calls.iter().enumerate() {
+        if c.method == batch::Forwarded::Keepalive {
+            answers.push(Some(keepalive(node, c.group, &c.payload).into()));
+        } else {
+            answers.push(None);
+            waiting.push((
+                i,
+                dispatch_one(node, c.method.method(), c.group, &c.payload),
+            ));
+        }
+    }
+    let (slots, calls): (Vec<usize>, Vec<_>) = waiting.into_iter().unzip();
+    for (i, r) in slots
+        .into_iter()
+        .zip(futures_util::future::join_all(calls).await)
+    {
+        answers[i] = Some(r.into());
+    }
+    let answers: Vec<batch::Answer> = answers.into_iter().flatten().collect();
     reply(&answers)
+}
+
+/// A forwarded keepalive: answered at once from the leader's tracker.
+fn keepalive(node: &Node, group_id: GroupId, payload: &[u8]) -> Result<Vec<u8>, tonic::Status> {
+    let group = hosted(node, group_id)?;
+    let session: lockd_core::SessionId = decode(payload)?;
+    reply(&group.keepalive_on_leader(session))
+}
+
+fn hosted(node: &Node, group_id: GroupId) -> Result<Arc<crate::Group>, tonic::Status> {
+    node.group(group_id)
+        .ok_or_else(|| tonic::Status::not_found(format!("group {group_id} is not hosted here")))
 }
 
 /// Serves one call that is not a batch.
@@ -287,9 +312,7 @@ async fn dispatch_one(
     group_id: GroupId,
     payload: &[u8],
 ) -> Result<Vec<u8>, tonic::Status> {
-    let group = node
-        .group(group_id)
-        .ok_or_else(|| tonic::Status::not_found(format!("group {group_id} is not hosted here")))?;
+    let group = hosted(node, group_id)?;
     let raft = group.raft();
     match method {
         Method::Append => raft.serve(RaftRpc::Append, payload).await,
@@ -307,10 +330,7 @@ async fn dispatch_one(
                     .map(crate::wire::WireReply),
             )
         }
-        Method::Keepalive => {
-            let session: lockd_core::SessionId = decode(payload)?;
-            reply(&group.keepalive_on_leader(session))
-        }
+        Method::Keepalive => keepalive(node, group_id, payload),
         Method::ReadIndex => reply(&group.read_index_on_leader().await),
         Method::Batch => Err(tonic::Status::invalid_argument(
             "a batch may not contain a batch",

@@ -20,8 +20,10 @@ pub use runtime::seed_thread_rng;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 use lockd_core::{Command, Rejection, Reply};
 use openraft::async_runtime::watch::WatchReceiver;
@@ -79,7 +81,7 @@ pub(crate) enum RaftRpc {
 }
 
 /// Why a write did not commit.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum WriteError {
     /// Not the leader (nothing appended); the known leader, if any.
     NotLeader { leader: Option<NodeId> },
@@ -92,10 +94,24 @@ pub(crate) enum WriteError {
 /// What the rest of the crate needs to know about the Raft role, read from the metrics watch.
 #[derive(Clone, Debug)]
 pub(crate) struct RaftStatus {
+    pub(crate) role: Role,
+    pub(crate) voters: Vec<NodeId>,
+}
+
+/// Who leads, as this replica knows it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Role {
     pub(crate) is_leader: bool,
     pub(crate) leader: Option<NodeId>,
     pub(crate) term: u64,
-    pub(crate) voters: Vec<NodeId>,
+}
+
+fn role_of(m: &openraft::metrics::RaftServerMetrics<TypeConfig>) -> Role {
+    Role {
+        is_leader: m.state.is_leader() && m.current_leader == Some(m.id),
+        leader: m.current_leader,
+        term: m.vote.leader_id().term,
+    }
 }
 
 /// Wakes when the role, leader, term or membership changes.
@@ -118,6 +134,18 @@ pub(crate) struct RaftGroup {
     raft: Raft,
     /// A leader acknowledges keepalives only if a quorum acked it this recently.
     keepalive_lease: Duration,
+    /// Reads waiting for the next ReadIndex round.
+    reads: Arc<Mutex<ReadQueue>>,
+}
+
+/// Concurrent linearizable reads share quorum rounds: one round runs at a time, and every read
+/// that arrives meanwhile waits for the next, which starts after it arrived, so each read still
+/// sees every write acknowledged before it began. Without this each read cost its own heartbeat
+/// broadcast to every follower.
+#[derive(Default)]
+struct ReadQueue {
+    running: bool,
+    waiting: Vec<oneshot::Sender<Result<u64, WriteError>>>,
 }
 
 /// Timing and snapshot policy for every group of a node.
@@ -193,6 +221,7 @@ impl RaftGroup {
         Ok(RaftGroup {
             raft,
             keepalive_lease: Duration::from_millis(cfg.election_timeout_ms.0),
+            reads: Arc::default(),
         })
     }
 
@@ -237,32 +266,35 @@ impl RaftGroup {
         }
     }
 
-    /// ReadIndex: confirms leadership with a quorum round and waits until the local state
-    /// machine has applied the read index; returns that index.
+    /// ReadIndex: confirms leadership with a quorum round (shared with the reads that queued
+    /// while the previous round ran) and waits until the local state machine has applied the
+    /// read index; returns that index.
     pub(crate) async fn read_index(&self) -> Result<u64, WriteError> {
-        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(read) => Ok(read.index()),
-            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
-                Err(WriteError::NotLeader {
-                    leader: f.leader_id,
-                })
-            }
-            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
-                Err(WriteError::NotLeader { leader: None })
-            }
-            Err(RaftError::Fatal(e)) => Err(WriteError::Fatal(e.to_string())),
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut q = self.reads.lock().expect("read queue poisoned");
+            q.waiting.push(tx);
+            !std::mem::replace(&mut q.running, true)
+        };
+        if start {
+            tokio::spawn(read_rounds(self.raft.clone(), self.reads.clone()));
         }
+        rx.await
+            .unwrap_or_else(|_| Err(WriteError::Fatal("the read round was dropped".into())))
     }
 
     pub(crate) fn status(&self) -> RaftStatus {
-        let m = self.raft.server_metrics().borrow_watched().clone();
-        let is_leader = m.state.is_leader() && m.current_leader == Some(m.id);
+        let metrics = self.raft.server_metrics();
+        let m = metrics.borrow_watched();
         RaftStatus {
-            is_leader,
-            leader: m.current_leader,
-            term: m.vote.leader_id().term,
+            role: role_of(&m),
             voters: m.membership_config.membership().voter_ids().collect(),
         }
+    }
+
+    /// The role part of [`RaftGroup::status`], without allocating: every call checks it.
+    pub(crate) fn role(&self) -> Role {
+        role_of(&self.raft.server_metrics().borrow_watched())
     }
 
     /// Whether this node is the leader and a quorum acknowledged it within the keepalive lease
@@ -300,6 +332,40 @@ impl RaftGroup {
         if let Err(e) = self.raft.shutdown().await {
             info!(error = %e, "raft shutdown");
         }
+    }
+}
+
+/// Runs ReadIndex rounds while reads are waiting; each round answers the reads that were waiting
+/// when it started.
+async fn read_rounds(raft: Raft, reads: Arc<Mutex<ReadQueue>>) {
+    loop {
+        let waiting = {
+            let mut q = reads.lock().expect("read queue poisoned");
+            if q.waiting.is_empty() {
+                q.running = false;
+                return;
+            }
+            std::mem::take(&mut q.waiting)
+        };
+        let r = read_index_round(&raft).await;
+        for w in waiting {
+            let _ = w.send(r.clone());
+        }
+    }
+}
+
+async fn read_index_round(raft: &Raft) -> Result<u64, WriteError> {
+    match raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+        Ok(read) => Ok(read.index()),
+        Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+            Err(WriteError::NotLeader {
+                leader: f.leader_id,
+            })
+        }
+        Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
+            Err(WriteError::NotLeader { leader: None })
+        }
+        Err(RaftError::Fatal(e)) => Err(WriteError::Fatal(e.to_string())),
     }
 }
 
