@@ -62,15 +62,23 @@ fn store_fence_sabotage_is_caught() {
     assert!(caught(Sabotage::StoreFence).is_some());
 }
 
+#[test]
+fn stale_read_sabotage_is_caught() {
+    assert!(caught(Sabotage::StaleRead).is_some());
+}
+
 /// Seeds that once found bugs (in lockd or in the harness) stay in the suite.
 /// * 1552: a leader that crashed before its own fsync came back as leader of its old term and
 ///   wrote different entries at indexes a follower already held (replicas diverged, S9);
 ///   fixed by making a restarted leader win a new election.
 /// * 1886: a release waited out the client's deadline for a leader; the session expired and
 ///   the release was refused, and the client recorded no end of its belief.
+/// * 9492: one `ExpireSessions` named a holder and the first waiter behind it; the core granted
+///   the freed lock to the waiter's (expiring) session and freed it again, the waiting client
+///   was told it held the lock, and the audit showed a grant never released.
 #[test]
 fn seeds_that_found_bugs_stay_clean() {
-    for seed in [1552, 1886] {
+    for seed in [1552, 1886, 9492] {
         assert_clean(seed);
     }
 }

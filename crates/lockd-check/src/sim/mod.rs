@@ -47,6 +47,8 @@ const TTL: Duration = Duration::from_secs(5);
 const NAMES: [&str; 2] = ["a", "b"];
 /// Clients per seed.
 const CLIENTS: u64 = 4;
+/// Tasks doing linearizable reads (next to the clients), so reads overlap.
+const READERS: u64 = 2;
 /// Bound on one client call (propose, keepalive) before its outcome is unknown.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -59,6 +61,8 @@ pub enum Sabotage {
     LeaderLease,
     /// The store accepts writes with stale tokens.
     StoreFence,
+    /// Reads answer from the local replica without a ReadIndex round.
+    StaleRead,
 }
 
 impl Sabotage {
@@ -68,6 +72,7 @@ impl Sabotage {
             Sabotage::ClientDeadline => "client-deadline",
             Sabotage::LeaderLease => "leader-lease",
             Sabotage::StoreFence => "store-fence",
+            Sabotage::StaleRead => "stale-read",
         }
     }
 
@@ -77,6 +82,7 @@ impl Sabotage {
             Sabotage::ClientDeadline,
             Sabotage::LeaderLease,
             Sabotage::StoreFence,
+            Sabotage::StaleRead,
         ]
         .into_iter()
         .find(|k| k.name() == s)
@@ -135,6 +141,9 @@ pub struct SeedOutcome {
     pub history: History,
     /// Entries applied, summed over replicas.
     pub applies: u64,
+    /// Linearizable reads that answered (each checked against the grants acknowledged before
+    /// it began).
+    pub reads: u64,
 }
 
 impl SeedOutcome {
@@ -210,6 +219,7 @@ struct World {
     acked_grants: Mutex<Vec<(String, u64)>>,
     faults: Mutex<BTreeMap<String, u64>>,
     ops: AtomicU64,
+    reads: AtomicU64,
     next_op: AtomicU64,
     stop: AtomicBool,
     /// Client index -> paused until.
@@ -872,6 +882,43 @@ async fn session_ops(
     }
 }
 
+/// Linearizable reads of the group's revision through a node that changes after each failure.
+/// Each read must see every grant acknowledged before it began: a read served by a deposed
+/// leader, or answered from a ReadIndex round that started before the read, would not.
+/// Readers run often and side by side, so reads share rounds and batches.
+async fn reader(w: Arc<World>, idx: u64) {
+    let sabotage = w.cfg.sabotage == Some(Sabotage::StaleRead);
+    let mut home = 1 + idx % w.cfg.replicas;
+    while !w.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(w.rand_ms(5, 150)).await;
+        let floor = lock(&w.acked_grants)
+            .iter()
+            .map(|(_, t)| *t)
+            .max()
+            .unwrap_or(0);
+        let r = client_call(&w, home, |g| async move {
+            if sabotage {
+                Ok(g.read_local(|t| t.revision()))
+            } else {
+                g.read(|t| t.revision()).await
+            }
+        })
+        .await;
+        match r {
+            Some(Ok(revision)) => {
+                w.reads.fetch_add(1, Ordering::Relaxed);
+                if revision < floor {
+                    w.violation(format!(
+                        "stale read: node {home} answered revision {revision} after token \
+                         {floor} was acknowledged"
+                    ));
+                }
+            }
+            _ => home = w.rand_u64(1..w.cfg.replicas + 1),
+        }
+    }
+}
+
 /// Waits for a queued acquire's end as seen by `node`'s applies.
 async fn wait_for(w: &World, node: NodeId, waiter: u64, max: Duration) -> Outcome {
     let deadline = Instant::now() + max;
@@ -1059,6 +1106,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         acked_grants: Mutex::new(Vec::new()),
         faults: Mutex::new(BTreeMap::new()),
         ops: AtomicU64::new(0),
+        reads: AtomicU64::new(0),
         next_op: AtomicU64::new(1),
         stop: AtomicBool::new(false),
         client_pause: Mutex::new(BTreeMap::new()),
@@ -1085,6 +1133,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     let nem = tokio::spawn(nemesis(w.clone()));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|i| tokio::spawn(client(w.clone(), i)))
+        .chain((0..READERS).map(|i| tokio::spawn(reader(w.clone(), i))))
         .collect();
     tokio::time::sleep(w.cfg.run_for).await;
     w.stop.store(true, Ordering::Relaxed);
@@ -1138,6 +1187,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     Ok(SeedOutcome {
         seed,
         ops: w.ops.load(Ordering::Relaxed),
+        reads: w.reads.load(Ordering::Relaxed),
         faults,
         violations,
         digest,
@@ -1238,6 +1288,7 @@ pub struct RunSummary {
     pub seeds: u64,
     pub failed_seeds: Vec<u64>,
     pub ops: u64,
+    pub reads: u64,
     pub applies: u64,
     pub faults: BTreeMap<String, u64>,
     pub violations: u64,
@@ -1259,6 +1310,7 @@ impl RunSummary {
             self.failed_seeds.push(o.seed);
         }
         self.ops += o.ops;
+        self.reads += o.reads;
         self.applies += o.applies;
         for (k, n) in &o.faults {
             *self.faults.entry(k.clone()).or_insert(0) += n;
@@ -1279,10 +1331,11 @@ impl RunSummary {
     /// The one `RESULT` line of a run.
     pub fn result_line(&self) -> String {
         let mut s = format!(
-            "RESULT sim seeds={} failed_seeds={} ops={} applies={} seeds_per_s={:.2}",
+            "RESULT sim seeds={} failed_seeds={} ops={} reads={} applies={} seeds_per_s={:.2}",
             self.seeds,
             self.failed_seeds.len(),
             self.ops,
+            self.reads,
             self.applies,
             self.seeds as f64 / self.secs.max(1e-9)
         );
@@ -1324,9 +1377,9 @@ pub struct SimArgs {
     /// Replicas of the lock group: 3 or 5.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=5))]
     pub replicas: u64,
-    /// NEGATIVE CONTROL: client-deadline, leader-lease or store-fence. The run then passes only
+    /// NEGATIVE CONTROL: client-deadline, leader-lease, store-fence or stale-read. The run then passes only
     /// if some seed fails.
-    #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence"])]
+    #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence", "stale-read"])]
     pub sabotage: Option<String>,
     /// Simulated seconds of faults per seed.
     #[arg(long, default_value_t = 20)]
