@@ -7,6 +7,11 @@
 //! index). The snapshot point is captured on the apply task (consistent with `last_applied`);
 //! the file is written off it.
 //!
+//! Memory: on disk, only the newest snapshot's *meta* stays in memory. Its bytes (~61 B per
+//! held lock, ~58 MiB at 1M locks) are read back from the file when openraft asks for them,
+//! which happens only when a follower is too far behind for the log. The file is written
+//! without copying the bytes again (header, data and checksum are streamed).
+//!
 //! With in-memory storage (the simulator) the snapshot goes to the node's [`MemStorage`]
 //! after a simulated flush delay instead, on the calling task (no `spawn_blocking`).
 
@@ -50,13 +55,35 @@ pub(crate) enum SnapshotBackend {
     },
 }
 
+/// The newest snapshot's meta, with its bytes only where they are not on disk.
+type Current = Option<(SnapshotMeta, Option<SnapshotData>)>;
+
 /// The newest durable snapshot, shared by the state machine and its builders.
 #[derive(Clone)]
 struct SnapshotStore {
     backend: SnapshotBackend,
-    current: Arc<Mutex<Option<(SnapshotMeta, SnapshotData)>>>,
+    /// The newest snapshot's meta, and its bytes only with [`SnapshotBackend::Memory`] (the
+    /// simulator); on disk the bytes are read back from the file when asked for.
+    current: Arc<Mutex<Current>>,
     /// Serialises file writes (a builder and an install can race).
     write: Arc<Mutex<()>>,
+}
+
+/// The bytes of `SnapshotFile { meta, data }` as postcard writes them: the meta, then `data`
+/// as a length-prefixed byte sequence. Streaming these parts spares a copy of `data`.
+fn file_header(meta: &SnapshotMeta, data_len: usize) -> io::Result<Vec<u8>> {
+    let mut head = enc(meta)?;
+    let mut len = data_len as u64;
+    loop {
+        let byte = (len & 0x7f) as u8;
+        len >>= 7;
+        if len == 0 {
+            head.push(byte);
+            break;
+        }
+        head.push(byte | 0x80);
+    }
+    Ok(head)
 }
 
 impl SnapshotStore {
@@ -92,20 +119,20 @@ impl SnapshotStore {
                 return Ok(());
             }
         }
-        let mut body = enc(&SnapshotFile {
-            meta: meta.clone(),
-            data: data.clone(),
-        })?;
-        let sum = xxhash_rust::xxh3::xxh3_64(&body);
-        body.extend_from_slice(&sum.to_le_bytes());
+        let head = file_header(meta, data.len())?;
+        let mut sum = xxhash_rust::xxh3::Xxh3::new();
+        sum.update(&head);
+        sum.update(data);
         let tmp = dir.join("snapshot.bin.tmp");
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&body)?;
+        f.write_all(&head)?;
+        f.write_all(data)?;
+        f.write_all(&sum.digest().to_le_bytes())?;
         f.sync_all()?;
         drop(f);
         std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
         std::fs::File::open(dir)?.sync_all()?;
-        *self.current.lock().expect("snapshot lock poisoned") = Some((meta.clone(), data.clone()));
+        *self.current.lock().expect("snapshot lock poisoned") = Some((meta.clone(), None));
         Ok(())
     }
 
@@ -126,19 +153,47 @@ impl SnapshotStore {
                     .as_ref()
                     .is_none_or(|(c, _)| c.last_log_id < meta.last_log_id)
                 {
-                    *cur = Some((meta.clone(), data.clone()));
+                    *cur = Some((meta.clone(), Some(data.clone())));
                 }
                 Ok(data)
             }
         }
     }
 
-    fn current(&self) -> Option<Snapshot> {
-        self.current
-            .lock()
-            .expect("snapshot lock poisoned")
-            .clone()
-            .map(|(meta, snapshot)| Snapshot { meta, snapshot })
+    /// The newest snapshot; on disk, read back from its file.
+    async fn current(&self) -> io::Result<Option<Snapshot>> {
+        let meta = match &*self.current.lock().expect("snapshot lock poisoned") {
+            None => return Ok(None),
+            Some((meta, Some(data))) => {
+                return Ok(Some(Snapshot {
+                    meta: meta.clone(),
+                    snapshot: data.clone(),
+                }))
+            }
+            Some((meta, None)) => meta.clone(),
+        };
+        let SnapshotBackend::Disk(dir) = &self.backend else {
+            return Err(io::Error::other("an in-memory snapshot without its bytes"));
+        };
+        let (store, dir) = (self.clone(), dir.clone());
+        let loaded = tokio::task::spawn_blocking(move || {
+            // Not while a newer file is being written and renamed in.
+            let _w = store.write.lock().expect("snapshot write lock poisoned");
+            SnapshotStore::load(&dir)
+        })
+        .await
+        .map_err(io::Error::other)??;
+        match loaded {
+            // The file is never older than the meta recorded after writing it.
+            Some((m, data)) if m.last_log_id >= meta.last_log_id => Ok(Some(Snapshot {
+                meta: m,
+                snapshot: data,
+            })),
+            _ => Err(io::Error::other(format!(
+                "snapshot file is missing or older than {:?}",
+                meta.last_log_id
+            ))),
+        }
     }
 }
 
@@ -184,6 +239,10 @@ impl StateMachine {
             sm.replica.install(table, index, term);
             sm.last_applied = meta.last_log_id;
             sm.membership = meta.last_membership.clone();
+            let data = match &sm.snapshots.backend {
+                SnapshotBackend::Disk(_) => None,
+                SnapshotBackend::Memory { .. } => Some(data),
+            };
             *sm.snapshots.current.lock().expect("snapshot lock poisoned") = Some((meta, data));
         }
         Ok(sm)
@@ -286,6 +345,71 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        Ok(self.snapshots.current())
+        self.snapshots.current().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(index: u64) -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: Some(openraft::testing::log_id::<TypeConfig>(3, 1, index)),
+            last_membership: StoredMembership::default(),
+        }
+    }
+
+    fn disk_store(dir: &Path) -> SnapshotStore {
+        SnapshotStore {
+            backend: SnapshotBackend::Disk(dir.to_path_buf()),
+            current: Arc::new(Mutex::new(None)),
+            write: Arc::new(Mutex::new(())),
+        }
+    }
+
+    /// The streamed file is byte for byte what `enc(SnapshotFile)` + checksum wrote before.
+    #[test]
+    fn streamed_header_matches_postcard() {
+        for len in [0usize, 1, 127, 128, 16_383, 16_384, 3_000_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let m = meta(len as u64 + 1);
+            let whole = enc(&SnapshotFile {
+                meta: m.clone(),
+                data: data.clone(),
+            })
+            .unwrap();
+            let mut streamed = file_header(&m, data.len()).unwrap();
+            streamed.extend_from_slice(&data);
+            assert_eq!(streamed, whole, "data length {len}");
+        }
+    }
+
+    /// On disk only the meta stays in memory; `current` reads the bytes back from the file.
+    #[tokio::test]
+    async fn disk_snapshot_is_read_back_from_its_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = disk_store(tmp.path());
+        assert!(store.current().await.unwrap().is_none());
+
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let kept = store.persist(&meta(10), data.clone()).await.unwrap();
+        assert_eq!(kept, data);
+        assert!(store.current.lock().unwrap().as_ref().unwrap().1.is_none());
+
+        let snap = store.current().await.unwrap().unwrap();
+        assert_eq!(snap.meta, meta(10));
+        assert_eq!(snap.snapshot, data);
+
+        // An older snapshot does not replace a newer one; a newer one does.
+        store.persist(&meta(5), vec![1, 2, 3]).await.unwrap();
+        assert_eq!(store.current().await.unwrap().unwrap().meta, meta(10));
+        store.persist(&meta(11), vec![4, 5]).await.unwrap();
+        let snap = store.current().await.unwrap().unwrap();
+        assert_eq!((snap.meta, snap.snapshot), (meta(11), vec![4, 5]));
+
+        // What a restart loads is what was written.
+        let (m, d) = SnapshotStore::load(tmp.path()).unwrap().unwrap();
+        assert_eq!((m, d), (meta(11), vec![4, 5]));
     }
 }
