@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use hashbrown::hash_table::{Entry as TableEntry, HashTable};
 use hashbrown::DefaultHashBuilder;
+use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::machine::{Holder, Lock};
@@ -141,8 +142,32 @@ impl Serialize for Holders {
 }
 
 impl<'de> Deserialize<'de> for Holders {
+    /// Decodes a `Vec<Holder>`'s bytes straight into the inline form (restoring a million
+    /// locks would otherwise allocate and free a million one-element `Vec`s).
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Vec::<Holder>::deserialize(d).map(Holders::from_vec)
+        struct Seq;
+        impl<'de> Visitor<'de> for Seq {
+            type Value = Holders;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a sequence of holders")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Holders, A::Error> {
+                let Some(first) = seq.next_element::<Holder>()? else {
+                    return Ok(Holders::default());
+                };
+                let Some(second) = seq.next_element::<Holder>()? else {
+                    return Ok(Holders(Repr::One(first)));
+                };
+                let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024) + 2);
+                v.push(first);
+                v.push(second);
+                while let Some(h) = seq.next_element::<Holder>()? {
+                    v.push(h);
+                }
+                Ok(Holders(Repr::Many(v)))
+            }
+        }
+        d.deserialize_seq(Seq)
     }
 }
 
