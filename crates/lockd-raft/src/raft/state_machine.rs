@@ -24,23 +24,16 @@ use lockd_core::LockTable;
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::type_config::alias::SnapshotOf;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use super::mem_store::MemStorage;
-use super::{dec, enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+use super::{enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::replica::Replica;
 use crate::wire::WireReply;
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 type Snapshot = SnapshotOf<TypeConfig, SnapshotData>;
-
-#[derive(Serialize, Deserialize)]
-struct SnapshotFile {
-    meta: SnapshotMeta,
-    data: SnapshotData,
-}
 
 /// Where snapshots are made durable.
 #[derive(Clone)]
@@ -87,9 +80,10 @@ fn file_header(meta: &SnapshotMeta, data_len: usize) -> io::Result<Vec<u8>> {
 }
 
 impl SnapshotStore {
+    /// Reads `snapshot.bin`; the data is returned in the buffer the file was read into.
     fn load(dir: &Path) -> io::Result<Option<(SnapshotMeta, SnapshotData)>> {
         let path = dir.join(SNAPSHOT_FILE);
-        let bytes = match std::fs::read(&path) {
+        let mut bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
@@ -107,8 +101,17 @@ impl SnapshotStore {
         if xxhash_rust::xxh3::xxh3_64(body).to_le_bytes() != sum {
             return Err(corrupt("checksum mismatch"));
         }
-        let f: SnapshotFile = dec(body)?;
-        Ok(Some((f.meta, f.data)))
+        // `SnapshotFile` as postcard wrote it: the meta, the data's length, the data.
+        let decode = |e: postcard::Error| corrupt(&e.to_string());
+        let (meta, rest) = postcard::take_from_bytes::<SnapshotMeta>(body).map_err(decode)?;
+        let (len, rest) = postcard::take_from_bytes::<u64>(rest).map_err(decode)?;
+        if rest.len() as u64 != len {
+            return Err(corrupt("data length does not match the file"));
+        }
+        let start = body.len() - rest.len();
+        bytes.truncate(start + rest.len());
+        bytes.drain(..start);
+        Ok(Some((meta, bytes)))
     }
 
     /// Writes the snapshot durably, unless a newer one is already stored.
@@ -351,7 +354,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 #[cfg(test)]
 mod tests {
+    use serde::{Deserialize, Serialize};
+
     use super::*;
+
+    /// The file's layout: postcard of this, then an xxh3-64 of those bytes.
+    #[derive(Serialize, Deserialize)]
+    struct SnapshotFile {
+        meta: SnapshotMeta,
+        data: SnapshotData,
+    }
 
     fn meta(index: u64) -> SnapshotMeta {
         SnapshotMeta {
@@ -411,5 +423,33 @@ mod tests {
         // What a restart loads is what was written.
         let (m, d) = SnapshotStore::load(tmp.path()).unwrap().unwrap();
         assert_eq!((m, d), (meta(11), vec![4, 5]));
+    }
+
+    /// `load` reads a file written the original way (postcard of the whole `SnapshotFile`),
+    /// and refuses one whose length prefix disagrees with the file.
+    #[test]
+    fn load_reads_the_original_layout_and_checks_lengths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let write = |body: &[u8]| {
+            let mut b = body.to_vec();
+            b.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(body).to_le_bytes());
+            std::fs::write(tmp.path().join(SNAPSHOT_FILE), b).unwrap();
+        };
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i % 253) as u8).collect();
+        let body = enc(&SnapshotFile {
+            meta: meta(7),
+            data: data.clone(),
+        })
+        .unwrap();
+        write(&body);
+        let (m, d) = SnapshotStore::load(tmp.path()).unwrap().unwrap();
+        assert_eq!((m, d), (meta(7), data));
+
+        let mut longer = body.clone();
+        longer.push(0);
+        write(&longer);
+        assert!(SnapshotStore::load(tmp.path()).is_err());
+        write(&body[..body.len() - 1]);
+        assert!(SnapshotStore::load(tmp.path()).is_err());
     }
 }
