@@ -205,6 +205,9 @@ pub(crate) struct StateMachine {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     snapshots: SnapshotStore,
+    /// Size of the newest snapshot built, restored or installed: the next one's buffer starts
+    /// a little larger, so it does not grow by doubling.
+    last_snapshot_len: usize,
 }
 
 fn restore(data: &[u8]) -> io::Result<LockTable> {
@@ -229,6 +232,7 @@ impl StateMachine {
             replica,
             last_applied: None,
             membership: StoredMembership::default(),
+            last_snapshot_len: 0,
             snapshots: SnapshotStore {
                 backend,
                 current: Arc::new(Mutex::new(None)),
@@ -242,6 +246,7 @@ impl StateMachine {
             sm.replica.install(table, index, term);
             sm.last_applied = meta.last_log_id;
             sm.membership = meta.last_membership.clone();
+            sm.last_snapshot_len = data.len();
             let data = match &sm.snapshots.backend {
                 SnapshotBackend::Disk(_) => None,
                 SnapshotBackend::Memory { .. } => Some(data),
@@ -314,7 +319,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        let (data, index, _) = self.replica.snapshot();
+        let hint = self.last_snapshot_len + self.last_snapshot_len / 8 + 4096;
+        let (data, index, _) = self.replica.snapshot(hint);
+        self.last_snapshot_len = data.len();
         debug_assert_eq!(index, self.last_applied.as_ref().map_or(0, |l| l.index));
         Builder {
             meta: SnapshotMeta {
@@ -342,6 +349,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         );
         self.replica.install(table, index, term);
         self.replica.count_install();
+        self.last_snapshot_len = data.len();
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         Ok(())
