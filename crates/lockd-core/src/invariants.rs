@@ -35,7 +35,7 @@ impl LockTable {
         let mut tokens = HashSet::new();
         let mut holds = 0u64;
         let mut waiter_count = 0usize;
-        for (name, lock) in &self.locks {
+        for (name, lock) in self.locks.iter() {
             if lock.holders.is_empty() && lock.waiters().is_empty() && lock.delay_until_ms() == 0 {
                 return fail("record", format!("'{name}' is idle but still stored"));
             }

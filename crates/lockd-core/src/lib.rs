@@ -28,6 +28,7 @@
 mod bucket;
 mod invariants;
 pub mod limits;
+mod lock_map;
 mod machine;
 mod query;
 mod snapshot;

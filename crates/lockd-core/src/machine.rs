@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bucket::ShardMap;
 use crate::limits::{self, check_name, check_optional, check_printable};
+use crate::lock_map::{Holders, LockMap};
 use crate::types::*;
 
 /// A held grant of a lock.
@@ -41,11 +42,12 @@ pub(crate) struct Waiter {
 
 /// One name's record. It exists only while it has holders, waiters or a pending lock-delay.
 ///
-/// The map stores this inline, and most locks are held without contention, so the waiter queue
-/// and the lock-delay live in a box that exists only while there is one (32 bytes inline, not 64).
+/// Most locks are held by one holder without contention: that holder is stored inline (see
+/// [`Holders`]), and the waiter queue and the lock-delay live in a box that exists only while
+/// there is one. [`LockMap`] boxes each record with its name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Lock {
-    pub holders: Vec<Holder>,
+    pub holders: Holders,
     contention: Option<Box<Contention>>,
 }
 
@@ -172,7 +174,7 @@ pub struct LockTable {
     /// Namespaces by prefix; the default one (prefix "") is always present.
     pub(crate) namespaces: BTreeMap<String, Namespace>,
     pub(crate) sessions: HashMap<SessionId, Session>,
-    pub(crate) locks: HashMap<Arc<str>, Lock>,
+    pub(crate) locks: LockMap,
     /// (deadline, waiter, name) of every queued acquire: what a tick times out.
     pub(crate) wait_deadlines: BTreeSet<(u64, WaiterId, Arc<str>)>,
     /// (until, name) of every pending lock-delay: what a tick ends.
@@ -213,10 +215,6 @@ impl Mint {
         debug_assert!(compatible(&lock.holders, req.mode));
         self.revision += 1;
         let token = self.revision;
-        if lock.holders.capacity() == 0 {
-            // Most locks have one holder; a plain push would reserve room for four.
-            lock.holders.reserve_exact(1);
-        }
         lock.holders.push(Holder {
             session: req.session,
             token,
@@ -267,7 +265,7 @@ impl LockTable {
             },
             namespaces,
             sessions: HashMap::default(),
-            locks: HashMap::default(),
+            locks: LockMap::default(),
             wait_deadlines: BTreeSet::new(),
             delays: BTreeSet::new(),
             shard_map: None,

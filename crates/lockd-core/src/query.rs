@@ -138,7 +138,10 @@ impl LockTable {
                 .waits
                 .iter()
                 .map(|(n, id)| {
-                    let pos = self.locks[n].waiters().iter().position(|w| w.id == *id);
+                    let pos = self
+                        .locks
+                        .get(n)
+                        .and_then(|l| l.waiters().iter().position(|w| w.id == *id));
                     (n.to_string(), *id, pos.map_or(0, |p| p as u32 + 1))
                 })
                 .collect(),

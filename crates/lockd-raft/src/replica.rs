@@ -156,10 +156,11 @@ impl Replica {
         self.installs.load(Ordering::Relaxed)
     }
 
-    /// The state as snapshot bytes, with the index and term it covers.
-    pub(crate) fn snapshot(&self) -> (Vec<u8>, u64, u64) {
+    /// The state as snapshot bytes, with the index and term it covers; `capacity` is where
+    /// the buffer starts (a little over the previous snapshot's size).
+    pub(crate) fn snapshot(&self, capacity: usize) -> (Vec<u8>, u64, u64) {
         let st = lock(&self.state);
-        (st.table.snapshot(), st.index, st.term)
+        (st.table.snapshot_with_capacity(capacity), st.index, st.term)
     }
 
     pub(crate) fn read<R>(&self, f: impl FnOnce(&LockTable) -> R) -> R {

@@ -12,6 +12,10 @@ use lockd_raft::NodeConfig;
 use lockd_server::config::FileConfig;
 use lockd_server::ServerConfig;
 
+/// mimalloc, built with `no_thp`: it does not `madvise(MADV_HUGEPAGE)` its arenas. With huge
+/// pages a replica's RSS counted whole 2 MiB pages of partly used and freed heap: 169-198 MiB
+/// idle with 20k sessions instead of 96-110, and ~30-50 MiB more at 1M held locks
+/// (`lockd-bench scale`, BENCHMARKS.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tokio::net::TcpListener;

@@ -7,6 +7,11 @@
 //! index). The snapshot point is captured on the apply task (consistent with `last_applied`);
 //! the file is written off it.
 //!
+//! Memory: on disk, only the newest snapshot's *meta* stays in memory. Its bytes (~61 B per
+//! held lock, ~58 MiB at 1M locks) are read back from the file when openraft asks for them,
+//! which happens only when a follower is too far behind for the log. The file is written
+//! without copying the bytes again (header, data and checksum are streamed).
+//!
 //! With in-memory storage (the simulator) the snapshot goes to the node's [`MemStorage`]
 //! after a simulated flush delay instead, on the calling task (no `spawn_blocking`).
 
@@ -19,23 +24,16 @@ use lockd_core::LockTable;
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::type_config::alias::SnapshotOf;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use super::mem_store::MemStorage;
-use super::{dec, enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+use super::{enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::replica::Replica;
 use crate::wire::WireReply;
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 type Snapshot = SnapshotOf<TypeConfig, SnapshotData>;
-
-#[derive(Serialize, Deserialize)]
-struct SnapshotFile {
-    meta: SnapshotMeta,
-    data: SnapshotData,
-}
 
 /// Where snapshots are made durable.
 #[derive(Clone)]
@@ -50,19 +48,42 @@ pub(crate) enum SnapshotBackend {
     },
 }
 
+/// The newest snapshot's meta, with its bytes only where they are not on disk.
+type Current = Option<(SnapshotMeta, Option<SnapshotData>)>;
+
 /// The newest durable snapshot, shared by the state machine and its builders.
 #[derive(Clone)]
 struct SnapshotStore {
     backend: SnapshotBackend,
-    current: Arc<Mutex<Option<(SnapshotMeta, SnapshotData)>>>,
+    /// The newest snapshot's meta, and its bytes only with [`SnapshotBackend::Memory`] (the
+    /// simulator); on disk the bytes are read back from the file when asked for.
+    current: Arc<Mutex<Current>>,
     /// Serialises file writes (a builder and an install can race).
     write: Arc<Mutex<()>>,
 }
 
+/// The bytes of `SnapshotFile { meta, data }` as postcard writes them: the meta, then `data`
+/// as a length-prefixed byte sequence. Streaming these parts spares a copy of `data`.
+fn file_header(meta: &SnapshotMeta, data_len: usize) -> io::Result<Vec<u8>> {
+    let mut head = enc(meta)?;
+    let mut len = data_len as u64;
+    loop {
+        let byte = (len & 0x7f) as u8;
+        len >>= 7;
+        if len == 0 {
+            head.push(byte);
+            break;
+        }
+        head.push(byte | 0x80);
+    }
+    Ok(head)
+}
+
 impl SnapshotStore {
+    /// Reads `snapshot.bin`; the data is returned in the buffer the file was read into.
     fn load(dir: &Path) -> io::Result<Option<(SnapshotMeta, SnapshotData)>> {
         let path = dir.join(SNAPSHOT_FILE);
-        let bytes = match std::fs::read(&path) {
+        let mut bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
@@ -80,8 +101,17 @@ impl SnapshotStore {
         if xxhash_rust::xxh3::xxh3_64(body).to_le_bytes() != sum {
             return Err(corrupt("checksum mismatch"));
         }
-        let f: SnapshotFile = dec(body)?;
-        Ok(Some((f.meta, f.data)))
+        // `SnapshotFile` as postcard wrote it: the meta, the data's length, the data.
+        let decode = |e: postcard::Error| corrupt(&e.to_string());
+        let (meta, rest) = postcard::take_from_bytes::<SnapshotMeta>(body).map_err(decode)?;
+        let (len, rest) = postcard::take_from_bytes::<u64>(rest).map_err(decode)?;
+        if rest.len() as u64 != len {
+            return Err(corrupt("data length does not match the file"));
+        }
+        let start = body.len() - rest.len();
+        bytes.truncate(start + rest.len());
+        bytes.drain(..start);
+        Ok(Some((meta, bytes)))
     }
 
     /// Writes the snapshot durably, unless a newer one is already stored.
@@ -92,20 +122,20 @@ impl SnapshotStore {
                 return Ok(());
             }
         }
-        let mut body = enc(&SnapshotFile {
-            meta: meta.clone(),
-            data: data.clone(),
-        })?;
-        let sum = xxhash_rust::xxh3::xxh3_64(&body);
-        body.extend_from_slice(&sum.to_le_bytes());
+        let head = file_header(meta, data.len())?;
+        let mut sum = xxhash_rust::xxh3::Xxh3::new();
+        sum.update(&head);
+        sum.update(data);
         let tmp = dir.join("snapshot.bin.tmp");
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&body)?;
+        f.write_all(&head)?;
+        f.write_all(data)?;
+        f.write_all(&sum.digest().to_le_bytes())?;
         f.sync_all()?;
         drop(f);
         std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
         std::fs::File::open(dir)?.sync_all()?;
-        *self.current.lock().expect("snapshot lock poisoned") = Some((meta.clone(), data.clone()));
+        *self.current.lock().expect("snapshot lock poisoned") = Some((meta.clone(), None));
         Ok(())
     }
 
@@ -126,19 +156,47 @@ impl SnapshotStore {
                     .as_ref()
                     .is_none_or(|(c, _)| c.last_log_id < meta.last_log_id)
                 {
-                    *cur = Some((meta.clone(), data.clone()));
+                    *cur = Some((meta.clone(), Some(data.clone())));
                 }
                 Ok(data)
             }
         }
     }
 
-    fn current(&self) -> Option<Snapshot> {
-        self.current
-            .lock()
-            .expect("snapshot lock poisoned")
-            .clone()
-            .map(|(meta, snapshot)| Snapshot { meta, snapshot })
+    /// The newest snapshot; on disk, read back from its file.
+    async fn current(&self) -> io::Result<Option<Snapshot>> {
+        let meta = match &*self.current.lock().expect("snapshot lock poisoned") {
+            None => return Ok(None),
+            Some((meta, Some(data))) => {
+                return Ok(Some(Snapshot {
+                    meta: meta.clone(),
+                    snapshot: data.clone(),
+                }))
+            }
+            Some((meta, None)) => meta.clone(),
+        };
+        let SnapshotBackend::Disk(dir) = &self.backend else {
+            return Err(io::Error::other("an in-memory snapshot without its bytes"));
+        };
+        let (store, dir) = (self.clone(), dir.clone());
+        let loaded = tokio::task::spawn_blocking(move || {
+            // Not while a newer file is being written and renamed in.
+            let _w = store.write.lock().expect("snapshot write lock poisoned");
+            SnapshotStore::load(&dir)
+        })
+        .await
+        .map_err(io::Error::other)??;
+        match loaded {
+            // The file is never older than the meta recorded after writing it.
+            Some((m, data)) if m.last_log_id >= meta.last_log_id => Ok(Some(Snapshot {
+                meta: m,
+                snapshot: data,
+            })),
+            _ => Err(io::Error::other(format!(
+                "snapshot file is missing or older than {:?}",
+                meta.last_log_id
+            ))),
+        }
     }
 }
 
@@ -147,6 +205,9 @@ pub(crate) struct StateMachine {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     snapshots: SnapshotStore,
+    /// Size of the newest snapshot built, restored or installed: the next one's buffer starts
+    /// a little larger, so it does not grow by doubling.
+    last_snapshot_len: usize,
 }
 
 fn restore(data: &[u8]) -> io::Result<LockTable> {
@@ -171,6 +232,7 @@ impl StateMachine {
             replica,
             last_applied: None,
             membership: StoredMembership::default(),
+            last_snapshot_len: 0,
             snapshots: SnapshotStore {
                 backend,
                 current: Arc::new(Mutex::new(None)),
@@ -184,6 +246,11 @@ impl StateMachine {
             sm.replica.install(table, index, term);
             sm.last_applied = meta.last_log_id;
             sm.membership = meta.last_membership.clone();
+            sm.last_snapshot_len = data.len();
+            let data = match &sm.snapshots.backend {
+                SnapshotBackend::Disk(_) => None,
+                SnapshotBackend::Memory { .. } => Some(data),
+            };
             *sm.snapshots.current.lock().expect("snapshot lock poisoned") = Some((meta, data));
         }
         Ok(sm)
@@ -252,7 +319,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        let (data, index, _) = self.replica.snapshot();
+        let hint = self.last_snapshot_len + self.last_snapshot_len / 8 + 4096;
+        let (data, index, _) = self.replica.snapshot(hint);
+        self.last_snapshot_len = data.len();
         debug_assert_eq!(index, self.last_applied.as_ref().map_or(0, |l| l.index));
         Builder {
             meta: SnapshotMeta {
@@ -280,12 +349,115 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         );
         self.replica.install(table, index, term);
         self.replica.count_install();
+        self.last_snapshot_len = data.len();
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        Ok(self.snapshots.current())
+        self.snapshots.current().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+
+    /// The file's layout: postcard of this, then an xxh3-64 of those bytes.
+    #[derive(Serialize, Deserialize)]
+    struct SnapshotFile {
+        meta: SnapshotMeta,
+        data: SnapshotData,
+    }
+
+    fn meta(index: u64) -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: Some(openraft::testing::log_id::<TypeConfig>(3, 1, index)),
+            last_membership: StoredMembership::default(),
+        }
+    }
+
+    fn disk_store(dir: &Path) -> SnapshotStore {
+        SnapshotStore {
+            backend: SnapshotBackend::Disk(dir.to_path_buf()),
+            current: Arc::new(Mutex::new(None)),
+            write: Arc::new(Mutex::new(())),
+        }
+    }
+
+    /// The streamed file is byte for byte what `enc(SnapshotFile)` + checksum wrote before.
+    #[test]
+    fn streamed_header_matches_postcard() {
+        for len in [0usize, 1, 127, 128, 16_383, 16_384, 3_000_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let m = meta(len as u64 + 1);
+            let whole = enc(&SnapshotFile {
+                meta: m.clone(),
+                data: data.clone(),
+            })
+            .unwrap();
+            let mut streamed = file_header(&m, data.len()).unwrap();
+            streamed.extend_from_slice(&data);
+            assert_eq!(streamed, whole, "data length {len}");
+        }
+    }
+
+    /// On disk only the meta stays in memory; `current` reads the bytes back from the file.
+    #[tokio::test]
+    async fn disk_snapshot_is_read_back_from_its_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = disk_store(tmp.path());
+        assert!(store.current().await.unwrap().is_none());
+
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let kept = store.persist(&meta(10), data.clone()).await.unwrap();
+        assert_eq!(kept, data);
+        assert!(store.current.lock().unwrap().as_ref().unwrap().1.is_none());
+
+        let snap = store.current().await.unwrap().unwrap();
+        assert_eq!(snap.meta, meta(10));
+        assert_eq!(snap.snapshot, data);
+
+        // An older snapshot does not replace a newer one; a newer one does.
+        store.persist(&meta(5), vec![1, 2, 3]).await.unwrap();
+        assert_eq!(store.current().await.unwrap().unwrap().meta, meta(10));
+        store.persist(&meta(11), vec![4, 5]).await.unwrap();
+        let snap = store.current().await.unwrap().unwrap();
+        assert_eq!((snap.meta, snap.snapshot), (meta(11), vec![4, 5]));
+
+        // What a restart loads is what was written.
+        let (m, d) = SnapshotStore::load(tmp.path()).unwrap().unwrap();
+        assert_eq!((m, d), (meta(11), vec![4, 5]));
+    }
+
+    /// `load` reads a file written the original way (postcard of the whole `SnapshotFile`),
+    /// and refuses one whose length prefix disagrees with the file.
+    #[test]
+    fn load_reads_the_original_layout_and_checks_lengths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let write = |body: &[u8]| {
+            let mut b = body.to_vec();
+            b.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(body).to_le_bytes());
+            std::fs::write(tmp.path().join(SNAPSHOT_FILE), b).unwrap();
+        };
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i % 253) as u8).collect();
+        let body = enc(&SnapshotFile {
+            meta: meta(7),
+            data: data.clone(),
+        })
+        .unwrap();
+        write(&body);
+        let (m, d) = SnapshotStore::load(tmp.path()).unwrap().unwrap();
+        assert_eq!((m, d), (meta(7), data));
+
+        let mut longer = body.clone();
+        longer.push(0);
+        write(&longer);
+        assert!(SnapshotStore::load(tmp.path()).is_err());
+        write(&body[..body.len() - 1]);
+        assert!(SnapshotStore::load(tmp.path()).is_err());
     }
 }
