@@ -527,7 +527,9 @@ impl LockGuard {
     }
 
     /// Gives the lock back (one level of re-entry) and says whether the service agreed: a lost
-    /// lock's release is refused (`session_not_found`, `not_holder` or `stale_token`).
+    /// lock's release is refused (`session_not_found`, `not_holder` or `stale_token`), unless an
+    /// earlier attempt of this same call may have landed (its connection failed): then those
+    /// answers mean the hold is gone, and the release returns `Ok`.
     pub async fn release(mut self) -> Result<(), Error> {
         self.released = true;
         self.forget();

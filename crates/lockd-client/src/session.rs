@@ -145,7 +145,8 @@ impl Core {
     }
 
     /// Gives back one hold (unary, retried). After a transport failure the first attempt may
-    /// have landed, so a later "not the holder" counts as done.
+    /// have landed, so a later "not the holder", "stale token" or "session not found" counts as
+    /// done: the hold is gone either way.
     pub async fn release(&self, session_id: &str, name: &str, token: u64) -> Result<u32, Error> {
         let req = pb::ReleaseRequest {
             session_id: session_id.to_string(),
@@ -165,11 +166,25 @@ impl Core {
             .await;
         match r {
             Ok(r) => Ok(r.remaining),
-            // The session is alive but no longer holds this token: an earlier attempt did it
-            // (only this session, or an operator's release by token, can end a live hold).
+            // The hold is gone and an earlier attempt may have ended it: the session is alive
+            // but no longer holds this token (only this session, or an operator's release by
+            // token, can end a live hold), or the session has ended since, which frees every
+            // hold it had. Found by the nemesis: the leader committed the release, handed the
+            // lock to the next waiter and was killed before answering; the client's deadline ran
+            // out during the failover, and the retry's `session_not_found` was reported as a
+            // refused release, i.e. a lock still held, overlapping the next holder.
             Err(Error::Api {
-                status: 409, code, ..
-            }) if maybe_landed && (code == "not_holder" || code == "stale_token") => Ok(0),
+                status: 404 | 409,
+                code,
+                ..
+            }) if maybe_landed
+                && matches!(
+                    code.as_str(),
+                    "not_holder" | "stale_token" | "session_not_found"
+                ) =>
+            {
+                Ok(0)
+            }
             Err(e) => Err(e),
         }
     }
