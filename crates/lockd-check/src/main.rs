@@ -130,6 +130,11 @@ struct NemesisArgs {
     lockset_workers: u64,
     #[arg(long, default_value_t = 2)]
     groups: u32,
+    /// Log entries between snapshots on the nodes (`lockd serve --snapshot-every`): small, so
+    /// snapshots, log purges and snapshot catch-up of a killed or cut-off node happen under the
+    /// faults.
+    #[arg(long, default_value_t = 50)]
+    snapshot_every: u64,
     /// Fault kinds to draw from (comma-separated).
     #[arg(
         long,
@@ -208,6 +213,7 @@ fn run_nemesis(a: NemesisArgs) -> anyhow::Result<ExitCode> {
         mutex_workers: a.mutex_workers.clamp(1, 32),
         lockset_workers: a.lockset_workers.clamp(0, 32),
         lock_groups: a.groups.clamp(1, 16),
+        snapshot_every: a.snapshot_every.max(10),
         faults,
         sabotage: a.sabotage,
         faketime: !a.no_faketime,

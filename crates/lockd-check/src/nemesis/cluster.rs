@@ -100,6 +100,12 @@ impl Cluster {
         if cfg.faketime && !Path::new(LIBFAKETIME).exists() {
             bail!("{LIBFAKETIME} is missing: apt-get install libfaketime (or pass --no-faketime)");
         }
+        // A fresh cluster every run: data, logs and audit logs of an earlier run would carry
+        // its state (sessions, tokens) and its records into this one.
+        if cfg.dir.exists() {
+            std::fs::remove_dir_all(&cfg.dir)
+                .with_context(|| format!("clearing {}", cfg.dir.display()))?;
+        }
         std::fs::create_dir_all(&cfg.dir)?;
         let config_path = cfg.dir.join("namespaces.toml");
         std::fs::write(&config_path, &cfg.config_toml)?;
@@ -275,6 +281,21 @@ impl Cluster {
             Some((_, logs)) => logs.clone(),
             None => self.nodes.iter().map(|n| n.audit.clone()).collect(),
         }
+    }
+
+    /// Snapshots written and installed from a leader, counted in the nodes' logs over every
+    /// incarnation (`None` for an external cluster).
+    pub fn snapshot_counts(&self) -> Option<(usize, usize)> {
+        if self.external.is_some() {
+            return None;
+        }
+        let (mut written, mut installed) = (0, 0);
+        for n in &self.nodes {
+            let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+            written += log.matches("snapshot written").count();
+            installed += log.matches("installed snapshot from leader").count();
+        }
+        Some((written, installed))
     }
 
     pub fn http_addr(&self, id: u64) -> SocketAddr {

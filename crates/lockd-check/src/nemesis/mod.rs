@@ -84,6 +84,8 @@ pub struct NemesisConfig {
     pub mutex_workers: u64,
     pub lockset_workers: u64,
     pub lock_groups: u32,
+    /// `lockd serve --snapshot-every` for the nodes the nemesis starts.
+    pub snapshot_every: u64,
     pub faults: Vec<FaultKind>,
     pub sabotage: Option<Sabotage>,
     pub faketime: bool,
@@ -100,6 +102,9 @@ pub struct Outcome {
     pub report: Report,
     pub replica_divergence: usize,
     pub audit_entries: usize,
+    /// Snapshots the nodes wrote and snapshots they installed from a leader (from their logs;
+    /// unknown for an external cluster).
+    pub snapshots: Option<(usize, usize)>,
     pub history_file: PathBuf,
 }
 
@@ -115,8 +120,11 @@ impl Outcome {
         if let Some(i) = line.rfind(" violations=") {
             line.truncate(i);
         }
+        let snapshots = self.snapshots.map_or(String::new(), |(w, i)| {
+            format!(" snapshots_written={w} snapshots_installed={i}")
+        });
         format!(
-            "{line} replica_divergence={} audit_entries={} duration_s={} seed={} sabotage={} violations={}",
+            "{line} replica_divergence={} audit_entries={}{snapshots} duration_s={} seed={} sabotage={} violations={}",
             self.replica_divergence,
             self.audit_entries,
             cfg.duration.as_secs(),
@@ -185,13 +193,16 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     }
 
     // The cluster.
-    let extra_args = match cfg.sabotage {
-        Some(Sabotage::LeaderLease) => vec![
+    let mut extra_args = vec![
+        "--snapshot-every".to_string(),
+        cfg.snapshot_every.to_string(),
+    ];
+    if cfg.sabotage == Some(Sabotage::LeaderLease) {
+        extra_args.extend([
             "--unsafe-negative-control".to_string(),
             "skip-leader-lease-check".to_string(),
-        ],
-        _ => Vec::new(),
-    };
+        ]);
+    }
     let mut cluster = match &cfg.external {
         Some((endpoints, audit_logs)) => Cluster::external(endpoints.clone(), audit_logs.clone()),
         None => {
@@ -473,6 +484,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     let _ = cluster.wait_ready(Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let audit_files = cluster.audit_logs();
+    let snapshots = cluster.snapshot_counts();
     cluster.shutdown().await;
     let merged = audit::merge(&audit_files)?;
     for d in &merged.divergent {
@@ -492,6 +504,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         report,
         replica_divergence: merged.divergent.len(),
         audit_entries: merged.entries,
+        snapshots,
         history_file,
     })
 }
