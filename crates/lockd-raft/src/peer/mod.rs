@@ -267,29 +267,28 @@ pub(crate) async fn dispatch(
         return dispatch_one(node, method, group_id, payload).await;
     }
     // Every member is served as a lone call would be, concurrently; answers keep their order.
-    // Keepalives are answered from memory, so they need no future at all.
+    // Keepalives travel in batches of their own (their lane) and are answered from memory, so
+    // such a batch needs no futures at all.
     let calls: Vec<batch::Call> = decode(payload)?;
-    let mut answers = Vec::with_capacity(calls.len());
-    let mut waiting = Vec::new();
-    for (i, c) in calls.iter().enumerate() {
-        if c.method == batch::Forwarded::Keepalive {
-            answers.push(Some(keepalive(node, c.group, &c.payload).into()));
-        } else {
-            answers.push(None);
-            waiting.push((
-                i,
-                dispatch_one(node, c.method.method(), c.group, &c.payload),
-            ));
-        }
-    }
-    let (slots, calls): (Vec<usize>, Vec<_>) = waiting.into_iter().unzip();
-    for (i, r) in slots
-        .into_iter()
-        .zip(futures_util::future::join_all(calls).await)
+    let answers: Vec<batch::Answer> = if calls
+        .iter()
+        .all(|c| c.method == batch::Forwarded::Keepalive)
     {
-        answers[i] = Some(r.into());
-    }
-    let answers: Vec<batch::Answer> = answers.into_iter().flatten().collect();
+        calls
+            .iter()
+            .map(|c| keepalive(node, c.group, &c.payload).into())
+            .collect()
+    } else {
+        futures_util::future::join_all(
+            calls
+                .iter()
+                .map(|c| dispatch_one(node, c.method.method(), c.group, &c.payload)),
+        )
+        .await
+        .into_iter()
+        .map(batch::Answer::from)
+        .collect()
+    };
     reply(&answers)
 }
 

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-
 use std::time::Duration;
+
 use tokio::sync::oneshot;
 
 use lockd_core::{Command, Rejection, Reply};
