@@ -65,7 +65,7 @@ impl LockTable {
     /// is ~15 MiB, and growing a buffer to that by doubling holds up to twice the image (plus
     /// the copy during each move) while every group snapshots at about the same time.
     pub fn snapshot_with_capacity(&self, capacity: usize) -> Vec<u8> {
-        postcard::serialize_with_flavor(&self.image(), VecFlavor(Vec::with_capacity(capacity)))
+        postcard::to_extend(&self.image(), Vec::with_capacity(capacity))
             .expect("serialising to memory cannot fail")
     }
 
@@ -110,27 +110,6 @@ impl LockTable {
     /// A 64-bit hash of the snapshot bytes (xxh3): equal for replicas that applied the same log.
     pub fn state_hash(&self) -> u64 {
         xxhash_rust::xxh3::xxh3_64(&self.snapshot())
-    }
-}
-
-/// postcard output into a `Vec` we sized (its own `AllocVec` always starts empty).
-struct VecFlavor(Vec<u8>);
-
-impl postcard::ser_flavors::Flavor for VecFlavor {
-    type Output = Vec<u8>;
-
-    fn try_push(&mut self, b: u8) -> postcard::Result<()> {
-        self.0.push(b);
-        Ok(())
-    }
-
-    fn try_extend(&mut self, b: &[u8]) -> postcard::Result<()> {
-        self.0.extend_from_slice(b);
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<Vec<u8>> {
-        Ok(self.0)
     }
 }
 
