@@ -39,12 +39,17 @@ fn a_seed_replays_to_the_same_digest() {
     assert_eq!(a.history.records, b.history.records);
 }
 
-fn caught(sabotage: Sabotage) -> Option<u64> {
-    (1..=30).find(|seed| {
+/// The first of seeds `1..=seeds` whose run fails under `sabotage`.
+fn caught_within(sabotage: Sabotage, seeds: u64) -> Option<u64> {
+    (1..=seeds).find(|seed| {
         run_seed(&cfg(*seed, Some(sabotage)))
             .expect("seed runs")
             .failed()
     })
+}
+
+fn caught(sabotage: Sabotage) -> Option<u64> {
+    caught_within(sabotage, 30)
 }
 
 #[test]
@@ -57,9 +62,12 @@ fn leader_lease_sabotage_is_caught() {
     assert!(caught(Sabotage::LeaderLease).is_some());
 }
 
+/// An unfenced store loses a write only when a paused holder wakes after its lease and writes
+/// before it notices: about 1 seed in 10 (9 of seeds 1-100 since proposals share entries; the
+/// first is 35), so this control searches further than the others.
 #[test]
 fn store_fence_sabotage_is_caught() {
-    assert!(caught(Sabotage::StoreFence).is_some());
+    assert!(caught_within(Sabotage::StoreFence, 60).is_some());
 }
 
 #[test]

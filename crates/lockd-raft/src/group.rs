@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockd_core::{Command, LockTable, Op, Rejection, Reply, SessionId};
+use lockd_core::{LockTable, Op, Rejection, Reply, SessionId};
 use tracing::debug;
 
 use crate::leader::KeepaliveRefused;
@@ -184,11 +184,7 @@ impl Group {
         if !status.is_leader {
             return Err(self.no_leader());
         }
-        // None until this term's first entry is applied (prior terms all in the table).
-        let Some(now_ms) = self.replica.stamp(status.term) else {
-            return Err(self.no_leader());
-        };
-        match self.raft.write(Command { now_ms, op }).await {
+        match self.raft.write(op).await {
             Ok(reply) => Ok(reply),
             // Nothing was appended (not leader, or a fresh leader whose lease is not yet valid):
             // the caller may retry.

@@ -62,20 +62,22 @@ pub trait EffectSink: Send + Sync + 'static {
         let _ = group;
     }
 
-    /// RAW HOOK (simulator, tests): called on every replica for every applied command entry,
-    /// in log order, while the replica's state lock is held, with the log index, the command,
-    /// what applying it returned, and the table afterwards. Must be cheap and must not call back
-    /// into the group. Default: nothing.
+    /// RAW HOOK (simulator, tests): called on every replica for every applied command, in log
+    /// order, while the replica's state lock is held, with the log index of its entry, its slot
+    /// in that entry (an entry carries up to 256 commands), the command, what applying it
+    /// returned, and the table afterwards. Must be cheap and must not call back into the group.
+    /// Default: nothing.
     #[doc(hidden)]
     fn applied_entry(
         &self,
         group: GroupId,
         index: u64,
+        slot: usize,
         cmd: &lockd_core::Command,
         applied: &lockd_core::Applied,
         table: &lockd_core::LockTable,
     ) {
-        let _ = (group, index, cmd, applied, table);
+        let _ = (group, index, slot, cmd, applied, table);
     }
 
     /// Called from the log's flush thread when an append became durable, with the time from the

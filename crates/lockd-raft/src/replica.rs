@@ -79,46 +79,67 @@ impl Replica {
         self.group
     }
 
-    /// Applies one committed command (log order) and returns the core's reply.
-    pub(crate) fn apply(&self, index: u64, term: u64, cmd: &Command) -> Result<Reply, Rejection> {
+    /// Applies one committed entry (log order): its `ops`, in order, as commands at group time
+    /// `now_ms`; returns the core's reply to each.
+    pub(crate) fn apply(
+        &self,
+        index: u64,
+        term: u64,
+        now_ms: u64,
+        ops: Vec<Op>,
+    ) -> Vec<Result<Reply, Rejection>> {
         let audit = self.sink.wants_audit();
-        let (applied, audit) = {
+        let mut replies = Vec::with_capacity(ops.len());
+        let mut effects = Vec::new();
+        let mut events = Vec::new();
+        {
             let mut st = lock(&self.state);
-            let ending = if audit {
-                crate::audit::ending_holds(&st.table, &cmd.op)
-            } else {
-                Vec::new()
-            };
-            let applied = st.table.apply(cmd);
-            let audit = audit.then(|| {
-                crate::audit::events(&st.table, cmd, &applied.reply, &applied.effects, ending)
-            });
-            self.sink
-                .applied_entry(self.group, index, cmd, &applied, &st.table);
+            let at = self.clock.now();
+            let mut leader = lock(&self.leader);
+            for (slot, op) in ops.into_iter().enumerate() {
+                let cmd = Command { now_ms, op };
+                let ending = if audit {
+                    crate::audit::ending_holds(&st.table, &cmd.op)
+                } else {
+                    Vec::new()
+                };
+                let applied = st.table.apply(&cmd);
+                if audit {
+                    events.extend(crate::audit::events(
+                        &st.table,
+                        &cmd,
+                        &applied.reply,
+                        &applied.effects,
+                        ending,
+                    ));
+                }
+                self.sink
+                    .applied_entry(self.group, index, slot, &cmd, &applied, &st.table);
+                if let (Op::OpenSession { .. }, Ok(Reply::SessionOpened { session, ttl_ms })) =
+                    (&cmd.op, &applied.reply)
+                {
+                    leader.session_opened(*session, *ttl_ms, at);
+                }
+                for e in &applied.effects {
+                    if let Effect::SessionEnded { session, .. } = e {
+                        leader.session_ended(*session);
+                    }
+                }
+                effects.extend(applied.effects);
+                replies.push(applied.reply);
+            }
             st.index = index;
             st.term = term;
-            st.at = self.clock.now();
-            let mut leader = lock(&self.leader);
-            if let (Op::OpenSession { .. }, Ok(Reply::SessionOpened { session, ttl_ms })) =
-                (&cmd.op, &applied.reply)
-            {
-                leader.session_opened(*session, *ttl_ms, st.at);
-            }
-            for e in &applied.effects {
-                if let Effect::SessionEnded { session, .. } = e {
-                    leader.session_ended(*session);
-                }
-            }
-            (applied, audit)
-        };
-        if !applied.effects.is_empty() {
-            self.sink.applied(self.group, &applied.effects);
+            st.at = at;
         }
-        if let Some(events) = audit.filter(|e| !e.is_empty()) {
-            self.sink.audited(self.group, index, cmd.now_ms, &events);
+        if !effects.is_empty() {
+            self.sink.applied(self.group, &effects);
+        }
+        if !events.is_empty() {
+            self.sink.audited(self.group, index, now_ms, &events);
         }
         self.applied_tx.send_replace(index);
-        applied.reply
+        replies
     }
 
     /// Records an applied entry that carries no command (blank or membership).

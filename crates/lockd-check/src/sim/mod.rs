@@ -189,10 +189,11 @@ struct Store {
     seq: u64,
 }
 
-/// What the first replica to apply each index saw; the others must see the same (S9).
+/// What the first replica to apply each command saw, by (index, slot); the others must see the
+/// same (S9).
 #[derive(Default)]
 struct Audit {
-    first: BTreeMap<u64, (u64, u64)>,
+    first: BTreeMap<(u64, usize), (u64, u64)>,
     /// Current holder of each name: (token, session), from the service's view.
     holds: BTreeMap<String, (u64, SessionId)>,
     last_token: BTreeMap<String, u64>,
@@ -314,39 +315,51 @@ impl World {
         });
     }
 
-    /// One entry applied on `node` (the audit hook of its sink).
-    fn audited(&self, node: NodeId, index: u64, cmd: &Command, applied: &Applied, t: &LockTable) {
+    /// One command applied on `node` at `(index, slot)`: the `slot`th command of the log entry
+    /// at `index` (the audit hook of its sink).
+    fn audited(
+        &self,
+        node: NodeId,
+        (index, slot): (u64, usize),
+        cmd: &Command,
+        applied: &Applied,
+        t: &LockTable,
+    ) {
         if let Err(v) = t.check_invariants() {
             self.violation(format!(
                 "invariant broken on node {node} at index {index}: {v:?}"
             ));
+        }
+        if slot >= 256 {
+            self.violation(format!("entry {index} carries more than 256 commands"));
         }
         let entry = hash_of(&format!(
             "{cmd:?}|{:?}|{:?}",
             applied.reply, applied.effects
         ));
         let state = t.state_hash();
-        lock(&self.digest).write_u64(hash_of(&(node, index, entry, state, self.now_ns())));
+        lock(&self.digest).write_u64(hash_of(&(node, index, slot, entry, state, self.now_ns())));
         self.trace(format!(
-            "{} node {node} applied {index}: {cmd:?} -> {:?} state {state:x}",
+            "{} node {node} applied {index}.{slot}: {cmd:?} -> {:?} state {state:x}",
             self.now_ns(),
             applied.reply
         ));
         let mut a = lock(&self.audit);
         a.applies += 1;
-        if let Some(&(e0, s0)) = a.first.get(&index) {
+        if let Some(&(e0, s0)) = a.first.get(&(index, slot)) {
             if (e0, s0) != (entry, state) {
                 drop(a);
                 self.violation(format!(
-                    "S9: node {node} applied a different entry or reached a different state at \
-                     index {index}"
+                    "S9: node {node} applied a different command or reached a different state \
+                     at index {index} slot {slot}"
                 ));
             }
             return;
         }
-        a.first.insert(index, (entry, state));
-        // Service records, from the first replica to apply this index.
-        let seq0 = index * 16;
+        a.first.insert((index, slot), (entry, state));
+        // Service records, from the first replica to apply this command, numbered in log
+        // order: at most 256 commands per entry, and far fewer than 4,096 records per command.
+        let seq0 = (index * 256 + slot as u64) * 4096;
         let mut k = 0;
         let mut recs = Vec::new();
         let mut seq = || {
@@ -569,6 +582,7 @@ impl EffectSink for SimSink {
         &self,
         group: GroupId,
         index: u64,
+        slot: usize,
         cmd: &Command,
         applied: &Applied,
         table: &LockTable,
@@ -577,7 +591,7 @@ impl EffectSink for SimSink {
             return;
         }
         if let Some(w) = self.world.upgrade() {
-            w.audited(self.node, index, cmd, applied, table);
+            w.audited(self.node, (index, slot), cmd, applied, table);
         }
     }
 }

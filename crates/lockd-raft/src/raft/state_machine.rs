@@ -300,16 +300,22 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some((entry, responder)) = entries.try_next().await? {
             let (index, term) = (entry.log_id.index, entry.log_id.leader_id.term);
             let outcome = match entry.payload {
-                EntryPayload::Normal(p) => Some(WireReply(self.replica.apply(index, term, &p.0))),
-                EntryPayload::Blank => None,
+                EntryPayload::Normal(p) => self
+                    .replica
+                    .apply(index, term, p.now_ms, p.ops)
+                    .into_iter()
+                    .map(WireReply)
+                    .collect(),
+                EntryPayload::Blank => {
+                    self.replica.mark_applied(index, term);
+                    Vec::new()
+                }
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), m);
-                    None
+                    self.replica.mark_applied(index, term);
+                    Vec::new()
                 }
             };
-            if outcome.is_none() {
-                self.replica.mark_applied(index, term);
-            }
             self.last_applied = Some(entry.log_id);
             if let Some(r) = responder {
                 r.send(Outcome(outcome));
