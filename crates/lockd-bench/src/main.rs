@@ -120,6 +120,14 @@ enum Cmd {
         /// Length of the measured window (and of the idle baseline), seconds.
         #[arg(long, default_value_t = 20)]
         secs: u64,
+        /// Send keepalives as unary calls (one connection per node) instead of on one session
+        /// stream per session, as lockd-client keeps them.
+        #[arg(long)]
+        unary: bool,
+        /// Session streams sharing one connection (a client process has its own connection, so
+        /// fewer is closer to many real clients; each connection costs the servers wake-ups).
+        #[arg(long, default_value_t = 100)]
+        streams_per_connection: usize,
         #[command(flatten)]
         lockd: LockdArgs,
     },
@@ -228,13 +236,22 @@ async fn run(cli: Cli) -> Result<()> {
             count,
             ttl_s,
             secs,
+            unary,
+            streams_per_connection,
             lockd,
         } => {
+            let via = if unary {
+                scenarios::KeepaliveVia::Unary
+            } else {
+                scenarios::KeepaliveVia::Stream {
+                    per_conn: streams_per_connection,
+                }
+            };
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let cluster = lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
             let ttl = Duration::from_secs(ttl_s);
-            let r =
-                scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs)).await?;
+            let r = scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs), via)
+                .await?;
             println!("lockd ({} groups): {}", lockd.groups, r.line());
             Ok(())
         }

@@ -479,6 +479,8 @@ pub async fn failover(
 
 /// What keeping many sessions alive costs: CPU per node and bytes written to disk.
 pub struct SessionLoad {
+    /// How the keepalives travelled.
+    pub via: KeepaliveVia,
     pub sessions: usize,
     pub open_secs: f64,
     pub keepalives: u64,
@@ -510,10 +512,11 @@ impl SessionLoad {
             })
             .collect();
         format!(
-            "{} sessions opened in {:.1} s; {} keepalives over {:.0} s ({:.0}/s, each fanned out to every group's leader), {} errors; {}; load generator cpu {:.0}%",
+            "{} sessions opened in {:.1} s; {} keepalives {} over {:.0} s ({:.0}/s, each fanned out to every group's leader), {} errors; {}; load generator cpu {:.0}%",
             self.sessions,
             self.open_secs,
             self.keepalives,
+            self.via.describe(),
             self.window_secs,
             self.keepalives as f64 / self.window_secs,
             self.errors,
@@ -665,11 +668,191 @@ impl Keepalives {
 /// TTL/3 for `window`, and compares every node's CPU and disk writes with an idle window of the
 /// same length taken before the sessions existed. Keepalives must cost CPU on the group leaders
 /// and write nothing to the log.
+/// How a session load sends its keepalives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepaliveVia {
+    /// One `Session` stream per session, as lockd-client keeps a process's session (the open
+    /// and every keepalive are messages on it), `per_conn` streams sharing a connection.
+    Stream { per_conn: usize },
+    /// A unary `KeepAlive` call each, over one connection per node (what the HTTP API and a
+    /// stream-less client pay per call).
+    Unary,
+}
+
+impl KeepaliveVia {
+    fn describe(self) -> String {
+        match self {
+            KeepaliveVia::Stream { per_conn } => {
+                format!("on session streams ({per_conn} per connection)")
+            }
+            KeepaliveVia::Unary => "as unary calls (one connection per node)".into(),
+        }
+    }
+}
+
+/// Sessions each carried by its own `Session` stream, kept alive every `period` (spread evenly
+/// over it) until stopped or past the deadline.
+struct StreamSessions {
+    sent: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    tasks: JoinSet<()>,
+}
+
+impl StreamSessions {
+    /// Opens `n` sessions of `ttl`, session `i` through node `i % nodes`, on new connections of
+    /// `per_conn` streams each; returns once every open was answered.
+    async fn open(
+        cluster: &Cluster,
+        n: usize,
+        per_conn: usize,
+        ttl: Duration,
+        period: Duration,
+        deadline: Instant,
+    ) -> Result<StreamSessions> {
+        let addrs = cluster.grpc_addrs();
+        // Per node, enough connections for its share of the sessions.
+        let mut channels: Vec<Vec<LockClient<Channel>>> = Vec::new();
+        for (node, addr) in addrs.iter().enumerate() {
+            let share = n / addrs.len() + usize::from(node < n % addrs.len());
+            let mut conns = Vec::new();
+            for _ in 0..share.div_ceil(per_conn) {
+                conns.push(grpc_connect(*addr).await?);
+            }
+            channels.push(conns);
+        }
+        let sent = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = JoinSet::new();
+        let mut opened = JoinSet::new();
+        let start = Instant::now();
+        for i in 0..n {
+            let (node, j) = (i % addrs.len(), i / addrs.len());
+            let c = channels[node][j / per_conn].clone();
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+            let first = start + period.mul_f64(i as f64 / n.max(1) as f64);
+            let (sent, errors, stop) = (sent.clone(), errors.clone(), stop.clone());
+            tasks.spawn(async move {
+                let run =
+                    stream_session(c, i, ttl, first, period, deadline, ready_tx, &sent, &stop);
+                if run.await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            opened.spawn(ready_rx);
+            // Bound the opens in flight, as the unary path does.
+            if opened.len() >= 256 {
+                if let Some(r) = opened.join_next().await {
+                    r?.context("a session stream ended before its open was answered")??;
+                }
+            }
+        }
+        while let Some(r) = opened.join_next().await {
+            r?.context("a session stream ended before its open was answered")??;
+        }
+        Ok(StreamSessions {
+            sent,
+            errors,
+            stop,
+            tasks,
+        })
+    }
+
+    async fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.tasks.shutdown().await;
+    }
+}
+
+/// One session on its own stream: open, then a keepalive every `period` from `first`, each
+/// answer awaited before the next is sent. `ready` gets the open's outcome.
+#[allow(clippy::too_many_arguments)]
+async fn stream_session(
+    mut c: LockClient<Channel>,
+    i: usize,
+    ttl: Duration,
+    first: Instant,
+    period: Duration,
+    deadline: Instant,
+    ready: tokio::sync::oneshot::Sender<Result<()>>,
+    sent: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<()> {
+    use pb::session_event::Kind as Ev;
+    use pb::session_request::Kind;
+    let (tx, rx) = tokio::sync::mpsc::channel::<pb::SessionRequest>(4);
+    tx.send(pb::SessionRequest {
+        request_id: 1,
+        kind: Some(Kind::Open(pb::OpenSessionRequest {
+            client: format!("s{i}"),
+            ttl_ms: ttl.as_millis() as u64,
+            ..Default::default()
+        })),
+    })
+    .await?;
+    let opening = async {
+        let mut events = c
+            .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        match events.message().await? {
+            Some(pb::SessionEvent {
+                kind: Some(Ev::Opened(_)),
+                ..
+            }) => Ok(events),
+            other => bail!("session {i}: open answered {other:?}"),
+        }
+    };
+    let mut events = match timeout(Duration::from_secs(30), opening).await {
+        Ok(Ok(e)) => {
+            let _ = ready.send(Ok(()));
+            e
+        }
+        Ok(Err(e)) => {
+            let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
+            return Err(e);
+        }
+        Err(_) => {
+            let _ = ready.send(Err(anyhow::anyhow!(
+                "session {i}: no answer to open in 30 s"
+            )));
+            bail!("open timed out");
+        }
+    };
+    let mut next = first;
+    // Bounded by the deadline; the round count only guards against a zero period.
+    let rounds = 1 + deadline.saturating_duration_since(next).as_millis() as u64
+        / period.as_millis().max(1) as u64;
+    for id in 2..rounds + 2 {
+        sleep_until(next).await;
+        next += period;
+        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+            break;
+        }
+        tx.send(pb::SessionRequest {
+            request_id: id,
+            kind: Some(Kind::Keepalive(pb::KeepAliveRequest::default())),
+        })
+        .await?;
+        sent.fetch_add(1, Ordering::Relaxed);
+        match timeout(Duration::from_secs(5), events.message()).await {
+            Ok(Ok(Some(pb::SessionEvent {
+                kind: Some(Ev::Keepalive(_)),
+                ..
+            }))) => {}
+            other => bail!("session {i}: keepalive answered {other:?}"),
+        }
+    }
+    Ok(())
+}
+
 pub async fn session_load(
     cluster: &Cluster,
     n: usize,
     ttl: Duration,
     window: Duration,
+    via: KeepaliveVia,
 ) -> Result<SessionLoad> {
     let pids = cluster.pids();
     let cpu = |pids: &[u32]| {
@@ -690,19 +873,25 @@ pub async fn session_load(
     let idle = pct(&c0, &cpu(&pids), window.as_secs_f64());
 
     // Open the sessions, spread over the nodes, then keep each alive every TTL/3.
-    let clients = connect_all(cluster).await?;
-    let started = Instant::now();
-    let sessions = Arc::new(open_sessions(&clients, n, ttl).await?);
-    let open_secs = started.elapsed().as_secs_f64();
     let period = ttl / 3;
-    let keep = Keepalives::spawn(
-        &clients,
-        sessions.clone(),
-        period,
-        32,
-        Instant::now() + period + window + Duration::from_secs(60),
-    );
-    let (sent, errors) = (keep.sent.clone(), keep.errors.clone());
+    let deadline = Instant::now() + period + window + Duration::from_secs(60);
+    let started = Instant::now();
+    let (count, sent, errors, keep) = match via {
+        KeepaliveVia::Unary => {
+            let clients = connect_all(cluster).await?;
+            let sessions = Arc::new(open_sessions(&clients, n, ttl).await?);
+            let keep = Keepalives::spawn(&clients, sessions.clone(), period, 32, deadline);
+            let (sent, errors) = (keep.sent.clone(), keep.errors.clone());
+            (sessions.len(), sent, errors, Either::Unary(keep))
+        }
+        KeepaliveVia::Stream { per_conn } => {
+            let keep =
+                StreamSessions::open(cluster, n, per_conn.max(1), ttl, period, deadline).await?;
+            let (sent, errors) = (keep.sent.clone(), keep.errors.clone());
+            (n, sent, errors, Either::Stream(keep))
+        }
+    };
+    let open_secs = started.elapsed().as_secs_f64();
     // One period to reach a steady rate, then measure.
     sleep(period).await;
     let (c1, w1, k1, b1) = (
@@ -718,12 +907,16 @@ pub async fn session_load(
         sent.load(Ordering::Relaxed),
         cpu_secs(None),
     );
-    keep.stop();
+    match keep {
+        Either::Unary(k) => k.stop(),
+        Either::Stream(k) => k.stop().await,
+    }
     let secs = window.as_secs_f64();
     let busy = pct(&c1, &c2, secs);
     let leaders = cluster.leaders().await.unwrap_or_default();
     Ok(SessionLoad {
-        sessions: sessions.len(),
+        via,
+        sessions: count,
         open_secs,
         keepalives: k2 - k1,
         errors: errors.load(Ordering::Relaxed),
@@ -734,6 +927,12 @@ pub async fn session_load(
         leaders,
         bench_cpu_pct: (b2 - b1) / secs * 100.0,
     })
+}
+
+/// The keepalive senders of either kind.
+enum Either {
+    Unary(Keepalives),
+    Stream(StreamSessions),
 }
 
 #[cfg(test)]
