@@ -39,7 +39,8 @@ pub struct Cluster {
 
 impl Cluster {
     /// Starts the members (fsync on: no `--unsafe-no-fsync`) and waits until all are healthy.
-    pub async fn start(data_root: &Path) -> Result<Cluster> {
+    /// `threads`: GOMAXPROCS for every member (`None`: Go's default, one per core).
+    pub async fn start(data_root: &Path, threads: Option<u16>) -> Result<Cluster> {
         let dir = tempfile::Builder::new()
             .prefix("lockd-bench-etcd-")
             .tempdir_in(data_root)?;
@@ -79,10 +80,15 @@ impl Cluster {
             .iter()
             .map(|s| s.to_string())
             .collect();
-            members.push(Server::start(
+            let env: Vec<(&str, String)> = threads
+                .map(|t| ("GOMAXPROCS", t.to_string()))
+                .into_iter()
+                .collect();
+            members.push(Server::start_with_env(
                 &format!("etcd-m{i}"),
                 "etcd",
                 &args,
+                &env,
                 dir.path(),
             )?);
         }

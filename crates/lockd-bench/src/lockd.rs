@@ -112,7 +112,14 @@ async fn status(addr: SocketAddr) -> Result<Status> {
 impl Cluster {
     /// Starts `n` nodes with `groups` lock groups (fsync is always on in lockd) and waits until
     /// every node sees the same leader for every group, the meta group included.
-    pub async fn start(bin: &Path, data_root: &Path, n: usize, groups: u32) -> Result<Cluster> {
+    /// `threads`: `--worker-threads` for every node (`None`: lockd's default).
+    pub async fn start(
+        bin: &Path,
+        data_root: &Path,
+        n: usize,
+        groups: u32,
+        threads: Option<u16>,
+    ) -> Result<Cluster> {
         let dir = tempfile::Builder::new()
             .prefix("lockd-bench-lockd-")
             .tempdir_in(data_root)?;
@@ -130,7 +137,7 @@ impl Cluster {
         };
         for i in 0..n {
             let id = i as u64 + 1;
-            let args: Vec<String> = [
+            let mut args: Vec<String> = [
                 "serve".to_string(),
                 "--node-id".into(),
                 id.to_string(),
@@ -151,6 +158,9 @@ impl Cluster {
                 groups.to_string(),
             ]
             .into();
+            if let Some(t) = threads {
+                args.extend(["--worker-threads".into(), t.to_string()]);
+            }
             cluster.nodes.push(Node {
                 id,
                 http: loopback(http[i]),

@@ -50,9 +50,18 @@ struct LockdArgs {
     /// Where the servers' temp data dirs go (must be a real disk for fsync to mean anything).
     #[arg(long)]
     data_root: Option<PathBuf>,
+    /// Scheduler threads per replica: `lockd serve --worker-threads` and etcd's GOMAXPROCS
+    /// (0 = each server's default, one per core). Every replica of a cluster shares this one
+    /// machine, so by default each gets one, as it would get a machine of its own.
+    #[arg(long, default_value_t = 1)]
+    server_threads: u16,
 }
 
 impl LockdArgs {
+    fn threads(&self) -> Option<u16> {
+        (self.server_threads > 0).then_some(self.server_threads)
+    }
+
     fn data_root(&self) -> PathBuf {
         self.data_root.clone().unwrap_or_else(std::env::temp_dir)
     }
@@ -213,7 +222,8 @@ async fn run(cli: Cli) -> Result<()> {
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let mut cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.threads())
+                    .await?;
             let f = scenarios::failover(&mut cluster, trials, load).await?;
             println!("lockd ({} groups): {}", lockd.groups, f.line());
             Ok(())
@@ -224,7 +234,9 @@ async fn run(cli: Cli) -> Result<()> {
             lockd,
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            let cluster = lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
+            let cluster =
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.threads())
+                    .await?;
             for routing in [Routing::Spread, Routing::Leader] {
                 let dur = Duration::from_secs(secs);
                 let h = scenarios::hot_lock(&cluster, routing, waiters, dur).await?;
@@ -248,7 +260,9 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             };
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            let cluster = lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
+            let cluster =
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.threads())
+                    .await?;
             let ttl = Duration::from_secs(ttl_s);
             let r = scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs), via)
                 .await?;
@@ -268,7 +282,8 @@ async fn run(cli: Cli) -> Result<()> {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let started = std::time::Instant::now();
             let mut cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups).await?;
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.threads())
+                    .await?;
             let args = scale::ScaleArgs {
                 held,
                 baseline_held,
@@ -338,7 +353,9 @@ async fn compare(
         eprintln!("== [{}/{}] {}", i + 1, systems.len(), s.label());
         let r = match (s.is_lockd(), &bin) {
             (true, Some(bin)) => run_lockd(s, &plan, bin, lockd, extras).await,
-            _ => run_system(s, &plan, &data_root).await.map(|r| (r, vec![])),
+            _ => run_system(s, &plan, &data_root, lockd.threads())
+                .await
+                .map(|r| (r, vec![])),
         };
         match r {
             Ok((r, l)) => {
@@ -358,10 +375,11 @@ async fn compare(
         if quick { " --quick" } else { "" }
     );
     println!(
-        "machine: {} cores; lockd {} ({} groups, 3 nodes); {}; {}",
+        "machine: {} cores; lockd {} ({} groups, 3 nodes); scheduler threads per lockd/etcd replica: {}; {}; {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         bin.as_ref().map_or("-".into(), |b| b.display().to_string()),
         lockd.groups,
+        lockd.threads().map_or("one per core".to_string(), |t| t.to_string()),
         procs::version_of("etcd"),
         procs::version_of("redis-server"),
     );
@@ -387,7 +405,8 @@ async fn run_lockd(
     args: &LockdArgs,
     extras: &Extras,
 ) -> Result<(Vec<Row>, Vec<String>)> {
-    let mut cluster = lockd::Cluster::start(bin, &args.data_root(), 3, args.groups).await?;
+    let mut cluster =
+        lockd::Cluster::start(bin, &args.data_root(), 3, args.groups, args.threads()).await?;
     let cx = Ctx {
         system: s.label(),
         plan,
@@ -434,7 +453,8 @@ async fn run_lockd(
 /// only if an operation fails, never on a timing.
 async fn smoke(nodes: usize, args: &LockdArgs) -> Result<()> {
     let bin = lockd::find_binary(args.lockd_bin.as_deref())?;
-    let cluster = lockd::Cluster::start(&bin, &args.data_root(), nodes, args.groups).await?;
+    let cluster =
+        lockd::Cluster::start(&bin, &args.data_root(), nodes, args.groups, args.threads()).await?;
     let plan = Plan::smoke();
     let cx = |system| Ctx {
         system,
@@ -471,11 +491,16 @@ async fn smoke(nodes: usize, args: &LockdArgs) -> Result<()> {
 }
 
 /// Starts one etcd or Redis system, runs every workload against it, stops it (the guards' drop).
-async fn run_system(s: SystemKind, plan: &Plan, data_root: &std::path::Path) -> Result<Vec<Row>> {
+async fn run_system(
+    s: SystemKind,
+    plan: &Plan,
+    data_root: &std::path::Path,
+    threads: Option<u16>,
+) -> Result<Vec<Row>> {
     let label = s.label();
     match s {
         SystemKind::Etcd | SystemKind::EtcdLock => {
-            let mut cluster = etcd::Cluster::start(data_root).await?;
+            let mut cluster = etcd::Cluster::start(data_root, threads).await?;
             let flavour = if s == SystemKind::Etcd {
                 etcd::Flavour::Txn
             } else {

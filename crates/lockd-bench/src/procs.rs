@@ -92,10 +92,22 @@ pub struct Server {
 impl Server {
     /// Starts `bin args` with stdout and stderr going to `<log_dir>/<name>.log`.
     pub fn start(name: &str, bin: &str, args: &[String], log_dir: &Path) -> Result<Server> {
+        Server::start_with_env(name, bin, args, &[], log_dir)
+    }
+
+    /// [`Server::start`] with extra environment variables.
+    pub fn start_with_env(
+        name: &str,
+        bin: &str,
+        args: &[String],
+        env: &[(&str, String)],
+        log_dir: &Path,
+    ) -> Result<Server> {
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log)?;
         let child = Command::new(bin)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)

@@ -57,6 +57,11 @@ struct Common {
     /// Log entries between snapshots.
     #[arg(long, default_value_t = 20_000)]
     snapshot_every: u64,
+    /// Threads running the node's async work (default: one per core). Replicas that share a
+    /// machine do better with fewer: three on two cores with one each spend less on
+    /// cross-thread wake-ups than extra threads gain (docs/BENCHMARKS.md).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    worker_threads: Option<u16>,
 }
 
 #[derive(Args)]
@@ -235,6 +240,9 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
             ])
             .args(["--election-timeout-ms", &c.election_timeout_ms.to_string()])
             .args(["--snapshot-every", &c.snapshot_every.to_string()]);
+        if let Some(t) = c.worker_threads {
+            cmd.args(["--worker-threads", &t.to_string()]);
+        }
         if let Some(cfg) = &c.config {
             cmd.arg("--config").arg(cfg);
         }
@@ -292,8 +300,27 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let common = match &cli.cmd {
+        Cmd::Dev(a) => &a.common,
+        Cmd::Serve(a) => &a.common,
+    };
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(t) = common.worker_threads {
+        rt.worker_threads(usize::from(t));
+    }
+    match rt.build() {
+        Ok(rt) => rt.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("lockd: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LOCKD_LOG")
@@ -301,7 +328,6 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match &cli.cmd {
         Cmd::Dev(a) if a.nodes > 1 => run_cluster(a).await,
         Cmd::Dev(a) => {
