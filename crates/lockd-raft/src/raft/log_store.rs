@@ -35,11 +35,12 @@ use super::{Entry, LogId, TypeConfig, Vote};
 const CHUNK_MAX_BYTES: usize = 4 << 20;
 /// Entries cached in memory per group, for replication reads. A follower within a few seconds
 /// of the leader reads from here; one further behind reads the chunk files (raft-log falls back
-/// to disk on a miss), and one behind the purge point gets a snapshot. Each cached entry is a
-/// decoded command with its strings (a few hundred bytes); the purge after each snapshot (every
-/// 20,000 entries by default) bounded the old 50,000 at ~21,000 entries per group.
+/// to disk on a miss), and one behind the purge point gets a snapshot. An entry carries 1 to 256
+/// decoded commands with their strings, so the byte cap (on [`RlTypes::payload_size`]'s
+/// estimate) binds under load, when entries are batches, and the count cap when they are single
+/// commands. 8 MiB holds tens of thousands of commands, seconds of a busy group.
 const CACHE_MAX_ITEMS: usize = 8_192;
-const CACHE_MAX_BYTES: usize = 32 << 20;
+const CACHE_MAX_BYTES: usize = 8 << 20;
 
 /// `codeq` codec for a serde type: u32 length (big-endian) + postcard bytes. raft-log frames
 /// and checksums each record around it.
@@ -121,9 +122,11 @@ impl raft_log::Types for RlTypes {
         log_id.0.index
     }
 
-    fn payload_size(_payload: &Self::LogPayload) -> u64 {
-        // Only a cache-size estimate; commands are small.
-        128
+    fn payload_size(payload: &Self::LogPayload) -> u64 {
+        match &payload.0 {
+            openraft::EntryPayload::Normal(p) => p.approx_bytes(),
+            _ => 128,
+        }
     }
 }
 
@@ -348,10 +351,38 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 mod tests {
     use std::io::{Seek, SeekFrom};
 
+    use raft_log::Types;
+
     use super::*;
 
     fn vote(term: u64) -> Vote {
         openraft::impls::Vote::new(term, 1)
+    }
+
+    /// The cache's byte cap must see a batched entry as the many commands it holds: with a
+    /// flat estimate per entry, 8,192 cached batches held ~120 MiB per node at 1M locks.
+    #[test]
+    fn cache_size_estimate_grows_with_the_commands_in_an_entry() {
+        let acquire = |i: usize| lockd_core::Op::Acquire {
+            session: lockd_core::SessionId(1),
+            name: format!("jobs/{i}"),
+            owner: "worker-7".into(),
+            mode: lockd_core::LockMode::Exclusive,
+            wait_ms: 0,
+            reentrant: false,
+        };
+        let size = |n: usize| {
+            let p = super::super::Proposal {
+                now_ms: 1,
+                ops: (0..n).map(acquire).collect(),
+            };
+            RlTypes::payload_size(&Pc(openraft::EntryPayload::Normal(p)))
+        };
+        let one = size(1);
+        assert!((100..1_000).contains(&one), "one command: {one} B");
+        assert!(size(256) >= 128 * one, "256 commands: {} B", size(256));
+        let blank = RlTypes::payload_size(&Pc(openraft::EntryPayload::Blank));
+        assert!(blank < one);
     }
 
     #[test]

@@ -46,6 +46,16 @@ pub(crate) struct Proposal {
     pub(crate) ops: Vec<Op>,
 }
 
+impl Proposal {
+    /// Roughly what the entry takes in memory once decoded: the log cache's measure. Its
+    /// encoded size plus each op's inline size; strings count once, as encoded.
+    pub(crate) fn approx_bytes(&self) -> u64 {
+        let size = postcard::ser_flavors::Size::default();
+        let encoded = postcard::serialize_with_flavor(self, size).unwrap_or(0);
+        (64 + encoded + self.ops.len() * std::mem::size_of::<Op>()) as u64
+    }
+}
+
 impl fmt::Display for Proposal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.ops.as_slice() {
