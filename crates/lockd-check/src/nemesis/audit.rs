@@ -52,7 +52,10 @@ pub fn merge(paths: &[impl AsRef<Path>]) -> anyhow::Result<Merged> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
-        // Within one file an entry's events are contiguous; a replay repeats them later.
+        // Within one file an entry's events are contiguous; a replay repeats them later, or at
+        // once when the node was killed right after writing the entry it replays first. No
+        // line repeats within one application of an entry (every grant has its own token, a
+        // hold ends once, a session ends once), so a run's first line recurring starts a replay.
         let mut runs: Vec<((u64, u64), Vec<Line>)> = Vec::new();
         for (n, raw) in text.lines().enumerate() {
             if raw.trim().is_empty() {
@@ -67,7 +70,7 @@ pub fn merge(paths: &[impl AsRef<Path>]) -> anyhow::Result<Merged> {
             };
             let key = (line.group, line.index);
             match runs.last_mut() {
-                Some((k, v)) if *k == key => v.push(line),
+                Some((k, v)) if *k == key && v.first() != Some(&line) => v.push(line),
                 _ => runs.push((key, vec![line])),
             }
         }
@@ -159,6 +162,12 @@ mod tests {
             m.records[2],
             Record::SvcSessionExpired { seq: 4001, .. }
         ));
+        // A replay right after the entry it repeats (killed just after writing it) is a second
+        // version of the entry, not a longer entry with every event twice.
+        std::fs::write(&b, format!("{r}\n{r}\n")).unwrap();
+        let m = merge(&[&a, &b]).unwrap();
+        assert!(m.divergent.is_empty(), "{:?}", m.divergent);
+        assert_eq!(m.records.len(), 3);
         // b disagrees at index 3: another token.
         std::fs::write(&b, format!("{}\n", g(3, 9))).unwrap();
         let m = merge(&[&a, &b]).unwrap();
