@@ -50,7 +50,7 @@ struct Common {
     /// Raft heartbeat interval.
     #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
-    /// Raft election timeout: a random value in [min, 2 × min]. Failover takes about this plus
+    /// Raft election timeout: a random value in [min, 1.5 × min]. Failover takes about this plus
     /// one election round; keep it well above the heartbeat and the disk's worst fsync.
     #[arg(long, default_value_t = 400)]
     election_timeout_ms: u64,
