@@ -613,7 +613,9 @@ impl Keepalives {
             senders.spawn(async move {
                 let mine: Vec<usize> = (lane..sessions.len()).step_by(lanes).collect();
                 let gap = period / mine.len().max(1) as u32;
-                let mut next = Instant::now();
+                // Lanes start a fraction of a gap apart, so keepalives arrive evenly, as from
+                // unsynchronised clients, not in bursts of one per lane.
+                let mut next = Instant::now() + gap.mul_f64(lane as f64 / lanes as f64);
                 // Bounded by the deadline; the round count only guards against a zero period.
                 let rounds = 1 + deadline.saturating_duration_since(next).as_millis() as u64
                     / period.as_millis().max(1) as u64;
