@@ -806,22 +806,16 @@ async fn stream_session(
             other => bail!("session {i}: open answered {other:?}"),
         }
     };
-    let mut events = match timeout(Duration::from_secs(30), opening).await {
-        Ok(Ok(e)) => {
-            let _ = ready.send(Ok(()));
-            e
-        }
-        Ok(Err(e)) => {
-            let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
-            return Err(e);
-        }
-        Err(_) => {
-            let _ = ready.send(Err(anyhow::anyhow!(
-                "session {i}: no answer to open in 30 s"
-            )));
-            bail!("open timed out");
-        }
-    };
+    let opened = timeout(Duration::from_secs(30), opening)
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("session {i}: no answer to open in 30 s")));
+    let _ = ready.send(
+        opened
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| anyhow::anyhow!("{e:#}")),
+    );
+    let mut events = opened?;
     let mut next = first;
     // Bounded by the deadline; the round count only guards against a zero period.
     let rounds = 1 + deadline.saturating_duration_since(next).as_millis() as u64
