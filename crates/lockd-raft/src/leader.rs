@@ -106,7 +106,7 @@ impl Leadership {
             .ok_or(KeepaliveRefused::NotFound)
     }
 
-    fn due(&self, now: Instant) -> Vec<SessionId> {
+    fn due(&mut self, now: Instant) -> Vec<SessionId> {
         self.tracker.due(now)
     }
 
