@@ -37,6 +37,9 @@ pub struct Plan {
     pub read_concurrency: usize,
     pub max_rate_clients: usize,
     pub mix_rates: Vec<u64>,
+    /// Also run the mix open loop at half the rate the closed loop reached (the "p99 at half
+    /// the peak" target), each system at half its own peak.
+    pub mix_half_max: bool,
     pub mix_clients: usize,
     pub mix_duration: Duration,
 }
@@ -50,6 +53,7 @@ impl Plan {
             read_concurrency: 64,
             max_rate_clients: 256,
             mix_rates: vec![10_000, 25_000, 50_000],
+            mix_half_max: true,
             mix_clients: 256,
             mix_duration: Duration::from_secs(mix),
         }
@@ -65,6 +69,7 @@ impl Plan {
             read_concurrency: 4,
             max_rate_clients: 8,
             mix_rates: vec![],
+            mix_half_max: false,
             mix_clients: 8,
             mix_duration: Duration::from_secs(1),
         }
@@ -466,6 +471,14 @@ pub async fn mix_open<T: LockTarget>(cx: &Ctx<'_>, t: &Arc<T>, rate: u64) -> Res
     Ok(row)
 }
 
+/// The workload label of the open-loop mix at half the closed-loop maximum.
+pub const HALF_MAX: &str = "mix open ½ max";
+
+/// Half a measured rate, rounded down to 100 ops/s (at least 100).
+fn half_of(max_ops_per_s: f64) -> u64 {
+    ((max_ops_per_s / 2.0) as u64 / 100 * 100).max(100)
+}
+
 /// Marks an open-loop row that could not keep up (higher offered rates are then skipped).
 const SATURATED: &str = "SATURATED";
 
@@ -492,7 +505,18 @@ pub async fn run_all<T: LockTarget>(cx: &Ctx<'_>, t: T) -> Result<Vec<Row>> {
         "mix max C={} ({:?})",
         plan.max_rate_clients, plan.mix_duration
     ));
-    rows.push(mix_max(cx, &t).await?);
+    let max = mix_max(cx, &t).await?;
+    let half = half_of(max.ops_per_s);
+    rows.push(max);
+    if plan.mix_half_max {
+        progress(&format!(
+            "mix open at half the max, {half}/s ({:?})",
+            plan.mix_duration
+        ));
+        let mut row = mix_open(cx, &t, half).await?;
+        row.workload = HALF_MAX.to_string();
+        rows.push(row);
+    }
     let mut skip = false;
     for &rate in &plan.mix_rates {
         if skip {
@@ -512,6 +536,14 @@ pub async fn run_all<T: LockTarget>(cx: &Ctx<'_>, t: T) -> Result<Vec<Row>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn half_the_max_is_rounded_down_to_a_hundred() {
+        assert_eq!(half_of(10_067.0), 5_000);
+        assert_eq!(half_of(143_984.0), 71_900);
+        assert_eq!(half_of(150.0), 100);
+        assert_eq!(half_of(0.0), 100);
+    }
 
     #[test]
     fn mix_is_the_seeds_40_40_8_12() {
