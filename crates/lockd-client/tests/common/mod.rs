@@ -156,11 +156,27 @@ impl Cluster {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "cluster not ready in 60 s; logs in {}",
-                self.dir.path().display()
+                "cluster not ready in 60 s; the nodes' last log lines (the temp dir goes with \
+                 the test):\n{}",
+                self.log_tails(40)
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The last `n` lines of every node's log, for a failure message: a CI run keeps only its
+    /// output, not the temp dir.
+    fn log_tails(&self, n: usize) -> String {
+        (1..=self.nodes.len())
+            .map(|i| {
+                let text = std::fs::read_to_string(self.dir.path().join(format!("node-{i}.log")))
+                    .unwrap_or_else(|e| format!("(unreadable: {e})"));
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(n)..].join("\n");
+                format!("--- node-{i}.log (last {n} lines) ---\n{tail}")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     async fn ready(&self, groups: u32) -> bool {
