@@ -472,7 +472,7 @@ pub async fn mix_open<T: LockTarget>(cx: &Ctx<'_>, t: &Arc<T>, rate: u64) -> Res
 }
 
 /// The workload label of the open-loop mix at half the closed-loop maximum.
-pub const HALF_MAX: &str = "mix open ½ max";
+const HALF_MAX: &str = "mix open ½ max";
 
 /// Half a measured rate, rounded down to 100 ops/s (at least 100).
 fn half_of(max_ops_per_s: f64) -> u64 {

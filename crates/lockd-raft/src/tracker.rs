@@ -106,13 +106,13 @@ impl SessionTracker {
         let mut due = Vec::new();
         let mut refile = Vec::new();
         while due.len() < MAX_EXPIRE_BATCH {
-            match self.index.peek() {
-                Some(Reverse((at, _))) if *at <= horizon => {}
-                _ => break,
-            }
-            let Some(Reverse((at, session))) = self.index.pop() else {
+            let Some(&Reverse((at, session))) = self.index.peek() else {
                 break;
             };
+            if at > horizon {
+                break;
+            }
+            self.index.pop();
             // An ended session's entry, or one superseded by a re-filing, is dropped.
             let Some(t) = self.sessions.get_mut(&session) else {
                 continue;

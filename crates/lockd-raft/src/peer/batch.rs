@@ -47,7 +47,7 @@ use crate::{GroupId, NodeId};
 const MAX_IN_FLIGHT: usize = 4;
 
 /// Least time between two keepalive batches to the same node (see the module doc).
-pub(crate) const KEEPALIVE_PACE: Duration = Duration::from_millis(5);
+const KEEPALIVE_PACE: Duration = Duration::from_millis(5);
 
 /// Largest number of calls in one batch (bounds one RPC's size and its join on the leader).
 const MAX_BATCH: usize = 1024;
