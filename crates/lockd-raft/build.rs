@@ -21,6 +21,17 @@ fn main() {
         .method(method("keepalive", "Keepalive"))
         .method(method("read_index", "ReadIndex"))
         .method(method("batch", "Batch"))
+        .method(
+            tonic_build::manual::Method::builder()
+                .name("pipe")
+                .route_name("Pipe")
+                .input_type("crate::peer::pb::PipeRequest")
+                .output_type("crate::peer::pb::PipeReply")
+                .codec_path("tonic_prost::ProstCodec")
+                .client_streaming()
+                .server_streaming()
+                .build(),
+        )
         .build();
     tonic_build::manual::Builder::new().compile(&[service]);
 }

@@ -25,6 +25,9 @@ pub struct Node {
     groups: BTreeMap<GroupId, Arc<Group>>,
     duties: Mutex<Vec<JoinHandle<()>>>,
     stop: watch::Sender<bool>,
+    /// Set when the node stops serving peers: ends the inbound pipes (`peer/pipe.rs`), which a
+    /// graceful server shutdown would otherwise wait for.
+    pipes_closing: watch::Sender<bool>,
     shutting_down: AtomicBool,
 }
 
@@ -115,6 +118,7 @@ impl Node {
             groups,
             duties: Mutex::new(duties),
             stop,
+            pipes_closing: watch::channel(false).0,
             shutting_down: AtomicBool::new(false),
         }))
     }
@@ -154,6 +158,21 @@ impl Node {
         self.shutting_down.load(Ordering::Acquire)
     }
 
+    /// Ends every peer's inbound pipe to this node. Call it when the gRPC server stops: a
+    /// graceful shutdown waits for open streams, and a pipe stays open as long as its peer runs.
+    /// Peers reopen theirs on their next call, and reach this node again if it still serves.
+    pub fn close_peer_pipes(&self) {
+        self.pipes_closing.send_replace(true);
+    }
+
+    /// Resolves once [`Node::close_peer_pipes`] has been called.
+    pub(crate) fn pipes_closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.pipes_closing.subscribe();
+        async move {
+            let _ = rx.wait_for(|c| *c).await;
+        }
+    }
+
     /// Stops leader duties and every Raft instance; calls then fail with `ShuttingDown` and
     /// peers see this node as unreachable. The data directories are released, so the node can
     /// be started again in the same process.
@@ -162,6 +181,7 @@ impl Node {
             return;
         }
         self.stop.send_replace(true);
+        self.close_peer_pipes();
         let duties: Vec<_> = std::mem::take(&mut *self.duties.lock().expect("duties poisoned"));
         for d in duties {
             d.abort();

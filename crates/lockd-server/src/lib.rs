@@ -52,6 +52,7 @@ impl Running {
     /// Stops serving, then shuts the node's groups down.
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
+        self.service.node.close_peer_pipes();
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
             while self.tasks.join_next().await.is_some() {}
         })

@@ -12,6 +12,7 @@
 
 mod batch;
 pub(crate) mod pb;
+mod pipe;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -50,6 +51,36 @@ pub enum Method {
     /// Several forwarded calls (propose, keepalive, read index) for one leader node in one
     /// request; see `batch.rs`.
     Batch,
+}
+
+impl Method {
+    /// The method's number on a pipe (`pipe.rs`).
+    fn code(self) -> u32 {
+        match self {
+            Method::Append => 1,
+            Method::Vote => 2,
+            Method::PreVote => 3,
+            Method::Snapshot => 4,
+            Method::Propose => 5,
+            Method::Keepalive => 6,
+            Method::ReadIndex => 7,
+            Method::Batch => 8,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Method> {
+        Some(match code {
+            1 => Method::Append,
+            2 => Method::Vote,
+            3 => Method::PreVote,
+            4 => Method::Snapshot,
+            5 => Method::Propose,
+            6 => Method::Keepalive,
+            7 => Method::ReadIndex,
+            8 => Method::Batch,
+            _ => return None,
+        })
+    }
 }
 
 /// How a node sends peer calls: one request with a postcard payload for one group on `target`,
@@ -132,10 +163,12 @@ impl Peers {
     }
 }
 
-/// The production transport: one tonic channel per peer node, connected on first use.
+/// The production transport: one tonic channel per peer node, connected on first use, with a
+/// pipe (`pipe.rs`) on it for every call but snapshots and large payloads.
 pub struct PeerPool {
     addrs: RwLock<HashMap<NodeId, String>>,
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
+    pipes: Mutex<HashMap<NodeId, (String, Arc<pipe::Pipe>)>>,
 }
 
 impl PeerPool {
@@ -144,6 +177,7 @@ impl PeerPool {
         PeerPool {
             addrs: RwLock::new(peers.iter().map(|(id, a)| (*id, a.clone())).collect()),
             channels: Mutex::new(HashMap::new()),
+            pipes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -156,14 +190,31 @@ impl PeerPool {
         addrs.entry(id).or_insert_with(|| addr.to_string());
     }
 
-    fn client(&self, target: NodeId) -> Result<PeerClient<Channel>, tonic::Status> {
-        let addr = self
-            .addrs
+    fn addr(&self, target: NodeId) -> Result<String, tonic::Status> {
+        self.addrs
             .read()
             .expect("peer addrs poisoned")
             .get(&target)
             .cloned()
-            .ok_or_else(|| tonic::Status::unavailable(format!("no address for node {target}")))?;
+            .ok_or_else(|| tonic::Status::unavailable(format!("no address for node {target}")))
+    }
+
+    /// The open pipe to `target`, or a new one if there is none or it has ended.
+    fn pipe(&self, target: NodeId) -> Result<Arc<pipe::Pipe>, tonic::Status> {
+        let addr = self.addr(target)?;
+        let mut pipes = self.pipes.lock().expect("peer pipes poisoned");
+        if let Some((a, p)) = pipes.get(&target) {
+            if *a == addr && !p.is_closed() {
+                return Ok(p.clone());
+            }
+        }
+        let p = Arc::new(pipe::Pipe::open(self.client(target)?));
+        pipes.insert(target, (addr, p.clone()));
+        Ok(p)
+    }
+
+    fn client(&self, target: NodeId) -> Result<PeerClient<Channel>, tonic::Status> {
+        let addr = self.addr(target)?;
         let mut channels = self.channels.lock().expect("peer channels poisoned");
         let channel = match channels.get(&target) {
             Some((a, ch)) if *a == addr => ch.clone(),
@@ -193,6 +244,10 @@ impl PeerPool {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, tonic::Status> {
+        if method != Method::Snapshot && payload.len() <= pipe::MAX_PIPE_PAYLOAD {
+            let pipe = self.pipe(target)?;
+            return pipe.call(method, group, payload, timeout).await;
+        }
         let mut client = self.client(target)?;
         let mut req = tonic::Request::new(PeerRequest {
             group_id: group,
@@ -401,5 +456,23 @@ impl pb::peer_server::Peer for PeerService {
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
         self.serve(req, Method::Batch).await
+    }
+
+    type PipeStream = pipe::ReplyStream;
+
+    async fn pipe(
+        &self,
+        req: tonic::Request<tonic::Streaming<pb::PipeRequest>>,
+    ) -> Result<tonic::Response<Self::PipeStream>, tonic::Status> {
+        let node = self.node.clone();
+        let closed = node.pipes_closed();
+        Ok(tonic::Response::new(pipe::serve(
+            req.into_inner(),
+            move |method, group, payload| {
+                let node = node.clone();
+                async move { dispatch(&node, method, group, &payload).await }
+            },
+            closed,
+        )))
     }
 }
