@@ -177,7 +177,7 @@ impl LogStore {
     }
 
     /// Flush with fsync and wait for it.
-    async fn flush_and_wait(&self) -> io::Result<()> {
+    pub(crate) async fn flush_and_wait(&self) -> io::Result<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.lock().flush(true, Some(FlushCb::Wait(tx)))?;
         rx.await
@@ -305,8 +305,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// Lets a restarted node re-apply up to `committed` at once. The record stays in raft-log's
     /// buffer and goes out with the next flush (the next append's, on a busy group): flushing
     /// it on its own cost every replica a wake-up of the flush thread and a write per entry,
-    /// about a fifth of the context switches of an uncontended acquire. Losing the newest
-    /// record in a crash only makes a restarted replica apply its tail once it hears the
+    /// about a fifth of the context switches of an uncontended acquire. A clean stop writes it
+    /// (`RaftGroup::shutdown`). Losing the newest record in a crash only makes a restarted replica apply its tail once it hears the
     /// leader's commit index; every read lockd serves is a ReadIndex read, which waits for that
     /// anyway (openraft's `save_committed` docs), and a replica that leads has applied its
     /// whole log first.

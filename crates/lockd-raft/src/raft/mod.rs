@@ -157,6 +157,9 @@ pub(crate) struct RaftGroup {
     reads: Arc<Mutex<ReadQueue>>,
     /// Proposals waiting for a free entry slot.
     writes: Arc<Mutex<WriteQueue>>,
+    /// The on-disk log (None in memory), kept to persist its buffered tail on shutdown and
+    /// released there, so the directory can be opened again.
+    log: Mutex<Option<log_store::LogStore>>,
 }
 
 /// Entries being committed at once per group. Every proposal that arrives while all of them are
@@ -246,10 +249,12 @@ impl RaftGroup {
             group,
             message: e.to_string(),
         };
+        let mut disk_log = None;
         let raft = match &cfg.storage {
             Storage::Disk => {
                 let log =
                     log_store::LogStore::open(&dir.join("log"), Some(timing)).map_err(storage)?;
+                disk_log = Some(log.clone());
                 let backend = state_machine::SnapshotBackend::Disk(dir.to_path_buf());
                 let sm = state_machine::StateMachine::open(backend, replica).map_err(storage)?;
                 Raft::new(cfg.node_id, config, net, log, sm)
@@ -276,6 +281,7 @@ impl RaftGroup {
             keepalive_lease: Duration::from_millis(cfg.election_timeout_ms.0),
             reads: Arc::default(),
             writes: Arc::default(),
+            log: Mutex::new(disk_log),
         })
     }
 
@@ -385,6 +391,14 @@ impl RaftGroup {
     pub(crate) async fn shutdown(&self) {
         if let Err(e) = self.raft.shutdown().await {
             info!(error = %e, "raft shutdown");
+        }
+        // The committed index waits in the log's buffer for the next append; a clean stop
+        // writes it, so a restarted replica re-applies its whole committed log at once.
+        let log = self.log.lock().expect("log handle poisoned").take();
+        if let Some(log) = log {
+            if let Err(e) = log.flush_and_wait().await {
+                info!(error = %e, "log flush at shutdown");
+            }
         }
     }
 }
