@@ -3,7 +3,8 @@
 //!
 //! Every request names its group; payloads are postcard bytes in a prost `bytes` field, so the
 //! service needs no .proto mapping of openraft or lockd-core types. The client side is a pool
-//! with one lazily connected HTTP/2 channel per peer node, shared by every group.
+//! with one lazily connected HTTP/2 channel per peer node, shared by every group; every call but
+//! a snapshot or a large payload rides one long-lived stream on it (`pipe.rs`).
 //!
 //! **Transport seam.** Outbound calls go through the [`PeerTransport`] trait; [`PeerPool`]
 //! (tonic) is the production implementation. Inbound, [`Node::serve_peer`] dispatches a

@@ -105,7 +105,8 @@ impl Pipe {
             id,
             method: method.code(),
             group_id: group,
-            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            // Rounded up: a sub-millisecond timeout must not reach the peer as zero.
+            timeout_ms: u64::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
             payload,
         };
         if self.tx.send(req).is_err() {
