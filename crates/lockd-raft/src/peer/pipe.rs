@@ -394,6 +394,15 @@ mod tests {
 
     const SECOND: Duration = Duration::from_secs(1);
 
+    #[test]
+    fn method_numbers_round_trip_and_unknown_ones_are_refused() {
+        for m in Method::BY_CODE {
+            assert_eq!(Method::from_code(m.code()), Some(m));
+        }
+        assert_eq!(Method::from_code(0), None);
+        assert_eq!(Method::from_code(Method::BY_CODE.len() as u32 + 1), None);
+    }
+
     #[tokio::test]
     async fn calls_share_one_pipe_and_each_gets_its_own_reply() {
         let server = start("127.0.0.1:0".parse().unwrap()).await;
