@@ -563,6 +563,10 @@ impl Lock for GrpcApi {
                                             let c = token_or(&r.token, &meta_creds);
                                             ("release", svc.release(session, &r.name, r.fencing_token, &c).await.map(|remaining| Ev::Released(pb::ReleaseResponse { remaining })))
                                         }
+                                        Kind::Inspect(i) => {
+                                            let c = token_or(&i.token, &meta_creds);
+                                            ("inspect", svc.inspect(&i.name, &c).await.map(|s| Ev::State(lock_state(&i.name, s))))
+                                        }
                                         Kind::Close(_) => ("close_session", svc.close_session(session).await.map(|released| Ev::Closed(pb::CloseSessionResponse { released }))),
                                         Kind::Open(_) | Kind::Attach(_) => unreachable!("handled above"),
                                     };

@@ -327,15 +327,25 @@ async fn the_session_stream_pushes_wake_ups() {
         (0, q.group, q.waiter, "search/shard-17")
     );
     assert!(g.fencing_token > t);
-    let state = cl
-        .inspect(pb::InspectRequest {
-            name: "search/shard-17".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    // Reads ride the stream too, and a bad name is refused without ending it.
+    let id = s.send(Req::Inspect(pb::InspectRequest {
+        name: "search/shard-17".into(),
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    assert_eq!(ev.request_id, id);
+    let Some(Ev::State(state)) = ev.kind else {
+        panic!("{ev:?}")
+    };
     assert_eq!(state.holders[0].session_id, me);
+    assert_eq!(state.holders[0].fencing_token, g.fencing_token);
+    let id = s.send(Req::Inspect(pb::InspectRequest::default()));
+    let ev = s.event().await;
+    let Some(Ev::Error(e)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((ev.request_id, e.status), (id, 400));
+    assert!(e.message.contains("name"), "{e:?}");
 
     // Releases and errors ride the stream too.
     let id = s.send(Req::Release(pb::ReleaseRequest {
