@@ -1,5 +1,5 @@
-//! lockd as a target: a cluster of the real `lockd serve` release binary, and two client
-//! flavours (gRPC unary calls, and the HTTP/JSON API).
+//! lockd as a target: a cluster of the real `lockd serve` release binary, and three client
+//! flavours (the gRPC session stream, gRPC unary calls, and the HTTP/JSON API).
 //!
 //! Why separate processes on loopback, fsync on: that is how users deploy it (3 replicas), and
 //! how etcd runs beside it in the same table. Any node accepts any request and forwards
@@ -443,13 +443,194 @@ fn fencing(token: &str) -> u64 {
     token.parse().unwrap_or(0)
 }
 
-/// lockd over gRPC unary calls (tonic, one HTTP/2 connection per client and node).
+/// lockd over its gRPC session stream, as `lockd-client` talks to it: one bidirectional stream
+/// per client and node carries the session and every request on it, so a request is one
+/// HTTP/2 DATA frame each way instead of a new HTTP/2 stream with headers and trailers.
 pub struct GrpcTarget {
     addrs: Vec<SocketAddr>,
     picker: Picker,
 }
 
 pub struct GrpcClient {
+    id: usize,
+    streams: Vec<SessionStream>,
+}
+
+/// One session stream. The bench client has at most one request out at a time, so a call
+/// sends and reads events until its answer; pushes (request id 0) and the late answers of
+/// calls the workload gave up on (lower ids) are skipped.
+struct SessionStream {
+    tx: tokio::sync::mpsc::UnboundedSender<pb::SessionRequest>,
+    events: tonic::Streaming<pb::SessionEvent>,
+    last_id: u64,
+}
+
+type StreamReq = pb::session_request::Kind;
+type StreamEv = pb::session_event::Kind;
+
+impl SessionStream {
+    /// Starts a stream on `addr` whose first request is `first` (open or attach).
+    async fn start(addr: SocketAddr, first: StreamReq) -> Result<(SessionStream, StreamEv)> {
+        let mut c = grpc_connect(addr).await?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(pb::SessionRequest {
+            request_id: 1,
+            kind: Some(first),
+        })?;
+        let events = c
+            .session(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let mut s = SessionStream {
+            tx,
+            events,
+            last_id: 1,
+        };
+        let ev = s.answer().await?;
+        Ok((s, ev))
+    }
+
+    async fn call(&mut self, kind: StreamReq) -> Result<StreamEv> {
+        self.last_id += 1;
+        self.tx.send(pb::SessionRequest {
+            request_id: self.last_id,
+            kind: Some(kind),
+        })?;
+        self.answer().await
+    }
+
+    async fn answer(&mut self) -> Result<StreamEv> {
+        loop {
+            let Some(ev) = self.events.message().await? else {
+                bail!("the session stream ended");
+            };
+            if ev.request_id == self.last_id {
+                return ev.kind.context("an event without a kind");
+            }
+            if ev.request_id > self.last_id {
+                bail!("an answer to request {} never sent", ev.request_id);
+            }
+        }
+    }
+}
+
+/// A stream error event as an error, naming the request.
+fn stream_error(what: &str, ev: StreamEv) -> anyhow::Error {
+    match ev {
+        StreamEv::Error(e) => anyhow::anyhow!("{what}: {} {}: {}", e.status, e.code, e.message),
+        other => anyhow::anyhow!("{what}: unexpected answer {other:?}"),
+    }
+}
+
+impl GrpcTarget {
+    pub async fn new(cluster: &Cluster, routing: Routing) -> Result<GrpcTarget> {
+        Ok(GrpcTarget {
+            addrs: cluster.grpc_addrs(),
+            picker: Picker::new(cluster, routing).await?,
+        })
+    }
+}
+
+impl LockTarget for GrpcTarget {
+    type Client = GrpcClient;
+
+    /// Opens the session on the home node's stream; the other nodes' streams (leader routing)
+    /// attach to it.
+    async fn prepare(&self, id: usize, ttl: Duration) -> Result<GrpcClient> {
+        let nodes = self.picker.nodes_of(id);
+        let home = self.picker.home(id);
+        let open = StreamReq::Open(pb::OpenSessionRequest {
+            client: format!("lockd-bench-{id}"),
+            ttl_ms: ttl.as_millis() as u64,
+            ..Default::default()
+        });
+        let (home_stream, ev) = SessionStream::start(self.addrs[nodes[home]], open).await?;
+        let session = match ev {
+            StreamEv::Opened(o) => o.session_id,
+            other => return Err(stream_error("open", other)),
+        };
+        let mut streams = Vec::with_capacity(nodes.len());
+        let mut home_stream = Some(home_stream);
+        for (k, &node) in nodes.iter().enumerate() {
+            if k == home {
+                streams.extend(home_stream.take());
+                continue;
+            }
+            let attach = StreamReq::Attach(session.clone());
+            match SessionStream::start(self.addrs[node], attach).await? {
+                (s, StreamEv::Keepalive(_)) => streams.push(s),
+                (_, other) => return Err(stream_error("attach", other)),
+            }
+        }
+        Ok(GrpcClient { id, streams })
+    }
+
+    async fn acquire(&self, c: &mut GrpcClient, name: &str, owner: &str) -> Result<Option<Token>> {
+        let i = self.picker.for_name(name);
+        let req = StreamReq::Acquire(pb::AcquireRequest {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            ..Default::default()
+        });
+        match c.streams[i].call(req).await? {
+            StreamEv::Acquired(r) => Ok(r.acquired.then(|| r.fencing_token.to_string())),
+            other => Err(stream_error("acquire", other)),
+        }
+    }
+
+    async fn release(&self, c: &mut GrpcClient, name: &str, token: &str) -> Result<bool> {
+        let i = self.picker.for_name(name);
+        let req = StreamReq::Release(pb::ReleaseRequest {
+            name: name.to_owned(),
+            fencing_token: fencing(token),
+            ..Default::default()
+        });
+        match c.streams[i].call(req).await? {
+            StreamEv::Released(_) => Ok(true),
+            StreamEv::Error(e) if e.status == 409 => Ok(false),
+            other => Err(stream_error("release", other)),
+        }
+    }
+
+    async fn keepalive(&self, c: &mut GrpcClient, _held: Option<(&str, &str)>) -> Result<()> {
+        let home = self.picker.home(c.id);
+        let req = StreamReq::Keepalive(pb::KeepAliveRequest::default());
+        match c.streams[home].call(req).await? {
+            StreamEv::Keepalive(_) => Ok(()),
+            other => Err(stream_error("keepalive", other)),
+        }
+    }
+
+    async fn read(&self, c: &mut GrpcClient, name: &str) -> Result<Option<String>> {
+        let i = self.picker.for_name(name);
+        let req = StreamReq::Inspect(pb::InspectRequest {
+            name: name.to_owned(),
+            ..Default::default()
+        });
+        match c.streams[i].call(req).await? {
+            StreamEv::State(s) => Ok(s.holders.first().map(|h| h.owner.clone())),
+            other => Err(stream_error("inspect", other)),
+        }
+    }
+
+    async fn finish(&self, mut c: GrpcClient) -> Result<()> {
+        let home = self.picker.home(c.id);
+        let req = StreamReq::Close(pb::CloseSessionRequest::default());
+        match c.streams[home].call(req).await? {
+            StreamEv::Closed(_) => Ok(()),
+            other => Err(stream_error("close", other)),
+        }
+    }
+}
+
+/// lockd over gRPC unary calls (tonic, one HTTP/2 connection per client and node): every
+/// request is a new HTTP/2 stream with its own headers and trailers.
+pub struct UnaryTarget {
+    addrs: Vec<SocketAddr>,
+    picker: Picker,
+}
+
+pub struct UnaryClient {
     id: usize,
     conns: Vec<LockClient<Channel>>,
     session: String,
@@ -476,29 +657,29 @@ pub async fn grpc_session(c: &mut LockClient<Channel>, who: &str, ttl: Duration)
     Ok(r.into_inner().session_id)
 }
 
-impl GrpcTarget {
-    pub async fn new(cluster: &Cluster, routing: Routing) -> Result<GrpcTarget> {
-        Ok(GrpcTarget {
+impl UnaryTarget {
+    pub async fn new(cluster: &Cluster, routing: Routing) -> Result<UnaryTarget> {
+        Ok(UnaryTarget {
             addrs: cluster.grpc_addrs(),
             picker: Picker::new(cluster, routing).await?,
         })
     }
 }
 
-impl LockTarget for GrpcTarget {
-    type Client = GrpcClient;
+impl LockTarget for UnaryTarget {
+    type Client = UnaryClient;
 
-    async fn prepare(&self, id: usize, ttl: Duration) -> Result<GrpcClient> {
+    async fn prepare(&self, id: usize, ttl: Duration) -> Result<UnaryClient> {
         let mut conns = Vec::new();
         for i in self.picker.nodes_of(id) {
             conns.push(grpc_connect(self.addrs[i]).await?);
         }
         let home = self.picker.home(id);
         let session = grpc_session(&mut conns[home], &format!("lockd-bench-{id}"), ttl).await?;
-        Ok(GrpcClient { id, conns, session })
+        Ok(UnaryClient { id, conns, session })
     }
 
-    async fn acquire(&self, c: &mut GrpcClient, name: &str, owner: &str) -> Result<Option<Token>> {
+    async fn acquire(&self, c: &mut UnaryClient, name: &str, owner: &str) -> Result<Option<Token>> {
         let i = self.picker.for_name(name);
         let r = c.conns[i]
             .acquire(pb::AcquireRequest {
@@ -512,7 +693,7 @@ impl LockTarget for GrpcTarget {
         Ok(r.acquired.then(|| r.fencing_token.to_string()))
     }
 
-    async fn release(&self, c: &mut GrpcClient, name: &str, token: &str) -> Result<bool> {
+    async fn release(&self, c: &mut UnaryClient, name: &str, token: &str) -> Result<bool> {
         let i = self.picker.for_name(name);
         let r = c.conns[i]
             .release(pb::ReleaseRequest {
@@ -529,7 +710,7 @@ impl LockTarget for GrpcTarget {
         }
     }
 
-    async fn keepalive(&self, c: &mut GrpcClient, _held: Option<(&str, &str)>) -> Result<()> {
+    async fn keepalive(&self, c: &mut UnaryClient, _held: Option<(&str, &str)>) -> Result<()> {
         let home = self.picker.home(c.id);
         let session_id = c.session.clone();
         c.conns[home]
@@ -538,7 +719,7 @@ impl LockTarget for GrpcTarget {
         Ok(())
     }
 
-    async fn read(&self, c: &mut GrpcClient, name: &str) -> Result<Option<String>> {
+    async fn read(&self, c: &mut UnaryClient, name: &str) -> Result<Option<String>> {
         let i = self.picker.for_name(name);
         let r = c.conns[i]
             .inspect(pb::InspectRequest {
@@ -550,7 +731,7 @@ impl LockTarget for GrpcTarget {
         Ok(r.holders.first().map(|h| h.owner.clone()))
     }
 
-    async fn finish(&self, mut c: GrpcClient) -> Result<()> {
+    async fn finish(&self, mut c: UnaryClient) -> Result<()> {
         let home = self.picker.home(c.id);
         let session_id = c.session.clone();
         c.conns[home]

@@ -421,6 +421,10 @@ async fn run_lockd(
             let t = lockd::GrpcTarget::new(&cluster, Routing::Leader).await?;
             workload::run_all(&cx, t).await?
         }
+        SystemKind::LockdUnary => {
+            let t = lockd::UnaryTarget::new(&cluster, Routing::Spread).await?;
+            workload::run_all(&cx, t).await?
+        }
         _ => {
             let t = lockd::GrpcTarget::new(&cluster, Routing::Spread).await?;
             workload::run_all(&cx, t).await?
@@ -464,6 +468,8 @@ async fn smoke(nodes: usize, args: &LockdArgs) -> Result<()> {
     let mut rows = Vec::new();
     let t = lockd::GrpcTarget::new(&cluster, Routing::Spread).await?;
     rows.extend(workload::run_all(&cx("lockd"), t).await?);
+    let t = lockd::UnaryTarget::new(&cluster, Routing::Spread).await?;
+    rows.extend(workload::run_all(&cx("lockd-unary"), t).await?);
     let t = lockd::HttpTarget::new(&cluster, Routing::Spread).await?;
     rows.extend(workload::run_all(&cx("lockd-http"), t).await?);
     let t = lockd::GrpcTarget::new(&cluster, Routing::Leader).await?;
@@ -533,7 +539,10 @@ async fn run_system(
             server.check_alive()?;
             Ok(rows)
         }
-        SystemKind::Lockd | SystemKind::LockdHttp | SystemKind::LockdLeader => {
+        SystemKind::Lockd
+        | SystemKind::LockdUnary
+        | SystemKind::LockdHttp
+        | SystemKind::LockdLeader => {
             bail!("{label} runs through run_lockd")
         }
     }

@@ -68,11 +68,15 @@ pub trait LockTarget: Send + Sync + 'static {
 /// The systems `compare` knows. Each names one server setup plus one lock protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SystemKind {
-    /// lockd, 3 replicas, fsync on; gRPC unary calls, clients spread over the nodes.
+    /// lockd, 3 replicas, fsync on; requests on each client's gRPC session stream, clients
+    /// spread over the nodes.
     Lockd,
+    /// The same cluster setup; one gRPC unary call per request, clients spread over the nodes.
+    LockdUnary,
     /// The same cluster setup; the HTTP/JSON API, clients spread over the nodes.
     LockdHttp,
-    /// The same cluster setup; gRPC, each lock request sent to its group's leader (no forward).
+    /// The same cluster setup; session streams to every node, each lock request sent on the
+    /// stream to its group's leader (no forward).
     LockdLeader,
     /// etcd 3.4, 3 members, fsync on; lock = Txn on create_revision with a lease.
     Etcd,
@@ -88,7 +92,10 @@ impl SystemKind {
     pub fn is_lockd(self) -> bool {
         matches!(
             self,
-            SystemKind::Lockd | SystemKind::LockdHttp | SystemKind::LockdLeader
+            SystemKind::Lockd
+                | SystemKind::LockdUnary
+                | SystemKind::LockdHttp
+                | SystemKind::LockdLeader
         )
     }
 
@@ -96,6 +103,7 @@ impl SystemKind {
     pub fn label(self) -> &'static str {
         match self {
             SystemKind::Lockd => "lockd",
+            SystemKind::LockdUnary => "lockd-unary",
             SystemKind::LockdHttp => "lockd-http",
             SystemKind::LockdLeader => "lockd-leader",
             SystemKind::Etcd => "etcd",
