@@ -20,6 +20,13 @@ async fn lagging_follower_catches_up_by_snapshot() {
     let l = leader_of(&nodes).await;
     let g = nodes[l].group();
     for i in 0..200 {
+        // The leader purges its log when a snapshot is taken, unless the dead follower's
+        // stream still has entries in flight then; in a release build the first hundred
+        // writes can all finish before that stream fails. A pause lets it fail first, so the
+        // snapshots after it purge (and the follower must catch up by snapshot).
+        if i == 100 {
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        }
         let name = format!("snap/{}", i % 20);
         let t = token(&ok(&g, acquire_op(s, &name, 0)).await);
         ok(
