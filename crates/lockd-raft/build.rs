@@ -21,6 +21,7 @@ fn main() {
         .method(method("keepalive", "Keepalive"))
         .method(method("read_index", "ReadIndex"))
         .method(method("batch", "Batch"))
+        .method(method("transfer_leader", "TransferLeader"))
         .method(
             tonic_build::manual::Method::builder()
                 .name("pipe")

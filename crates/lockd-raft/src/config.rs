@@ -40,6 +40,9 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// Where logs and snapshots live (default: files under `data_dir`).
     pub storage: Storage,
+    /// Hand each group to its preferred leader (`balance.rs`) so that the groups' leaders
+    /// spread over the nodes. On by default.
+    pub balance_leaders: bool,
     /// SIMULATION ONLY: rate of this node's clock relative to real (tokio) time, for lockd's own
     /// time reads (group-time stamping, session tracker). 1.0 in production.
     #[doc(hidden)]
@@ -68,6 +71,7 @@ impl NodeConfig {
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,
             storage: Storage::Disk,
+            balance_leaders: true,
             clock_rate: 1.0,
             skip_leader_lease_check: false,
         }

@@ -34,6 +34,8 @@ pub(crate) struct Timing {
     pub(crate) propose_timeout: Duration,
     /// Negative control: acknowledge keepalives without the leader-lease check.
     pub(crate) skip_leader_lease_check: bool,
+    /// Whether the node hands groups to their preferred leaders (`balance.rs`).
+    pub(crate) balance_leaders: bool,
 }
 
 /// Whether a failed forward certainly never reached the peer (connect failure). Anything else
@@ -61,6 +63,9 @@ pub struct GroupStatus {
     pub tracked_sessions: Option<usize>,
     /// Snapshots this replica received from a leader since start (a lagging follower's catch-up).
     pub snapshots_installed: u64,
+    /// The voter this group's leadership is handed to when it has the whole log (`None` when
+    /// leader balance is off).
+    pub preferred_leader: Option<NodeId>,
 }
 
 /// A replica of one group on this node.
@@ -330,7 +335,13 @@ impl Group {
     pub fn status(&self) -> GroupStatus {
         let s = self.raft.status();
         let (applied_index, _) = self.replica.applied();
+        let preferred_leader = self
+            .timing
+            .balance_leaders
+            .then(|| crate::balance::preferred_leader(self.id, &s.voters.iter().copied().collect()))
+            .flatten();
         GroupStatus {
+            preferred_leader,
             id: self.id,
             leader: s.role.leader,
             term: s.role.term,

@@ -12,12 +12,15 @@
 //! * **durability** — `raft::log_store` (raft-log WAL, fdatasync before an entry counts, torn or
 //!   corrupt tail cut on open) and `raft::state_machine` (snapshots written tmp → fsync → rename);
 //! * **routing** — `group`: proposals, keepalives and reads on a follower are forwarded to the
-//!   leader over the peer gRPC service (`peer`).
+//!   leader over the peer gRPC service (`peer`);
+//! * **leader placement** — `balance`: each group's preferred leader, spread over the voters, and
+//!   the hand-off to it.
 //!
 //! openraft's types never leave the private `raft` module, so an openraft upgrade touches one
 //! directory.
 
 mod audit;
+mod balance;
 mod clock;
 mod config;
 mod error;

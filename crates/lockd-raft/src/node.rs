@@ -79,6 +79,7 @@ impl Node {
             retry_pause: Duration::from_millis((cfg.heartbeat_ms / 2).clamp(10, 100)),
             propose_timeout: Duration::from_secs(5).max(4 * election_max),
             skip_leader_lease_check: cfg.skip_leader_lease_check,
+            balance_leaders: cfg.balance_leaders && cfg.peers.len() > 1,
         };
         let pool = Peers::new(transport);
         let clock = NodeClock::new(cfg.clock_rate);
@@ -108,10 +109,18 @@ impl Node {
             }
         }
         let (stop, _) = watch::channel(false);
-        let duties = groups
+        let mut duties: Vec<_> = groups
             .values()
             .map(|g| tokio::spawn(crate::leader::run(g.clone(), stop.subscribe())))
             .collect();
+        if timing.balance_leaders {
+            let all = groups.values().cloned().collect();
+            duties.push(tokio::spawn(crate::balance::run(
+                cfg.node_id,
+                all,
+                stop.subscribe(),
+            )));
+        }
         info!(node = cfg.node_id, groups = groups.len(), "node started");
         Ok(Arc::new(Node {
             node_id: cfg.node_id,

@@ -390,6 +390,7 @@ impl Lock for GrpcApi {
                     members: s.members,
                     applied_index: s.applied_index,
                     revision: s.revision,
+                    preferred_leader: s.preferred_leader.unwrap_or(0),
                 }
             })
             .collect();

@@ -62,6 +62,10 @@ struct Common {
     /// cross-thread wake-ups than extra threads gain (docs/BENCHMARKS.md).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
+    /// Leave each group with whichever node won its election, instead of handing it to its
+    /// preferred leader (group g: the (g mod n)-th voter) so that leaders spread over nodes.
+    #[arg(long)]
+    no_leader_balance: bool,
 }
 
 #[derive(Args)]
@@ -170,6 +174,7 @@ async fn run_node(
         common.election_timeout_ms * 3 / 2,
     );
     node.snapshot_every = common.snapshot_every;
+    node.balance_leaders = !common.no_leader_balance;
     if extras.skip_leader_lease_check {
         tracing::warn!("NEGATIVE CONTROL: skip-leader-lease-check; this node is unsafe");
         eprintln!("lockd node {node_id}: NEGATIVE CONTROL skip-leader-lease-check (unsafe)");
@@ -242,6 +247,9 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
             .args(["--snapshot-every", &c.snapshot_every.to_string()]);
         if let Some(t) = c.worker_threads {
             cmd.args(["--worker-threads", &t.to_string()]);
+        }
+        if c.no_leader_balance {
+            cmd.arg("--no-leader-balance");
         }
         if let Some(cfg) = &c.config {
             cmd.arg("--config").arg(cfg);

@@ -616,6 +616,7 @@ impl Service {
                     "members": s.members,
                     "applied_index": s.applied_index,
                     "revision": s.revision,
+                    "preferred_leader": s.preferred_leader,
                 })
             })
             .collect();

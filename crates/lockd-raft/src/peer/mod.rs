@@ -52,12 +52,14 @@ pub enum Method {
     /// Several forwarded calls (propose, keepalive, read index) for one leader node in one
     /// request; see `batch.rs`.
     Batch,
+    /// openraft TransferLeader: the leader hands the group to a caught-up voter (`balance.rs`).
+    TransferLeader,
 }
 
 impl Method {
     /// Every method, in the order of its number on a pipe (`pipe.rs`): the one place that
     /// numbering is written.
-    const BY_CODE: [Method; 8] = [
+    const BY_CODE: [Method; 9] = [
         Method::Append,
         Method::Vote,
         Method::PreVote,
@@ -66,6 +68,7 @@ impl Method {
         Method::Keepalive,
         Method::ReadIndex,
         Method::Batch,
+        Method::TransferLeader,
     ];
 
     /// The method's number on a pipe (1-based; 0 is never sent).
@@ -262,6 +265,7 @@ impl PeerPool {
             Method::Keepalive => client.keepalive(req).await,
             Method::ReadIndex => client.read_index(req).await,
             Method::Batch => client.batch(req).await,
+            Method::TransferLeader => client.transfer_leader(req).await,
         };
         Ok(res?.into_inner().payload)
     }
@@ -372,6 +376,7 @@ async fn dispatch_one(
         Method::Vote => raft.serve(RaftRpc::Vote, payload).await,
         Method::PreVote => raft.serve(RaftRpc::PreVote, payload).await,
         Method::Snapshot => raft.serve(RaftRpc::Snapshot, payload).await,
+        Method::TransferLeader => raft.serve(RaftRpc::TransferLeader, payload).await,
         // A proposal forwarded by a follower; answered only if this node leads (no
         // re-forwarding).
         Method::Propose => {
@@ -455,6 +460,13 @@ impl pb::peer_server::Peer for PeerService {
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
         self.serve(req, Method::Batch).await
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: tonic::Request<PeerRequest>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.serve(req, Method::TransferLeader).await
     }
 
     type PipeStream = pipe::ReplyStream;

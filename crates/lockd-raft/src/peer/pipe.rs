@@ -309,6 +309,9 @@ mod tests {
         async fn batch(&self, _: tonic::Request<PeerRequest>) -> Unary {
             refuse()
         }
+        async fn transfer_leader(&self, _: tonic::Request<PeerRequest>) -> Unary {
+            refuse()
+        }
 
         type PipeStream = ReplyStream;
 

@@ -95,6 +95,7 @@ pub(crate) enum RaftRpc {
     Vote,
     PreVote,
     Snapshot,
+    TransferLeader,
 }
 
 /// Why a write did not commit.
@@ -349,6 +350,26 @@ impl RaftGroup {
         RaftStatus {
             role: role_of(&m),
             voters: m.membership_config.membership().voter_ids().collect(),
+        }
+    }
+
+    /// On the leader: whether voter `node` has acknowledged every entry this leader has
+    /// appended (false on a follower, or while an entry is in flight to it).
+    pub(crate) fn has_whole_log(&self, node: NodeId) -> bool {
+        let metrics = self.raft.data_metrics();
+        let m = metrics.borrow_watched();
+        let last = m.last_log.as_ref().map(|l| l.index);
+        m.replication
+            .as_ref()
+            .and_then(|r| r.get(&node))
+            .is_some_and(|matched| matched.as_ref().map(|l| l.index) == last)
+    }
+
+    /// Asks this leader to hand the group to `to` (openraft's TransferLeader; `balance.rs`).
+    /// Ignored on a follower; the outcome shows as the next role change.
+    pub(crate) async fn transfer_leader(&self, to: NodeId) {
+        if let Err(e) = self.raft.trigger().transfer_leader(to).await {
+            info!(error = %e, "transfer leader");
         }
     }
 

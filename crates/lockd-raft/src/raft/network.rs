@@ -10,7 +10,8 @@ use std::future::Future;
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, OptionalSend, RaftNetworkFactory};
 use openraft_multi::{GroupNetworkAdapter, GroupRouter};
@@ -85,6 +86,17 @@ impl GroupRouter<TypeConfig, GroupId> for Router {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(target, group, Method::Vote, &rpc, &option).await
+    }
+
+    async fn transfer_leader(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(target, group, Method::TransferLeader, &req, &option)
+            .await
     }
 
     async fn pre_vote(
@@ -182,6 +194,10 @@ pub(crate) async fn serve(
         RaftRpc::PreVote => {
             let req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
             encode_reply(&raft.pre_vote(req).await.map_err(fatal)?)
+        }
+        RaftRpc::TransferLeader => {
+            let req: TransferLeaderRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            encode_reply(&raft.handle_transfer_leader(req).await.map_err(fatal)?)
         }
         RaftRpc::Snapshot => {
             let w: SnapshotWire = dec(payload).map_err(bad_request)?;

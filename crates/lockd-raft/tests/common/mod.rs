@@ -160,7 +160,33 @@ pub async fn start_cluster(dir: &Path, n: usize, tweak: impl Fn(&mut NodeConfig)
     for cfg in configs(dir, &addrs, tweak) {
         nodes.push(start(cfg).await);
     }
+    if nodes[0].cfg.balance_leaders {
+        balanced(&nodes).await;
+    }
     nodes
+}
+
+/// Waits until every group is led, with duties, by its preferred leader (as a cluster settles a
+/// few seconds after start), so that a test's leader stays put unless the test moves it.
+pub async fn balanced(nodes: &[TestNode]) {
+    let groups = nodes[0].cfg.lock_groups;
+    eventually("balanced leaders", Duration::from_secs(30), || {
+        (0..=groups)
+            .all(|g| {
+                let st: Vec<_> = nodes
+                    .iter()
+                    .map(|n| n.node.group(g).unwrap().status())
+                    .collect();
+                let want = st[0].preferred_leader.or(st[0].leader);
+                want.is_some()
+                    && st.iter().all(|s| s.leader == want)
+                    && st
+                        .iter()
+                        .any(|s| s.is_leader && s.tracked_sessions.is_some())
+            })
+            .then_some(())
+    })
+    .await
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout`.
