@@ -98,6 +98,9 @@ pub struct GroupStatus {
     pub leader: u64,
     pub members: Vec<u64>,
     pub applied_index: u64,
+    /// Where leader balance moves the group (`None`: balance off).
+    #[serde(default)]
+    pub preferred_leader: Option<u64>,
 }
 
 async fn status(addr: SocketAddr) -> Result<Status> {
@@ -171,6 +174,7 @@ impl Cluster {
             cluster.launch(i)?;
         }
         cluster.wait_leaders().await?;
+        cluster.wait_balanced().await;
         Ok(cluster)
     }
 
@@ -260,6 +264,33 @@ impl Cluster {
             leaders_of(all, groups).map(|_| ())
         })
         .await
+    }
+
+    /// Waits until every group is led by its preferred leader (lockd moves each group there
+    /// once the node has the whole log, a few seconds after start or restart), so that
+    /// leader-routed clients see the leaders a running cluster has. Not reaching it is
+    /// printed, not fatal: the cluster still serves, with the leaders less spread.
+    pub async fn wait_balanced(&mut self) {
+        let groups = self.groups;
+        let r = self
+            .wait_until("every group led by its preferred leader", |all| {
+                let leaders = leaders_of(all, groups)?;
+                for (_, s) in all {
+                    for g in &s.groups {
+                        let Some(p) = g.preferred_leader else {
+                            continue;
+                        };
+                        if leaders.get(g.id as usize) != Some(&(p as usize - 1)) {
+                            bail!("group {} is led by node {}, not {p}", g.id, g.leader);
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(e) = r {
+            eprintln!("  warning: {e:#}");
+        }
     }
 
     /// The leader's node index for every group id (0..=G), as the live nodes agree on it.
@@ -895,6 +926,7 @@ mod tests {
                     leader,
                     members: vec![1, 2],
                     applied_index: 0,
+                    preferred_leader: None,
                 })
                 .collect(),
         };
