@@ -112,16 +112,25 @@ async fn status(addr: SocketAddr) -> Result<Status> {
     Ok(serde_json::from_slice(&body)?)
 }
 
+/// How every node of a cluster is started.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerOpts {
+    /// `--worker-threads` (`None`: lockd's default).
+    pub threads: Option<u16>,
+    /// `false` passes `--no-leader-balance`.
+    pub leader_balance: bool,
+}
+
 impl Cluster {
     /// Starts `n` nodes with `groups` lock groups (fsync is always on in lockd) and waits until
-    /// every node sees the same leader for every group, the meta group included.
-    /// `threads`: `--worker-threads` for every node (`None`: lockd's default).
+    /// every node sees the same leader for every group, the meta group included, and (with
+    /// leader balance) each group is led by its preferred leader.
     pub async fn start(
         bin: &Path,
         data_root: &Path,
         n: usize,
         groups: u32,
-        threads: Option<u16>,
+        opts: ServerOpts,
     ) -> Result<Cluster> {
         let dir = tempfile::Builder::new()
             .prefix("lockd-bench-lockd-")
@@ -161,8 +170,11 @@ impl Cluster {
                 groups.to_string(),
             ]
             .into();
-            if let Some(t) = threads {
+            if let Some(t) = opts.threads {
                 args.extend(["--worker-threads".into(), t.to_string()]);
+            }
+            if !opts.leader_balance {
+                args.push("--no-leader-balance".into());
             }
             cluster.nodes.push(Node {
                 id,

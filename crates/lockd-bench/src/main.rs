@@ -55,11 +55,23 @@ struct LockdArgs {
     /// machine, so by default each gets one, as it would get a machine of its own.
     #[arg(long, default_value_t = 1)]
     server_threads: u16,
+    /// Let lockd hand each group to its preferred leader (its default). Off by default here:
+    /// the replicas share this machine's cores, and measured back to back (docs/BENCHMARKS.md)
+    /// spreading the leaders over them gained nothing and cost ~0.15 ms at C=1.
+    #[arg(long)]
+    leader_balance: bool,
 }
 
 impl LockdArgs {
     fn threads(&self) -> Option<u16> {
         (self.server_threads > 0).then_some(self.server_threads)
+    }
+
+    fn opts(&self) -> lockd::ServerOpts {
+        lockd::ServerOpts {
+            threads: self.threads(),
+            leader_balance: self.leader_balance,
+        }
     }
 
     fn data_root(&self) -> PathBuf {
@@ -222,7 +234,7 @@ async fn run(cli: Cli) -> Result<()> {
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let mut cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.threads())
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.opts())
                     .await?;
             let f = scenarios::failover(&mut cluster, trials, load).await?;
             println!("lockd ({} groups): {}", lockd.groups, f.line());
@@ -235,7 +247,7 @@ async fn run(cli: Cli) -> Result<()> {
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.threads())
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.opts())
                     .await?;
             for routing in [Routing::Spread, Routing::Leader] {
                 let dur = Duration::from_secs(secs);
@@ -261,7 +273,7 @@ async fn run(cli: Cli) -> Result<()> {
             };
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.threads())
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.opts())
                     .await?;
             let ttl = Duration::from_secs(ttl_s);
             let r = scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs), via)
@@ -282,7 +294,7 @@ async fn run(cli: Cli) -> Result<()> {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let started = std::time::Instant::now();
             let mut cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.threads())
+                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.opts())
                     .await?;
             let args = scale::ScaleArgs {
                 held,
@@ -375,10 +387,11 @@ async fn compare(
         if quick { " --quick" } else { "" }
     );
     println!(
-        "machine: {} cores; lockd {} ({} groups, 3 nodes); scheduler threads per lockd/etcd replica: {}; {}; {}",
+        "machine: {} cores; lockd {} ({} groups, 3 nodes, leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         bin.as_ref().map_or("-".into(), |b| b.display().to_string()),
         lockd.groups,
+        if lockd.leader_balance { "on" } else { "off" },
         lockd.threads().map_or("one per core".to_string(), |t| t.to_string()),
         procs::version_of("etcd"),
         procs::version_of("redis-server"),
@@ -406,7 +419,7 @@ async fn run_lockd(
     extras: &Extras,
 ) -> Result<(Vec<Row>, Vec<String>)> {
     let mut cluster =
-        lockd::Cluster::start(bin, &args.data_root(), 3, args.groups, args.threads()).await?;
+        lockd::Cluster::start(bin, &args.data_root(), 3, args.groups, args.opts()).await?;
     let cx = Ctx {
         system: s.label(),
         plan,
@@ -458,7 +471,7 @@ async fn run_lockd(
 async fn smoke(nodes: usize, args: &LockdArgs) -> Result<()> {
     let bin = lockd::find_binary(args.lockd_bin.as_deref())?;
     let cluster =
-        lockd::Cluster::start(&bin, &args.data_root(), nodes, args.groups, args.threads()).await?;
+        lockd::Cluster::start(&bin, &args.data_root(), nodes, args.groups, args.opts()).await?;
     let plan = Plan::smoke();
     let cx = |system| Ctx {
         system,
