@@ -37,8 +37,13 @@ const SETTLE: Duration = Duration::from_secs(2);
 const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 
-/// The preferred leader of `group` among `voters`: the `(group mod n)`-th in id order.
-pub(crate) fn preferred_leader(group: GroupId, voters: &BTreeSet<NodeId>) -> Option<NodeId> {
+/// The preferred leader of `group` among `voters` (any order, repeats allowed): the
+/// `(group mod n)`-th of the `n` distinct ids in id order.
+pub(crate) fn preferred_leader(
+    group: GroupId,
+    voters: impl IntoIterator<Item = NodeId>,
+) -> Option<NodeId> {
+    let voters: BTreeSet<NodeId> = voters.into_iter().collect();
     if voters.is_empty() {
         return None;
     }
@@ -121,8 +126,7 @@ pub(crate) async fn run(me: NodeId, groups: Vec<Arc<Group>>, mut stop: watch::Re
         for g in &groups {
             let raft = g.raft();
             let status = raft.status();
-            let voters: BTreeSet<NodeId> = status.voters.iter().copied().collect();
-            let preferred = preferred_leader(g.id(), &voters);
+            let preferred = preferred_leader(g.id(), status.voters.iter().copied());
             let w = watches.entry(g.id()).or_insert_with(|| Watch::new(now));
             let role = status.role;
             let caught_up = |to| raft.has_whole_log(to);
@@ -145,17 +149,14 @@ pub(crate) async fn run(me: NodeId, groups: Vec<Arc<Group>>, mut stop: watch::Re
 mod tests {
     use super::*;
 
-    fn voters(ids: &[NodeId]) -> BTreeSet<NodeId> {
-        ids.iter().copied().collect()
-    }
-
     #[test]
     fn preferred_leaders_spread_over_the_voters_in_id_order() {
-        let v = voters(&[7, 3, 5]);
-        let p: Vec<_> = (0..6).map(|g| preferred_leader(g, &v).unwrap()).collect();
+        let p: Vec<_> = (0..6)
+            .map(|g| preferred_leader(g, [7, 3, 5, 3]).unwrap())
+            .collect();
         assert_eq!(p, [3, 5, 7, 3, 5, 7]);
-        assert_eq!(preferred_leader(4, &voters(&[9])), Some(9));
-        assert_eq!(preferred_leader(1, &voters(&[])), None);
+        assert_eq!(preferred_leader(4, [9]), Some(9));
+        assert_eq!(preferred_leader(1, []), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -338,10 +338,9 @@ impl Group {
         let preferred_leader = self
             .timing
             .balance_leaders
-            .then(|| crate::balance::preferred_leader(self.id, &s.voters.iter().copied().collect()))
+            .then(|| crate::balance::preferred_leader(self.id, s.voters.iter().copied()))
             .flatten();
         GroupStatus {
-            preferred_leader,
             id: self.id,
             leader: s.role.leader,
             term: s.role.term,
@@ -351,6 +350,7 @@ impl Group {
             is_leader: s.role.is_leader,
             tracked_sessions: self.replica.with_leadership(|l| l.tracked()),
             snapshots_installed: self.replica.installs(),
+            preferred_leader,
         }
     }
 
