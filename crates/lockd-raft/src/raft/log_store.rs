@@ -142,10 +142,14 @@ fn raft_log_config(dir: &Path) -> raft_log::Config {
     cfg.wal.chunk_max_size = Some(CHUNK_MAX_BYTES);
     cfg.wal.truncate_incomplete_record = Some(true);
     // The flush worker waits this long for more writes before each fdatasync. Its 1 ms default
-    // put a millisecond on every commit of an idle group (twice: leader, then follower); 50 µs
-    // still drains whatever queued during the previous sync, which is where group commit comes
-    // from under load.
-    cfg.wal.flush_batch_wait = Some(std::time::Duration::from_micros(50));
+    // put a millisecond on every commit of an idle group (twice: leader, then follower). Zero:
+    // group commit comes from the entries, not from here. One append (one entry of up to 256
+    // commands) is one flush request, and a group has one entry in flight, so there is rarely a
+    // second request to wait for; a 50 µs wait cost every sync a timed sleep and a wake-up.
+    // Measured against 50 µs, one binary each, alternating (2026-12-01): C=1 acquire p50 0.41–
+    // 0.56 ms against 0.49–0.73 ms (median 0.48 against 0.59 over six pairs); mix max unchanged
+    // within the noise (mean 23.5k against 21.8k ops/s).
+    cfg.wal.flush_batch_wait = Some(std::time::Duration::ZERO);
     cfg.log_cache_max_items = Some(CACHE_MAX_ITEMS);
     cfg.log_cache_capacity = Some(CACHE_MAX_BYTES);
     cfg
