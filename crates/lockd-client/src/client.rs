@@ -10,7 +10,7 @@ use lockd_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::session::{Cmd, Core, Driver, Held, Lease};
+use crate::session::{Cmd, Core, Driver, Held, Lease, StreamRelease};
 use crate::{Error, RetryPolicy};
 
 /// The longest wait the service accepts for one acquire (`wait_ms` ≤ 300 000).
@@ -286,7 +286,38 @@ impl Client {
         name: &str,
         token: u64,
     ) -> Result<u32, Error> {
-        self.core.release(session_id, name, token).await
+        self.release(session_id, name, token).await
+    }
+
+    /// Gives back one hold: on the session stream when it carries the hold's session, else (or
+    /// when the stream's answer does not come) by unary calls with the retry rule of
+    /// `Core::release`. A stream attempt that broke or timed out may have landed, and the retry knows it.
+    async fn release(&self, session_id: &str, name: &str, token: u64) -> Result<u32, Error> {
+        let req = self.core.release_request(session_id, name, token);
+        let (tx, rx) = oneshot::channel();
+        if self.cmds.send(Cmd::Release(req.clone(), tx)).is_err() {
+            return self.core.release(req, false).await;
+        }
+        let opts = &self.core.opts;
+        let maybe_landed = match tokio::time::timeout(opts.request_timeout, rx).await {
+            Ok(Ok(StreamRelease::Answered(Ok(remaining)))) => return Ok(remaining),
+            Ok(Ok(StreamRelease::Answered(Err(e)))) => {
+                if !e.is_retryable() {
+                    return Err(e);
+                }
+                tokio::time::sleep(opts.retry.delay(0, e.retry_after())).await;
+                // "No leader" is refused before proposing, but "outcome unknown" is also 503.
+                matches!(e, Error::Api { status: 503, .. })
+            }
+            Ok(Ok(StreamRelease::NotSent)) | Ok(Err(_)) => false,
+            Ok(Ok(StreamRelease::Unsure)) => true,
+            Err(_) => {
+                // The stream's node did not answer in time; the unary retry starts elsewhere.
+                self.core.rotate_preferred();
+                true
+            }
+        };
+        self.core.release(req, maybe_landed).await
     }
 
     /// Closes the session: every lock it holds is released at once and every guard reports lost.
@@ -534,7 +565,6 @@ impl LockGuard {
         self.released = true;
         self.forget();
         self.client
-            .core
             .release(&self.session_id, &self.name, self.token)
             .await
             .map(|_| ())
@@ -559,10 +589,10 @@ impl Drop for LockGuard {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return; // no runtime: the session's close or expiry frees it
         };
-        let core = self.client.core.clone();
+        let client = self.client.clone();
         let (session, name, token) = (self.session_id.clone(), self.name.clone(), self.token);
         rt.spawn(async move {
-            if let Err(e) = core.release(&session, &name, token).await {
+            if let Err(e) = client.release(&session, &name, token).await {
                 tracing::debug!(%e, name, "background release failed");
             }
         });

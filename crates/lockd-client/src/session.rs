@@ -90,6 +90,11 @@ impl Core {
         );
     }
 
+    /// Moves on from the preferred endpoint, which did not answer.
+    pub fn rotate_preferred(&self) {
+        self.rotate(self.preferred());
+    }
+
     pub fn margin(&self) -> Duration {
         self.opts.margin.unwrap_or(self.opts.ttl / 5)
     }
@@ -144,17 +149,25 @@ impl Core {
         }
     }
 
-    /// Gives back one hold (unary, retried). After a transport failure the first attempt may
-    /// have landed, so a later "not the holder", "stale token" or "session not found" counts as
-    /// done: the hold is gone either way.
-    pub async fn release(&self, session_id: &str, name: &str, token: u64) -> Result<u32, Error> {
-        let req = pb::ReleaseRequest {
+    /// A release request for one hold, with the client's bearer token.
+    pub fn release_request(&self, session_id: &str, name: &str, token: u64) -> pb::ReleaseRequest {
+        pb::ReleaseRequest {
             session_id: session_id.to_string(),
             name: name.to_string(),
             fencing_token: token,
             token: self.opts.auth_token.clone().unwrap_or_default(),
-        };
-        let mut maybe_landed = false;
+        }
+    }
+
+    /// Gives back one hold (unary, retried). After a transport failure the first attempt may
+    /// have landed, so a later "not the holder", "stale token" or "session not found" counts as
+    /// done: the hold is gone either way. `maybe_landed` says an earlier attempt (on the
+    /// session stream) may already have landed.
+    pub async fn release(
+        &self,
+        req: pb::ReleaseRequest,
+        mut maybe_landed: bool,
+    ) -> Result<u32, Error> {
         let r = self
             .unary_noting(
                 |mut c| {
@@ -214,10 +227,22 @@ pub(crate) struct Grant {
     pub gen: u64,
 }
 
+/// How a release sent on the session stream ended.
+#[derive(Debug)]
+pub(crate) enum StreamRelease {
+    /// The service answered.
+    Answered(Result<u32, Error>),
+    /// The stream broke (or the session ended here) before the answer: it may have landed.
+    Unsure,
+    /// Not sent: no stream, or the hold belongs to another session than the stream's.
+    NotSent,
+}
+
 pub(crate) enum Cmd {
     /// Open the session now if there is none (used by `Client::connect`).
     Open(oneshot::Sender<Result<(), Error>>),
     Acquire(pb::AcquireRequest, oneshot::Sender<Result<Grant, Error>>),
+    Release(pb::ReleaseRequest, oneshot::Sender<StreamRelease>),
     Close(oneshot::Sender<Result<(), Error>>),
 }
 
@@ -247,6 +272,7 @@ struct Acq {
 enum Pending {
     KeepAlive(Instant),
     Acquire(Acq),
+    Release(oneshot::Sender<StreamRelease>),
 }
 
 /// Outcomes pushed before the `queued` reply they belong to.
@@ -333,6 +359,7 @@ impl Driver {
                         let _ = reply.send(r);
                     }
                     Some(Cmd::Acquire(req, reply)) => self.acquire(req, reply).await,
+                    Some(Cmd::Release(req, reply)) => self.release(req, reply),
                 },
                 ev = next_event(&mut self.conn) => match ev {
                     Ok(Some(ev)) => self.event(ev),
@@ -484,7 +511,7 @@ impl Driver {
         // The previous keepalive went unanswered for a whole interval: the node is stuck or gone.
         let stale = self.pending.values().any(|p| match p {
             Pending::KeepAlive(sent) => now.duration_since(*sent) >= s.every,
-            Pending::Acquire(_) => false,
+            Pending::Acquire(_) | Pending::Release(_) => false,
         });
         if stale {
             self.core.rotate(c.endpoint);
@@ -533,6 +560,18 @@ impl Driver {
         self.send(rid, Req::Acquire(req));
     }
 
+    /// Sends a release on the stream when the stream carries the hold's session.
+    fn release(&mut self, req: pb::ReleaseRequest, reply: oneshot::Sender<StreamRelease>) {
+        let ours = self.sess.as_ref().is_some_and(|s| s.id == req.session_id);
+        if !ours || self.conn.is_none() {
+            let _ = reply.send(StreamRelease::NotSent);
+            return;
+        }
+        let rid = self.rid();
+        self.pending.insert(rid, Pending::Release(reply));
+        self.send(rid, Req::Release(req));
+    }
+
     fn event(&mut self, ev: pb::SessionEvent) {
         let Some(kind) = ev.kind else { return };
         let pending = (ev.request_id != 0)
@@ -567,6 +606,12 @@ impl Driver {
             }
             (Ev::Error(e), Some(Pending::Acquire(a))) => {
                 let _ = a.reply.send(Err(Error::from_event(e)));
+            }
+            (Ev::Released(r), Some(Pending::Release(reply))) => {
+                let _ = reply.send(StreamRelease::Answered(Ok(r.remaining)));
+            }
+            (Ev::Error(e), Some(Pending::Release(reply))) => {
+                let _ = reply.send(StreamRelease::Answered(Err(Error::from_event(e))));
             }
             (Ev::SessionEnded(e), _) => {
                 let why = format!("the service ended the session ({})", e.reason);
@@ -628,7 +673,8 @@ impl Driver {
             // Nobody waits for this grant any more (the acquire was dropped): give it back.
             let core = self.core.clone();
             tokio::spawn(async move {
-                let _ = core.release(&g.session_id, &a.name, g.token).await;
+                let req = core.release_request(&g.session_id, &a.name, g.token);
+                let _ = core.release(req, false).await;
             });
         }
     }
@@ -643,8 +689,12 @@ impl Driver {
         let waits: Vec<_> = self.waits.drain().map(|(_, a)| a).collect();
         let pending: Vec<_> = self.pending.drain().map(|(_, p)| p).collect();
         for p in pending {
-            if let Pending::Acquire(a) = p {
-                self.fail_unsure(a);
+            match p {
+                Pending::Acquire(a) => self.fail_unsure(a),
+                Pending::Release(reply) => {
+                    let _ = reply.send(StreamRelease::Unsure);
+                }
+                Pending::KeepAlive(_) => {}
             }
         }
         for a in waits {
@@ -734,7 +784,10 @@ impl Driver {
                         && h.owner == owner
                         && !known.contains(&h.fencing_token)
                     {
-                        let _ = self.core.release(session_id, &name, h.fencing_token).await;
+                        let req = self
+                            .core
+                            .release_request(session_id, &name, h.fencing_token);
+                        let _ = self.core.release(req, false).await;
                     }
                 }
             }
@@ -752,8 +805,15 @@ impl Driver {
             }
         });
         for p in std::mem::take(&mut self.pending).into_values() {
-            if let Pending::Acquire(a) = p {
-                let _ = a.reply.send(Err(err()));
+            match p {
+                Pending::Acquire(a) => {
+                    let _ = a.reply.send(Err(err()));
+                }
+                // The session is ending, which frees its holds; the caller settles it.
+                Pending::Release(reply) => {
+                    let _ = reply.send(StreamRelease::Unsure);
+                }
+                Pending::KeepAlive(_) => {}
             }
         }
         for (_, a) in self.waits.drain() {

@@ -251,3 +251,81 @@ async fn sorted_multi_acquire_of_overlapping_sets_never_deadlocks() {
         started.elapsed()
     );
 }
+
+/// How many `op` requests node `i` recorded as done by `api`, from its `lockd_ops_total`.
+async fn ops(c: &Cluster, i: usize, op: &str, api: &str) -> u64 {
+    let text = c.metrics(i).await;
+    let series = format!("lockd_ops_total{{op=\"{op}\",result=\"ok\",api=\"{api}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_ride_the_session_stream() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(3, 2).await;
+    // One endpoint: every request of this client lands on node 1, whichever node leads.
+    let client = Client::connect_with(&c.grpc[..1], options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    for i in 0..4 {
+        let g = client.acquire(format!("fast/ride-{i}")).await.unwrap();
+        g.release().await.unwrap();
+    }
+    // A dropped guard is given back in the background, on the stream too.
+    let dropped = client.acquire("fast/ride-dropped").await.unwrap();
+    drop(dropped);
+    eventually(
+        Duration::from_secs(10),
+        "the dropped guard's release",
+        || {
+            let client = client.clone();
+            async move {
+                client
+                    .inspect("fast/ride-dropped")
+                    .await
+                    .is_ok_and(|s| s.holders.is_empty())
+            }
+        },
+    )
+    .await;
+    assert_eq!(ops(&c, 0, "acquire", "stream").await, 5);
+    assert_eq!(ops(&c, 0, "release", "stream").await, 5);
+    assert_eq!(ops(&c, 0, "release", "grpc").await, 0);
+
+    // Another session's hold is not the stream's: released by a unary call.
+    let other = Client::connect_with(&c.grpc[..1], options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let theirs = other.acquire("fast/ride-theirs").await.unwrap();
+    let remaining = client
+        .release_token(theirs.session_id(), "fast/ride-theirs", theirs.token())
+        .await
+        .unwrap();
+    assert_eq!(remaining, 0);
+    assert_eq!(ops(&c, 0, "release", "grpc").await, 1);
+    assert_eq!(ops(&c, 0, "release", "stream").await, 5);
+    // The stream refuses a stale token as the unary call would: an error, no state change.
+    let g = client.acquire("fast/ride-stale").await.unwrap();
+    let stale = client
+        .release_token(g.session_id(), "fast/ride-stale", g.token() + 1)
+        .await;
+    assert!(
+        stale.is_err(),
+        "a wrong token's release is refused: {stale:?}"
+    );
+    assert_eq!(
+        client
+            .inspect("fast/ride-stale")
+            .await
+            .unwrap()
+            .holders
+            .len(),
+        1
+    );
+    g.release().await.unwrap();
+    drop(theirs);
+    client.close().await.unwrap();
+    other.close().await.unwrap();
+}

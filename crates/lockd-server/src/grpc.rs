@@ -37,11 +37,11 @@ impl GrpcApi {
     ) -> Result<Response<T>, Status> {
         match r {
             Ok(v) => {
-                self.svc.metrics.record(op, "ok", start.elapsed());
+                self.svc.metrics.record("grpc", op, "ok", start.elapsed());
                 Ok(Response::new(v))
             }
             Err(e) => {
-                self.svc.metrics.record(op, e.code, start.elapsed());
+                self.svc.metrics.record("grpc", op, e.code, start.elapsed());
                 Err(status(e))
             }
         }
@@ -572,8 +572,8 @@ impl Lock for GrpcApi {
                                         Kind::Open(_) | Kind::Attach(_) => unreachable!("handled above"),
                                     };
                                     let ev = match r {
-                                        Ok(ev) => { svc.metrics.record(op, "ok", start.elapsed()); ev }
-                                        Err(e) => { svc.metrics.record(op, e.code, start.elapsed()); error_event(e) }
+                                        Ok(ev) => { svc.metrics.record("stream", op, "ok", start.elapsed()); ev }
+                                        Err(e) => { svc.metrics.record("stream", op, e.code, start.elapsed()); error_event(e) }
                                     };
                                     let _ = out_tx.send(Ok(pb::SessionEvent { request_id: id, kind: Some(ev) }));
                                 });

@@ -81,11 +81,11 @@ fn error_response(e: ApiError) -> Response {
 fn finish(svc: &Service, op: &'static str, start: Instant, r: Result<Value, ApiError>) -> Response {
     match r {
         Ok(v) => {
-            svc.metrics.record(op, "ok", start.elapsed());
+            svc.metrics.record("http", op, "ok", start.elapsed());
             axum::Json(v).into_response()
         }
         Err(e) => {
-            svc.metrics.record(op, e.code, start.elapsed());
+            svc.metrics.record("http", op, e.code, start.elapsed());
             error_response(e)
         }
     }

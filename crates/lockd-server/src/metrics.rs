@@ -20,6 +20,8 @@ use crate::waits::Waits;
 pub struct OpLabels {
     pub op: &'static str,
     pub result: &'static str,
+    /// How the request came: `http`, `grpc` (a unary call) or `stream` (the session stream).
+    pub api: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -173,9 +175,15 @@ impl Metrics {
         m
     }
 
-    /// Records one finished operation.
-    pub fn record(&self, op: &'static str, result: &'static str, took: Duration) {
-        self.ops.get_or_create(&OpLabels { op, result }).inc();
+    /// Records one finished operation that came by `api` (`http`, `grpc`, `stream`).
+    pub fn record(
+        &self,
+        api: &'static str,
+        op: &'static str,
+        result: &'static str,
+        took: Duration,
+    ) {
+        self.ops.get_or_create(&OpLabels { op, result, api }).inc();
         self.latency
             .get_or_create(&OpKind { op })
             .observe(took.as_secs_f64());

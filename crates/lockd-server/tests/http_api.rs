@@ -128,7 +128,7 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     assert_eq!(m.status, 200);
     let text = m.body.as_str().unwrap();
     assert!(
-        text.contains("lockd_ops_total{op=\"acquire\",result=\"ok\"} 2"),
+        text.contains("lockd_ops_total{op=\"acquire\",result=\"ok\",api=\"http\"} 2"),
         "{text}"
     );
     assert!(text.contains("lockd_keepalives_total"));

@@ -102,6 +102,7 @@ impl Drop for Proc {
 pub struct Cluster {
     pub nodes: Vec<Proc>,
     pub grpc: Vec<String>,
+    pub http: Vec<String>,
     pub dir: tempfile::TempDir,
 }
 
@@ -122,6 +123,9 @@ impl Cluster {
             .map(|(i, a)| format!("{}={a}", i + 1))
             .collect::<Vec<_>>()
             .join(",");
+        let http: Vec<String> = (0..n)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
         let mut nodes = Vec::new();
         for (i, addr) in grpc.iter().enumerate() {
             let log =
@@ -129,7 +133,7 @@ impl Cluster {
             let child = Command::new(&bin)
                 .arg("serve")
                 .args(["--node-id", &(i + 1).to_string(), "--peers", &peers])
-                .args(["--http", &format!("127.0.0.1:{}", free_port())])
+                .args(["--http", &http[i]])
                 .args(["--grpc", addr])
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("node-{}", i + 1)))
@@ -143,7 +147,12 @@ impl Cluster {
                 .unwrap();
             nodes.push(Proc { child: Some(child) });
         }
-        let c = Cluster { nodes, grpc, dir };
+        let c = Cluster {
+            nodes,
+            grpc,
+            http,
+            dir,
+        };
         c.wait_ready(groups).await;
         c
     }
@@ -206,6 +215,17 @@ impl Cluster {
             .ok()
             .and_then(|s| s.groups.into_iter().find(|x| x.id == g))
             .map_or(0, |x| x.leader)
+    }
+
+    /// Node `i`'s Prometheus text (`GET /metrics` over plain HTTP/1.0).
+    pub async fn metrics(&self, i: usize) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(&self.http[i]).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).await.unwrap();
+        assert!(text.starts_with("HTTP/1.0 200"), "GET /metrics: {text}");
+        text
     }
 
     pub fn endpoints(&self) -> String {
