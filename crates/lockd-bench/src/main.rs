@@ -91,7 +91,7 @@ enum Cmd {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "lockd,lockd-http,lockd-leader,etcd,etcd-lock,redis-aof,redis-mem"
+            default_value = "lockd,lockd-http,lockd-leader,lockd-1g,etcd,etcd-lock,redis-aof,redis-mem"
         )]
         systems: Vec<SystemKind>,
         /// The systems the ratio columns divide by.
@@ -387,7 +387,7 @@ async fn compare(
         if quick { " --quick" } else { "" }
     );
     println!(
-        "machine: {} cores; lockd {} ({} groups, 3 nodes, leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}",
+        "machine: {} cores; lockd {} ({} groups, lockd-1g 1; 3 nodes; leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         bin.as_ref().map_or("-".into(), |b| b.display().to_string()),
         lockd.groups,
@@ -418,8 +418,12 @@ async fn run_lockd(
     args: &LockdArgs,
     extras: &Extras,
 ) -> Result<(Vec<Row>, Vec<String>)> {
-    let mut cluster =
-        lockd::Cluster::start(bin, &args.data_root(), 3, args.groups, args.opts()).await?;
+    let groups = if s == SystemKind::Lockd1g {
+        1
+    } else {
+        args.groups
+    };
+    let mut cluster = lockd::Cluster::start(bin, &args.data_root(), 3, groups, args.opts()).await?;
     let cx = Ctx {
         system: s.label(),
         plan,
@@ -555,7 +559,8 @@ async fn run_system(
         SystemKind::Lockd
         | SystemKind::LockdUnary
         | SystemKind::LockdHttp
-        | SystemKind::LockdLeader => {
+        | SystemKind::LockdLeader
+        | SystemKind::Lockd1g => {
             bail!("{label} runs through run_lockd")
         }
     }

@@ -78,6 +78,10 @@ pub enum SystemKind {
     /// The same cluster setup; session streams to every node, each lock request sent on the
     /// stream to its group's leader (no forward).
     LockdLeader,
+    /// `lockd` with one lock group (`--groups 1`), the setting for replicas that share a small
+    /// machine: the same cluster otherwise, gRPC session streams spread over the nodes.
+    #[value(name = "lockd-1g")]
+    Lockd1g,
     /// etcd 3.4, 3 members, fsync on; lock = Txn on create_revision with a lease.
     Etcd,
     /// The same cluster setup; lock = etcd's own v3lock Lock/Unlock RPC.
@@ -96,6 +100,7 @@ impl SystemKind {
                 | SystemKind::LockdUnary
                 | SystemKind::LockdHttp
                 | SystemKind::LockdLeader
+                | SystemKind::Lockd1g
         )
     }
 
@@ -106,6 +111,7 @@ impl SystemKind {
             SystemKind::LockdUnary => "lockd-unary",
             SystemKind::LockdHttp => "lockd-http",
             SystemKind::LockdLeader => "lockd-leader",
+            SystemKind::Lockd1g => "lockd-1g",
             SystemKind::Etcd => "etcd",
             SystemKind::EtcdLock => "etcd-lock",
             SystemKind::RedisAof => "redis-aof",
