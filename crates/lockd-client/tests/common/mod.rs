@@ -107,8 +107,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// `n` nodes with `groups` lock groups; returns once a session opens and every node sees a
-    /// leader for every group.
+    /// `n` nodes with `groups` lock groups; returns once a session opens and every node sees
+    /// every group led by its preferred leader.
     pub async fn start(n: usize, groups: u32) -> Cluster {
         let bin = lockd_bin();
         let dir = tempfile::tempdir().unwrap();
@@ -196,7 +196,12 @@ impl Cluster {
             let Ok(s) = c.status().await else {
                 return false;
             };
-            if s.groups.len() != groups as usize + 1 || s.groups.iter().any(|g| g.leader == 0) {
+            // Settled: every group led, by its preferred leader (leader balance hands groups over
+            // a few seconds after start; a test should not run into a hand-off).
+            let settled = |g: &lockd_client::proto::GroupStatus| {
+                g.leader != 0 && (g.preferred_leader == 0 || g.leader == g.preferred_leader)
+            };
+            if s.groups.len() != groups as usize + 1 || !s.groups.iter().all(settled) {
                 return false;
             }
         }
