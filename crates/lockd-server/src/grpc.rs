@@ -8,7 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::Stream;
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt};
 use lockd_core::{LockInfo, LockMode, SessionEndReason, SessionId, WaitEndReason};
 use lockd_proto::v1 as pb;
 use lockd_proto::v1::lock_server::Lock;
@@ -490,6 +491,7 @@ impl Lock for GrpcApi {
         tokio::spawn(async move {
             let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<SessionEvent>();
             let mut attached: Option<(SessionId, u64)> = None;
+            let mut running = FuturesUnordered::new();
             let send =
                 |tx: &mpsc::UnboundedSender<Result<pb::SessionEvent, Status>>, request_id, kind| {
                     let _ = tx.send(Ok(pb::SessionEvent {
@@ -540,49 +542,20 @@ impl Lock for GrpcApi {
                                     send(&out_tx, id, error_event(ApiError::bad_request("send open or attach first")));
                                     continue;
                                 };
-                                // Requests run concurrently: replies carry their request_id.
-                                let svc = svc.clone();
-                                let out_tx = out_tx.clone();
-                                let meta_creds = meta_creds.clone();
+                                // Requests run concurrently, on this task: replies carry their
+                                // request_id.
                                 let closing = matches!(kind, Kind::Close(_));
-                                let task = tokio::spawn(async move {
-                                    let start = Instant::now();
-                                    let (op, r) = match kind {
-                                        Kind::Keepalive(_) => ("keepalive", svc.keepalive(session).await.map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms }))),
-                                        Kind::Acquire(a) => {
-                                            let c = token_or(&a.token, &meta_creds);
-                                            let r = async {
-                                                let req = acquire_request(&a, session)?;
-                                                Ok(match svc.acquire_start(req, &c).await? {
-                                                    AcquireStart::Done(o) => Ev::Acquired(acquire_response(o)),
-                                                    AcquireStart::Queued { group, waiter, position } => Ev::Queued(pb::Queued { group: group.id(), waiter, name: a.name.clone(), position }),
-                                                })
-                                            }.await;
-                                            ("acquire", r)
-                                        }
-                                        Kind::Release(r) => {
-                                            let c = token_or(&r.token, &meta_creds);
-                                            ("release", svc.release(session, &r.name, r.fencing_token, &c).await.map(|remaining| Ev::Released(pb::ReleaseResponse { remaining })))
-                                        }
-                                        Kind::Inspect(i) => {
-                                            let c = token_or(&i.token, &meta_creds);
-                                            ("inspect", svc.inspect(&i.name, &c).await.map(|s| Ev::State(lock_state(&i.name, s))))
-                                        }
-                                        Kind::Close(_) => ("close_session", svc.close_session(session).await.map(|released| Ev::Closed(pb::CloseSessionResponse { released }))),
-                                        Kind::Open(_) | Kind::Attach(_) => unreachable!("handled above"),
-                                    };
-                                    let ev = match r {
-                                        Ok(ev) => { svc.metrics.record("stream", op, "ok", start.elapsed()); ev }
-                                        Err(e) => { svc.metrics.record("stream", op, e.code, start.elapsed()); error_event(e) }
-                                    };
-                                    let _ = out_tx.send(Ok(pb::SessionEvent { request_id: id, kind: Some(ev) }));
-                                });
+                                let req = serve_stream_request(svc.clone(), session, meta_creds.clone(), id, kind);
                                 if closing {
-                                    let _ = task.await;
+                                    let _ = out_tx.send(Ok(req.await));
                                     break;
                                 }
+                                running.push(req);
                             }
                         }
+                    }
+                    Some(ev) = running.next(), if !running.is_empty() => {
+                        let _ = out_tx.send(Ok(ev));
                     }
                     ev = ev_rx.recv() => {
                         let Some(ev) = ev else { break };
@@ -594,6 +567,10 @@ impl Lock for GrpcApi {
                     }
                 }
             }
+            // Answer what is still running (the client may have closed only its sending side).
+            while let Some(ev) = running.next().await {
+                let _ = out_tx.send(Ok(ev));
+            }
             if let Some((session, attachment)) = attached {
                 svc.waits.detach_stream(session, attachment);
             }
@@ -601,5 +578,92 @@ impl Lock for GrpcApi {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::UnboundedReceiverStream::new(out_rx),
         )))
+    }
+}
+
+/// Serves one request that came on a session stream attached to `session`.
+async fn serve_stream_request(
+    svc: Arc<Service>,
+    session: SessionId,
+    meta_creds: Credentials,
+    id: u64,
+    kind: pb::session_request::Kind,
+) -> pb::SessionEvent {
+    use pb::session_event::Kind as Ev;
+    use pb::session_request::Kind;
+    let start = Instant::now();
+    let (op, r) = match kind {
+        Kind::Keepalive(_) => (
+            "keepalive",
+            svc.keepalive(session)
+                .await
+                .map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms })),
+        ),
+        Kind::Acquire(a) => {
+            let c = token_or(&a.token, &meta_creds);
+            let r = async {
+                let req = acquire_request(&a, session)?;
+                Ok(match svc.acquire_start(req, &c).await? {
+                    AcquireStart::Done(o) => Ev::Acquired(acquire_response(o)),
+                    AcquireStart::Queued {
+                        group,
+                        waiter,
+                        position,
+                    } => Ev::Queued(pb::Queued {
+                        group: group.id(),
+                        waiter,
+                        name: a.name.clone(),
+                        position,
+                    }),
+                })
+            }
+            .await;
+            ("acquire", r)
+        }
+        Kind::Release(r) => {
+            let c = token_or(&r.token, &meta_creds);
+            (
+                "release",
+                svc.release(session, &r.name, r.fencing_token, &c)
+                    .await
+                    .map(|remaining| Ev::Released(pb::ReleaseResponse { remaining })),
+            )
+        }
+        Kind::Inspect(i) => {
+            let c = token_or(&i.token, &meta_creds);
+            (
+                "inspect",
+                svc.inspect(&i.name, &c)
+                    .await
+                    .map(|s| Ev::State(lock_state(&i.name, s))),
+            )
+        }
+        Kind::Close(_) => (
+            "close_session",
+            svc.close_session(session)
+                .await
+                .map(|released| Ev::Closed(pb::CloseSessionResponse { released })),
+        ),
+        // The stream loop answers these itself; never a second session on one stream.
+        Kind::Open(_) | Kind::Attach(_) => (
+            "session",
+            Err(ApiError::bad_request(
+                "the stream already carries a session",
+            )),
+        ),
+    };
+    let ev = match r {
+        Ok(ev) => {
+            svc.metrics.record("stream", op, "ok", start.elapsed());
+            ev
+        }
+        Err(e) => {
+            svc.metrics.record("stream", op, e.code, start.elapsed());
+            error_event(e)
+        }
+    };
+    pb::SessionEvent {
+        request_id: id,
+        kind: Some(ev),
     }
 }

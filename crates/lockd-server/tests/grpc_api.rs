@@ -394,3 +394,44 @@ async fn the_session_stream_pushes_wake_ups() {
     assert!(matches!(ev.kind, Some(Ev::Closed(_))), "{ev:?}");
     c.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_closed_stream_still_answers_what_it_carried() {
+    let mut c = cluster(1, 2).await;
+    let mut cl = client(&c, 0).await;
+    let mut s = Stream::start(&mut cl).await;
+    s.send(Req::Open(pb::OpenSessionRequest {
+        client: "half-closer".into(),
+        ..Default::default()
+    }));
+    assert!(matches!(s.event().await.kind, Some(Ev::Opened(_))));
+    // Three acquires, then the client stops sending; each still gets its answer.
+    let ids: Vec<u64> = (0..3)
+        .map(|i| {
+            s.send(Req::Acquire(pb::AcquireRequest {
+                name: format!("half/{i}"),
+                ..Default::default()
+            }))
+        })
+        .collect();
+    let Stream { up, mut down, .. } = s;
+    drop(up);
+    let mut answered = Vec::new();
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(20), down.message())
+        .await
+        .expect("an event or the end in 20 s")
+        .unwrap()
+    {
+        let Some(Ev::Acquired(a)) = ev.kind else {
+            panic!("{ev:?}")
+        };
+        assert!(a.acquired && a.fencing_token > 0, "{a:?}");
+        answered.push(ev.request_id);
+    }
+    answered.sort();
+    assert_eq!(
+        answered, ids,
+        "every request answered before the stream ended"
+    );
+    c.stop_all().await;
+}
