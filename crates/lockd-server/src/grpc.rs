@@ -534,7 +534,7 @@ impl Lock for GrpcApi {
                                 }
                             }
                             Some(Kind::Open(_)) | Some(Kind::Attach(_)) => {
-                                send(&out_tx, id, error_event(ApiError::bad_request("the stream already carries a session")));
+                                send(&out_tx, id, error_event(second_session()));
                             }
                             None => send(&out_tx, id, error_event(ApiError::bad_request("empty request"))),
                             Some(kind) => {
@@ -545,7 +545,7 @@ impl Lock for GrpcApi {
                                 // Requests run concurrently, on this task: replies carry their
                                 // request_id.
                                 let closing = matches!(kind, Kind::Close(_));
-                                let req = serve_stream_request(svc.clone(), session, meta_creds.clone(), id, kind);
+                                let req = serve_stream_request(&svc, session, &meta_creds, id, kind);
                                 if closing {
                                     let _ = out_tx.send(Ok(req.await));
                                     break;
@@ -581,11 +581,16 @@ impl Lock for GrpcApi {
     }
 }
 
+/// An `open` or `attach` on a stream that already carries a session.
+fn second_session() -> ApiError {
+    ApiError::bad_request("the stream already carries a session")
+}
+
 /// Serves one request that came on a session stream attached to `session`.
 async fn serve_stream_request(
-    svc: Arc<Service>,
+    svc: &Service,
     session: SessionId,
-    meta_creds: Credentials,
+    meta_creds: &Credentials,
     id: u64,
     kind: pb::session_request::Kind,
 ) -> pb::SessionEvent {
@@ -600,7 +605,7 @@ async fn serve_stream_request(
                 .map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms })),
         ),
         Kind::Acquire(a) => {
-            let c = token_or(&a.token, &meta_creds);
+            let c = token_or(&a.token, meta_creds);
             let r = async {
                 let req = acquire_request(&a, session)?;
                 Ok(match svc.acquire_start(req, &c).await? {
@@ -621,7 +626,7 @@ async fn serve_stream_request(
             ("acquire", r)
         }
         Kind::Release(r) => {
-            let c = token_or(&r.token, &meta_creds);
+            let c = token_or(&r.token, meta_creds);
             (
                 "release",
                 svc.release(session, &r.name, r.fencing_token, &c)
@@ -630,7 +635,7 @@ async fn serve_stream_request(
             )
         }
         Kind::Inspect(i) => {
-            let c = token_or(&i.token, &meta_creds);
+            let c = token_or(&i.token, meta_creds);
             (
                 "inspect",
                 svc.inspect(&i.name, &c)
@@ -645,12 +650,7 @@ async fn serve_stream_request(
                 .map(|released| Ev::Closed(pb::CloseSessionResponse { released })),
         ),
         // The stream loop answers these itself; never a second session on one stream.
-        Kind::Open(_) | Kind::Attach(_) => (
-            "session",
-            Err(ApiError::bad_request(
-                "the stream already carries a session",
-            )),
-        ),
+        Kind::Open(_) | Kind::Attach(_) => ("session", Err(second_session())),
     };
     let ev = match r {
         Ok(ev) => {
