@@ -20,7 +20,7 @@ const MAX_WAIT: Duration = Duration::from_secs(300);
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
     /// Names this process in the service's views, e.g. `payout-worker-17`; also the default
-    /// owner of its locks. Default: `lockd-client/<pid>`.
+    /// owner of its locks. Default: `HOST/PID` (e.g. `web-3/4242`).
     pub client_name: String,
     /// The session TTL to ask for; the service clamps it to the namespace's bounds. Default 15 s.
     pub ttl: Duration,
@@ -39,7 +39,7 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
-            client_name: format!("lockd-client/{}", std::process::id()),
+            client_name: host_pid(),
             ttl: Duration::from_secs(15),
             margin: None,
             namespace: String::new(),
@@ -48,6 +48,17 @@ impl Default for ClientOptions {
             retry: RetryPolicy::default(),
         }
     }
+}
+
+/// `HOST/PID` of this process: the default client name and owner, so a holder can be found.
+pub fn host_pid() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}/{}", std::process::id())
 }
 
 /// A connection to a lockd cluster, carrying one session for the whole process.
@@ -407,13 +418,19 @@ impl AcquireBuilder {
         let owner = self
             .owner
             .unwrap_or_else(|| c.core.opts.client_name.clone());
-        let until = self.wait.map(|w| Instant::now() + w.min(MAX_WAIT));
+        // A wait of any length (`Duration::MAX` is "forever"); the service takes at most
+        // MAX_WAIT per request, so a longer one queues again, round after round, to the deadline.
+        let until = self.wait.map(|w| {
+            let now = Instant::now();
+            now.checked_add(w)
+                .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
+        });
         let policy = &c.core.opts.retry;
         let mut attempt = 0;
         loop {
-            let wait_ms = until.map_or(0, |u| {
-                u.saturating_duration_since(Instant::now()).as_millis() as u64
-            });
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            let capped = left.is_some_and(|l| l > MAX_WAIT);
+            let wait_ms = left.map_or(0, |l| l.min(MAX_WAIT).as_millis() as u64);
             let req = pb::AcquireRequest {
                 session_id: String::new(),
                 name: self.name.clone(),
@@ -428,6 +445,11 @@ impl AcquireBuilder {
                 Ok(g) => return Ok(LockGuard::new(c.clone(), self.name, g)),
                 Err(e) => e,
             };
+            if capped && matches!(e, Error::NotAcquired { .. }) {
+                // One round of a longer wait ran out: queue again at the back (the service
+                // cannot hold a waiter longer than MAX_WAIT, so the FIFO place is not kept).
+                continue;
+            }
             attempt += 1;
             // A session lost mid-wait is replaced by a new one on the next attempt.
             let retry = e.is_retryable() || e == Error::SessionLost;
