@@ -29,6 +29,13 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Every member including this node: node id -> peer gRPC address (`127.0.0.1:7170`).
     pub peers: BTreeMap<NodeId, String>,
+    /// The cluster's name, recorded in the data dir on its first start and checked on every
+    /// later one ([`crate::Identity`]). Default `lockd`.
+    pub cluster_name: String,
+    /// Founder (`false`, etcd's `new`): the lowest-id peer initialises groups that have no
+    /// membership yet. Joiner (`true`, `existing`): this node never initialises a group; it
+    /// waits to be added by the cluster it joins.
+    pub join_existing: bool,
     /// Number of lock groups G; the node hosts group 0 (meta) and groups 1..=G.
     pub lock_groups: u32,
     /// Leader heartbeat interval.
@@ -66,6 +73,8 @@ impl NodeConfig {
             node_id,
             data_dir: data_dir.into(),
             peers,
+            cluster_name: "lockd".into(),
+            join_existing: false,
             lock_groups: 1,
             heartbeat_ms: 100,
             election_timeout_ms: (400, 800),

@@ -68,6 +68,8 @@ impl std::error::Error for GroupError {}
 pub enum StartError {
     /// The configuration is inconsistent (e.g. `node_id` not among `peers`).
     Config(String),
+    /// The data dir belongs to another node, cluster or group count ([`crate::Identity`]).
+    Identity(String),
     /// Opening or recovering a group's data failed.
     Storage {
         group: crate::GroupId,
@@ -84,6 +86,7 @@ impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StartError::Config(why) => write!(f, "invalid node config: {why}"),
+            StartError::Identity(why) => write!(f, "refusing to start: {why}"),
             StartError::Storage { group, source } => {
                 write!(f, "group {group}: cannot open its data: {source}")
             }

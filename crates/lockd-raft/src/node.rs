@@ -50,6 +50,16 @@ fn validate(cfg: &NodeConfig) -> Result<(), StartError> {
     if cfg.snapshot_every == 0 {
         return bad("snapshot_every must be positive".into());
     }
+    let name_ok = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    if cfg.cluster_name.is_empty()
+        || cfg.cluster_name.len() > 64
+        || !cfg.cluster_name.chars().all(name_ok)
+    {
+        return bad(format!(
+            "cluster name '{}' must be 1-64 characters of A-Z a-z 0-9 . _ -",
+            cfg.cluster_name
+        ));
+    }
     Ok(())
 }
 
@@ -72,6 +82,19 @@ impl Node {
         transport: Arc<dyn PeerTransport>,
     ) -> Result<Arc<Node>, StartError> {
         validate(&cfg)?;
+        if matches!(cfg.storage, crate::Storage::Disk) {
+            let me = crate::Identity {
+                cluster: cfg.cluster_name.clone(),
+                node_id: cfg.node_id,
+                lock_groups: cfg.lock_groups,
+            };
+            if me
+                .check_or_record(&cfg.data_dir)
+                .map_err(StartError::Identity)?
+            {
+                info!(node = cfg.node_id, cluster = %cfg.cluster_name, "recorded the data dir's identity");
+            }
+        }
         let election_max = Duration::from_millis(cfg.election_timeout_ms.1);
         let timing = Timing {
             election_max,
@@ -93,7 +116,7 @@ impl Node {
                 Arc::new(Group::new(id, raft, replica, pool.clone(), timing)),
             );
         }
-        if cfg.peers.keys().next() == Some(&cfg.node_id) {
+        if !cfg.join_existing && cfg.peers.keys().next() == Some(&cfg.node_id) {
             for (id, g) in &groups {
                 let fresh =
                     g.raft()

@@ -44,9 +44,14 @@ struct Common {
     /// Namespaces (TOML, see docs/API.md).
     #[arg(long, env = "LOCKD_CONFIG")]
     config: Option<PathBuf>,
-    /// Lock groups (G); group 0, the meta group, comes on top.
+    /// Lock groups (G); group 0, the meta group, comes on top. Recorded in the data dir on
+    /// first start: a later start with another count is refused.
     #[arg(long, default_value_t = 4)]
     groups: u32,
+    /// The cluster's name, recorded in each data dir on its first start; a dir is never started
+    /// under another name (1-64 of A-Z a-z 0-9 . _ -).
+    #[arg(long, env = "LOCKD_CLUSTER_NAME", default_value = "lockd")]
+    cluster_name: String,
     /// Raft heartbeat interval.
     #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
@@ -97,6 +102,10 @@ struct ServeArgs {
     grpc: SocketAddr,
     #[arg(long)]
     data_dir: PathBuf,
+    /// `new`: this node founds the cluster with the other --peers (the lowest id initialises
+    /// every group). `existing`: it joins a running cluster and never initialises a group.
+    #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
+    initial_cluster_state: String,
     /// Append every grant, end of a hold and end of a session this replica applies to this
     /// file (JSON lines, log order; read by `lockd-check`).
     #[arg(long)]
@@ -136,6 +145,7 @@ fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
 #[derive(Default)]
 struct ServeExtras {
     audit_log: Option<PathBuf>,
+    join_existing: bool,
     skip_leader_lease_check: bool,
 }
 
@@ -168,6 +178,8 @@ async fn run_node(
         .with_context(|| format!("binding gRPC {grpc}"))?;
     let mut node = NodeConfig::new(node_id, data_dir, peers);
     node.lock_groups = common.groups;
+    node.cluster_name = common.cluster_name.clone();
+    node.join_existing = extras.join_existing;
     node.heartbeat_ms = common.heartbeat_ms;
     node.election_timeout_ms = (
         common.election_timeout_ms,
@@ -244,6 +256,7 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
                 &c.heartbeat_ms.to_string(),
             ])
             .args(["--election-timeout-ms", &c.election_timeout_ms.to_string()])
+            .args(["--cluster-name", &c.cluster_name])
             .args(["--snapshot-every", &c.snapshot_every.to_string()]);
         if let Some(t) = c.worker_threads {
             cmd.args(["--worker-threads", &t.to_string()]);
@@ -355,6 +368,7 @@ async fn run(cli: Cli) -> ExitCode {
             Ok(peers) => {
                 let extras = ServeExtras {
                     audit_log: a.audit_log.clone(),
+                    join_existing: a.initial_cluster_state == "existing",
                     skip_leader_lease_check: a.unsafe_negative_control.is_some(),
                 };
                 run_node(

@@ -1,0 +1,172 @@
+//! A data dir's identity: which cluster and node it belongs to, and how many lock groups its
+//! cluster was created with. Written on the dir's first start, checked on every later one, so
+//! a dir is never started as another node, in another cluster, or with another group count
+//! (which would route names to groups that hold none of their locks).
+//!
+//! The file is `identity` in the data dir, plain `key = value` lines, written to a temporary
+//! file, fsync'd and renamed (a crash leaves either no file or a whole one).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::NodeId;
+
+/// The file's name inside the data dir.
+pub const FILE: &str = "identity";
+const FORMAT: u32 = 1;
+
+/// What a data dir belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The cluster's name (`--cluster-name`); two clusters on one network need two names.
+    pub cluster: String,
+    /// This node's id. Ids are never reused: a wiped node rejoins under a new one.
+    pub node_id: NodeId,
+    /// Lock groups the cluster was created with.
+    pub lock_groups: u32,
+}
+
+impl Identity {
+    fn encode(&self) -> String {
+        let mut s = String::from(
+            "# lockd data dir identity, written on its first start; do not edit.\n\
+             # A dir that lost its data must not be restarted under the same node id.\n",
+        );
+        let _ = writeln!(s, "format = {FORMAT}");
+        let _ = writeln!(s, "cluster = {}", self.cluster);
+        let _ = writeln!(s, "node_id = {}", self.node_id);
+        let _ = writeln!(s, "lock_groups = {}", self.lock_groups);
+        s
+    }
+
+    fn decode(text: &str) -> Result<Identity, String> {
+        let mut format = None;
+        let (mut cluster, mut node_id, mut lock_groups) = (None, None, None);
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line '{line}' is not KEY = VALUE"))?;
+            let (k, v) = (k.trim(), v.trim());
+            let num = |v: &str| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("{k} = '{v}' is not a number"))
+            };
+            match k {
+                "format" => format = Some(num(v)?),
+                "cluster" => cluster = Some(v.to_string()),
+                "node_id" => node_id = Some(num(v)?),
+                "lock_groups" => lock_groups = Some(num(v)? as u32),
+                _ => return Err(format!("unknown key '{k}'")),
+            }
+        }
+        if format != Some(u64::from(FORMAT)) {
+            return Err(format!("format {format:?}, this lockd reads {FORMAT}"));
+        }
+        Ok(Identity {
+            cluster: cluster.ok_or("no cluster")?,
+            node_id: node_id.ok_or("no node_id")?,
+            lock_groups: lock_groups.ok_or("no lock_groups")?,
+        })
+    }
+
+    /// Checks `self` against the identity recorded in `dir`, or records it if there is none.
+    /// Returns whether it was recorded now (a first start, or a dir from before identities).
+    pub fn check_or_record(&self, dir: &Path) -> Result<bool, String> {
+        let path = dir.join(FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let have = Identity::decode(&text)
+                    .map_err(|e| format!("{} is damaged: {e}", path.display()))?;
+                self.compare(&have, &path)?;
+                Ok(false)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.write(dir)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                Ok(true)
+            }
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    fn compare(&self, have: &Identity, path: &Path) -> Result<(), String> {
+        let p = path.display();
+        if have.cluster != self.cluster {
+            return Err(format!(
+                "this data dir belongs to cluster '{}' ({p}), not '{}': check --cluster-name and \
+                 --data-dir",
+                have.cluster, self.cluster
+            ));
+        }
+        if have.node_id != self.node_id {
+            return Err(format!(
+                "this data dir belongs to node {} ({p}), not node {}: check --node-id and \
+                 --data-dir (a node id is never reused; a new node needs an empty dir)",
+                have.node_id, self.node_id
+            ));
+        }
+        if have.lock_groups != self.lock_groups {
+            return Err(format!(
+                "this cluster was created with --groups {} ({p}), not {}: the shard map routes \
+                 names to those groups, so the count cannot change by restarting",
+                have.lock_groups, self.lock_groups
+            ));
+        }
+        Ok(())
+    }
+
+    fn write(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!("{FILE}.tmp"));
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(self.encode().as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, dir.join(FILE))?;
+        std::fs::File::open(dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(cluster: &str, node_id: NodeId, lock_groups: u32) -> Identity {
+        Identity {
+            cluster: cluster.into(),
+            node_id,
+            lock_groups,
+        }
+    }
+
+    #[test]
+    fn recorded_once_then_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(id("prod", 2, 4).check_or_record(dir.path()), Ok(true));
+        assert_eq!(id("prod", 2, 4).check_or_record(dir.path()), Ok(false));
+        let e = id("prod", 3, 4).check_or_record(dir.path()).unwrap_err();
+        assert!(
+            e.contains("belongs to node 2") && e.contains("not node 3"),
+            "{e}"
+        );
+        let e = id("staging", 2, 4).check_or_record(dir.path()).unwrap_err();
+        assert!(e.contains("cluster 'prod'"), "{e}");
+        let e = id("prod", 2, 8).check_or_record(dir.path()).unwrap_err();
+        assert!(e.contains("--groups 4") && e.contains("not 8"), "{e}");
+        // A refused start changes nothing.
+        assert_eq!(id("prod", 2, 4).check_or_record(dir.path()), Ok(false));
+    }
+
+    #[test]
+    fn a_damaged_file_is_an_error_not_a_fresh_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), "format = 1\nnode_id = x\n").unwrap();
+        let e = id("prod", 1, 1).check_or_record(dir.path()).unwrap_err();
+        assert!(e.contains("damaged") && e.contains("node_id"), "{e}");
+        std::fs::write(dir.path().join(FILE), "format = 9\n").unwrap();
+        assert!(id("prod", 1, 1).check_or_record(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,71 @@
+//! A data dir knows whose it is: started as another node, in another cluster or with another
+//! group count, the node refuses (and the dir is unchanged); a joiner never initialises a group.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockd_raft::{Node, StartError};
+
+async fn refused(cfg: lockd_raft::NodeConfig) -> String {
+    match Node::start(cfg, std::sync::Arc::new(Recorder::default())).await {
+        Err(StartError::Identity(why)) => why,
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a node started on a data dir that is not its own"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_starts_only_as_the_node_and_cluster_it_was_made_for() {
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = start_cluster(tmp.path(), 1, |c| c.lock_groups = 2).await;
+    leader_of(&nodes).await;
+    let cfg = nodes.into_iter().next().unwrap().stop().await;
+    let identity = std::fs::read_to_string(cfg.data_dir.join("identity")).unwrap();
+
+    let mut other = cfg.clone();
+    other.node_id = 2;
+    other.peers = [(2, cfg.peers[&1].clone())].into();
+    assert!(refused(other).await.contains("belongs to node 1"));
+    let mut other = cfg.clone();
+    other.lock_groups = 3;
+    assert!(refused(other).await.contains("--groups 2"));
+    let mut other = cfg.clone();
+    other.cluster_name = "staging".into();
+    assert!(refused(other).await.contains("cluster 'lockd'"));
+    assert_eq!(
+        std::fs::read_to_string(cfg.data_dir.join("identity")).unwrap(),
+        identity
+    );
+
+    // The same flags start it again, with its data.
+    let n = start(cfg).await;
+    leader_of(std::slice::from_ref(&n)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_never_initialises_a_group() {
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(1).await;
+    let mut cfg = configs(tmp.path(), &addrs, |c| c.lock_groups = 1).remove(0);
+    cfg.join_existing = true;
+    let n = start(cfg.clone()).await;
+    // A founder of a one-node cluster leads within about a second; a joiner waits to be
+    // added, so it must still have no members and no leader well after that.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for g in n.node.group_ids() {
+        let s = n.node.group(g).unwrap().status();
+        assert!(
+            s.members.is_empty() && s.leader.is_none(),
+            "group {g}: a joiner initialised it: {s:?}"
+        );
+    }
+    // The same dir started as the founder initialises (its identity is the same node's).
+    let cfg = n.stop().await;
+    let mut founder = cfg;
+    founder.join_existing = false;
+    let n = start(founder).await;
+    leader_of(std::slice::from_ref(&n)).await;
+}
