@@ -69,6 +69,8 @@ mod tests {
             p99_us: 2500,
             p999_us: 9000,
             errors: 0,
+            not_acquired: 0,
+            refused: 0,
             cpu: Default::default(),
             note: String::new(),
         }

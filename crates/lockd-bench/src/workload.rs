@@ -101,6 +101,10 @@ pub struct Row {
     pub p99_us: u64,
     pub p999_us: u64,
     pub errors: u64,
+    /// Acquires that found the lock taken (expected in the mix, never on a fresh name).
+    pub not_acquired: u64,
+    /// Releases of a lock this client held that the server refused: always a failure.
+    pub refused: u64,
     pub cpu: Cpu,
     pub note: String,
 }
@@ -111,6 +115,7 @@ struct Stats {
     ops: u64,
     errors: u64,
     not_acquired: u64,
+    refused: u64,
     missed: u64,
     first_error: Option<String>,
 }
@@ -123,6 +128,7 @@ impl Stats {
             ops: 0,
             errors: 0,
             not_acquired: 0,
+            refused: 0,
             missed: 0,
             first_error: None,
         }
@@ -151,6 +157,7 @@ impl Stats {
         self.ops += o.ops;
         self.errors += o.errors;
         self.not_acquired += o.not_acquired;
+        self.refused += o.refused;
         self.missed += o.missed;
         if self.first_error.is_none() {
             self.first_error = o.first_error;
@@ -176,6 +183,8 @@ impl Stats {
             p99_us: self.hist.value_at_quantile(0.99),
             p999_us: self.hist.value_at_quantile(0.999),
             errors: self.errors,
+            not_acquired: self.not_acquired,
+            refused: self.refused,
             cpu: run.cpu,
             note: notes.join("; "),
         }
@@ -274,7 +283,9 @@ pub async fn cycles<T: LockTarget>(cx: &Ctx<'_>, t: &Arc<T>, c: usize) -> Result
                 match st.outcome(r) {
                     Some(Some(token)) => {
                         let r = timeout(OP_TIMEOUT, t.release(&mut cl, &name, &token)).await;
-                        st.outcome(r);
+                        if st.outcome(r) == Some(false) {
+                            st.refused += 1;
+                        }
                     }
                     Some(None) => st.not_acquired += 1,
                     None => {}
@@ -369,11 +380,17 @@ impl MixState {
             Op::Release => {
                 // Without a held lock (the acquire failed) this releases a free name: the same
                 // request, refused by the server.
-                let (name, token) = match self.held.take() {
-                    Some(h) => h,
-                    None => (self.random_name(), format!("bench-{}-none", self.id)),
+                let (held, (name, token)) = match self.held.take() {
+                    Some(h) => (true, h),
+                    None => (
+                        false,
+                        (self.random_name(), format!("bench-{}-none", self.id)),
+                    ),
                 };
-                st.outcome(timeout(OP_TIMEOUT, t.release(cl, &name, &token)).await);
+                let r = st.outcome(timeout(OP_TIMEOUT, t.release(cl, &name, &token)).await);
+                if held && r == Some(false) {
+                    st.refused += 1;
+                }
             }
             Op::Keepalive => {
                 let held = self.held.as_ref().map(|(n, tk)| (n.as_str(), tk.as_str()));
