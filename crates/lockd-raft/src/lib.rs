@@ -44,7 +44,7 @@ pub use identity::Identity;
 pub use node::Node;
 pub use peer::{Method as PeerMethod, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
-pub use raft::{seed_thread_rng, MemStorage};
+pub use raft::{seed_thread_rng, MemStorage, MemberError, Membership};
 
 /// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.
 pub type GroupId = u32;

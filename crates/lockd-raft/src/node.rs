@@ -15,7 +15,7 @@ use tracing::info;
 
 use crate::group::{Group, Timing};
 use crate::peer::{Method, PeerPool, PeerServer, PeerService, PeerTransport, Peers};
-use crate::raft::RaftGroup;
+use crate::raft::{MemberError, Membership, RaftGroup};
 use crate::replica::Replica;
 use crate::{EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError};
 
@@ -184,6 +184,63 @@ impl Node {
 
     pub fn node_id(&self) -> NodeId {
         self.node_id
+    }
+
+    /// Every hosted group's membership, as this node's replica sees it.
+    pub fn memberships(&self) -> BTreeMap<GroupId, Membership> {
+        self.groups
+            .iter()
+            .map(|(id, g)| (*id, g.raft().membership()))
+            .collect()
+    }
+
+    fn member_group(&self, group: GroupId) -> Result<&Arc<Group>, MemberError> {
+        self.groups
+            .get(&group)
+            .ok_or_else(|| MemberError::Refused(format!("this node hosts no group {group}")))
+    }
+
+    /// On group `group`'s leader: makes node `id` (peer address `addr`) a voter. It joins as a
+    /// learner first and is promoted only once it has caught up (by log or snapshot), so the
+    /// group never counts on a voter that cannot vote yet. Idempotent: repeating a finished or
+    /// interrupted call completes it. The new node must run with `--initial-cluster-state
+    /// existing` and an empty data dir; a node id is never reused.
+    pub async fn add_member(
+        &self,
+        group: GroupId,
+        id: NodeId,
+        addr: &str,
+    ) -> Result<(), MemberError> {
+        let g = self.member_group(group)?;
+        let m = g.raft().membership();
+        if !(m.voters.contains(&id) && !m.joint) {
+            g.raft().add_learner(id, addr).await?;
+        }
+        g.raft().promote(id).await
+    }
+
+    /// On group `group`'s leader: removes node `id` from it. If `id` is this leader, the group
+    /// is first handed to a voter that has the whole log and the call answers
+    /// [`MemberError::NotLeader`] naming it: repeat the call there. Idempotent.
+    pub async fn remove_member(&self, group: GroupId, id: NodeId) -> Result<(), MemberError> {
+        let g = self.member_group(group)?;
+        let raft = g.raft();
+        let role = raft.role();
+        if role.is_leader && id == self.node_id {
+            let to = raft
+                .membership()
+                .voters
+                .into_iter()
+                .find(|v| *v != id && raft.has_whole_log(*v))
+                .ok_or_else(|| {
+                    MemberError::Unavailable(
+                        "no other voter has the whole log yet to take the group over".into(),
+                    )
+                })?;
+            raft.transfer_leader(to).await;
+            return Err(MemberError::NotLeader { leader: Some(to) });
+        }
+        raft.remove(id).await
     }
 
     pub(crate) fn is_shutting_down(&self) -> bool {

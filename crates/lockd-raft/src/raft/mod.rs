@@ -539,3 +539,138 @@ fn enc<T: Serialize>(v: &T) -> std::io::Result<Vec<u8>> {
 fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> std::io::Result<T> {
     postcard::from_bytes(b).map_err(std::io::Error::other)
 }
+
+/// A group's membership as one replica sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Membership {
+    /// Voting members (in a joint configuration: of every part).
+    pub voters: Vec<NodeId>,
+    /// Members that receive the log but do not vote.
+    pub learners: Vec<NodeId>,
+    /// A change is half done: the old and new voter sets both decide (openraft's joint
+    /// consensus). A leader that takes over finishes or repeats it by the next change.
+    pub joint: bool,
+}
+
+/// Why a membership change was not made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberError {
+    /// Only the group's leader changes its membership; ask this one (if known).
+    NotLeader { leader: Option<NodeId> },
+    /// The change makes no sense for this membership (the message says why); nothing changed.
+    Refused(String),
+    /// The group could not finish the change; it may be half done, and repeating it is safe.
+    Unavailable(String),
+}
+
+impl fmt::Display for MemberError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemberError::NotLeader { leader: Some(l) } => write!(f, "not the leader; node {l} is"),
+            MemberError::NotLeader { leader: None } => f.write_str("not the leader; none known"),
+            MemberError::Refused(why) => write!(f, "refused: {why}"),
+            MemberError::Unavailable(why) => write!(f, "unavailable (repeat to resume): {why}"),
+        }
+    }
+}
+
+impl std::error::Error for MemberError {}
+
+fn member_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> MemberError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => MemberError::NotLeader {
+            leader: f.leader_id,
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            MemberError::Refused(e.to_string())
+        }
+        other => MemberError::Unavailable(other.to_string()),
+    }
+}
+
+impl RaftGroup {
+    /// The membership this replica has (the last one in its log, committed or not).
+    pub(crate) fn membership(&self) -> Membership {
+        let metrics = self.raft.server_metrics();
+        let m = metrics.borrow_watched();
+        let mem = m.membership_config.membership();
+        Membership {
+            voters: mem.voter_ids().collect(),
+            learners: mem.learner_ids().collect(),
+            joint: mem.get_joint_config().len() > 1,
+        }
+    }
+
+    fn leader_or_refuse(&self) -> Result<(), MemberError> {
+        let r = self.role();
+        if r.is_leader {
+            Ok(())
+        } else {
+            Err(MemberError::NotLeader { leader: r.leader })
+        }
+    }
+
+    /// On the leader: adds node `id` (at peer address `addr`) as a learner and waits until it
+    /// has caught up, by log or by snapshot. Repeating it for a present member changes nothing
+    /// but its recorded address.
+    pub(crate) async fn add_learner(&self, id: NodeId, addr: &str) -> Result<(), MemberError> {
+        self.leader_or_refuse()?;
+        self.raft
+            .add_learner(id, BasicNode::new(addr), true)
+            .await
+            .map(|_| ())
+            .map_err(member_error)
+    }
+
+    /// On the leader: makes learner `id` a voter (a no-op for a voter).
+    pub(crate) async fn promote(&self, id: NodeId) -> Result<(), MemberError> {
+        self.leader_or_refuse()?;
+        let m = self.membership();
+        if m.voters.contains(&id) && !m.joint {
+            return Ok(());
+        }
+        if !m.learners.contains(&id) && !m.voters.contains(&id) {
+            return Err(MemberError::Refused(format!(
+                "node {id} is not a learner of this group; add it first"
+            )));
+        }
+        let ids = std::collections::BTreeSet::from([id]);
+        self.raft
+            .change_membership(openraft::ChangeMembers::AddVoterIds(ids), false)
+            .await
+            .map(|_| ())
+            .map_err(member_error)
+    }
+
+    /// On the leader: removes node `id` (voter or learner) from the group. A voter is refused
+    /// if it is the last one, and the leader itself is refused: hand leadership away first
+    /// ([`RaftGroup::transfer_leader`]), so the change never waits on an election.
+    pub(crate) async fn remove(&self, id: NodeId) -> Result<(), MemberError> {
+        self.leader_or_refuse()?;
+        let m = self.membership();
+        let ids = std::collections::BTreeSet::from([id]);
+        if m.voters.contains(&id) {
+            if m.voters.len() == 1 {
+                return Err(MemberError::Refused(format!(
+                    "node {id} is the group's only voter"
+                )));
+            }
+            if self.role().leader == Some(id) {
+                return Err(MemberError::Refused(format!(
+                    "node {id} leads the group; transfer leadership first"
+                )));
+            }
+            self.raft
+                .change_membership(openraft::ChangeMembers::RemoveVoters(ids.clone()), false)
+                .await
+                .map_err(member_error)?;
+        }
+        if self.membership().learners.contains(&id) {
+            self.raft
+                .change_membership(openraft::ChangeMembers::RemoveNodes(ids), false)
+                .await
+                .map_err(member_error)?;
+        }
+        Ok(())
+    }
+}

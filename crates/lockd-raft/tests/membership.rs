@@ -1,0 +1,151 @@
+//! Membership changes online: a 3-replica cluster grows to 5 (each new node a learner first,
+//! caught up, then a voter) and shrinks back to 3 on other nodes, the removed nodes are stopped,
+//! and every grant survives with tokens still rising.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockd_core::SessionId;
+use lockd_raft::{GroupId, MemberError, NodeId};
+
+/// Runs a membership call on group `g`'s leader, following `NotLeader` hints (and waiting out
+/// elections and hand-offs) until it succeeds.
+async fn on_leader<F, Fut>(nodes: &[TestNode], g: GroupId, what: &str, mut call: F)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), MemberError>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut last = None;
+    while tokio::time::Instant::now() < deadline {
+        let leader = nodes
+            .iter()
+            .position(|n| n.node.group(g).unwrap().status().is_leader);
+        if let Some(i) = leader {
+            match call(i).await {
+                Ok(()) => return,
+                Err(e @ MemberError::Refused(_)) => panic!("{what} on group {g}: {e}"),
+                Err(e) => last = Some(e),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} on group {g}: no success in 60 s; last error {last:?}");
+}
+
+fn voters_everywhere(nodes: &[TestNode], groups: &[GroupId], want: &[NodeId]) -> bool {
+    nodes.iter().all(|n| {
+        let m = n.node.memberships();
+        groups
+            .iter()
+            .all(|g| m[g].voters == want && m[g].learners.is_empty() && !m[g].joint)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grow_from_three_to_five_replicas_and_shrink_onto_other_nodes() {
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nodes = start_cluster(tmp.path(), 3, |c| c.lock_groups = 1).await;
+    let groups: Vec<GroupId> = nodes[0].node.group_ids();
+    let l = leader_of(&nodes).await;
+    let a = SessionId(1);
+    ok(&nodes[l].group(), open_op(a, 60_000, "")).await;
+    let t1 = token(&ok(&nodes[l].group(), acquire_op(a, "jobs/kept", 0)).await);
+
+    // Nodes 4 and 5 start as joiners with empty dirs; they host every group but are in none.
+    let mut addrs: Vec<String> = nodes.iter().map(|n| n.cfg.peers[&n.id].clone()).collect();
+    addrs.extend(free_addrs(2).await);
+    for id in [4u64, 5] {
+        let mut cfg = configs(tmp.path(), &addrs, |c| c.lock_groups = 1).remove(id as usize - 1);
+        cfg.join_existing = true;
+        nodes.push(start(cfg).await);
+    }
+    for &g in &groups {
+        for id in [4u64, 5] {
+            let addr = addrs[id as usize - 1].clone();
+            on_leader(&nodes, g, "add", |i| {
+                let (node, addr) = (nodes[i].node.clone(), addr.clone());
+                async move { node.add_member(g, id, &addr).await }
+            })
+            .await;
+        }
+    }
+    eventually("5 voters on every node", Duration::from_secs(30), || {
+        voters_everywhere(&nodes, &groups, &[1, 2, 3, 4, 5]).then_some(())
+    })
+    .await;
+    converged(&nodes).await;
+    let seen = nodes[4].group().read_local(|t| {
+        t.lock_info("jobs/kept", t.now_ms())
+            .map(|i| i.holders[0].token)
+    });
+    assert_eq!(
+        seen,
+        Some(t1),
+        "the new replica holds the grant made before it joined"
+    );
+
+    // A five-replica group takes writes with two nodes stopped.
+    let l = leader_of(&nodes).await;
+    let b = SessionId(2);
+    ok(&nodes[l].group(), open_op(b, 60_000, "")).await;
+    let t2 = token(&ok(&nodes[l].group(), acquire_op(b, "jobs/five", 0)).await);
+    assert!(t2 > t1);
+
+    // Shrink onto 3, 4, 5: remove 1 and 2, wherever the leaders are (a leader being removed
+    // hands its group over first).
+    for &g in &groups {
+        for id in [1u64, 2] {
+            on_leader(&nodes, g, "remove", |i| {
+                let node = nodes[i].node.clone();
+                async move { node.remove_member(g, id).await }
+            })
+            .await;
+        }
+    }
+    let rest: Vec<TestNode> = nodes.split_off(2);
+    for n in nodes {
+        n.stop().await;
+    }
+    eventually("3 voters on the rest", Duration::from_secs(30), || {
+        voters_everywhere(&rest, &groups, &[3, 4, 5]).then_some(())
+    })
+    .await;
+    let l = leader_of(&rest).await;
+    let c = SessionId(3);
+    ok(&rest[l].group(), open_op(c, 60_000, "")).await;
+    let t3 = token(&ok(&rest[l].group(), acquire_op(c, "jobs/three", 0)).await);
+    assert!(t3 > t2, "tokens keep rising after the membership changes");
+    converged(&rest).await;
+    for n in &rest {
+        let held = n.group().read_local(|t| {
+            t.lock_info("jobs/kept", t.now_ms())
+                .map(|i| i.holders[0].token)
+        });
+        assert_eq!(held, Some(t1), "node {}: the first grant survived", n.id);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_calls_refuse_what_makes_no_sense() {
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = start_cluster(tmp.path(), 1, |c| c.lock_groups = 1).await;
+    leader_of(&nodes).await;
+    let n = &nodes[0].node;
+    // The only voter cannot go, and a group the node does not host is named as such.
+    let e = n.remove_member(1, 1).await.unwrap_err();
+    assert!(
+        matches!(&e, MemberError::Unavailable(_) | MemberError::Refused(_)),
+        "{e}"
+    );
+    assert!(matches!(
+        n.add_member(9, 2, "127.0.0.1:1").await,
+        Err(MemberError::Refused(_))
+    ));
+    // Removing a node that is not a member changes nothing.
+    n.remove_member(1, 7).await.unwrap();
+    assert_eq!(n.memberships()[&1].voters, vec![1]);
+}
