@@ -213,7 +213,7 @@ impl Node {
     ) -> Result<(), MemberError> {
         let g = self.member_group(group)?;
         let m = g.raft().membership();
-        if !(m.voters.contains(&id) && !m.joint) {
+        if !m.voters.contains(&id) || m.joint {
             g.raft().add_learner(id, addr).await?;
         }
         g.raft().promote(id).await
