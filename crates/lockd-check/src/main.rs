@@ -1,4 +1,13 @@
 //! `lockd-check`: judge a recorded history, or run the checker's self-test against PostgreSQL.
+//!
+//! Exit codes of `check`, `nemesis` and `sim`:
+//! * 0: pass;
+//! * 1: a violation (or, under `--sabotage`, the sabotage's signature violation was NOT found;
+//!   for `nemesis`, also a failed progress check);
+//! * 2: bad input or a harness error;
+//! * 3: no violation, but at least one linearizability verdict is unknown (the search ran out
+//!   of budget). `--allow-unknown` makes that 0 (long exploratory runs); unknown verdicts are
+//!   still counted (`unknown=N` in the RESULT line) and printed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lockd_check::checker::{self, Budget, Report};
+use lockd_check::checker::{self, exit_code, Budget, Report};
 use lockd_check::demo::{run_lockset, LocksetConfig};
 use lockd_check::history::History;
 use lockd_check::nemesis;
@@ -41,10 +50,13 @@ impl BudgetArgs {
 #[derive(Subcommand)]
 enum Cmd {
     /// Check saved histories (JSON lines; several files are merged, e.g. one per process).
-    /// Exits 1 if the run shows a violation.
+    /// Exits 0 on a pass, 1 on a violation, 3 if no violation but a verdict is unknown.
     Check {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Exit 0, not 3, when a verdict is unknown (still counted in `unknown=`).
+        #[arg(long)]
+        allow_unknown: bool,
         #[command(flatten)]
         budget: BudgetArgs,
     },
@@ -93,15 +105,17 @@ enum Cmd {
     },
     /// Real processes under faults: three `lockd serve` nodes, worker processes using
     /// lockd-client, a fenced PostgreSQL store, and seeded kills, pauses, partitions and clock
-    /// jumps. Prints a RESULT line; exits 1 on any violation (with --sabotage: exits 0 only if
-    /// the sabotage was caught).
+    /// jumps. Prints a RESULT line; exits 0 on a pass, 1 on a violation or a failed progress
+    /// check (with --sabotage: 0 only if the sabotage's signature violation was found), 3 if no
+    /// violation but a verdict is unknown.
     Nemesis(NemesisArgs),
     /// One worker process of `nemesis` (started by it).
     #[command(hide = true)]
     NemesisWorker(WorkerArgs),
     /// Deterministic simulation of a real lockd Raft group (in-process nodes, simulated
     /// network, disk and clocks) with seeded faults. A failing seed prints its replay command;
-    /// exits 1 if any seed fails.
+    /// exits 1 if any seed fails (with --sabotage: unless some seed shows the sabotage's
+    /// signature violation), 3 if none fails but a seed's verdict is unknown.
     Sim(lockd_check::sim::SimArgs),
 }
 
@@ -143,7 +157,10 @@ struct NemesisArgs {
         default_value = "kill,pause-node,pause-client,partition,clock"
     )]
     faults: Vec<nemesis::FaultKind>,
-    /// NEGATIVE CONTROL: break one safety mechanism; the run must then report a violation.
+    /// NEGATIVE CONTROL: break one safety mechanism; the run then passes only if its signature
+    /// violation is found: store-fence -> a stale write accepted / fenced update lost;
+    /// client-deadline and leader-lease -> a belief overlap (a grant while another worker
+    /// still believed it held the lock). Other violations do not count.
     #[arg(long, value_enum)]
     sabotage: Option<nemesis::Sabotage>,
     /// Chance per lock-set round that a worker stops itself (SIGSTOP) between its read and
@@ -161,6 +178,9 @@ struct NemesisArgs {
     /// With --endpoints: your nodes' `--audit-log` files, for the service-side checks.
     #[arg(long, value_delimiter = ',', requires = "endpoints")]
     audit_logs: Vec<PathBuf>,
+    /// Exit 0, not 3, when a verdict is unknown (still counted in `unknown=`).
+    #[arg(long)]
+    allow_unknown: bool,
     #[command(flatten)]
     budget: BudgetArgs,
 }
@@ -242,26 +262,27 @@ fn run_nemesis(a: NemesisArgs) -> anyhow::Result<ExitCode> {
         cfg.dir.display(),
         cfg.dir.display()
     );
-    let ok = match cfg.sabotage {
+    for p in &out.progress_failures {
+        println!("nemesis: progress check failed: {p}");
+    }
+    let violation = match cfg.sabotage {
         Some(s) => {
-            let caught = out.has_violations();
+            let want = s.signature();
+            let caught = out.report.signatures().contains(&want);
             println!(
-                "negative control {s:?}: {}",
+                "negative control {s:?}: {} (its signature: {want})",
                 if caught {
                     "CAUGHT (good)"
                 } else {
-                    "NOT caught"
+                    "signature NOT found"
                 }
             );
-            caught
+            !caught
         }
-        None => !out.has_violations(),
+        None => out.has_violations(),
     };
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    let failed = violation || !out.progress_failures.is_empty();
+    Ok(exit_code(failed, out.report.is_unknown(), a.allow_unknown))
 }
 
 fn run_worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
@@ -314,15 +335,15 @@ fn run() -> anyhow::Result<ExitCode> {
         Cmd::Nemesis(a) => run_nemesis(a),
         Cmd::NemesisWorker(a) => run_worker(a),
         Cmd::Sim(args) => lockd_check::sim::main(args),
-        Cmd::Check { files, budget } => {
+        Cmd::Check {
+            files,
+            allow_unknown,
+            budget,
+        } => {
             let h = History::load(&files)?;
             let r = checker::check(&h, budget.budget())?;
             print_report(&r);
-            Ok(if r.has_violations() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(exit_code(r.has_violations(), r.is_unknown(), allow_unknown))
         }
         Cmd::DemoLockset {
             fenced,

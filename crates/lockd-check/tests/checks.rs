@@ -1,7 +1,7 @@
 //! The whole checker on hand-written histories: each violation kind is found and counted, and a
 //! clean history passes. Histories go through JSON lines first, as a saved run would.
 
-use lockd_check::checker::{self, Budget, Linearizable};
+use lockd_check::checker::{self, Budget, Linearizable, Signature};
 use lockd_check::history::{Call, History, Outcome, Record, StoreOp};
 
 fn op(process: u64, id: u64, a: u64, b: Option<u64>, call: Call, outcome: Outcome) -> Vec<Record> {
@@ -156,6 +156,38 @@ fn grant_before_the_holders_deadline_is_not_linearizable() {
     assert_eq!(rep.linearizable, Linearizable::False);
     assert!(rep.has_violations());
     assert!(rep.result_line().contains("linearizable=false"));
+    // Process 2 was granted at 30 while process 1 believed until 100: a belief overlap.
+    assert_eq!(rep.direct.belief_overlaps, 1, "{:?}", rep.details);
+    assert_eq!(rep.signatures(), vec![Signature::BeliefOverlap]);
+    assert!(rep.result_line().contains("belief_overlaps=1"));
+}
+
+#[test]
+fn an_unknown_verdict_is_counted_and_has_its_own_exit_code() {
+    let mut r = Vec::new();
+    r.extend(acquire(1, 1, 0, 10, 5));
+    r.extend(release(1, 2, 20, 30, 5, true));
+    let h = History { records: r };
+    let none = Budget {
+        max_steps: 0,
+        max_time: std::time::Duration::ZERO,
+    };
+    let rep = checker::check(&h, none).unwrap();
+    assert_eq!(rep.linearizable, Linearizable::Unknown, "{:?}", rep.details);
+    assert!(rep.is_unknown() && !rep.has_violations());
+    let line = rep.result_line();
+    assert!(line.contains(" unknown=1 violations=false"), "{line}");
+    let code = |v, u, a| format!("{:?}", checker::exit_code(v, u, a));
+    assert_eq!(
+        code(false, true, false),
+        format!("{:?}", std::process::ExitCode::from(3))
+    );
+    assert_eq!(code(false, true, true), code(false, false, false));
+    assert_eq!(
+        code(true, true, true),
+        format!("{:?}", std::process::ExitCode::from(1))
+    );
+    assert_ne!(code(false, false, false), code(true, false, false));
 }
 
 #[test]

@@ -22,6 +22,11 @@ pub struct DirectFindings {
     pub lost_updates_unfenced: Option<u64>,
     pub acked_adds_fenced: u64,
     pub acked_adds_unfenced: u64,
+    /// Grants a client saw complete while another process still believed it held the same name
+    /// (from the clients' own records: grant completions and the ends of their beliefs).
+    pub belief_overlaps: u64,
+    /// Grants the clients saw acknowledged, as (name, token).
+    pub acked_grants: Vec<(String, u64)>,
     pub details: Vec<String>,
 }
 
@@ -59,7 +64,100 @@ pub fn run(h: &History, ops: &[Operation]) -> DirectFindings {
     client_token_order(ops, &mut f);
     store_checks(h, &mut f);
     lost_updates(h, ops, &mut f);
+    belief_overlaps(h, ops, &mut f);
     f
+}
+
+/// A client's belief that it holds `name` with `token`, from its grant's completion to the
+/// first of its `LeaseLost` deadline, its release's invoke and its `ProcessEnd`.
+struct Belief<'a> {
+    process: u64,
+    name: &'a str,
+    token: u64,
+    from: u64,
+    /// `None`: no recorded end (a killed worker); such a belief cannot be overlapped.
+    to: Option<u64>,
+}
+
+/// Every acknowledged grant's belief.
+fn beliefs<'a>(h: &'a History, ops: &'a [Operation]) -> Vec<Belief<'a>> {
+    let mut ends: HashMap<(u64, &str, u64), u64> = HashMap::new();
+    let mut process_end: HashMap<u64, u64> = HashMap::new();
+    let mut end_at = |k, t: u64| {
+        let e = ends.entry(k).or_insert(t);
+        *e = (*e).min(t);
+    };
+    for r in &h.records {
+        match r {
+            Record::LeaseLost {
+                process,
+                name,
+                token,
+                deadline_ns,
+                ..
+            } => end_at((*process, name.as_str(), *token), *deadline_ns),
+            Record::ProcessEnd { process, at_ns } => {
+                process_end.insert(*process, *at_ns);
+            }
+            _ => {}
+        }
+    }
+    for o in ops {
+        if let Call::Release { name, token } = &o.call {
+            end_at((o.process, name.as_str(), *token), o.invoke_ns);
+        }
+    }
+    ops.iter()
+        .filter_map(|o| match (&o.call, &o.outcome, o.complete_ns) {
+            (Call::Acquire { name }, Outcome::Granted { token }, Some(from)) => {
+                let own = ends.get(&(o.process, name.as_str(), *token)).copied();
+                let to = own
+                    .into_iter()
+                    .chain(process_end.get(&o.process).copied())
+                    .min();
+                Some(Belief {
+                    process: o.process,
+                    name,
+                    token: *token,
+                    from,
+                    to,
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Grants that completed while another process still believed it held the name.
+fn belief_overlaps(h: &History, ops: &[Operation], f: &mut DirectFindings) {
+    f.acked_grants = ops
+        .iter()
+        .filter_map(|o| match (&o.call, &o.outcome) {
+            (Call::Acquire { name }, Outcome::Granted { token }) => Some((name.clone(), *token)),
+            _ => None,
+        })
+        .collect();
+    let bs = beliefs(h, ops);
+    for a in &bs {
+        for b in &bs {
+            let Some(a_to) = a.to else { continue };
+            if a.name == b.name && a.process != b.process && a.from < b.from && b.from < a_to {
+                f.belief_overlaps += 1;
+                f.note(format!(
+                    "belief overlap: {:?} granted to process {} (token {}) at {:.3}s while \
+                     process {} (token {}) believed it held it ({:.3}s..{:.3}s)",
+                    a.name,
+                    b.process,
+                    b.token,
+                    b.from as f64 / 1e9,
+                    a.process,
+                    a.token,
+                    a.from as f64 / 1e9,
+                    a_to as f64 / 1e9
+                ));
+            }
+        }
+    }
 }
 
 /// Double grants, token regressions and grants to expired sessions, in the service's own order.

@@ -38,6 +38,49 @@ impl std::fmt::Display for Linearizable {
     }
 }
 
+/// Exit code of a run with no violation but at least one unknown verdict (0 = pass,
+/// 1 = violation or harness failure).
+pub const EXIT_UNKNOWN: u8 = 3;
+
+/// The exit code of a run: 1 on a violation, else 3 if a verdict is unknown (0 with
+/// `allow_unknown`), else 0.
+pub fn exit_code(violation: bool, unknown: bool, allow_unknown: bool) -> std::process::ExitCode {
+    if violation {
+        std::process::ExitCode::from(1)
+    } else if unknown && !allow_unknown {
+        std::process::ExitCode::from(EXIT_UNKNOWN)
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
+
+/// The violation a negative control must cause: its signature. A sabotaged run counts as
+/// caught only if this kind of violation was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Signature {
+    /// The fenced store accepted a write with a token below its fence (or the fenced set lost
+    /// an acknowledged update).
+    StaleWrite,
+    /// Two processes believed they held the same exclusive lock at once.
+    BeliefOverlap,
+    /// The service freed a hold (and may grant it anew) while its holder still believed it held
+    /// it within the deadline the service itself had extended.
+    GrantWhileBelieved,
+    /// A linearizable read missed a grant acknowledged before it began.
+    StaleRead,
+}
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Signature::StaleWrite => "stale-write",
+            Signature::BeliefOverlap => "belief-overlap",
+            Signature::GrantWhileBelieved => "grant-while-believed",
+            Signature::StaleRead => "stale-read",
+        })
+    }
+}
+
 /// Fault kinds always printed in the RESULT line (0 when absent), in this order.
 pub const FAULT_KINDS: [&str; 4] = ["kill", "pause", "partition", "clock"];
 
@@ -115,9 +158,10 @@ pub fn check(h: &History, budget: Budget) -> anyhow::Result<Report> {
     let mut failover_ms = Vec::new();
     for r in &h.records {
         match r {
-            Record::Fault { kind, verified, .. } => {
+            // Only faults seen to take effect count.
+            Record::Fault { kind, verified, .. } if *verified => {
                 *faults.entry(kind.clone()).or_default() += 1;
-                if kind == "pause" && *verified {
+                if kind == "pause" {
                     pauses_verified += 1;
                 }
             }
@@ -167,6 +211,25 @@ impl Report {
             || d.grants_to_expired_sessions > 0
             || d.stale_writes_accepted > 0
             || d.lost_updates_fenced.unwrap_or(0) > 0
+            || d.belief_overlaps > 0
+    }
+
+    /// True if no object was found not linearizable but some search ran out of budget.
+    pub fn is_unknown(&self) -> bool {
+        self.linearizable == Linearizable::Unknown
+    }
+
+    /// The signatures of the violations this report shows (the kinds it can see in a history).
+    pub fn signatures(&self) -> Vec<Signature> {
+        let d = &self.direct;
+        let mut v = Vec::new();
+        if d.stale_writes_accepted > 0 || d.lost_updates_fenced.unwrap_or(0) > 0 {
+            v.push(Signature::StaleWrite);
+        }
+        if d.belief_overlaps > 0 {
+            v.push(Signature::BeliefOverlap);
+        }
+        v
     }
 
     /// The `RESULT key=value ...` line. Keys are stable; `na` marks what the run did not measure.
@@ -190,6 +253,7 @@ impl Report {
         let _ = write!(s, " lost_updates_unfenced={}", opt(d.lost_updates_unfenced));
         let _ = write!(s, " acked_adds_fenced={}", d.acked_adds_fenced);
         let _ = write!(s, " acked_adds_unfenced={}", d.acked_adds_unfenced);
+        let _ = write!(s, " belief_overlaps={}", d.belief_overlaps);
         let total: u64 = self.faults.values().sum();
         let _ = write!(s, " faults={total}");
         for (k, n) in &self.faults {
@@ -200,6 +264,7 @@ impl Report {
             |q: f64| percentile(&self.failover_ms, q).map_or("na".into(), |v| format!("{v:.0}"));
         let _ = write!(s, " failover_ms_p50={}", p(50.0));
         let _ = write!(s, " failover_ms_p99={}", p(99.0));
+        let _ = write!(s, " unknown={}", self.objects_unknown);
         let _ = write!(s, " violations={}", self.has_violations());
         s
     }

@@ -320,6 +320,69 @@ impl Cluster {
         self.node(id).child.is_some()
     }
 
+    /// Nodes not running at the end: never restarted, or exited on their own.
+    pub fn dead_nodes(&mut self) -> Vec<u64> {
+        let mut dead = Vec::new();
+        for n in &mut self.nodes {
+            let alive = n
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+            if !alive {
+                dead.push(n.id);
+            }
+        }
+        dead
+    }
+
+    /// Panics in the nodes' logs, over every incarnation.
+    pub fn panics(&self) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+                log.matches("panicked at").count()
+            })
+            .sum()
+    }
+
+    /// The largest gap, over groups and nodes, between a node's applied index and the highest
+    /// applied index of that group; `None` if a node did not answer its status call.
+    pub async fn max_apply_lag(&self) -> Option<u64> {
+        let mut applied: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for n in &self.nodes {
+            let c = Client::lazy(
+                [n.grpc.to_string()],
+                ClientOptions {
+                    request_timeout: Duration::from_secs(1),
+                    ..ClientOptions::default()
+                },
+            )
+            .ok()?;
+            let st = tokio::time::timeout(Duration::from_secs(2), c.status())
+                .await
+                .ok()?
+                .ok()?;
+            for g in &st.groups {
+                applied.entry(g.id).or_default().push(g.applied_index);
+            }
+        }
+        let n = self.nodes.len();
+        applied
+            .values()
+            .map(|v| {
+                let max = v.iter().copied().max().unwrap_or(0);
+                // A node missing a group lags by all of it.
+                let min = if v.len() < n {
+                    0
+                } else {
+                    v.iter().copied().min().unwrap_or(0)
+                };
+                max - min
+            })
+            .max()
+    }
+
     /// Cuts (or heals) every link to and from `id`.
     pub fn isolate(&self, id: u64, cut: bool) {
         for ((a, b), link) in &self.links {

@@ -70,6 +70,21 @@ pub enum Sabotage {
     LeaderLease,
 }
 
+impl Sabotage {
+    /// The violation this sabotage must cause. In the clients' records a grant while the
+    /// earlier (honest) holder still believed is a belief overlap, so leader-lease and
+    /// client-deadline share it here (the simulator tells them apart).
+    pub fn signature(self) -> checker::Signature {
+        match self {
+            Sabotage::StoreFence => checker::Signature::StaleWrite,
+            Sabotage::ClientDeadline | Sabotage::LeaderLease => checker::Signature::BeliefOverlap,
+        }
+    }
+}
+
+/// After healing, a node's applied index may trail the group's highest by at most this much.
+pub const MAX_APPLY_LAG: u64 = 1000;
+
 /// One nemesis run.
 #[derive(Clone, Debug)]
 pub struct NemesisConfig {
@@ -106,6 +121,22 @@ pub struct Outcome {
     /// unknown for an external cluster).
     pub snapshots: Option<(usize, usize)>,
     pub history_file: PathBuf,
+    /// The progress measurements (`None` fields: an external cluster).
+    pub progress: Progress,
+    /// Progress checks that failed, each naming the check and its numbers.
+    pub progress_failures: Vec<String>,
+}
+
+/// What shows the run exercised anything: a run that passes must have made progress.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    pub workers_failed: u64,
+    /// Nodes dead at the end and panics in the nodes' logs; `None` for an external cluster.
+    pub nodes: Option<(usize, usize)>,
+    /// `None`: external cluster, or a node did not answer its status call.
+    pub max_apply_lag: Option<u64>,
+    pub faults_injected: u64,
+    pub missing_in_audit: u64,
 }
 
 impl Outcome {
@@ -123,10 +154,27 @@ impl Outcome {
         let snapshots = self.snapshots.map_or(String::new(), |(w, i)| {
             format!(" snapshots_written={w} snapshots_installed={i}")
         });
+        let p = &self.progress;
+        let d = &self.report.direct;
+        let nodes = match p.nodes {
+            Some((dead, panics)) => format!(
+                "nodes_dead={dead} node_panics={panics} max_apply_lag={}",
+                p.max_apply_lag.map_or("na".into(), |l| l.to_string())
+            ),
+            None => "nodes=external".into(),
+        };
         format!(
-            "{line} replica_divergence={} audit_entries={}{snapshots} duration_s={} seed={} sabotage={} violations={}",
+            "{line} replica_divergence={} audit_entries={}{snapshots} workers_failed={} {nodes} \
+             acked_grants={} fenced_adds={} unfenced_lost={} missing_in_audit={} \
+             progress_failures={} duration_s={} seed={} sabotage={} violations={}",
             self.replica_divergence,
             self.audit_entries,
+            p.workers_failed,
+            d.acked_grants.len(),
+            d.acked_adds_fenced,
+            d.lost_updates_unfenced.unwrap_or(0),
+            p.missing_in_audit,
+            self.progress_failures.len(),
             cfg.duration.as_secs(),
             cfg.seed,
             cfg.sabotage
@@ -421,7 +469,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             target: target.clone(),
             verified,
         });
-        faults_done += 1;
+        faults_done += u64::from(verified);
         eprintln!(
             "nemesis: t={:>5.1}s {} {target} verified={verified} for {hold} ms",
             at_ns as f64 / 1e9,
@@ -448,13 +496,25 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     // Workers stop on their own after `duration`, finishing their round (bounded by the TTL).
     let grace = Duration::from_secs(30) + 6 * cfg.ttl;
     let mut worker_files = Vec::new();
+    let mut progress = Progress {
+        faults_injected: faults_done,
+        ..Progress::default()
+    };
     for (id, pid, mut child, file) in workers {
         match tokio::time::timeout(grace, child.wait()).await {
-            Ok(Ok(st)) if !st.success() => eprintln!("nemesis: worker {id} exited with {st}"),
-            Ok(_) => {}
+            Ok(Ok(st)) if st.success() => {}
+            Ok(Ok(st)) => {
+                eprintln!("nemesis: worker {id} exited with {st}");
+                progress.workers_failed += 1;
+            }
+            Ok(Err(e)) => {
+                eprintln!("nemesis: worker {id}: {e}");
+                progress.workers_failed += 1;
+            }
             Err(_) => {
                 eprintln!("nemesis: worker {id} (pid {pid}) did not stop; killing it");
                 let _ = child.kill().await;
+                progress.workers_failed += 1;
             }
         }
         worker_files.push(file);
@@ -483,8 +543,13 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     // Let the restarted nodes catch up so their audit logs are complete, then stop them.
     let _ = cluster.wait_ready(Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
+    if !cluster.is_external() {
+        progress.max_apply_lag = settled_apply_lag(&cluster).await;
+        progress.nodes = Some((cluster.dead_nodes().len(), cluster.panics()));
+    }
     let audit_files = cluster.audit_logs();
     let snapshots = cluster.snapshot_counts();
+    let cluster_external = cluster.is_external();
     cluster.shutdown().await;
     let merged = audit::merge(&audit_files)?;
     for d in &merged.divergent {
@@ -500,13 +565,100 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         .records
         .extend(History::load(&worker_files)?.records);
     let report = checker::check(&history, cfg.budget)?;
-    Ok(Outcome {
+    let audited: HashSet<(&str, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::SvcGrant { name, token, .. } => Some((name.as_str(), *token)),
+            _ => None,
+        })
+        .collect();
+    let has_audit = !cluster_external || !audit_files.is_empty();
+    if has_audit {
+        progress.missing_in_audit = report
+            .direct
+            .acked_grants
+            .iter()
+            .filter(|(n, t)| !audited.contains(&(n.as_str(), *t)))
+            .count() as u64;
+    }
+    let mut out = Outcome {
         report,
         replica_divergence: merged.divergent.len(),
         audit_entries: merged.entries,
         snapshots,
         history_file,
-    })
+        progress,
+        progress_failures: Vec::new(),
+    };
+    out.progress_failures = progress_failures(cfg, &out, has_audit);
+    Ok(out)
+}
+
+/// Waits a few seconds for the healed nodes to catch up, then measures their apply lag.
+async fn settled_apply_lag(cluster: &Cluster) -> Option<u64> {
+    let mut lag = None;
+    for _ in 0..10 {
+        lag = cluster.max_apply_lag().await;
+        if lag.is_some_and(|l| l <= MAX_APPLY_LAG) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    lag
+}
+
+/// The progress checks: a run that passes must have worked, faulted and lost where it must.
+fn progress_failures(cfg: &NemesisConfig, out: &Outcome, has_audit: bool) -> Vec<String> {
+    let p = &out.progress;
+    let d = &out.report.direct;
+    let mut f = Vec::new();
+    if p.workers_failed > 0 {
+        f.push(format!(
+            "workers_failed={} (see {}/worker-*.log)",
+            p.workers_failed,
+            cfg.dir.display()
+        ));
+    }
+    if let Some((dead, panics)) = p.nodes {
+        if dead > 0 {
+            f.push(format!("nodes_dead={dead}: a node is not alive at the end"));
+        }
+        if panics > 0 {
+            f.push(format!("node_panics={panics}: 'panicked at' in a node log"));
+        }
+        match p.max_apply_lag {
+            Some(l) if l <= MAX_APPLY_LAG => {}
+            Some(l) => f.push(format!("max_apply_lag={l} > {MAX_APPLY_LAG} after healing")),
+            None => f.push("max_apply_lag=na: a node did not answer its status call".into()),
+        }
+        if out.audit_entries == 0 {
+            f.push("audit_entries=0: the nodes wrote no audit log".into());
+        }
+    }
+    if has_audit && p.missing_in_audit > 0 {
+        f.push(format!(
+            "missing_in_audit={}: acknowledged grants absent from the audit logs",
+            p.missing_in_audit
+        ));
+    }
+    if d.acked_grants.is_empty() {
+        f.push("acked_grants=0: no worker was ever granted a lock".into());
+    }
+    if cfg.lockset_workers > 0 && d.acked_adds_fenced == 0 {
+        f.push("fenced_adds=0: no fenced lock-set addition was acknowledged".into());
+    }
+    if !cfg.faults.is_empty() && p.faults_injected == 0 {
+        f.push("faults=0: no fault was injected".into());
+    }
+    if cfg.lockset_workers > 0 && d.lost_updates_unfenced.unwrap_or(0) == 0 {
+        f.push(format!(
+            "unfenced_lost=0 (of {} acknowledged): the unfenced control lost nothing, so the run \
+             proved nothing",
+            d.acked_adds_unfenced
+        ));
+    }
+    f
 }
 
 /// Polls the workers' `/proc` state; a worker stopped without the schedule's doing stopped
@@ -632,4 +784,80 @@ async fn probe_failover(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> NemesisConfig {
+        NemesisConfig {
+            lockd_bin: PathBuf::new(),
+            self_exe: PathBuf::new(),
+            dir: PathBuf::from("d"),
+            duration: Duration::from_secs(1),
+            seed: 1,
+            pg: String::new(),
+            ttl: Duration::from_secs(2),
+            mutex_workers: 1,
+            lockset_workers: 1,
+            lock_groups: 1,
+            snapshot_every: 50,
+            faults: vec![FaultKind::Kill],
+            sabotage: None,
+            faketime: false,
+            self_pause: 0.0,
+            budget: Budget::default(),
+            external: None,
+        }
+    }
+
+    #[test]
+    fn a_run_that_did_nothing_fails_every_progress_check() {
+        let report = checker::check(&History::default(), Budget::default()).unwrap();
+        let mut out = Outcome {
+            report,
+            replica_divergence: 0,
+            audit_entries: 0,
+            snapshots: None,
+            history_file: PathBuf::new(),
+            progress: Progress {
+                workers_failed: 2,
+                nodes: Some((1, 3)),
+                max_apply_lag: Some(MAX_APPLY_LAG + 1),
+                faults_injected: 0,
+                missing_in_audit: 4,
+            },
+            progress_failures: Vec::new(),
+        };
+        let f = progress_failures(&cfg(), &out, true);
+        for key in [
+            "workers_failed=2",
+            "nodes_dead=1",
+            "node_panics=3",
+            "max_apply_lag=1001",
+            "audit_entries=0",
+            "missing_in_audit=4",
+            "acked_grants=0",
+            "fenced_adds=0",
+            "faults=0",
+            "unfenced_lost=0",
+        ] {
+            assert!(f.iter().any(|l| l.starts_with(key)), "{key} not in {f:?}");
+        }
+        assert_eq!(f.len(), 10, "{f:?}");
+        out.progress_failures = f;
+        let line = out.result_line(&cfg());
+        assert!(line.contains(" workers_failed=2 nodes_dead=1 node_panics=3 max_apply_lag=1001 "));
+        assert!(
+            line.ends_with(
+                " progress_failures=10 duration_s=1 seed=1 sabotage=none violations=false"
+            ),
+            "{line}"
+        );
+        // An external cluster: no node checks, reported as such.
+        out.progress.nodes = None;
+        assert!(out.result_line(&cfg()).contains(" nodes=external "));
+        assert_eq!(progress_failures(&cfg(), &out, true).len(), 6);
+    }
 }

@@ -35,7 +35,7 @@ use lockd_raft::{EffectSink, GroupError, GroupId, MemStorage, Node, NodeConfig, 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::checker::{self, Budget, Report};
+use crate::checker::{self, Budget, Report, Signature};
 use crate::history::{Call, History, Outcome, ProcessId, Record, StoreOp};
 use net::SimNet;
 
@@ -66,6 +66,16 @@ pub enum Sabotage {
 }
 
 impl Sabotage {
+    /// The violation this sabotage must cause for a seed to count as caught.
+    pub fn signature(self) -> Signature {
+        match self {
+            Sabotage::ClientDeadline => Signature::BeliefOverlap,
+            Sabotage::LeaderLease => Signature::GrantWhileBelieved,
+            Sabotage::StoreFence => Signature::StaleWrite,
+            Sabotage::StaleRead => Signature::StaleRead,
+        }
+    }
+
     /// The `--sabotage` spelling.
     pub fn name(self) -> &'static str {
         match self {
@@ -134,6 +144,8 @@ pub struct SeedOutcome {
     pub faults: BTreeMap<String, u64>,
     /// Violations found by the simulator's own checks.
     pub violations: Vec<String>,
+    /// The kinds of violation found (the simulator's own and the checker's), sorted.
+    pub signatures: Vec<Signature>,
     /// Hash of every applied entry (per replica) and every client event, with its time.
     pub digest: u64,
     /// The regular checker's report on the recorded history.
@@ -150,6 +162,16 @@ impl SeedOutcome {
     /// Whether the seed failed (own checks or the checker).
     pub fn failed(&self) -> bool {
         !self.violations.is_empty() || self.report.has_violations()
+    }
+
+    /// Whether the seed passed but a linearizability verdict is unknown.
+    pub fn unknown(&self) -> bool {
+        !self.failed() && self.report.is_unknown()
+    }
+
+    /// Whether the seed shows the signature violation of `sabotage`.
+    pub fn caught(&self, sabotage: Sabotage) -> bool {
+        self.signatures.contains(&sabotage.signature())
     }
 }
 
@@ -216,6 +238,7 @@ struct World {
     wait_notify: Notify,
     store: Mutex<Store>,
     violations: Mutex<Vec<String>>,
+    signatures: Mutex<std::collections::BTreeSet<Signature>>,
     holds: Mutex<Vec<Hold>>,
     acked_grants: Mutex<Vec<(String, u64)>>,
     faults: Mutex<BTreeMap<String, u64>>,
@@ -270,6 +293,12 @@ impl World {
         if v.len() < 50 {
             v.push(format!("{what} (t={:.3}s)", self.now_ns() as f64 / 1e9));
         }
+    }
+
+    /// A violation of a known kind (a negative control's signature).
+    fn violation_of(&self, kind: Signature, what: String) {
+        lock(&self.signatures).insert(kind);
+        self.violation(what);
     }
 
     fn fault(&self, kind: &str, target: String) {
@@ -373,12 +402,15 @@ impl World {
             for s in expired {
                 let deadline = lock(&self.sessions).get(s).map(|c| *lock(&c.deadline));
                 if let Some(d) = deadline.filter(|d| *d > Instant::now()) {
-                    self.violation(format!(
-                        "C1: session {s} expired at {:.3}s while its client's deadline ran to \
+                    self.violation_of(
+                        Signature::GrantWhileBelieved,
+                        format!(
+                            "C1: session {s} expired at {:.3}s while its client's deadline ran to \
                          {:.3}s",
-                        self.now_ns() as f64 / 1e9,
-                        self.ns(d) as f64 / 1e9
-                    ));
+                            self.now_ns() as f64 / 1e9,
+                            self.ns(d) as f64 / 1e9
+                        ),
+                    );
                 }
             }
             for s in expired {
@@ -499,9 +531,12 @@ impl World {
             (ok, before, seq)
         };
         if accepted && token < fence_before {
-            self.violation(format!(
-                "store accepted a stale write to {key}: token {token} < fence {fence_before}"
-            ));
+            self.violation_of(
+                Signature::StaleWrite,
+                format!(
+                    "store accepted a stale write to {key}: token {token} < fence {fence_before}"
+                ),
+            );
         }
         self.push(Record::StoreLog {
             seq,
@@ -922,10 +957,13 @@ async fn reader(w: Arc<World>, idx: u64) {
             Some(Ok(revision)) => {
                 w.reads.fetch_add(1, Ordering::Relaxed);
                 if revision < floor {
-                    w.violation(format!(
-                        "stale read: node {home} answered revision {revision} after token \
+                    w.violation_of(
+                        Signature::StaleRead,
+                        format!(
+                            "stale read: node {home} answered revision {revision} after token \
                          {floor} was acknowledged"
-                    ));
+                        ),
+                    );
                 }
             }
             _ => home = w.rand_u64(1..w.cfg.replicas + 1),
@@ -1116,6 +1154,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         wait_notify: Notify::new(),
         store: Mutex::new(Store::default()),
         violations: Mutex::new(Vec::new()),
+        signatures: Mutex::default(),
         holds: Mutex::new(Vec::new()),
         acked_grants: Mutex::new(Vec::new()),
         faults: Mutex::new(BTreeMap::new()),
@@ -1196,6 +1235,8 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         }
     }
     let violations = std::mem::take(&mut *lock(&w.violations));
+    let mut signatures = std::mem::take(&mut *lock(&w.signatures));
+    signatures.extend(report.signatures());
     let faults = std::mem::take(&mut *lock(&w.faults));
     let applies = lock(&w.audit).applies;
     Ok(SeedOutcome {
@@ -1204,6 +1245,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         reads: w.reads.load(Ordering::Relaxed),
         faults,
         violations,
+        signatures: signatures.into_iter().collect(),
         digest,
         report,
         history,
@@ -1278,7 +1320,9 @@ fn final_checks(w: &World, converged: Option<BTreeMap<NodeId, (u64, u64)>>) {
     for (i, a) in holds.iter().enumerate() {
         for b in &holds[i + 1..] {
             if a.name == b.name && a.process != b.process && a.from < b.to && b.from < a.to {
-                w.violation(format!(
+                w.violation_of(
+                    Signature::BeliefOverlap,
+                    format!(
                     "C1: {} believed held by process {} (token {}) during [{:.3}s, {:.3}s] and \
                      by process {} (token {}) during [{:.3}s, {:.3}s]",
                     a.name,
@@ -1290,7 +1334,8 @@ fn final_checks(w: &World, converged: Option<BTreeMap<NodeId, (u64, u64)>>) {
                     b.token,
                     w.ns(b.from) as f64 / 1e9,
                     w.ns(b.to) as f64 / 1e9
-                ));
+                ),
+                );
             }
         }
     }
@@ -1301,6 +1346,8 @@ fn final_checks(w: &World, converged: Option<BTreeMap<NodeId, (u64, u64)>>) {
 pub struct RunSummary {
     pub seeds: u64,
     pub failed_seeds: Vec<u64>,
+    /// Seeds with no violation but an unknown linearizability verdict.
+    pub unknown_seeds: Vec<u64>,
     pub ops: u64,
     pub reads: u64,
     pub applies: u64,
@@ -1322,6 +1369,9 @@ impl RunSummary {
         self.seeds += 1;
         if o.failed() {
             self.failed_seeds.push(o.seed);
+        }
+        if o.unknown() {
+            self.unknown_seeds.push(o.seed);
         }
         self.ops += o.ops;
         self.reads += o.reads;
@@ -1345,9 +1395,11 @@ impl RunSummary {
     /// The one `RESULT` line of a run.
     pub fn result_line(&self) -> String {
         let mut s = format!(
-            "RESULT sim seeds={} failed_seeds={} ops={} reads={} applies={} seeds_per_s={:.2}",
+            "RESULT sim seeds={} failed_seeds={} unknown_seeds={} ops={} reads={} applies={} \
+             seeds_per_s={:.2}",
             self.seeds,
             self.failed_seeds.len(),
+            self.unknown_seeds.len(),
             self.ops,
             self.reads,
             self.applies,
@@ -1361,7 +1413,7 @@ impl RunSummary {
         s.push_str(&format!(
             " sim_violations={} checker_failed_seeds={} objects_not_linearizable={} \
              double_grants={} token_regressions={} grants_to_expired_sessions={} \
-             stale_writes_accepted={} writes_rejected_stale={} violations={}",
+             stale_writes_accepted={} writes_rejected_stale={} unknown={} violations={}",
             self.violations,
             self.checker_violations,
             self.not_linearizable,
@@ -1370,6 +1422,7 @@ impl RunSummary {
             self.grants_to_expired_sessions,
             self.stale_writes_accepted,
             self.writes_rejected_stale,
+            self.unknown_seeds.len(),
             !self.failed_seeds.is_empty()
         ));
         s
@@ -1391,8 +1444,11 @@ pub struct SimArgs {
     /// Replicas of the lock group: 3 or 5.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=5))]
     pub replicas: u64,
-    /// NEGATIVE CONTROL: client-deadline, leader-lease, store-fence or stale-read. The run then passes only
-    /// if some seed fails.
+    /// NEGATIVE CONTROL: client-deadline (signature: two clients believed they held a name at
+    /// once), leader-lease (a session expired while its client still believed, within the
+    /// deadline the service had extended), store-fence (the store accepted a stale write) or
+    /// stale-read (a read missed an acknowledged grant). The run then passes only if some seed
+    /// shows that signature violation; other failures do not count.
     #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence", "stale-read"])]
     pub sabotage: Option<String>,
     /// Simulated seconds of faults per seed.
@@ -1404,12 +1460,15 @@ pub struct SimArgs {
     /// Print every seed's line, not just failures.
     #[arg(long)]
     pub verbose: bool,
+    /// Exit 0, not 3, when a seed's verdict is unknown (still counted in `unknown_seeds=`).
+    #[arg(long)]
+    pub allow_unknown: bool,
 }
 
 /// `lockd-check sim`: runs the seeds, prints failures with their replay command and one
-/// `RESULT` line. Exit code 1 if a seed failed (or, under sabotage, if none did).
+/// `RESULT` line. Exit code 1 if a seed failed (under sabotage: if no seed showed the
+/// sabotage's signature), else 3 if a seed's verdict was unknown (0 with `--allow-unknown`).
 pub fn main(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
-    use std::process::ExitCode;
     let sabotage = match args.sabotage.as_deref() {
         Some(s) => Some(Sabotage::parse(s).ok_or_else(|| anyhow::anyhow!("bad --sabotage {s}"))?),
         None => None,
@@ -1418,6 +1477,7 @@ pub fn main(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
     let mut sum = RunSummary::default();
     let mut nondeterministic = Vec::new();
     let mut sabotage_first_fail = None;
+    let mut caught = 0u64;
     for seed in args.seed..args.seed.saturating_add(args.seeds) {
         let cfg = SimConfig {
             seed,
@@ -1439,10 +1499,17 @@ pub fn main(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
                 nondeterministic.push(seed);
             }
         }
+        if sabotage.is_some_and(|k| o.caught(k)) {
+            caught += 1;
+            sabotage_first_fail.get_or_insert(sum.seeds + 1);
+        }
+        if o.unknown() {
+            println!(
+                "seed {seed}: UNKNOWN (linearizability search out of budget); replay: {}",
+                cfg.replay_command()
+            );
+        }
         if o.failed() {
-            if sabotage_first_fail.is_none() {
-                sabotage_first_fail = Some(sum.seeds + 1);
-            }
             println!(
                 "seed {seed}: FAILED ({} sim violations, checker violations: {}); replay: {}",
                 o.violations.len(),
@@ -1476,21 +1543,22 @@ pub fn main(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
     }
     if let Some(k) = sabotage {
         line.push_str(&format!(
-            " sabotage={} first_failing_seed_no={}",
+            " sabotage={} signature={} caught_seeds={caught} first_caught_seed_no={}",
             k.name(),
+            k.signature(),
             sabotage_first_fail.map_or("none".into(), |n: u64| n.to_string())
         ));
     }
     println!("{line}");
-    let ok = nondeterministic.is_empty()
-        && if sabotage.is_some() {
-            !sum.failed_seeds.is_empty()
+    let violation = !nondeterministic.is_empty()
+        || if sabotage.is_some() {
+            caught == 0
         } else {
-            sum.failed_seeds.is_empty()
+            !sum.failed_seeds.is_empty()
         };
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(checker::exit_code(
+        violation,
+        !sum.unknown_seeds.is_empty(),
+        args.allow_unknown,
+    ))
 }
