@@ -135,10 +135,11 @@ impl Cluster {
         let dir = tempfile::Builder::new()
             .prefix("lockd-bench-lockd-")
             .tempdir_in(data_root)?;
-        let ports = free_ports(2 * n)?;
-        let (http, grpc) = ports.split_at(n);
+        let ports = free_ports(3 * n)?;
+        let (http, rest) = ports.split_at(n);
+        let (grpc, peer) = rest.split_at(n);
         let peers: Vec<String> = (0..n)
-            .map(|i| format!("{}=127.0.0.1:{}", i + 1, grpc[i]))
+            .map(|i| format!("{}=127.0.0.1:{}", i + 1, peer[i]))
             .collect();
         let mut cluster = Cluster {
             nodes: Vec::new(),

@@ -1,8 +1,8 @@
 //! # lockd-server: one lockd node
 //!
-//! Hosts a replica of every group (lockd-raft), serves the client APIs (HTTP/JSON here; gRPC next
-//! to the peer service on the gRPC port), routes names to groups, checks auth and budgets, and
-//! wakes waiters from applied effects. [`start`] takes already-bound listeners, so tests bind
+//! Hosts a replica of every group (lockd-raft), serves the client APIs (HTTP/JSON and gRPC),
+//! serves the node-to-node service on a listener of its own (never on a client port), routes
+//! names to groups, checks auth and budgets, and wakes waiters from applied effects. [`start`] takes already-bound listeners, so tests bind
 //! port 0 and a cluster's peers know each other's addresses before any node starts.
 
 pub mod audit;
@@ -32,7 +32,11 @@ use crate::waits::{SessionEvent, Waits};
 pub struct ServerConfig {
     pub node: NodeConfig,
     pub http: TcpListener,
+    /// The client gRPC API; it never serves the peer service.
     pub grpc: TcpListener,
+    /// The node-to-node service (Raft, forwarded calls); its address is this node's entry in
+    /// `node.peers`. It never serves the client API.
+    pub peer: TcpListener,
     /// Namespaces to make sure exist (the default one is built in).
     pub namespaces: Vec<Namespace>,
     /// Append every applied grant and end of a hold or session here (JSON lines).
@@ -43,6 +47,7 @@ pub struct ServerConfig {
 pub struct Running {
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
     pub service: Arc<Service>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
@@ -71,6 +76,10 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     use anyhow::Context as _;
     let http_addr = cfg.http.local_addr()?;
     let grpc_addr = cfg.grpc.local_addr()?;
+    let peer_addr = cfg.peer.local_addr()?;
+    if peer_addr == grpc_addr || peer_addr == http_addr {
+        anyhow::bail!("the peer listener {peer_addr} must not be a client port");
+    }
     let lock_groups = cfg.node.lock_groups;
     let election_timeout_max_ms = cfg.node.election_timeout_ms.1;
     let (waits, mut orphans) = Waits::new();
@@ -88,16 +97,30 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 
-    // gRPC: peer traffic (raft, forwarded proposals) on the node's one gRPC port.
-    let peer = node.peer_service();
-    let api = lockd_proto::v1::lock_server::LockServer::new(grpc::GrpcApi::new(service.clone()));
     // Serving from a pre-bound listener skips tonic's own TCP_NODELAY: set it here, or every
     // small reply (Raft acks above all) waits out Nagle against the peer's delayed ACK (~40 ms).
-    let incoming = tonic::transport::server::TcpIncoming::from(cfg.grpc).with_nodelay(Some(true));
+    let nodelay = |l| tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+
+    // Node-to-node traffic (Raft, forwarded proposals) on its own port, apart from clients.
+    let peer = node.peer_service();
+    let incoming = nodelay(cfg.peer);
     let rx = stop_rx.clone();
     tasks.spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(peer)
+            .serve_with_incoming_shutdown(incoming, stopped(rx))
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "peer gRPC server failed");
+        }
+    });
+
+    // The client gRPC API.
+    let api = lockd_proto::v1::lock_server::LockServer::new(grpc::GrpcApi::new(service.clone()));
+    let incoming = nodelay(cfg.grpc);
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        let served = tonic::transport::Server::builder()
             .add_service(api)
             .serve_with_incoming_shutdown(incoming, stopped(rx))
             .await;
@@ -179,6 +202,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     Ok(Running {
         http_addr,
         grpc_addr,
+        peer_addr,
         service,
         stop,
         tasks,

@@ -79,6 +79,9 @@ struct DevArgs {
     http: SocketAddr,
     #[arg(long, default_value = "127.0.0.1:7170")]
     grpc: SocketAddr,
+    /// The node-to-node port (Raft and forwarded calls), apart from the client ports.
+    #[arg(long, default_value = "127.0.0.1:7270")]
+    peer: SocketAddr,
     #[arg(long, default_value = "./lockd-data")]
     data_dir: PathBuf,
     /// Start this many nodes as separate OS processes on consecutive ports.
@@ -93,13 +96,20 @@ struct ServeArgs {
     /// This node's id (1..).
     #[arg(long)]
     node_id: u64,
-    /// Every member: `1=127.0.0.1:7170,2=127.0.0.1:7171,3=127.0.0.1:7172` (gRPC addresses).
+    /// Every member's node-to-node address: `1=10.0.0.1:7270,2=10.0.0.2:7270,3=10.0.0.3:7270`
+    /// (the `--peer` ports, never the client ones).
     #[arg(long)]
     peers: String,
+    /// The client HTTP/JSON API.
     #[arg(long)]
     http: SocketAddr,
+    /// The client gRPC API; it does not serve the node-to-node service.
     #[arg(long)]
     grpc: SocketAddr,
+    /// Where this node listens for its peers (default: its own entry in --peers). Only the
+    /// other nodes need to reach it; keep it off the clients' network.
+    #[arg(long)]
+    peer: Option<SocketAddr>,
     #[arg(long)]
     data_dir: PathBuf,
     /// `new`: this node founds the cluster with the other --peers (the lowest id initialises
@@ -149,11 +159,17 @@ struct ServeExtras {
     skip_leader_lease_check: bool,
 }
 
+/// The three addresses a node listens on.
+struct Listen {
+    http: SocketAddr,
+    grpc: SocketAddr,
+    peer: SocketAddr,
+}
+
 async fn run_node(
     node_id: u64,
     peers: BTreeMap<u64, String>,
-    http: SocketAddr,
-    grpc: SocketAddr,
+    listen: Listen,
     data_dir: &Path,
     common: &Common,
     extras: ServeExtras,
@@ -170,12 +186,19 @@ async fn run_node(
             .namespaces()
             .map_err(anyhow::Error::msg)?,
     };
+    let Listen { http, grpc, peer } = listen;
+    if peer == grpc || peer == http {
+        bail!("the peer address {peer} must differ from the client ports (--http, --grpc)");
+    }
     let http = TcpListener::bind(http)
         .await
         .with_context(|| format!("binding HTTP {http}"))?;
     let grpc = TcpListener::bind(grpc)
         .await
         .with_context(|| format!("binding gRPC {grpc}"))?;
+    let peer = TcpListener::bind(peer)
+        .await
+        .with_context(|| format!("binding the peer port {peer}"))?;
     let mut node = NodeConfig::new(node_id, data_dir, peers);
     node.lock_groups = common.groups;
     node.cluster_name = common.cluster_name.clone();
@@ -196,15 +219,17 @@ async fn run_node(
         node,
         http,
         grpc,
+        peer,
         namespaces,
         audit_log: extras.audit_log,
     })
     .await?;
     eprintln!(
-        "lockd node {node_id} (pid {}): HTTP http://{} gRPC {} data {}",
+        "lockd node {node_id} (pid {}): HTTP http://{} gRPC {} peer {} data {}",
         std::process::id(),
         running.http_addr,
         running.grpc_addr,
+        running.peer_addr,
         data_dir.display()
     );
     shutdown_signal().await;
@@ -226,27 +251,21 @@ async fn shutdown_signal() {
 async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
     let n = args.nodes;
     let exe = std::env::current_exe().context("finding the lockd binary")?;
+    let at = |base: SocketAddr, i: u32| SocketAddr::new(base.ip(), base.port() + i as u16);
     let peers: Vec<String> = (0..n)
-        .map(|i| {
-            format!(
-                "{}={}:{}",
-                i + 1,
-                args.grpc.ip(),
-                args.grpc.port() + i as u16
-            )
-        })
+        .map(|i| format!("{}={}", i + 1, at(args.peer, i)))
         .collect();
     let peers = peers.join(",");
     let mut children: Vec<(u32, Child, String)> = Vec::new();
     for i in 0..n {
-        let http = SocketAddr::new(args.http.ip(), args.http.port() + i as u16);
-        let grpc = SocketAddr::new(args.grpc.ip(), args.grpc.port() + i as u16);
+        let (http, grpc) = (at(args.http, i), at(args.grpc, i));
         let dir = args.data_dir.join(format!("node-{}", i + 1));
         let c = &args.common;
         let mut cmd = Command::new(&exe);
         cmd.arg("serve")
             .args(["--node-id", &(i + 1).to_string(), "--peers", &peers])
             .args(["--http", &http.to_string(), "--grpc", &grpc.to_string()])
+            .args(["--peer", &at(args.peer, i).to_string()])
             .arg("--data-dir")
             .arg(&dir)
             .args([
@@ -276,11 +295,12 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
             .spawn()
             .with_context(|| format!("starting node {}", i + 1))?;
         println!(
-            "node {} pid {} http http://{} grpc {}",
+            "node {} pid {} http http://{} grpc {} peer {}",
             i + 1,
             child.id(),
             http,
-            grpc
+            grpc,
+            at(args.peer, i)
         );
         children.push((i + 1, child, line));
     }
@@ -352,12 +372,16 @@ async fn run(cli: Cli) -> ExitCode {
     let result = match &cli.cmd {
         Cmd::Dev(a) if a.nodes > 1 => run_cluster(a).await,
         Cmd::Dev(a) => {
-            let peers = BTreeMap::from([(1, a.grpc.to_string())]);
+            let peers = BTreeMap::from([(1, a.peer.to_string())]);
+            let listen = Listen {
+                http: a.http,
+                grpc: a.grpc,
+                peer: a.peer,
+            };
             run_node(
                 1,
                 peers,
-                a.http,
-                a.grpc,
+                listen,
                 &a.data_dir,
                 &a.common,
                 ServeExtras::default(),
@@ -371,16 +395,22 @@ async fn run(cli: Cli) -> ExitCode {
                     join_existing: a.initial_cluster_state == "existing",
                     skip_leader_lease_check: a.unsafe_negative_control.is_some(),
                 };
-                run_node(
-                    a.node_id,
-                    peers,
-                    a.http,
-                    a.grpc,
-                    &a.data_dir,
-                    &a.common,
-                    extras,
-                )
-                .await
+                let own = peers
+                    .get(&a.node_id)
+                    .and_then(|p| p.parse::<SocketAddr>().ok());
+                let Some(peer) = a.peer.or(own) else {
+                    eprintln!(
+                        "lockd: --peers has no entry for node {} to listen on (or give --peer)",
+                        a.node_id
+                    );
+                    return ExitCode::FAILURE;
+                };
+                let listen = Listen {
+                    http: a.http,
+                    grpc: a.grpc,
+                    peer,
+                };
+                run_node(a.node_id, peers, listen, &a.data_dir, &a.common, extras).await
             }
             Err(e) => Err(e),
         },

@@ -112,23 +112,34 @@ impl Cluster {
         let ids: Vec<u64> = (1..=cfg.nodes).collect();
         let mut grpc = BTreeMap::new();
         let mut http = BTreeMap::new();
+        let mut peer = BTreeMap::new();
         let mut rng = fastrand::Rng::new();
         for &id in &ids {
             let mut pick = || loop {
                 let a = free_port(&mut rng)?;
-                if !grpc.values().chain(http.values()).any(|b| *b == a) {
+                let taken = grpc.values().chain(http.values()).chain(peer.values());
+                if !taken.into_iter().any(|b| *b == a) {
                     return anyhow::Ok(a);
                 }
             };
+            // Three distinct free ports; the closure's borrows end before the inserts.
             let (g, h) = (pick()?, pick()?);
+            let p = loop {
+                let p = pick()?;
+                if p != g && p != h {
+                    break p;
+                }
+            };
             grpc.insert(id, g);
             http.insert(id, h);
+            peer.insert(id, p);
         }
+        // Each node's peer port is reached through a proxy per directed link (`proxy.rs`).
         let mut links = BTreeMap::new();
         for &a in &ids {
             for &b in &ids {
                 if a != b {
-                    links.insert((a, b), Link::start(grpc[&b]).await?);
+                    links.insert((a, b), Link::start(peer[&b]).await?);
                 }
             }
         }
@@ -138,7 +149,7 @@ impl Cluster {
                 .iter()
                 .map(|&p| {
                     let addr = if p == id {
-                        grpc[&p]
+                        peer[&p]
                     } else {
                         links[&(id, p)].listen
                     };

@@ -117,10 +117,9 @@ impl Cluster {
         let grpc: Vec<String> = (0..n)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
-        let peers = grpc
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
+        // Node-to-node traffic has ports of its own, apart from the client ports.
+        let peers = (0..n)
+            .map(|i| format!("{}=127.0.0.1:{}", i + 1, free_port()))
             .collect::<Vec<_>>()
             .join(",");
         let http: Vec<String> = (0..n)

@@ -59,16 +59,19 @@ pub struct Cluster {
 pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
     let mut https = Vec::new();
     let mut grpcs = Vec::new();
+    let mut peer_listeners = Vec::new();
     let mut peers = BTreeMap::new();
     for i in 0..n {
         https.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-        let g = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        peers.insert(i as u64 + 1, g.local_addr().unwrap().to_string());
-        grpcs.push(g);
+        grpcs.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        let p = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        peers.insert(i as u64 + 1, p.local_addr().unwrap().to_string());
+        peer_listeners.push(p);
     }
     let mut dirs = Vec::new();
     let mut starts = Vec::new();
-    for (i, (http, grpc)) in https.into_iter().zip(grpcs).enumerate() {
+    let listeners = https.into_iter().zip(grpcs).zip(peer_listeners);
+    for (i, ((http, grpc), peer)) in listeners.enumerate() {
         let dir = tempfile::tempdir().unwrap();
         let mut node = NodeConfig::new(i as u64 + 1, dir.path(), peers.clone());
         node.lock_groups = lock_groups;
@@ -77,6 +80,7 @@ pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
             node,
             http,
             grpc,
+            peer,
             namespaces: namespaces(),
             audit_log: None,
         }));
