@@ -486,7 +486,6 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             Undo::Clock(id) => cluster.set_clock_offset(id, 0)?,
         }
     }
-    watcher.abort();
     cluster.restore()?;
     for (_, pid, _, _) in &workers {
         let _ = cluster::resume(*pid);
@@ -519,6 +518,9 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         }
         worker_files.push(file);
     }
+    // Only now: a worker finishing its last round may still stop itself in its write window,
+    // and only the watcher resumes it (it used to stay stopped until killed).
+    watcher.abort();
     while let Some(r) = probes.join_next().await {
         match r {
             Ok(Some((at_ns, ms))) => rec.push(Record::Failover { at_ns, ms }),
