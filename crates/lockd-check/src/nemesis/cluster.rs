@@ -114,22 +114,17 @@ impl Cluster {
         let mut http = BTreeMap::new();
         let mut peer = BTreeMap::new();
         let mut rng = fastrand::Rng::new();
+        let mut taken = Vec::new();
         for &id in &ids {
+            // Three ports per node, distinct from every port picked so far.
             let mut pick = || loop {
                 let a = free_port(&mut rng)?;
-                let taken = grpc.values().chain(http.values()).chain(peer.values());
-                if !taken.into_iter().any(|b| *b == a) {
+                if !taken.contains(&a) {
+                    taken.push(a);
                     return anyhow::Ok(a);
                 }
             };
-            // Three distinct free ports; the closure's borrows end before the inserts.
-            let (g, h) = (pick()?, pick()?);
-            let p = loop {
-                let p = pick()?;
-                if p != g && p != h {
-                    break p;
-                }
-            };
+            let (g, h, p) = (pick()?, pick()?, pick()?);
             grpc.insert(id, g);
             http.insert(id, h);
             peer.insert(id, p);

@@ -41,11 +41,18 @@ pub fn lockd_bin() -> PathBuf {
 
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_ports(1)[0]
+}
+
+/// `n` distinct ports that were free a moment ago: each stays bound until all are picked, so
+/// the kernel cannot hand the same one out twice.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
 }
 
 /// A child process killed (SIGKILL, by PID) on drop.
@@ -114,17 +121,17 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("namespaces.toml");
         std::fs::write(&config, NAMESPACES).unwrap();
-        let grpc: Vec<String> = (0..n)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
+        let ports = free_ports(3 * n);
+        let addr = |p: &u16| format!("127.0.0.1:{p}");
+        let grpc: Vec<String> = ports[..n].iter().map(addr).collect();
+        let http: Vec<String> = ports[n..2 * n].iter().map(addr).collect();
         // Node-to-node traffic has ports of its own, apart from the client ports.
-        let peers = (0..n)
-            .map(|i| format!("{}=127.0.0.1:{}", i + 1, free_port()))
+        let peers = ports[2 * n..]
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}={}", i + 1, addr(p)))
             .collect::<Vec<_>>()
             .join(",");
-        let http: Vec<String> = (0..n)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
         let mut nodes = Vec::new();
         for (i, addr) in grpc.iter().enumerate() {
             let log =
