@@ -77,6 +77,43 @@ impl LockdArgs {
     fn data_root(&self) -> PathBuf {
         self.data_root.clone().unwrap_or_else(std::env::temp_dir)
     }
+
+    /// The data root for a measurement: refused on a memory file system, where fsync costs
+    /// nothing and every figure would flatter lockd, etcd and Redis-AOF alike.
+    fn measured_root(&self) -> Result<PathBuf> {
+        let root = self.data_root();
+        if let Some(fs) = memory_fs(&root) {
+            anyhow::bail!(
+                "{} is on {fs}: fsync is free there, so nothing measured would mean anything; \
+                 pass --data-root on a real disk",
+                root.display()
+            );
+        }
+        Ok(root)
+    }
+}
+
+/// The memory file system (`tmpfs`, `ramfs`) that `path` lives on, if it does, from the
+/// longest matching mount point in /proc/self/mountinfo.
+fn memory_fs(path: &std::path::Path) -> Option<String> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mount_fs_type(&info, &path).filter(|t| t == "tmpfs" || t == "ramfs")
+}
+
+/// The file system type of the mount holding `path`, per a mountinfo text.
+fn mount_fs_type(mountinfo: &str, path: &std::path::Path) -> Option<String> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let mount_point = f.nth(4)?;
+            let fs_type = l.split(" - ").nth(1)?.split(' ').next()?;
+            Some((std::path::PathBuf::from(mount_point), fs_type.to_string()))
+        })
+        .filter(|(m, _)| path.starts_with(m))
+        .max_by_key(|(m, _)| m.components().count())
+        .map(|(_, t)| t)
 }
 
 #[derive(Subcommand)]
@@ -234,7 +271,7 @@ async fn run(cli: Cli) -> Result<()> {
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let mut cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.opts())
+                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
                     .await?;
             let f = scenarios::failover(&mut cluster, trials, load).await?;
             println!("lockd ({} groups): {}", lockd.groups, f.line());
@@ -247,7 +284,7 @@ async fn run(cli: Cli) -> Result<()> {
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.opts())
+                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
                     .await?;
             for routing in [Routing::Spread, Routing::Leader] {
                 let dur = Duration::from_secs(secs);
@@ -273,7 +310,7 @@ async fn run(cli: Cli) -> Result<()> {
             };
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.opts())
+                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
                     .await?;
             let ttl = Duration::from_secs(ttl_s);
             let r = scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs), via)
@@ -294,7 +331,7 @@ async fn run(cli: Cli) -> Result<()> {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let started = std::time::Instant::now();
             let mut cluster =
-                lockd::Cluster::start(&bin, &lockd.data_root(), 3, lockd.groups, lockd.opts())
+                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
                     .await?;
             let args = scale::ScaleArgs {
                 held,
@@ -339,7 +376,7 @@ async fn compare(
     lockd: &LockdArgs,
     extras: &Extras,
 ) -> Result<()> {
-    let data_root = lockd.data_root();
+    let data_root = lockd.measured_root()?;
     let plan = Plan::new(quick);
     let mut needs = Vec::new();
     for s in systems {
@@ -573,5 +610,46 @@ async fn run_system(
         | SystemKind::Lockd1g => {
             bail!("{label} runs through run_lockd")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+25 22 0:21 / /tmp rw,nosuid shared:5 - tmpfs tmpfs rw,size=1024k
+26 25 254:1 / /tmp/disk rw,relatime shared:6 - xfs /dev/vdb rw
+27 22 0:22 / /dev/shm rw shared:7 - tmpfs tmpfs rw
+";
+
+    #[test]
+    fn the_longest_mount_point_decides_the_file_system() {
+        let t = |p: &str| mount_fs_type(MOUNTINFO, std::path::Path::new(p));
+        assert_eq!(t("/tmp/lockd-bench").as_deref(), Some("tmpfs"));
+        assert_eq!(t("/tmp/disk/data").as_deref(), Some("xfs"));
+        assert_eq!(t("/var/lib/lockd").as_deref(), Some("ext4"));
+        assert_eq!(
+            t("/tmpfoo").as_deref(),
+            Some("ext4"),
+            "components, not string prefixes"
+        );
+        assert_eq!(t("/dev/shm").as_deref(), Some("tmpfs"));
+    }
+
+    #[test]
+    fn a_measurement_refuses_a_memory_file_system() {
+        #[derive(Parser)]
+        struct W {
+            #[command(flatten)]
+            l: LockdArgs,
+        }
+        // /dev/shm is a tmpfs on every Linux this runs on.
+        let shm = W::parse_from(["x", "--data-root", "/dev/shm"]).l;
+        let e = shm.measured_root().unwrap_err().to_string();
+        assert!(e.contains("fsync is free"), "{e}");
+        let disk = W::parse_from(["x", "--data-root", env!("CARGO_MANIFEST_DIR")]).l;
+        assert!(disk.measured_root().is_ok());
     }
 }
