@@ -327,7 +327,7 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
             Ok(())
         }
         Cmd::Acquire { name, hold } => {
-            let mut signals = Signals::new().map_err(spawn_fail)?;
+            let mut signals = Signals::new().map_err(no_signals)?;
             let (client, guard) = take(cli, name, hold, &mut signals).await?;
             out.print(
                 json!({"acquired": true, "name": name, "token": guard.token(), "session": guard.session_id()}),
@@ -380,13 +380,16 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
         Cmd::Man => {
             clap_mangen::Man::new(Cli::command())
                 .render(&mut std::io::stdout())
-                .map_err(|e| Fail::Error(Error::InvalidArgument(e.to_string())))?;
+                .map_err(|e| {
+                    eprintln!("lockctl: error: writing the man page: {e}");
+                    Fail::Code(1)
+                })?;
             Ok(())
         }
     }
 }
 
-fn spawn_fail(e: std::io::Error) -> Fail {
+fn no_signals(e: std::io::Error) -> Fail {
     eprintln!("lockctl: error: cannot watch signals: {e}");
     Fail::Code(1)
 }
@@ -570,7 +573,7 @@ async fn run_command(
     command: &[String],
 ) -> Result<(), Fail> {
     // Watch the signals before anything can be held, so none of them can orphan a hold.
-    let mut signals = Signals::new().map_err(spawn_fail)?;
+    let mut signals = Signals::new().map_err(no_signals)?;
     let (client, guard) = take(cli, name, hold, &mut signals).await?;
     let spawned = child::spawn(
         command,

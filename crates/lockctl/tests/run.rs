@@ -4,6 +4,7 @@
 
 #[path = "../../lockd-client/tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -11,32 +12,9 @@ use std::time::Duration;
 use common::*;
 use lockd_client::Client;
 use serde_json::Value;
+use support::{alive, lockctl};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{timeout, Instant};
-
-fn lockctl(c: &Cluster) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.args([
-        "--endpoints",
-        &c.endpoints(),
-        "--namespace",
-        "fast",
-        "--json",
-    ])
-    .stdin(Stdio::null())
-    .kill_on_drop(true);
-    cmd
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie has exited; lockctl reaps CMD, so it is gone soon after.
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map(|s| {
-            !s.lines()
-                .any(|l| l.starts_with("State:") && l.contains('Z'))
-        })
-        .unwrap_or(false)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_stops_its_command_within_a_second_of_the_deadline_when_every_node_dies() {

@@ -7,6 +7,7 @@
 
 #[path = "../../lockd-client/tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::path::Path;
 use std::process::Stdio;
@@ -14,37 +15,18 @@ use std::time::Duration;
 
 use common::*;
 use lockd_client::Client;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::{alive, signal_and_wait};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStderr;
 use tokio::time::{timeout, Instant};
 
+/// lockctl with its JSON events readable on stderr (stdout belongs to CMD).
 fn lockctl(c: &Cluster) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.args([
-        "--endpoints",
-        &c.endpoints(),
-        "--namespace",
-        "fast",
-        "--json",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
+    let mut cmd = support::lockctl(c);
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
     cmd
-}
-
-/// Alive and not a zombie.
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map(|s| {
-            !s.lines()
-                .any(|l| l.starts_with("State:") && l.contains('Z'))
-        })
-        .unwrap_or(false)
 }
 
 async fn next_event(events: &mut Lines<BufReader<ChildStderr>>) -> Value {
@@ -108,11 +90,7 @@ async fn every_terminating_signal_stops_the_group_releases_and_exits_128_plus_n(
         assert_eq!(holders(&c, &name).await, 1);
 
         let sent = Instant::now();
-        kill(Pid::from_raw(child.id().unwrap() as i32), sig).unwrap();
-        let status = timeout(Duration::from_secs(10), child.wait())
-            .await
-            .expect("lockctl exits")
-            .unwrap();
+        let status = signal_and_wait(&mut child, sig).await;
         let exited = sent.elapsed();
         assert_eq!(status.code(), Some(128 + sig as i32), "{sig}");
         assert!(!alive(group), "{sig}: CMD's supervisor outlived lockctl");
@@ -158,11 +136,7 @@ async fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let acquired = next_event(&mut events).await;
     let group = acquired["pid"].as_i64().unwrap() as i32;
     let grandchild = read_pid(&pidfile).await;
-    kill(Pid::from_raw(child.id().unwrap() as i32), Signal::SIGTERM).unwrap();
-    let status = timeout(Duration::from_secs(10), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = signal_and_wait(&mut child, Signal::SIGTERM).await;
     assert_eq!(status.code(), Some(143));
     let signalled = next_event(&mut events).await;
     let ms = signalled["child_stopped_ms"].as_f64().unwrap();
@@ -241,21 +215,13 @@ async fn a_signal_while_waiting_leaves_the_queue_and_acquire_releases_on_sigterm
     })
     .await;
     // ... and leaves the queue on SIGINT.
-    kill(Pid::from_raw(waiter.id().unwrap() as i32), Signal::SIGINT).unwrap();
-    let st = timeout(Duration::from_secs(10), waiter.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let st = signal_and_wait(&mut waiter, Signal::SIGINT).await;
     assert_eq!(st.code(), Some(130));
     let s = probe.inspect("fast/queue").await.unwrap();
     assert!(s.waiters.is_empty(), "the waiter is still queued: {s:?}");
     assert_eq!(s.holders.len(), 1);
 
-    kill(Pid::from_raw(holder.id().unwrap() as i32), Signal::SIGTERM).unwrap();
-    let st = timeout(Duration::from_secs(10), holder.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let st = signal_and_wait(&mut holder, Signal::SIGTERM).await;
     assert_eq!(st.code(), Some(143));
     assert_eq!(
         holders(&c, "fast/queue").await,

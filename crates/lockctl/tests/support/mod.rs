@@ -1,0 +1,45 @@
+//! What lockctl's test files share: the command line against a test cluster, process
+//! liveness from /proc, and "signal it, wait for its exit".
+#![allow(dead_code)]
+
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::common::Cluster;
+
+/// `lockctl --endpoints … --namespace fast --json`, stdin from /dev/null, killed on drop.
+pub fn lockctl(c: &Cluster) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    cmd.args([
+        "--endpoints",
+        &c.endpoints(),
+        "--namespace",
+        "fast",
+        "--json",
+    ])
+    .stdin(Stdio::null())
+    .kill_on_drop(true);
+    cmd
+}
+
+/// Alive and not a zombie (lockctl reaps CMD, so an exited one is gone soon after).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| {
+            !s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Sends `sig` to `child` and waits (up to 10 s) for it to exit.
+pub async fn signal_and_wait(child: &mut tokio::process::Child, sig: Signal) -> ExitStatus {
+    kill(Pid::from_raw(child.id().expect("running") as i32), sig).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits within 10 s of the signal")
+        .unwrap()
+}
