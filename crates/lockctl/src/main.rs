@@ -48,12 +48,20 @@ struct Cli {
         global = true
     )]
     endpoints: String,
-    /// Namespace for the session's TTL bounds (empty = default).
+    /// The namespace to open the session in; a session takes only its namespace's names.
+    /// Empty: `acquire` and `run` use the namespace NAME falls into.
     #[arg(long, env = "LOCKD_NAMESPACE", default_value = "", global = true)]
     namespace: String,
     /// Bearer token for namespaces that require one.
     #[arg(long, env = "LOCKD_AUTH_TOKEN", global = true, hide_env_values = true)]
     auth_token: Option<String>,
+    /// A file holding the admin token (for `sessions` and other holders' session ids; it also
+    /// opens every namespace). `lockd dev` prints where its file is.
+    #[arg(long, env = "LOCKD_ADMIN_TOKEN_FILE", global = true)]
+    admin_token_file: Option<std::path::PathBuf>,
+    /// The admin token read from `--admin-token-file`.
+    #[arg(skip)]
+    admin_token: Option<String>,
     /// Machine-readable output (one JSON object per line).
     #[arg(long, global = true)]
     json: bool,
@@ -206,8 +214,27 @@ async fn main() -> ExitCode {
     if let Some(code) = child::supervisor_main().await {
         return code;
     }
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let out = Out { json: cli.json };
+    if let Some(path) = &cli.admin_token_file {
+        match std::fs::read_to_string(path) {
+            Ok(t) if !t.trim().is_empty() => cli.admin_token = Some(t.trim().to_string()),
+            Ok(_) => {
+                eprintln!(
+                    "lockctl: error: the admin token file {} is empty",
+                    path.display()
+                );
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!(
+                    "lockctl: error: reading the admin token file {}: {e}",
+                    path.display()
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
     let conflict = match &cli.cmd {
         Cmd::Acquire { hold, .. } | Cmd::Run { hold, .. } => hold.conflict_exit_code,
         _ => EXIT_NOT_ACQUIRED,
@@ -243,7 +270,8 @@ fn options(cli: &Cli, ttl: Duration) -> ClientOptions {
         client_name: host_pid(),
         ttl,
         namespace: cli.namespace.clone(),
-        auth_token: cli.auth_token.clone(),
+        // The admin token opens every namespace too.
+        auth_token: cli.admin_token.clone().or_else(|| cli.auth_token.clone()),
         request_timeout: cli.request_timeout,
         ..Default::default()
     }
@@ -402,7 +430,15 @@ async fn take(
     hold: &HoldArgs,
     signals: &mut Signals,
 ) -> Result<(Client, LockGuard), Fail> {
-    let connect = Client::connect_with(endpoints(cli), options(cli, hold.ttl));
+    let connect = async {
+        let mut opts = options(cli, hold.ttl);
+        if opts.namespace.is_empty() {
+            // A session takes only its own namespace's names: open it in NAME's.
+            let probe = Client::lazy(endpoints(cli), options(cli, hold.ttl))?;
+            opts.namespace = probe.inspect(name).await?.namespace;
+        }
+        Client::connect_with(endpoints(cli), opts).await
+    };
     let client = tokio::select! {
         r = tokio::time::timeout(cli.connect_timeout, connect) => r.map_err(|_| {
             Error::Unavailable(format!(

@@ -173,7 +173,18 @@ async fn run_passes_the_exit_code_and_refuses_a_held_lock() {
         .unwrap();
     let state: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(state["holders"][0]["token"], g.token());
+    // Listing sessions is the admin's.
     let out = lockctl(&c).args(["sessions"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"]["code"], "unauthenticated");
+    let out = lockctl(&c)
+        .arg("--admin-token-file")
+        .arg(c.admin_token_file())
+        .args(["sessions"])
+        .output()
+        .await
+        .unwrap();
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     let me = listed["sessions"]
         .as_array()
@@ -211,4 +222,30 @@ async fn run_passes_the_exit_code_and_refuses_a_held_lock() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(g.release().await.is_err(), "already released by lockctl");
+
+    // Without --namespace, lockctl opens its session in the namespace NAME falls into (a
+    // session takes only its own namespace's names); with a wrong one it says so.
+    let bare = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"));
+        cmd.args(["--endpoints", &c.endpoints(), "--json"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        cmd
+    };
+    for name in ["fast/inferred", "plain/default"] {
+        let out = bare(&["run", name, "--", "true"]).output().await.unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = bare(&["--namespace", "fast", "run", "plain/x", "--", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"]["code"], "wrong_namespace", "{err}");
 }

@@ -148,7 +148,7 @@ impl Client {
         if opts.ttl.is_zero() {
             return Err(Error::InvalidArgument("ttl must be positive".into()));
         }
-        let core = Arc::new(Core::new(opts, channels));
+        let core = Arc::new(Core::new(opts, channels)?);
         let (cmds, rx) = mpsc::unbounded_channel();
         tokio::spawn(Driver::new(core.clone(), rx).run());
         Ok(Client { core, cmds })

@@ -22,7 +22,8 @@ pub struct Leader {
     pub value: String,
     /// Its fencing token: a larger token is a later leadership.
     pub token: u64,
-    /// The leader's session.
+    /// The leader's session id: empty unless this client presents the admin token (a session
+    /// id is its session's capability, so the service shows it only to the admin).
     pub session_id: String,
 }
 

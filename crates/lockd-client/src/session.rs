@@ -21,6 +21,7 @@ use pb::session_event::Kind as Ev;
 use pb::session_request::Kind as Req;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, timeout, Instant};
+use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::{ClientOptions, Error};
@@ -47,9 +48,27 @@ pub(crate) struct Held {
 
 /// What the driver and the handles share (not the command sender: when the last handle goes,
 /// the driver sees its command channel close and closes the session).
+/// Adds the client's bearer token (`authorization: Bearer ...`) to every call, so the calls
+/// that name only a session (keepalive, close, attach, get) carry the namespace's credential.
+#[derive(Clone)]
+pub(crate) struct Bearer(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            r.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(r)
+    }
+}
+
+/// A gRPC client of one endpoint that presents the bearer token.
+pub(crate) type Rpc = LockClient<InterceptedService<Channel, Bearer>>;
+
 pub(crate) struct Core {
     pub opts: ClientOptions,
     pub channels: Vec<(String, Channel)>,
+    bearer: Bearer,
     preferred: AtomicUsize,
     pub lease: watch::Sender<Lease>,
     pub held: Mutex<HashMap<u64, Held>>,
@@ -58,22 +77,37 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub fn new(opts: ClientOptions, channels: Vec<(String, Channel)>) -> Core {
+    /// Fails if the bearer token cannot be sent as a header value.
+    pub fn new(opts: ClientOptions, channels: Vec<(String, Channel)>) -> Result<Core, Error> {
+        let bearer = match &opts.auth_token {
+            Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| {
+                Error::InvalidArgument(
+                    "auth_token must be printable ASCII (it is sent as a header)".into(),
+                )
+            })?),
+            None => None,
+        };
         let (lease, _) = watch::channel(Lease {
             gen: 0,
             session_id: String::new(),
             deadline: Instant::now(),
             lost: true,
         });
-        Core {
+        Ok(Core {
             opts,
             channels,
+            bearer: Bearer(bearer),
             preferred: AtomicUsize::new(0),
             lease,
             held: Mutex::default(),
             next_guard: AtomicU64::new(1),
             lease_expired: AtomicU64::new(0),
-        }
+        })
+    }
+
+    /// A client of endpoint `i` that presents the bearer token.
+    pub fn rpc(&self, i: usize) -> Rpc {
+        LockClient::with_interceptor(self.channels[i].1.clone(), self.bearer.clone())
     }
 
     fn preferred(&self) -> usize {
@@ -103,7 +137,7 @@ impl Core {
     /// the next node when one does not answer).
     pub async fn unary<T, F, Fut>(&self, call: F) -> Result<T, Error>
     where
-        F: FnMut(LockClient<Channel>) -> Fut,
+        F: FnMut(Rpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         self.unary_noting(call, &mut false).await
@@ -117,14 +151,14 @@ impl Core {
         maybe_landed: &mut bool,
     ) -> Result<T, Error>
     where
-        F: FnMut(LockClient<Channel>) -> Fut,
+        F: FnMut(Rpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let policy = &self.opts.retry;
         let mut attempt = 0;
         loop {
             let i = self.preferred();
-            let rpc = LockClient::new(self.channels[i].1.clone());
+            let rpc = self.rpc(i);
             let e = match timeout(self.opts.request_timeout, call(rpc)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(s)) => Error::from(s),
@@ -387,7 +421,7 @@ impl Driver {
             request_id: rid,
             kind: Some(first),
         });
-        let mut rpc = LockClient::new(self.core.channels[i].1.clone());
+        let mut rpc = self.core.rpc(i);
         let handshake = async {
             let mut stream = rpc
                 .session(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
@@ -763,15 +797,16 @@ impl Driver {
         let unsure = std::mem::take(&mut self.unsure);
         let budget = self.sess.as_ref().map_or(Duration::ZERO, |s| s.every);
         let settle = async {
-            for (name, owner) in unsure {
-                let req = pb::InspectRequest {
-                    name: name.clone(),
-                    token: self.core.opts.auth_token.clone().unwrap_or_default(),
-                };
-                let mut rpc = LockClient::new(self.core.channels[self.core.preferred()].1.clone());
-                let Ok(state) = rpc.inspect(req).await else {
-                    continue;
-                };
+            // Our own session's holds (inspect does not show other sessions' ids, and need not).
+            let req = pb::GetSessionRequest {
+                session_id: session_id.to_string(),
+            };
+            let mut rpc = self.core.rpc(self.core.preferred());
+            let Ok(detail) = rpc.get_session(req).await else {
+                return;
+            };
+            let detail = detail.into_inner();
+            for (name, _owner) in unsure {
                 let known: Vec<u64> = {
                     let held = self.core.held.lock().expect("held lock");
                     held.values()
@@ -779,11 +814,8 @@ impl Driver {
                         .map(|h| h.token)
                         .collect()
                 };
-                for h in state.into_inner().holders {
-                    if h.session_id == session_id
-                        && h.owner == owner
-                        && !known.contains(&h.fencing_token)
-                    {
+                for h in &detail.held {
+                    if h.name == name && !known.contains(&h.fencing_token) {
                         let req = self
                             .core
                             .release_request(session_id, &name, h.fencing_token);

@@ -143,6 +143,10 @@ pub(crate) struct Session {
     pub ttl_ms: u64,
     pub opened_at_ms: u64,
     pub client: Box<str>,
+    /// The name of the namespace the session was opened in: it may take only that namespace's
+    /// names. Empty only for a session restored from a format-1 snapshot (taken before sessions
+    /// recorded it), which keeps the old unrestricted behaviour until it ends.
+    pub namespace: Box<str>,
     /// (name, token) of every hold. Derived from the locks; rebuilt on restore.
     #[serde(skip)]
     pub held: BTreeSet<(Arc<str>, Token)>,
@@ -435,6 +439,7 @@ impl LockTable {
                 ttl_ms,
                 opened_at_ms: now,
                 client: client.into(),
+                namespace: ns.name.as_str().into(),
                 held: BTreeSet::new(),
                 waits: BTreeSet::new(),
             },
@@ -605,6 +610,12 @@ impl LockTable {
             .sessions
             .get(&session)
             .ok_or(Rejection::UnknownSession { session })?;
+        if !sess.namespace.is_empty() && *sess.namespace != *ns.name {
+            return Err(Rejection::WrongNamespace {
+                session_namespace: sess.namespace.to_string(),
+                name_namespace: ns.name.clone(),
+            });
+        }
         check_ttl(ns, sess.ttl_ms)?;
         let (max_waiters, max_locks) = (ns.max_waiters_per_name, ns.max_locks_per_session);
         let lease_ttl_ms = sess.ttl_ms;

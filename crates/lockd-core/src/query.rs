@@ -62,6 +62,12 @@ pub struct SessionSummary {
 }
 
 impl LockTable {
+    /// The name of the namespace `session` was opened in (empty for a session restored from a
+    /// format-1 snapshot), or `None` if the session does not exist here.
+    pub fn session_namespace(&self, session: SessionId) -> Option<&str> {
+        self.sessions.get(&session).map(|s| &*s.namespace)
+    }
+
     /// Up to `limit` sessions with ids above `after`, in id order (a page of a listing).
     pub fn session_page(&self, after: Option<SessionId>, limit: usize) -> Vec<SessionSummary> {
         let mut ids: Vec<SessionId> = self

@@ -14,8 +14,20 @@ use crate::bucket::ShardMap;
 use crate::machine::{Lock, LockTable, Mint, Session};
 use crate::types::{Namespace, SessionId};
 
-/// Bumped when the layout changes; restore refuses images of another format.
-pub const SNAPSHOT_FORMAT: u32 = 1;
+/// Bumped when the layout changes; restore reads this format and the ones listed below, and
+/// refuses any other.
+///
+/// - 2: a session records the namespace it was opened in.
+/// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
+pub const SNAPSHOT_FORMAT: u32 = 2;
+
+/// A session as format 1 wrote it.
+#[derive(Deserialize)]
+struct SessionV1 {
+    ttl_ms: u64,
+    opened_at_ms: u64,
+    client: Box<str>,
+}
 
 #[derive(Serialize)]
 struct ImageRef<'a> {
@@ -191,7 +203,7 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         let format: u32 = field(&mut seq, 0)?;
-        if format != SNAPSHOT_FORMAT {
+        if format != SNAPSHOT_FORMAT && format != 1 {
             return Err(self.fail(RestoreError::Format(format)));
         }
         self.t.now_ms = field(&mut seq, 1)?;
@@ -204,7 +216,24 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         if !self.t.namespaces.contains_key("") {
             return Err(self.fail(RestoreError::Inconsistent("no default namespace".into())));
         }
-        let sessions: Vec<(SessionId, Session)> = field(&mut seq, 4)?;
+        let sessions: Vec<(SessionId, Session)> = if format == 1 {
+            let old: Vec<(SessionId, SessionV1)> = field(&mut seq, 4)?;
+            old.into_iter()
+                .map(|(id, s)| {
+                    let s = Session {
+                        ttl_ms: s.ttl_ms,
+                        opened_at_ms: s.opened_at_ms,
+                        client: s.client,
+                        namespace: "".into(),
+                        held: Default::default(),
+                        waits: Default::default(),
+                    };
+                    (id, s)
+                })
+                .collect()
+        } else {
+            field(&mut seq, 4)?
+        };
         self.t.sessions.reserve(sessions.len());
         for (id, s) in sessions {
             self.t.sessions.insert(id, s);
@@ -340,5 +369,57 @@ mod tests {
             LockTable::restore(&broken),
             Err(RestoreError::Inconsistent(m)) if m.contains("has no session")
         ));
+    }
+
+    /// A format-1 image (sessions without their namespace) still restores: its sessions keep
+    /// their holds and stay unrestricted, while new sessions are bound to their namespace.
+    #[test]
+    fn a_format_1_image_restores_with_unrestricted_sessions() {
+        #[derive(Serialize)]
+        struct SessionV1Ref<'a> {
+            ttl_ms: u64,
+            opened_at_ms: u64,
+            client: &'a str,
+        }
+        #[derive(Serialize)]
+        struct ImageV1<'a> {
+            format: u32,
+            now_ms: u64,
+            mint: &'a Mint,
+            namespaces: Vec<&'a Namespace>,
+            sessions: Vec<(SessionId, SessionV1Ref<'a>)>,
+            locks: Vec<(&'a str, &'a Lock)>,
+            shard_map: Option<&'a ShardMap>,
+        }
+        let t = table();
+        let image = t.image();
+        let v1 = ImageV1 {
+            format: 1,
+            now_ms: image.now_ms,
+            mint: image.mint,
+            namespaces: image.namespaces.clone(),
+            sessions: image
+                .sessions
+                .iter()
+                .map(|(id, s)| {
+                    let s = SessionV1Ref {
+                        ttl_ms: s.ttl_ms,
+                        opened_at_ms: s.opened_at_ms,
+                        client: &s.client,
+                    };
+                    (*id, s)
+                })
+                .collect(),
+            locks: image.locks.clone(),
+            shard_map: image.shard_map,
+        };
+        let bytes = postcard::to_allocvec(&v1).unwrap();
+        let r = LockTable::restore(&bytes).unwrap();
+        assert_eq!(r.stats(), t.stats());
+        assert_eq!(r.session_info(SessionId(2)), t.session_info(SessionId(2)));
+        assert!(r.sessions.values().all(|s| s.namespace.is_empty()));
+        // Written back, it is the current format, and restores to the same state.
+        let again = LockTable::restore(&r.snapshot()).unwrap();
+        assert_eq!(again.snapshot(), r.snapshot());
     }
 }

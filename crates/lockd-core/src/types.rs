@@ -385,6 +385,12 @@ pub enum Rejection {
     InvalidShardMap {
         reason: String,
     },
+    // New variants go last: the wire and the log encode a variant by its index.
+    /// The name lies in another namespace than the one the session was opened in.
+    WrongNamespace {
+        session_namespace: String,
+        name_namespace: String,
+    },
 }
 
 impl Rejection {
@@ -399,6 +405,7 @@ impl Rejection {
             Rejection::UnknownSession { .. } => "session_not_found",
             Rejection::SessionExists { .. } => "session_exists",
             Rejection::UnknownNamespace { .. } => "namespace_not_found",
+            Rejection::WrongNamespace { .. } => "wrong_namespace",
             Rejection::NotHolder { .. } => "not_holder",
             Rejection::StaleToken { .. } => "stale_token",
             Rejection::AlreadyHeld { .. } => "already_held",
@@ -451,6 +458,14 @@ impl fmt::Display for Rejection {
             }
             Rejection::SessionExists { session } => write!(f, "session {session} already exists"),
             Rejection::UnknownNamespace { name } => write!(f, "namespace '{name}' does not exist"),
+            Rejection::WrongNamespace {
+                session_namespace,
+                name_namespace,
+            } => write!(
+                f,
+                "the session belongs to namespace '{session_namespace}' and cannot take names of \
+                 namespace '{name_namespace}'; open a session in that namespace"
+            ),
             Rejection::NotHolder { session, name } => {
                 write!(f, "session {session} does not hold '{name}'")
             }

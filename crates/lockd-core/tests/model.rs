@@ -46,6 +46,8 @@ struct Model {
     revision: u64,
     next_waiter: u64,
     sessions: BTreeMap<u64, u64>, // id -> ttl
+    /// id -> the namespace the session was opened in (it may take only that one's names).
+    session_ns: BTreeMap<u64, &'static str>,
     locks: BTreeMap<String, MLock>,
 }
 
@@ -152,6 +154,7 @@ impl Model {
         // Waits first; then holds, by name then token.
         let (waits, mut touched) = self.cancel_waits(s, fx);
         self.sessions.remove(&s).unwrap();
+        self.session_ns.remove(&s);
         let names: Vec<String> = self.locks.keys().cloned().collect();
         let mut released = 0;
         for n in &names {
@@ -198,21 +201,26 @@ impl Model {
     fn apply_op(&mut self, now: u64, op: &Op, fx: &mut Vec<Effect>) -> Result<Reply, Rejection> {
         match op {
             Op::OpenSession {
-                session, ttl_ms, ..
+                session,
+                ttl_ms,
+                namespace,
+                ..
             } => {
+                let ns = if namespace == "d" { "d" } else { "default" };
                 let ttl = if *ttl_ms == 0 { 15_000 } else { *ttl_ms };
                 if !(5_000..=60_000).contains(&ttl) {
                     return Err(Rejection::TtlOutOfRange {
                         ttl_ms: ttl,
                         min_ms: 5_000,
                         max_ms: 60_000,
-                        namespace: "default".into(),
+                        namespace: ns.into(),
                     });
                 }
                 if self.sessions.contains_key(&session.0) {
                     return Err(Rejection::SessionExists { session: *session });
                 }
                 self.sessions.insert(session.0, ttl);
+                self.session_ns.insert(session.0, ns);
                 Ok(Reply::SessionOpened {
                     session: *session,
                     ttl_ms: ttl,
@@ -406,6 +414,17 @@ impl Model {
                 session: SessionId(s),
             });
         };
+        let name_ns = if name.starts_with(DELAY_NS) {
+            "d"
+        } else {
+            "default"
+        };
+        if self.session_ns[&s] != name_ns {
+            return Err(Rejection::WrongNamespace {
+                session_namespace: self.session_ns[&s].into(),
+                name_namespace: name_ns.into(),
+            });
+        }
         let (max_waiters, max_locks, _) = Self::limits(name);
         let full = self.load(s) >= max_locks as usize;
         let l = self.locks.entry(name.to_string()).or_default();
@@ -531,6 +550,8 @@ fn arb_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (session.clone(), prop_oneof![Just(0u64), Just(15_000), Just(4_000)])
             .prop_map(|(session, ttl_ms)| Op::OpenSession { session, client: "c".into(), ttl_ms, namespace: String::new() }),
+        3 => (session.clone(), prop_oneof![Just("default"), Just("d"), Just("d")])
+            .prop_map(|(session, ns)| Op::OpenSession { session, client: "c".into(), ttl_ms: 0, namespace: ns.into() }),
         1 => session.clone().prop_map(|session| Op::CloseSession { session }),
         1 => prop::collection::vec(session.clone(), 0..3).prop_map(|sessions| Op::ExpireSessions { sessions }),
         10 => (session.clone(), name.clone(), owner, arb_mode(), prop_oneof![Just(0u64), Just(300), Just(2_000)], any::<bool>())

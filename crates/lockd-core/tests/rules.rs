@@ -92,6 +92,19 @@ impl H {
         s
     }
 
+    /// Opens session `id` in namespace `ns` with `ttl_ms`.
+    fn open_in(&mut self, id: u64, ns: &str, ttl_ms: u64) -> SessionId {
+        let s = SessionId(id);
+        let (reply, _) = self.ok(Op::OpenSession {
+            session: s,
+            client: format!("client-{id}"),
+            ttl_ms,
+            namespace: ns.into(),
+        });
+        assert_eq!(reply, Reply::SessionOpened { session: s, ttl_ms });
+        s
+    }
+
     fn acquire_op(s: SessionId, name: &str, mode: LockMode, wait_ms: u64) -> Op {
         Op::Acquire {
             session: s,
@@ -465,7 +478,7 @@ fn reentrancy_is_opt_in_and_counts() {
 fn lock_delay_applies_after_expiry_not_after_clean_release() {
     let mut h = H::new();
     h.put_ns("payouts/", |ns| ns.lock_delay_ms = 5_000);
-    let (a, b, c) = (h.open(1), h.open(2), h.open(3));
+    let [a, b, c] = [1, 2, 3].map(|i| h.open_in(i, "payouts", 15_000));
     let name = "payouts/m-1";
     h.token(a, name, X);
     h.acq(b, name, X, 60_000);
@@ -517,7 +530,7 @@ fn lock_delay_applies_after_expiry_not_after_clean_release() {
     h.acq(c, name, X, 60_000);
     assert_eq!(h.release(b, name, 2).1, vec![granted(2, c, name, 3)]);
     // So does a clean close.
-    let d = h.open(4);
+    let d = h.open_in(4, "payouts", 15_000);
     h.acq(d, name, X, 60_000);
     let (reply, effects) = h.ok(Op::CloseSession { session: c });
     assert_eq!(
@@ -627,7 +640,7 @@ fn only_the_holder_with_its_current_token_releases_or_extends() {
 fn the_queue_is_bounded_per_name() {
     let mut h = H::new();
     h.put_ns("hot/", |ns| ns.max_waiters_per_name = 2);
-    let s: Vec<_> = (1..=4).map(|i| h.open(i)).collect();
+    let s: Vec<_> = (1..=4).map(|i| h.open_in(i, "hot", 15_000)).collect();
     h.token(s[0], "hot/berths", X);
     h.acq(s[1], "hot/berths", X, 1_000);
     h.acq(s[2], "hot/berths", X, 1_000);
@@ -865,7 +878,7 @@ fn the_revision_can_be_raised_but_never_lowered() {
 fn sessions_hold_at_most_their_namespace_limit() {
     let mut h = H::new();
     h.put_ns("tight/", |ns| ns.max_locks_per_session = 2);
-    let (a, b) = (h.open(1), h.open(2));
+    let [a, b] = [1, 2].map(|i| h.open_in(i, "tight", 15_000));
     h.token(a, "tight/1", X);
     h.token(b, "tight/3", X);
     h.acq(a, "tight/3", X, 1_000); // a wait counts too
@@ -887,20 +900,51 @@ fn namespaces_match_the_longest_prefix_and_bound_ttls() {
     assert_eq!(h.t.namespace_for("search/shard-17").name, "search");
     assert_eq!(h.t.namespace_for("search/hot/x").name, "search-hot");
     assert_eq!(h.t.namespace_for("searchy").name, "default");
-    let a = h.open(1); // 15 s TTL: inside search's 10-30 s
-    let short = SessionId(2);
-    h.ok(Op::OpenSession {
-        session: short,
-        client: String::new(),
-        ttl_ms: 5_000,
-        namespace: String::new(),
-    });
+    let a = h.open_in(1, "search", 15_000);
     h.token(a, "search/shard-17", X);
+    // A session takes only its own namespace's names: not the default's, not a longer prefix's.
+    let d = h.open(2);
+    let wrong = |session: &str, name: &str| Rejection::WrongNamespace {
+        session_namespace: session.into(),
+        name_namespace: name.into(),
+    };
     assert_eq!(
-        h.rej(H::acquire_op(short, "search/shard-18", X, 0)),
+        h.rej(H::acquire_op(d, "search/shard-18", X, 0)),
+        wrong("default", "search")
+    );
+    assert_eq!(
+        h.rej(H::acquire_op(a, "searchy", X, 0)),
+        wrong("search", "default")
+    );
+    assert_eq!(
+        h.rej(H::acquire_op(a, "search/hot/x", X, 1_000)),
+        wrong("search", "search-hot")
+    );
+    // A TTL outside the bounds is refused at open, and at acquire once the bounds have moved.
+    assert_eq!(
+        h.rej(Op::OpenSession {
+            session: SessionId(5),
+            client: String::new(),
+            ttl_ms: 5_000,
+            namespace: "search".into(),
+        }),
         Rejection::TtlOutOfRange {
             ttl_ms: 5_000,
             min_ms: 10_000,
+            max_ms: 30_000,
+            namespace: "search".into()
+        }
+    );
+    h.put_ns("search/", |ns| {
+        ns.min_ttl_ms = 16_000;
+        ns.default_ttl_ms = 20_000;
+        ns.max_ttl_ms = 30_000;
+    });
+    assert_eq!(
+        h.rej(H::acquire_op(a, "search/shard-18", X, 0)),
+        Rejection::TtlOutOfRange {
+            ttl_ms: 15_000,
+            min_ms: 16_000,
             max_ms: 30_000,
             namespace: "search".into()
         }
@@ -1033,7 +1077,8 @@ fn queries_report_holders_waiters_and_sessions() {
 fn snapshot_restores_to_the_same_bytes_and_hash() {
     let mut h = H::new();
     h.put_ns("p/", |ns| ns.lock_delay_ms = 1_000);
-    let (a, b, c) = (h.open(1), h.open(2), h.open(3));
+    let [a, b] = [1, 2].map(|i| h.open_in(i, "p", 15_000));
+    let c = h.open(3);
     h.token(a, "p/x", X);
     h.acq(b, "p/x", X, 9_000);
     h.token(c, "s", sem(3));

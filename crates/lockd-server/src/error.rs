@@ -58,6 +58,7 @@ impl From<Rejection> for ApiError {
             | Rejection::InvalidNamespace { .. }
             | Rejection::InvalidShardMap { .. } => 400,
             Rejection::UnknownSession { .. } => 404,
+            Rejection::WrongNamespace { .. } => 403,
             Rejection::ModeConflict { .. }
             | Rejection::SessionExists { .. }
             | Rejection::NotHolder { .. }

@@ -160,10 +160,20 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
     }
 }
 
-fn lock_state(name: &str, info: Option<LockInfo>) -> pb::LockState {
+/// A session id as inspect shows it: empty where it is hidden (only the admin sees them).
+fn shown(s: SessionId) -> String {
+    if s.0 == 0 {
+        String::new()
+    } else {
+        s.to_string()
+    }
+}
+
+fn lock_state(svc: &Service, name: &str, info: Option<LockInfo>) -> pb::LockState {
     let Some(i) = info else {
         return pb::LockState {
             name: name.to_string(),
+            namespace: svc.namespace_name(name),
             ..Default::default()
         };
     };
@@ -174,7 +184,7 @@ fn lock_state(name: &str, info: Option<LockInfo>) -> pb::LockState {
             .holders
             .into_iter()
             .map(|h| pb::Holder {
-                session_id: h.session.to_string(),
+                session_id: shown(h.session),
                 owner: h.owner,
                 fencing_token: h.token,
                 mode: pb_mode(h.mode),
@@ -186,7 +196,7 @@ fn lock_state(name: &str, info: Option<LockInfo>) -> pb::LockState {
             .waiters
             .into_iter()
             .map(|w| pb::Waiter {
-                session_id: w.session.to_string(),
+                session_id: shown(w.session),
                 owner: w.owner,
                 mode: pb_mode(w.mode),
                 position: w.position,
@@ -284,10 +294,11 @@ impl Lock for GrpcApi {
         req: Request<pb::KeepAliveRequest>,
     ) -> Result<Response<pb::KeepAliveResponse>, Status> {
         let start = Instant::now();
+        let c = creds("", req.metadata());
         let out = async {
             let s = session_id("session_id", &req.get_ref().session_id)?;
             Ok(pb::KeepAliveResponse {
-                ttl_ms: self.svc.keepalive(s).await?,
+                ttl_ms: self.svc.keepalive(s, &c).await?,
             })
         }
         .await;
@@ -299,10 +310,11 @@ impl Lock for GrpcApi {
         req: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         let start = Instant::now();
+        let c = creds("", req.metadata());
         let out = async {
             let s = session_id("session_id", &req.get_ref().session_id)?;
             Ok(pb::CloseSessionResponse {
-                released: self.svc.close_session(s).await?,
+                released: self.svc.close_session(s, &c).await?,
             })
         }
         .await;
@@ -369,7 +381,7 @@ impl Lock for GrpcApi {
             .svc
             .inspect(&name, &c)
             .await
-            .map(|i| lock_state(&name, i));
+            .map(|i| lock_state(&self.svc, &name, i));
         self.finish("inspect", start, out)
     }
 
@@ -407,9 +419,10 @@ impl Lock for GrpcApi {
         req: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::SessionDetail>, Status> {
         let start = Instant::now();
+        let c = creds("", req.metadata());
         let out = async {
             let s = session_id("session_id", &req.get_ref().session_id)?;
-            let d = self.svc.session_info(s).await?;
+            let d = self.svc.session_info(s, &c).await?;
             Ok(pb::SessionDetail {
                 session_id: d.session.to_string(),
                 client: d.client,
@@ -443,6 +456,7 @@ impl Lock for GrpcApi {
         req: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
         let start = Instant::now();
+        let c = creds("", req.metadata());
         let out = async {
             let r = req.get_ref();
             let after = if r.after.is_empty() {
@@ -450,7 +464,7 @@ impl Lock for GrpcApi {
             } else {
                 Some(session_id("after", &r.after)?)
             };
-            let page = self.svc.list_sessions(after, r.limit as usize).await?;
+            let page = self.svc.list_sessions(after, r.limit as usize, &c).await?;
             Ok(pb::ListSessionsResponse {
                 sessions: page
                     .into_iter()
@@ -522,7 +536,7 @@ impl Lock for GrpcApi {
                             Some(Kind::Attach(s)) if attached.is_none() => {
                                 let r = async {
                                     let s = session_id("attach", &s)?;
-                                    let ttl_ms = svc.keepalive(s).await?;
+                                    let ttl_ms = svc.keepalive(s, &meta_creds).await?;
                                     Ok::<_, ApiError>((s, ttl_ms))
                                 }.await;
                                 match r {
@@ -600,7 +614,7 @@ async fn serve_stream_request(
     let (op, r) = match kind {
         Kind::Keepalive(_) => (
             "keepalive",
-            svc.keepalive(session)
+            svc.keepalive_authorized(session)
                 .await
                 .map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms })),
         ),
@@ -640,12 +654,12 @@ async fn serve_stream_request(
                 "inspect",
                 svc.inspect(&i.name, &c)
                     .await
-                    .map(|s| Ev::State(lock_state(&i.name, s))),
+                    .map(|s| Ev::State(lock_state(svc, &i.name, s))),
             )
         }
         Kind::Close(_) => (
             "close_session",
-            svc.close_session(session)
+            svc.end_session(session)
                 .await
                 .map(|released| Ev::Closed(pb::CloseSessionResponse { released })),
         ),

@@ -191,14 +191,18 @@ async fn open_session(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Bo
     finish(&svc, "open_session", start, r)
 }
 
-async fn session_verb(State(svc): State<Arc<Service>>, Path(rest): Path<String>) -> Response {
+async fn session_verb(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(rest): Path<String>,
+) -> Response {
     let start = Instant::now();
     let r = async {
         let (id, verb) = split_verb(&rest)?;
         let session = parse_session("session id", id)?;
         match verb {
             "keepalive" => {
-                let ttl_ms = svc.keepalive(session).await?;
+                let ttl_ms = svc.keepalive(session, &credentials(&headers)).await?;
                 Ok(json!({"ttl_s": ttl_ms / 1000, "ttl_ms": ttl_ms}))
             }
             other => Err(ApiError::new(
@@ -212,22 +216,30 @@ async fn session_verb(State(svc): State<Arc<Service>>, Path(rest): Path<String>)
     finish(&svc, "keepalive", start, r)
 }
 
-async fn close_session(State(svc): State<Arc<Service>>, Path(id): Path<String>) -> Response {
+async fn close_session(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
     let start = Instant::now();
     let r = async {
         let session = parse_session("session id", &id)?;
-        let released = svc.close_session(session).await?;
+        let released = svc.close_session(session, &credentials(&headers)).await?;
         Ok(json!({"closed": true, "released": released}))
     }
     .await;
     finish(&svc, "close_session", start, r)
 }
 
-async fn get_session(State(svc): State<Arc<Service>>, Path(id): Path<String>) -> Response {
+async fn get_session(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
     let start = Instant::now();
     let r = async {
         let session = parse_session("session id", &id)?;
-        let d = svc.session_info(session).await?;
+        let d = svc.session_info(session, &credentials(&headers)).await?;
         Ok(json!({
             "session_id": d.session.to_string(),
             "client": d.client,
@@ -249,6 +261,7 @@ struct ListQuery {
 
 async fn list_sessions(
     State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
     q: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let start = Instant::now();
@@ -262,7 +275,9 @@ async fn list_sessions(
             .map(|a| parse_session("after", a))
             .transpose()?;
         let limit = ranged("limit", q.limit, 100, 1, 1000)?;
-        let page = svc.list_sessions(after, limit as usize).await?;
+        let page = svc
+            .list_sessions(after, limit as usize, &credentials(&headers))
+            .await?;
         Ok(json!({"sessions": page.iter().map(|s| json!({
             "session_id": s.session.to_string(), "client": s.client, "ttl_ms": s.ttl_ms,
             "held": s.held, "waits": s.waits,
@@ -396,16 +411,21 @@ async fn inspect(
     let start = Instant::now();
     let r = async {
         let info = svc.inspect(&name, &credentials(&headers)).await?;
-        Ok(lock_json(&name, info))
+        Ok(lock_json(&svc, &name, info))
     }
     .await;
     finish(&svc, "inspect", start, r)
 }
 
+/// A session id as inspect shows it: `null` where it is hidden (only the admin sees them).
+fn shown(s: SessionId) -> Option<String> {
+    (s.0 != 0).then(|| s.to_string())
+}
+
 /// The lock record as GUIDE §4 shows it; a free name has no holder and no waiters.
-fn lock_json(name: &str, info: Option<lockd_core::LockInfo>) -> Value {
+fn lock_json(svc: &Service, name: &str, info: Option<lockd_core::LockInfo>) -> Value {
     let Some(i) = info else {
-        return json!({"name": name, "mode": null, "holder": null, "holders": [], "token": null,
+        return json!({"name": name, "namespace": svc.namespace_name(name), "mode": null, "holder": null, "holders": [], "token": null,
                       "held_for_ms": null, "reentry": 0, "waiters": [], "queue": [], "lock_delay_until_ms": null});
     };
     let first = i.holders.first();
@@ -414,17 +434,17 @@ fn lock_json(name: &str, info: Option<lockd_core::LockInfo>) -> Value {
         "namespace": i.namespace,
         "mode": first.map(|h| h.mode.as_str()),
         "limit": first.and_then(|h| match h.mode { LockMode::Semaphore { limit } => Some(limit), _ => None }),
-        "holder": first.map(|h| json!({"session": h.session.to_string(), "owner": h.owner})),
+        "holder": first.map(|h| json!({"session": shown(h.session), "owner": h.owner})),
         "holders": i.holders.iter().map(|h| json!({
-            "session": h.session.to_string(), "owner": h.owner, "token": h.token,
+            "session": shown(h.session), "owner": h.owner, "token": h.token,
             "mode": h.mode.as_str(), "held_for_ms": h.held_for_ms, "reentry": h.reentry,
         })).collect::<Vec<_>>(),
         "token": first.map(|h| h.token),
         "held_for_ms": first.map(|h| h.held_for_ms),
         "reentry": first.map_or(0, |h| h.reentry),
-        "waiters": i.waiters.iter().map(|w| w.session.to_string()).collect::<Vec<_>>(),
+        "waiters": i.waiters.iter().map(|w| shown(w.session)).collect::<Vec<_>>(),
         "queue": i.waiters.iter().map(|w| json!({
-            "session": w.session.to_string(), "owner": w.owner, "mode": w.mode.as_str(),
+            "session": shown(w.session), "owner": w.owner, "mode": w.mode.as_str(),
             "position": w.position, "waited_ms": w.waited_ms,
         })).collect::<Vec<_>>(),
         "lock_delay_until_ms": i.lock_delay_until_ms,

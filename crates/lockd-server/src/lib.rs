@@ -41,6 +41,8 @@ pub struct ServerConfig {
     pub namespaces: Vec<Namespace>,
     /// Append every applied grant and end of a hold or session here (JSON lines).
     pub audit_log: Option<std::path::PathBuf>,
+    /// The admin bearer token (only its digest is kept); `None` refuses every admin call.
+    pub admin_token: Option<String>,
 }
 
 /// A running node. Dropping it does not stop it: call [`Running::stop`].
@@ -91,7 +93,8 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         waits.write_audit_log(log);
     }
     let node = Node::start(cfg.node, waits.clone()).await?;
-    let mut service = Service::new(node.clone(), waits, metrics, lock_groups);
+    let mut service = Service::new(node.clone(), waits, metrics, lock_groups)
+        .with_admin_token(cfg.admin_token.as_deref());
     service.election_timeout_max_ms = election_timeout_max_ms;
     let service = Arc::new(service);
     let (stop, stop_rx) = watch::channel(false);

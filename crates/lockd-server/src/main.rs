@@ -71,6 +71,11 @@ struct Common {
     /// preferred leader (group g: the (g mod n)-th voter) so that leaders spread over nodes.
     #[arg(long)]
     no_leader_balance: bool,
+    /// A file holding the admin bearer token (16-256 printable ASCII characters): it opens the
+    /// admin calls (listing sessions, other holders' session ids, cluster operations) and every
+    /// namespace. Without it they are refused; `lockd dev` makes one in its data dir.
+    #[arg(long, env = "LOCKD_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -151,9 +156,51 @@ fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
     Ok(peers)
 }
 
+/// Reads the admin token from `path`: one line, 16-256 printable ASCII characters.
+fn read_admin_token(path: &Path) -> anyhow::Result<String> {
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the admin token file {}", path.display()))?;
+    let token = raw.trim();
+    if !(16..=256).contains(&token.len()) || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!(
+            "the admin token in {} must be 16-256 printable ASCII characters without spaces (it has {} bytes)",
+            path.display(),
+            token.len()
+        );
+    }
+    Ok(token.to_string())
+}
+
+/// `lockd dev`'s admin token: `DATA_DIR/admin-token`, made (0600, 32 random bytes as hex) if it
+/// is not there yet.
+fn dev_admin_token_file(data_dir: &Path) -> anyhow::Result<PathBuf> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = data_dir.join("admin-token");
+    if path.exists() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating the data dir {}", data_dir.display()))?;
+    let token: String = (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    writeln!(f, "{token}")?;
+    f.sync_all()?;
+    Ok(path)
+}
+
 /// What only `serve` sets.
 #[derive(Default)]
 struct ServeExtras {
+    /// The admin token file, already resolved (`lockd dev` makes one).
+    admin_token_file: Option<PathBuf>,
     audit_log: Option<PathBuf>,
     join_existing: bool,
     skip_leader_lease_check: bool,
@@ -185,6 +232,10 @@ async fn run_node(
         None => FileConfig::default()
             .namespaces()
             .map_err(anyhow::Error::msg)?,
+    };
+    let admin_token = match &extras.admin_token_file {
+        Some(path) => Some(read_admin_token(path)?),
+        None => None,
     };
     let Listen { http, grpc, peer } = listen;
     if peer == grpc || peer == http {
@@ -222,6 +273,7 @@ async fn run_node(
         peer,
         namespaces,
         audit_log: extras.audit_log,
+        admin_token,
     })
     .await?;
     eprintln!(
@@ -232,6 +284,15 @@ async fn run_node(
         running.peer_addr,
         data_dir.display()
     );
+    match &extras.admin_token_file {
+        Some(path) => eprintln!(
+            "lockd node {node_id}: admin token in {} (lockctl --admin-token-file)",
+            path.display()
+        ),
+        None => eprintln!(
+            "lockd node {node_id}: no admin token (--admin-token-file): admin calls are refused"
+        ),
+    }
     shutdown_signal().await;
     eprintln!("lockd node {node_id}: stopping");
     running.stop().await;
@@ -256,6 +317,10 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         .map(|i| format!("{}={}", i + 1, at(args.peer, i)))
         .collect();
     let peers = peers.join(",");
+    let admin = match &args.common.admin_token_file {
+        Some(p) => p.clone(),
+        None => dev_admin_token_file(&args.data_dir)?,
+    };
     let mut children: Vec<(u32, Child, String)> = Vec::new();
     for i in 0..n {
         let (http, grpc) = (at(args.http, i), at(args.grpc, i));
@@ -276,7 +341,9 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
             ])
             .args(["--election-timeout-ms", &c.election_timeout_ms.to_string()])
             .args(["--cluster-name", &c.cluster_name])
-            .args(["--snapshot-every", &c.snapshot_every.to_string()]);
+            .args(["--snapshot-every", &c.snapshot_every.to_string()])
+            .arg("--admin-token-file")
+            .arg(&admin);
         if let Some(t) = c.worker_threads {
             cmd.args(["--worker-threads", &t.to_string()]);
         }
@@ -305,6 +372,10 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         children.push((i + 1, child, line));
     }
     println!("{n} nodes running; `kill -9 <pid>` one to watch failover; Ctrl-C stops all");
+    println!(
+        "admin token in {} (lockctl --admin-token-file)",
+        admin.display()
+    );
     let mut interval = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -378,19 +449,25 @@ async fn run(cli: Cli) -> ExitCode {
                 grpc: a.grpc,
                 peer: a.peer,
             };
-            run_node(
-                1,
-                peers,
-                listen,
-                &a.data_dir,
-                &a.common,
-                ServeExtras::default(),
-            )
-            .await
+            let admin = match &a.common.admin_token_file {
+                Some(p) => Ok(p.clone()),
+                None => dev_admin_token_file(&a.data_dir),
+            };
+            match admin {
+                Ok(admin) => {
+                    let extras = ServeExtras {
+                        admin_token_file: Some(admin),
+                        ..ServeExtras::default()
+                    };
+                    run_node(1, peers, listen, &a.data_dir, &a.common, extras).await
+                }
+                Err(e) => Err(e),
+            }
         }
         Cmd::Serve(a) => match parse_peers(&a.peers) {
             Ok(peers) => {
                 let extras = ServeExtras {
+                    admin_token_file: a.common.admin_token_file.clone(),
                     audit_log: a.audit_log.clone(),
                     join_existing: a.initial_cluster_state == "existing",
                     skip_leader_lease_check: a.unsafe_negative_control.is_some(),

@@ -113,6 +113,8 @@ pub struct Service {
     buckets: Mutex<HashMap<String, Bucket>>,
     /// The grace a new leader adds to every lease (reported to session streams).
     pub election_timeout_max_ms: u64,
+    /// SHA-256 of the admin bearer token; `None` = no admin credential, admin calls refused.
+    admin_sha256: Option<String>,
 }
 
 impl Service {
@@ -129,6 +131,44 @@ impl Service {
             lock_groups,
             buckets: Mutex::default(),
             election_timeout_max_ms: 0,
+            admin_sha256: None,
+        }
+    }
+
+    /// Sets the admin credential (a bearer token; only its digest is kept).
+    pub fn with_admin_token(mut self, token: Option<&str>) -> Service {
+        self.admin_sha256 = token.map(token_digest);
+        self
+    }
+
+    /// Whether the caller presented the admin token.
+    pub fn is_admin(&self, creds: &Credentials) -> bool {
+        matches!((&self.admin_sha256, &creds.bearer), (Some(want), Some(got)) if token_digest(got) == *want)
+    }
+
+    /// 403 when the node has no admin credential, 401 without the admin token, 403 with another.
+    pub fn require_admin(&self, creds: &Credentials, what: &str) -> Result<(), ApiError> {
+        if self.admin_sha256.is_none() {
+            return Err(ApiError::new(
+                403,
+                "admin_disabled",
+                format!("{what} needs the admin credential, and this node has none configured (--admin-token-file)"),
+            ));
+        }
+        if self.is_admin(creds) {
+            return Ok(());
+        }
+        match creds.bearer {
+            None => Err(ApiError::new(
+                401,
+                "unauthenticated",
+                format!("{what} needs the admin bearer token"),
+            )),
+            Some(_) => Err(ApiError::new(
+                403,
+                "permission_denied",
+                format!("{what} needs the admin bearer token; this token is not it"),
+            )),
         }
     }
 
@@ -177,6 +217,9 @@ impl Service {
         let Some(want) = &ns.token_sha256 else {
             return Ok(());
         };
+        if self.is_admin(creds) {
+            return Ok(());
+        }
         let Some(bearer) = &creds.bearer else {
             return Err(ApiError::new(
                 401,
@@ -243,6 +286,38 @@ impl Service {
         self.route(name)
     }
 
+    /// A session is a capability of the namespace it was opened in: every operation on it needs
+    /// that namespace's credential (or the admin's). 404 if no lock group knows the session.
+    pub fn authorize_session(
+        &self,
+        session: SessionId,
+        creds: &Credentials,
+    ) -> Result<(), ApiError> {
+        let mut namespace = None;
+        for g in self.lock_group_ids() {
+            namespace = self
+                .group(g)?
+                .read_local(|t| t.session_namespace(session).map(str::to_string));
+            if namespace.is_some() {
+                break;
+            }
+        }
+        let Some(namespace) = namespace else {
+            return Err(ApiError::new(
+                404,
+                "session_not_found",
+                format!("session {session} does not exist or has expired"),
+            ));
+        };
+        // A session restored from a format-1 snapshot has no namespace: the default's rules.
+        let ns = match self.namespace_named(&namespace) {
+            Ok(ns) => ns,
+            // Its namespace was deleted: only the admin may still act on it.
+            Err(_) => return self.require_admin(creds, "a session of a deleted namespace"),
+        };
+        self.authorize(&ns, creds)
+    }
+
     async fn propose(&self, group: &Group, op: Op) -> Result<Reply, ApiError> {
         Ok(group.propose(op).await.map_err(ApiError::from)??)
     }
@@ -288,7 +363,7 @@ impl Service {
         }
         if let Some(e) = failure {
             // Do not leave a half-open session behind.
-            let _ = self.close_session(session).await;
+            let _ = self.end_session(session).await;
             return Err(e);
         }
         Ok(SessionOpened {
@@ -299,7 +374,18 @@ impl Service {
 
     /// Keeps the session alive in every group. If any group has expired it, the whole session is
     /// gone: it is closed everywhere and the caller gets 404 and starts over.
-    pub async fn keepalive(&self, session: SessionId) -> Result<u64, ApiError> {
+    pub async fn keepalive(
+        &self,
+        session: SessionId,
+        creds: &Credentials,
+    ) -> Result<u64, ApiError> {
+        self.authorize_session(session, creds)?;
+        self.keepalive_authorized(session).await
+    }
+
+    /// [`Service::keepalive`] for a caller already authorised for the session (a stream that
+    /// opened or attached it, an extend of one of its holds).
+    pub async fn keepalive_authorized(&self, session: SessionId) -> Result<u64, ApiError> {
         self.metrics.keepalives.inc();
         let groups: Vec<_> = self
             .lock_group_ids()
@@ -312,7 +398,7 @@ impl Service {
             match r {
                 Ok(t) => ttl = ttl.max(t),
                 Err(GroupError::SessionNotFound) => {
-                    let _ = self.close_session(session).await;
+                    let _ = self.end_session(session).await;
                     return Err(GroupError::SessionNotFound.into());
                 }
                 Err(e) => return Err(e.into()),
@@ -322,7 +408,18 @@ impl Service {
     }
 
     /// Closes the session everywhere, releasing all its locks at once.
-    pub async fn close_session(&self, session: SessionId) -> Result<u32, ApiError> {
+    pub async fn close_session(
+        &self,
+        session: SessionId,
+        creds: &Credentials,
+    ) -> Result<u32, ApiError> {
+        self.authorize_session(session, creds)?;
+        self.end_session(session).await
+    }
+
+    /// [`Service::close_session`] without the credential check: for the node's own clean-up and
+    /// for a stream that carries the session.
+    pub async fn end_session(&self, session: SessionId) -> Result<u32, ApiError> {
         let groups: Vec<_> = self
             .lock_group_ids()
             .into_iter()
@@ -513,11 +610,19 @@ impl Service {
                 "unexpected reply to extend",
             ));
         };
-        self.keepalive(session).await?;
+        self.keepalive_authorized(session).await?;
         Ok(lease_ttl_ms)
     }
 
-    /// A linearizable view of one name.
+    /// The name of the namespace `name` falls into (for the view of a free name).
+    pub fn namespace_name(&self, name: &str) -> String {
+        self.namespace_for(name)
+            .map(|n| n.name)
+            .unwrap_or_else(|_| "default".into())
+    }
+
+    /// A linearizable view of one name. Session ids of holders and waiters are
+    /// [`SessionId(0)`](SessionId) (never a real id) unless the caller is the admin.
     pub async fn inspect(
         &self,
         name: &str,
@@ -526,11 +631,28 @@ impl Service {
         let group = self.admit_name(name, creds)?;
         let now = group.now_ms();
         let name = name.to_string();
-        Ok(group.read(move |t| t.lock_info(&name, now)).await?)
+        let mut info = group.read(move |t| t.lock_info(&name, now)).await?;
+        // A session id is the session's capability: only the admin sees another holder's.
+        if !self.is_admin(creds) {
+            if let Some(i) = info.as_mut() {
+                for h in &mut i.holders {
+                    h.session = SessionId(0);
+                }
+                for w in &mut i.waiters {
+                    w.session = SessionId(0);
+                }
+            }
+        }
+        Ok(info)
     }
 
     /// A session's holds and waits across every lock group; 404 if no group knows it.
-    pub async fn session_info(&self, session: SessionId) -> Result<SessionDetail, ApiError> {
+    pub async fn session_info(
+        &self,
+        session: SessionId,
+        creds: &Credentials,
+    ) -> Result<SessionDetail, ApiError> {
+        self.authorize_session(session, creds)?;
         let groups = self.lock_groups_all()?;
         let infos = futures::future::join_all(
             groups
@@ -568,7 +690,9 @@ impl Service {
         &self,
         after: Option<SessionId>,
         limit: usize,
+        creds: &Credentials,
     ) -> Result<Vec<SessionSummary>, ApiError> {
+        self.require_admin(creds, "listing sessions")?;
         let limit = if limit == 0 { 100 } else { limit.min(1000) };
         let groups = self.lock_groups_all()?;
         let pages = futures::future::join_all(
@@ -648,10 +772,7 @@ impl Service {
     /// A client reports that a lease ran out while it was still working (the metric that says
     /// TTLs are too short or holders too slow).
     pub fn report_lease_expired(&self, name: &str) {
-        let ns = self
-            .namespace_for(name)
-            .map(|n| n.name)
-            .unwrap_or_else(|_| "default".into());
+        let ns = self.namespace_name(name);
         self.metrics.lease_expired_while_holding(&ns);
     }
 

@@ -79,14 +79,14 @@ async fn unary_flows_and_errors() {
         (false, a.as_str(), 1)
     );
 
-    let state = cl
-        .inspect(pb::InspectRequest {
-            name: "payouts/m-1".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    // Another holder's session id is the admin's to see.
+    let inspect = |token: &str| pb::InspectRequest {
+        name: "payouts/m-1".into(),
+        token: token.into(),
+    };
+    let state = cl.inspect(inspect("")).await.unwrap().into_inner();
+    assert_eq!(state.holders[0].session_id, "");
+    let state = cl.inspect(inspect(ADMIN_TOKEN)).await.unwrap().into_inner();
     assert_eq!(state.holders.len(), 1);
     assert_eq!(
         (
@@ -149,14 +149,51 @@ async fn unary_flows_and_errors() {
         code_of(&auth),
         (Code::Unauthenticated, "unauthenticated".into())
     );
-    let ok = cl
+    let wrong = cl
         .acquire(pb::AcquireRequest {
             token: SECURE_TOKEN.into(),
             ..acq(&a, "secure/x", 0)
         })
         .await
+        .unwrap_err();
+    assert_eq!(
+        code_of(&wrong),
+        (Code::PermissionDenied, "wrong_namespace".into())
+    );
+    let sec = cl
+        .open_session(pb::OpenSessionRequest {
+            client: "sec".into(),
+            namespace: "secure".into(),
+            token: SECURE_TOKEN.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let ok = cl
+        .acquire(pb::AcquireRequest {
+            token: SECURE_TOKEN.into(),
+            ..acq(&sec, "secure/x", 0)
+        })
+        .await
         .unwrap();
     assert!(ok.into_inner().acquired);
+    // Its session is the secure namespace's: keepalive needs the token (gRPC metadata).
+    let keep = || pb::KeepAliveRequest {
+        session_id: sec.clone(),
+    };
+    let refused = cl.keep_alive(keep()).await.unwrap_err();
+    assert_eq!(
+        code_of(&refused),
+        (Code::Unauthenticated, "unauthenticated".into())
+    );
+    let mut authed = tonic::Request::new(keep());
+    authed.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {SECURE_TOKEN}").parse().unwrap(),
+    );
+    assert!(cl.keep_alive(authed).await.is_ok());
 
     // A unary waiting acquire returns when the holder releases.
     let mut cl2 = cl.clone();
@@ -200,17 +237,26 @@ async fn unary_flows_and_errors() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(detail.held.len(), 4);
-    let page = cl
+    assert_eq!(detail.held.len(), 3);
+    let refused = cl
         .list_sessions(pb::ListSessionsRequest::default())
         .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(page.sessions.len(), 2);
+        .unwrap_err();
+    assert_eq!(
+        code_of(&refused),
+        (Code::Unauthenticated, "unauthenticated".into())
+    );
+    let mut list = tonic::Request::new(pb::ListSessionsRequest::default());
+    list.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {ADMIN_TOKEN}").parse().unwrap(),
+    );
+    let page = cl.list_sessions(list).await.unwrap().into_inner();
+    assert_eq!(page.sessions.len(), 3);
     assert!(page
         .sessions
         .iter()
-        .any(|s| s.session_id == a && s.held == 4));
+        .any(|s| s.session_id == a && s.held == 3));
     let closed = cl
         .close_session(pb::CloseSessionRequest {
             session_id: a.clone(),
@@ -219,8 +265,8 @@ async fn unary_flows_and_errors() {
         .unwrap()
         .into_inner();
     assert_eq!(
-        closed.released, 4,
-        "m-1 was released; idx, one, cfg (one hold, re-entered), secure/x remain"
+        closed.released, 3,
+        "m-1 was released; idx, one, cfg (one hold, re-entered) remain"
     );
     c.stop_all().await;
 }
@@ -330,7 +376,7 @@ async fn the_session_stream_pushes_wake_ups() {
     // Reads ride the stream too, and a bad name is refused without ending it.
     let id = s.send(Req::Inspect(pb::InspectRequest {
         name: "search/shard-17".into(),
-        ..Default::default()
+        token: ADMIN_TOKEN.into(),
     }));
     let ev = s.event().await;
     assert_eq!(ev.request_id, id);

@@ -70,7 +70,7 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
         json!({"acquired": false, "holder": "payout-worker-17/batch-2210", "queue_position": 1, "lock_delay_until_ms": null})
     );
 
-    let info = h.inspect(name).await;
+    let info = h.admin().inspect(name).await;
     assert_eq!(
         info["holder"],
         json!({"session": s1, "owner": "payout-worker-17/batch-2210"})
@@ -100,7 +100,7 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     assert_eq!(r.body["held"][0]["name"], name);
     assert_eq!(r.body["held"][0]["token"], t1);
 
-    let r = h.get("/v1/sessions?limit=10").await;
+    let r = h.admin().get("/v1/sessions?limit=10").await;
     assert_eq!(r.status, 200);
     let listed: Vec<_> = r.body["sessions"]
         .as_array()
@@ -113,10 +113,13 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     assert_eq!(listed, want);
     let first = &r.body["sessions"][0];
     assert_eq!(first["held"], if want[0] == s1 { 1 } else { 0 });
-    let r = h.get(&format!("/v1/sessions?after={}", want[0])).await;
+    let r = h
+        .admin()
+        .get(&format!("/v1/sessions?after={}", want[0]))
+        .await;
     assert_eq!(r.body["sessions"].as_array().unwrap().len(), 1);
-    assert_eq!(h.get("/v1/sessions?limit=0").await.status, 400);
-    assert_eq!(h.get("/v1/sessions?after=zz").await.status, 400);
+    assert_eq!(h.admin().get("/v1/sessions?limit=0").await.status, 400);
+    assert_eq!(h.admin().get("/v1/sessions?after=zz").await.status, 400);
     let r = h.release(name, &s1, t1).await;
     assert_eq!(
         (r.status, r.body.clone()),
@@ -170,7 +173,7 @@ async fn waiters_are_granted_in_fifo_order_on_release() {
         until_waiters(&h, name, i + 1).await;
         sessions.push(s);
     }
-    assert_eq!(h.inspect(name).await["waiters"], json!(sessions));
+    assert_eq!(h.admin().inspect(name).await["waiters"], json!(sessions));
     // Each release hands the lock to the next waiter, whose long poll returns at once.
     let mut prev = (holder, t0);
     for (i, w) in waits.into_iter().enumerate() {
@@ -270,7 +273,7 @@ async fn closing_a_session_frees_all_and_wakes_waiters() {
     );
     assert_eq!(wait.await.unwrap()["acquired"], true);
     assert_eq!(h.inspect("x/1").await["holder"], json!(null));
-    assert_eq!(h.inspect("x/2").await["holder"]["session"], b);
+    assert_eq!(h.admin().inspect("x/2").await["holder"]["session"], b);
     assert_eq!(
         h.post(&format!("/v1/sessions/{a}:keepalive"), json!({}))
             .await
@@ -315,7 +318,7 @@ async fn lock_delay_holds_a_name_after_its_holder_expires() {
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut saw_delay = false;
     while !wait.is_finished() {
-        let info = h.inspect("fast/job").await;
+        let info = h.admin().inspect("fast/job").await;
         if info["holder"].is_null() && !info["lock_delay_until_ms"].is_null() {
             assert_eq!(
                 info["waiters"],
@@ -348,9 +351,13 @@ async fn every_bad_input_gets_its_error_and_changes_nothing() {
         .as_u64()
         .unwrap();
     // Fill tight/q's queue (1 waiter) so the next waiter is refused.
-    let w = h.session("w", 15).await;
+    let [st, w, ot] = [
+        h.session_in("st", 15, "tight").await,
+        h.session_in("w", 15, "tight").await,
+        h.session_in("ot", 15, "tight").await,
+    ];
     assert_eq!(
-        h.acquire("tight/q", json!({"session_id": s})).await.body["acquired"],
+        h.acquire("tight/q", json!({"session_id": st})).await.body["acquired"],
         true
     );
     let hh = h.clone();
@@ -472,9 +479,16 @@ async fn every_bad_input_gets_its_error_and_changes_nothing() {
         (
             "queue full",
             acq("tight/q"),
-            json!({"session_id": other, "wait_ms": 1_000}),
+            json!({"session_id": ot, "wait_ms": 1_000}),
             429,
             "queue_full",
+        ),
+        (
+            "a name outside the session's namespace",
+            acq("tight/other"),
+            json!({"session_id": s}),
+            403,
+            "wrong_namespace",
         ),
         (
             "unknown verb",
@@ -559,12 +573,18 @@ async fn tokens_guard_namespaces_and_budgets_throttle() {
         .await;
     assert_eq!(r.status, 401);
     assert_eq!(h.inspect_status("secure/a").await, 401);
-    let r = h
-        .with_token(SECURE_TOKEN)
-        .acquire("secure/a", json!({"session_id": s}))
-        .await;
+    // The right token, but a session of the default namespace: it cannot take secure's names.
+    let secure = h.with_token(SECURE_TOKEN);
+    let r = secure.acquire("secure/a", json!({"session_id": s})).await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str().unwrap()),
+        (403, "wrong_namespace")
+    );
+    let sec = secure.session_in("sec", 15, "secure").await;
+    let r = secure.acquire("secure/a", json!({"session_id": sec})).await;
     assert_eq!((r.status, r.body["acquired"].clone()), (200, json!(true)));
     // limited/: 3 ops/s with a burst of 3.
+    let s = h.session_in("lim", 15, "limited").await;
     let mut statuses = Vec::new();
     let mut retry = None;
     for i in 0..6 {
@@ -583,5 +603,90 @@ async fn tokens_guard_namespaces_and_budgets_throttle() {
     );
     assert!(statuses.contains(&429), "{statuses:?}");
     assert!(retry.is_some(), "429 carries Retry-After");
+    c.stop_all().await;
+}
+
+/// A session is a capability of its namespace: without that namespace's token (or the admin's)
+/// nobody can keep it alive, close it, read it or list it, and a refusal changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_capabilities_of_their_namespace() {
+    let (mut c, h) = single().await;
+    let secure = h.with_token(SECURE_TOKEN);
+    let other = h.with_token(OTHER_TOKEN);
+    let sec = secure.session_in("payout-worker", 15, "secure").await;
+    let t = secure
+        .acquire("secure/a", json!({"session_id": sec}))
+        .await
+        .body["token"]
+        .as_u64()
+        .unwrap();
+    let open = h.session("open-worker", 15).await;
+    let code = |r: &Resp| {
+        (
+            r.status,
+            r.body["error"]["code"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let keepalive = |s: &str| format!("/v1/sessions/{s}:keepalive");
+    let session = |s: &str| format!("/v1/sessions/{s}");
+
+    let before = c.hashes(0);
+    for (who, client, status, err) in [
+        ("no token", &h, 401, "unauthenticated"),
+        (
+            "another namespace's token",
+            &other,
+            403,
+            "permission_denied",
+        ),
+    ] {
+        let r = client.post(&keepalive(&sec), json!({})).await;
+        assert_eq!(code(&r), (status, err.into()), "keepalive with {who}");
+        let r = client.delete(&session(&sec)).await;
+        assert_eq!(code(&r), (status, err.into()), "close with {who}");
+        let r = client.get(&session(&sec)).await;
+        assert_eq!(code(&r), (status, err.into()), "get with {who}");
+    }
+    // Listing sessions is the admin's, whatever namespace token is shown.
+    assert_eq!(
+        code(&h.get("/v1/sessions").await),
+        (401, "unauthenticated".into())
+    );
+    assert_eq!(
+        code(&secure.get("/v1/sessions").await),
+        (403, "permission_denied".into())
+    );
+    assert_eq!(before, c.hashes(0), "a refused call changed the state");
+    assert_eq!(
+        h.admin().inspect("secure/a").await["holder"]["session"],
+        sec.as_str(),
+        "the lock is still held"
+    );
+
+    // With the namespace's token: keepalive and get; inspect shows no session id but the admin's.
+    assert_eq!(secure.post(&keepalive(&sec), json!({})).await.status, 200);
+    assert_eq!(secure.get(&session(&sec)).await.body["held"][0]["token"], t);
+    let seen = secure.inspect("secure/a").await;
+    assert_eq!(
+        (seen["holder"]["session"].clone(), seen["token"].clone()),
+        (json!(null), json!(t))
+    );
+    let r = h.admin().get("/v1/sessions").await;
+    let listed: Vec<&str> = r.body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        listed.contains(&sec.as_str()) && listed.contains(&open.as_str()),
+        "{listed:?}"
+    );
+    // A session of the open default namespace: its id is the capability, no token needed.
+    assert_eq!(h.post(&keepalive(&open), json!({})).await.status, 200);
+    // The namespace's token closes it, and frees its lock.
+    let r = secure.delete(&session(&sec)).await;
+    assert_eq!((r.status, r.body["released"].clone()), (200, json!(1)));
+    assert_eq!(secure.inspect("secure/a").await["holder"], json!(null));
     c.stop_all().await;
 }

@@ -106,6 +106,9 @@ impl Drop for Proc {
     }
 }
 
+/// The admin credential of every test cluster (in `DIR/admin-token`).
+pub const ADMIN_TOKEN: &str = "admin-token-for-tests";
+
 pub struct Cluster {
     pub nodes: Vec<Proc>,
     pub grpc: Vec<String>,
@@ -121,6 +124,7 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("namespaces.toml");
         std::fs::write(&config, NAMESPACES).unwrap();
+        std::fs::write(dir.path().join("admin-token"), ADMIN_TOKEN).unwrap();
         let ports = free_ports(3 * n);
         let addr = |p: &u16| format!("127.0.0.1:{p}");
         let grpc: Vec<String> = ports[..n].iter().map(addr).collect();
@@ -146,6 +150,8 @@ impl Cluster {
                 .args(["--groups", &groups.to_string()])
                 .arg("--config")
                 .arg(&config)
+                .arg("--admin-token-file")
+                .arg(dir.path().join("admin-token"))
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)
@@ -161,6 +167,11 @@ impl Cluster {
         };
         c.wait_ready(groups).await;
         c
+    }
+
+    /// The file holding [`ADMIN_TOKEN`], for `--admin-token-file`.
+    pub fn admin_token_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("admin-token")
     }
 
     async fn wait_ready(&self, groups: u32) {

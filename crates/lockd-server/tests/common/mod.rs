@@ -13,6 +13,8 @@ use tokio::net::TcpListener;
 
 pub const SECURE_TOKEN: &str = "secure-token-1";
 pub const OTHER_TOKEN: &str = "other-token-12";
+/// The admin credential every test node has.
+pub const ADMIN_TOKEN: &str = "admin-token-for-tests";
 
 fn ns(name: &str, f: impl FnOnce(&mut Namespace)) -> Namespace {
     let mut n = Namespace::default_namespace();
@@ -83,6 +85,7 @@ pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
             peer,
             namespaces: namespaces(),
             audit_log: None,
+            admin_token: Some(ADMIN_TOKEN.into()),
         }));
     }
     let nodes = futures::future::join_all(starts)
@@ -176,6 +179,11 @@ impl Http {
             base,
             token: None,
         }
+    }
+
+    /// The same client, presenting the admin token.
+    pub fn admin(&self) -> Http {
+        self.with_token(ADMIN_TOKEN)
     }
 
     pub fn with_token(&self, token: &str) -> Http {
