@@ -120,7 +120,10 @@ mod tests {
         assert!(matches!(g.propose(open.clone()).await, Ok(Ok(_))));
         disk.fail();
         assert!(g.propose(open).await.is_err());
-        let why = stopped.await.unwrap().expect("a storage error is a failure");
+        let why = stopped
+            .await
+            .unwrap()
+            .expect("a storage error is a failure");
         assert!(why.contains("simulated disk failure"), "{why}");
         node.shutdown().await;
     }

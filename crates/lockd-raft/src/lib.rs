@@ -31,6 +31,7 @@ mod identity;
 mod leader;
 mod node;
 mod peer;
+mod private;
 mod raft;
 mod replica;
 mod tracker;

@@ -174,7 +174,7 @@ impl LogStore {
     /// Opens (or creates) the log in `dir`, cutting a torn tail record if there is one and
     /// refusing a corrupt one (module docs).
     pub(crate) fn open(dir: &Path, timing: Option<SyncTiming>) -> io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        crate::private::dir(dir)?;
         if let Some(cut) = repair_tail(dir)? {
             error!(dir = %dir.display(), "log tail torn by a crash: {cut}");
         }
@@ -192,6 +192,8 @@ impl LogStore {
                 e
             }
         })?;
+        // raft-log made its chunk and lock files under the process umask.
+        crate::private::files_quietly(dir)?;
         Ok(LogStore {
             rl: Arc::new(Mutex::new(rl)),
             timing,
