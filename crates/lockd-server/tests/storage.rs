@@ -39,8 +39,31 @@ fn serve(dir: &Path, [http, grpc, peer]: &[String; 3], prefix: &str) -> Command 
     cmd
 }
 
-/// Waits for `child` to exit (at most `limit`), then returns its status and stderr.
-fn wait_exit(mut child: Child, limit: Duration) -> (ExitStatus, String) {
+/// A `lockd` process, killed if a test gives up on it.
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn spawn(mut cmd: Command) -> Proc {
+        Proc(Some(cmd.spawn().unwrap()))
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().unwrap()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits for the process to exit (at most `limit`), then returns its status and stderr.
+fn wait_exit(mut p: Proc, limit: Duration) -> (ExitStatus, String) {
+    let mut child = p.0.take().unwrap();
     let deadline = Instant::now() + limit;
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
@@ -95,7 +118,8 @@ async fn acquire(http: &str, session: &str, name: &str) -> Result<reqwest::Statu
         .map_err(|e| e.to_string())
 }
 
-fn sigterm(child: &Child) {
+fn sigterm(child: &mut Proc) {
+    let child = child.child();
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -119,7 +143,7 @@ async fn a_corrupt_log_record_is_a_clear_startup_failure() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("node-1");
     let addrs = ports();
-    let child = serve(&dir, &addrs, "").spawn().unwrap();
+    let mut child = Proc::spawn(serve(&dir, &addrs, ""));
     let session = open_session(&addrs[0]).await;
     for i in 0..5 {
         assert!(acquire(&addrs[0], &session, &format!("jobs/{i}"))
@@ -127,7 +151,7 @@ async fn a_corrupt_log_record_is_a_clear_startup_failure() {
             .unwrap()
             .is_success());
     }
-    sigterm(&child);
+    sigterm(&mut child);
     let (status, stderr) = wait_exit(child, Duration::from_secs(20));
     assert!(status.success(), "{status}; stderr:\n{stderr}");
 
@@ -137,7 +161,7 @@ async fn a_corrupt_log_record_is_a_clear_startup_failure() {
     *bytes.last_mut().unwrap() ^= 0x20;
     std::fs::write(&chunk, &bytes).unwrap();
 
-    let child = serve(&dir, &addrs, "").spawn().unwrap();
+    let child = Proc::spawn(serve(&dir, &addrs, ""));
     let (status, stderr) = wait_exit(child, Duration::from_secs(20));
     assert_eq!(status.code(), Some(1), "stderr:\n{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
@@ -158,14 +182,13 @@ async fn a_storage_error_while_serving_exits_non_zero() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("node-1");
     let addrs = ports();
-    let mut child = serve(&dir, &addrs, "trap '' XFSZ; ulimit -f 64;")
-        .spawn()
-        .unwrap();
+    // 64 blocks: 32 KiB in the 512-byte blocks of POSIX sh, 64 KiB in bash's.
+    let mut child = Proc::spawn(serve(&dir, &addrs, "trap '' XFSZ; ulimit -f 64;"));
     let session = open_session(&addrs[0]).await;
-    // Fill group 1's log past 64 KiB: each acquire appends a few hundred bytes.
+    // Fill group 1's log past the cap: each acquire appends a few hundred bytes.
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut i = 0;
-    while child.try_wait().unwrap().is_none() {
+    while child.child().try_wait().unwrap().is_none() {
         assert!(
             Instant::now() < deadline,
             "lockd still running after 60 s of writes"
