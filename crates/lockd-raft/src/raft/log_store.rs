@@ -19,7 +19,8 @@
 //!   record follows it (a damaged length field). That record may be an entry this node
 //!   acknowledged, so dropping it could lose a committed write: the log is refused with an
 //!   error naming the file and the byte offset, and the node does not start. The recovery is
-//!   to wipe the data dir and rejoin the cluster as a new node id (docs/INVARIANTS.md, S3).
+//!   to wipe the data dir and rejoin the cluster as a new node id (docs/INVARIANTS.md,
+//!   *Storage*).
 //!
 //! raft-log's own truncation is off (`truncate_incomplete_record = false`): it would also cut
 //! a record whose damaged length runs past the end, and everything after it. (Caveat of a
@@ -217,7 +218,7 @@ impl LogStore {
 const RECOVERY: &str = "lockd refuses to start rather than drop records this node may have \
      acknowledged. Recovery: move this node's data dir aside (or wipe it) and add the node back \
      to the cluster under a new --node-id with an empty data dir (--initial-cluster-state \
-     existing); never restart it under the same node id (docs/INVARIANTS.md, S3)";
+     existing); never restart it under the same node id (docs/INVARIANTS.md, Storage)";
 
 /// The newest chunk file of the log in `dir`, if any.
 fn newest_chunk(dir: &Path) -> io::Result<Option<PathBuf>> {
