@@ -4,7 +4,7 @@
 //! (which would route names to groups that hold none of their locks).
 //!
 //! The file is `identity` in the data dir, plain `key = value` lines, written to a temporary
-//! file, fsync'd and renamed (a crash leaves either no file or a whole one).
+//! file, fsync'd and renamed (a crash leaves either no file or a whole one), mode 0600.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -75,7 +75,11 @@ impl Identity {
 
     /// Checks `self` against the identity recorded in `dir`, or records it if there is none.
     /// Returns whether it was recorded now (a first start, or a dir from before identities).
+    /// The first thing a start does to its data dir, so it also makes the dir private: created
+    /// 0700 or tightened to it, its files 0600 (`private.rs`).
     pub fn check_or_record(&self, dir: &Path) -> Result<bool, String> {
+        crate::private::dir(dir)
+            .map_err(|e| format!("cannot make the data dir {} private: {e}", dir.display()))?;
         let path = dir.join(FILE);
         match std::fs::read_to_string(&path) {
             Ok(text) => {
@@ -120,9 +124,8 @@ impl Identity {
     }
 
     fn write(&self, dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!("{FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = crate::private::create_file(&tmp)?;
         f.write_all(self.encode().as_bytes())?;
         f.sync_all()?;
         std::fs::rename(&tmp, dir.join(FILE))?;

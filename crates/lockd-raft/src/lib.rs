@@ -9,8 +9,9 @@
 //! * **session expiry** — `tracker`: the leader's in-memory keepalive deadlines, restarted at
 //!   full TTL + election timeout on every new leader; expiries are proposed, never local;
 //! * **ticks** — `leader`: a `Tick` is proposed when group time reaches the table's next timer;
-//! * **durability** — `raft::log_store` (raft-log WAL, fdatasync before an entry counts, torn or
-//!   corrupt tail cut on open) and `raft::state_machine` (snapshots written tmp → fsync → rename);
+//! * **durability** — `raft::log_store` (raft-log WAL, fdatasync before an entry counts, a torn
+//!   tail cut and a corrupt record refused on open; a group whose storage fails reports it through
+//!   [`Node::fatal`]) and `raft::state_machine` (snapshots written tmp → fsync → rename);
 //! * **routing** — `group`: proposals, keepalives and reads on a follower are forwarded to the
 //!   leader over the peer gRPC service (`peer`);
 //! * **leader placement** — `balance`: each group's preferred leader, spread over the voters, and
@@ -24,11 +25,13 @@ mod balance;
 mod clock;
 mod config;
 mod error;
+mod fatal;
 mod group;
 mod identity;
 mod leader;
 mod node;
 mod peer;
+mod private;
 mod raft;
 mod replica;
 mod tracker;
@@ -39,6 +42,7 @@ pub use audit::AuditEvent;
 pub use clock::NodeClock;
 pub use config::{NodeConfig, Storage};
 pub use error::{GroupError, StartError};
+pub use fatal::GroupFailure;
 pub use group::{Group, GroupStatus, ProposeResult};
 pub use identity::Identity;
 pub use node::Node;

@@ -29,6 +29,8 @@ pub struct Node {
     /// graceful server shutdown would otherwise wait for.
     pipes_closing: watch::Sender<bool>,
     shutting_down: AtomicBool,
+    /// The first group that stopped by itself (`fatal.rs`).
+    pub(crate) failed: watch::Sender<Option<crate::GroupFailure>>,
 }
 
 fn validate(cfg: &NodeConfig) -> Result<(), StartError> {
@@ -136,6 +138,12 @@ impl Node {
             .values()
             .map(|g| tokio::spawn(crate::leader::run(g.clone(), stop.subscribe())))
             .collect();
+        let (failed, _) = watch::channel(None);
+        duties.extend(
+            groups
+                .values()
+                .map(|g| tokio::spawn(crate::fatal::watch_group(g.clone(), failed.clone()))),
+        );
         if timing.balance_leaders {
             let all = groups.values().cloned().collect();
             duties.push(tokio::spawn(crate::balance::run(
@@ -152,6 +160,7 @@ impl Node {
             stop,
             pipes_closing: watch::channel(false).0,
             shutting_down: AtomicBool::new(false),
+            failed,
         }))
     }
 

@@ -30,9 +30,15 @@ struct Line<'a> {
 }
 
 impl AuditLog {
-    /// Opens (creating or appending to) `path`.
+    /// Opens (creating or appending to) `path`; a new file is 0600 (it names sessions and
+    /// owners), like the data dir's files.
     pub fn open(path: &Path) -> std::io::Result<AuditLog> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
         Ok(AuditLog {
             file: Mutex::new(file),
         })

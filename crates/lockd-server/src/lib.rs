@@ -92,7 +92,10 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
             .with_context(|| format!("opening audit log {}", path.display()))?;
         waits.write_audit_log(log);
     }
-    let node = Node::start(cfg.node, waits.clone()).await?;
+    // StartError's message already carries its cause; as an anyhow chain, `{:#}` repeated it.
+    let node = Node::start(cfg.node, waits.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut service = Service::new(node.clone(), waits, metrics, lock_groups)
         .with_admin_token(cfg.admin_token.as_deref());
     service.election_timeout_max_ms = election_timeout_max_ms;

@@ -293,10 +293,27 @@ async fn run_node(
             "lockd node {node_id}: no admin token (--admin-token-file): admin calls are refused"
         ),
     }
-    shutdown_signal().await;
-    eprintln!("lockd node {node_id}: stopping");
-    running.stop().await;
-    Ok(())
+    // A group whose storage failed cannot serve again in this process: exit non-zero so that a
+    // supervisor restarts the node (which replays its log, or refuses a damaged one).
+    let fatal = running.service.node.fatal();
+    tokio::select! {
+        _ = shutdown_signal() => {
+            eprintln!("lockd node {node_id}: stopping");
+            running.stop().await;
+            Ok(())
+        }
+        failure = fatal => {
+            eprintln!(
+                "lockd node {node_id}: {failure}; stopping with an error so that a supervisor \
+                 restarts it"
+            );
+            let stop = tokio::time::timeout(Duration::from_secs(10), running.stop());
+            if stop.await.is_err() {
+                eprintln!("lockd node {node_id}: the stop took over 10 s; exiting anyway");
+            }
+            bail!("node {node_id}: {failure}")
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -5,19 +5,34 @@
 //! callback (openraft then acks it / counts the leader in the quorum). Votes and truncations
 //! wait for their fsync before returning.
 //!
-//! **Damaged tail.** Every record is checksummed. raft-log itself cuts an *incomplete* last
-//! record (a torn write) on open, but refuses to open a chunk whose last record is complete and
-//! corrupt (bit rot, a misdirected write). [`repair_tail`] handles that: it scans the tail chunk,
-//! cuts the file at the end of the last record that decodes and passes its checksum, fsyncs,
-//! and logs the cut loudly. Raft then restores the cut entries from the leader. (Caveat: a cut
-//! record could be a vote; a node that lost a vote could vote again in that term. That is the
-//! same exposure as any torn write and needs a second damaged node to matter.)
+//! **Damaged tail.** Every record is checksummed, but framed without a length of its own: a
+//! record is its type, its fields (each a length-prefixed value) and a crc32. Before raft-log
+//! opens the log, [`repair_tail`] scans the newest chunk and tells two kinds of damage apart:
+//!
+//! * a *torn write*: the last record is incomplete (the file ends before the lengths it
+//!   declares) and no whole record follows it, or the file ends in zeros (space whose length
+//!   reached the disk before its data, as on ext4 `data=writeback`). Nothing there was ever
+//!   fsync'd, so nothing there was acknowledged: the chunk is cut before it, fsync'd, and the
+//!   cut is logged loudly. Raft then restores whatever the leader has from the leader;
+//! * *corruption*: a complete record with a bad checksum or undecodable fields (bit rot, a
+//!   misdirected write), or a record whose length runs past the end of the file while a whole
+//!   record follows it (a damaged length field). That record may be an entry this node
+//!   acknowledged, so dropping it could lose a committed write: the log is refused with an
+//!   error naming the file and the byte offset, and the node does not start. The recovery is
+//!   to wipe the data dir and rejoin the cluster as a new node id (docs/INVARIANTS.md,
+//!   *Storage*).
+//!
+//! raft-log's own truncation is off (`truncate_incomplete_record = false`): it would also cut
+//! a record whose damaged length runs past the end, and everything after it. (Caveat of a
+//! legitimate cut: a cut record could be a vote; a node that lost an unsynced vote could vote
+//! again in that term. That is the same exposure as any torn write and needs a second damaged
+//! node to matter.)
 
 use std::fmt::Debug;
 use std::fs::OpenOptions;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::ops::{Bound, RangeBounds};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{IOFlushed, RaftLogStorage};
@@ -140,7 +155,8 @@ pub(crate) struct LogStore {
 fn raft_log_config(dir: &Path) -> raft_log::Config {
     let mut cfg = raft_log::Config::new(dir.display());
     cfg.wal.chunk_max_size = Some(CHUNK_MAX_BYTES);
-    cfg.wal.truncate_incomplete_record = Some(true);
+    // Only `repair_tail` decides what may be cut (module docs).
+    cfg.wal.truncate_incomplete_record = Some(false);
     // The flush worker waits this long for more writes before each fdatasync. Its 1 ms default
     // put a millisecond on every commit of an idle group (twice: leader, then follower). Zero:
     // group commit comes from the entries, not from here. One append (one entry of up to 256
@@ -156,20 +172,29 @@ fn raft_log_config(dir: &Path) -> raft_log::Config {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log in `dir`, cutting a damaged tail record if there is one.
+    /// Opens (or creates) the log in `dir`, cutting a torn tail record if there is one and
+    /// refusing a corrupt one (module docs).
     pub(crate) fn open(dir: &Path, timing: Option<SyncTiming>) -> io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        crate::private::dir(dir)?;
+        if let Some(cut) = repair_tail(dir)? {
+            error!(dir = %dir.display(), "log tail torn by a crash: {cut}");
+        }
         let cfg = Arc::new(raft_log_config(dir));
-        let rl = match RaftLog::<RlTypes>::open(cfg.clone()) {
-            Ok(rl) => rl,
-            Err(first) => match repair_tail(dir)? {
-                Some(cut) => {
-                    error!(dir = %dir.display(), error = %first, "log tail damaged: {cut}; reopening");
-                    RaftLog::<RlTypes>::open(cfg)?
-                }
-                None => return Err(first),
-            },
-        };
+        let rl = RaftLog::<RlTypes>::open(cfg).map_err(|e| {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof
+            ) {
+                io::Error::new(
+                    e.kind(),
+                    format!("the log in {} is damaged: {e}; {RECOVERY}", dir.display()),
+                )
+            } else {
+                e
+            }
+        })?;
+        // raft-log made its chunk and lock files under the process umask.
+        crate::private::files_quietly(dir)?;
         Ok(LogStore {
             rl: Arc::new(Mutex::new(rl)),
             timing,
@@ -189,10 +214,15 @@ impl LogStore {
     }
 }
 
-/// Scans the newest chunk of the log in `dir` and cuts it after the last record that decodes
-/// with a valid checksum. Returns a description of the cut, or `None` if the tail is intact.
-pub(crate) fn repair_tail(dir: &Path) -> io::Result<Option<String>> {
-    let mut tail: Option<(u64, std::path::PathBuf)> = None;
+/// What the operator does about a damaged log; part of every refusal.
+const RECOVERY: &str = "lockd refuses to start rather than drop records this node may have \
+     acknowledged. Recovery: move this node's data dir aside (or wipe it) and add the node back \
+     to the cluster under a new --node-id with an empty data dir (--initial-cluster-state \
+     existing); never restart it under the same node id (docs/INVARIANTS.md, Storage)";
+
+/// The newest chunk file of the log in `dir`, if any.
+fn newest_chunk(dir: &Path) -> io::Result<Option<PathBuf>> {
+    let mut tail: Option<(u64, PathBuf)> = None;
     for ent in std::fs::read_dir(dir)? {
         let ent = ent?;
         let name = ent.file_name();
@@ -203,53 +233,99 @@ pub(crate) fn repair_tail(dir: &Path) -> io::Result<Option<String>> {
             }
         }
     }
-    let Some((_, path)) = tail else {
+    Ok(tail.map(|(_, p)| p))
+}
+
+/// Decodes one record from the start of `b`; its length on success.
+fn decode_record(b: &[u8]) -> io::Result<usize> {
+    let mut r = b;
+    RaftLogRecord::<RlTypes>::decode(&mut r)?;
+    Ok(b.len() - r.len())
+}
+
+/// Cheap filter for [`whole_record_after`]: could a record start at `b`? Every record begins
+/// with its type (0..=5, big-endian u32); the first field of types 0-4 is a small log id or
+/// vote (3: an option tag first). Keeps the scan from decoding garbage lengths at every byte.
+fn may_start_record(b: &[u8]) -> bool {
+    if b.len() < 16 || b[..3] != [0, 0, 0] {
+        return false;
+    }
+    let first_len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+    match b[3] {
+        0 | 1 | 2 | 4 => (1..=64).contains(&first_len),
+        3 => b[4] <= 1,
+        5 => true,
+        _ => false,
+    }
+}
+
+/// The offset (from the start of `rest`, past its first byte) of a record that decodes whole
+/// and passes its checksum, if any: a bad record followed by a good one was not the torn end
+/// of a write.
+fn whole_record_after(rest: &[u8]) -> Option<usize> {
+    (1..rest.len())
+        .find(|&off| may_start_record(&rest[off..]) && decode_record(&rest[off..]).is_ok())
+}
+
+/// Scans the newest chunk of the log in `dir`. A torn tail (an incomplete last record, or
+/// trailing zeros) is cut and described in the returned string; `None` if the tail is intact.
+/// Any other bad record is corruption: an `InvalidData` error naming the file, the byte offset
+/// and the recovery, and the file is left as it is.
+pub(crate) fn repair_tail(dir: &Path) -> io::Result<Option<String>> {
+    let Some(path) = newest_chunk(dir)? else {
         return Ok(None);
     };
-    let file_len = std::fs::metadata(&path)?.len();
-    let mut reader = Counting {
-        inner: BufReader::new(std::fs::File::open(&path)?),
-        pos: 0,
-    };
-    let mut good = 0u64;
-    let mut records = 0u64;
-    while good < file_len {
-        match RaftLogRecord::<RlTypes>::decode(&mut reader) {
-            Ok(_) => {
-                good = reader.pos;
+    let data = std::fs::read(&path)?;
+    let (mut at, mut records) = (0usize, 0u64);
+    let err = loop {
+        if at == data.len() {
+            return Ok(None);
+        }
+        match decode_record(&data[at..]) {
+            Ok(n) => {
+                at += n;
                 records += 1;
             }
-            Err(e) => {
-                warn!(file = %path.display(), offset = good, error = %e, "bad log record");
-                break;
-            }
+            Err(e) => break e,
         }
-    }
-    if good >= file_len {
-        return Ok(None);
-    }
+    };
+    let rest = &data[at..];
+    let corrupt = |why: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "corrupt log record in {} at byte {at} (after {records} good records, {} bytes \
+                 before the end of the file): {why}; {RECOVERY}",
+                path.display(),
+                rest.len()
+            ),
+        )
+    };
+    let torn = if err.kind() == io::ErrorKind::UnexpectedEof {
+        if let Some(off) = whole_record_after(rest) {
+            return Err(corrupt(format!(
+                "it runs past the end of the file ({err}), yet a whole record starts at byte {}, \
+                 so its length is damaged, not torn",
+                at + off
+            )));
+        }
+        "an incomplete last record"
+    } else if rest.iter().all(|&b| b == 0) {
+        "zeros where the last records were never written"
+    } else {
+        return Err(corrupt(format!(
+            "a complete record that fails to decode: {err}"
+        )));
+    };
+    warn!(file = %path.display(), offset = at, error = %err, "torn log tail: {torn}");
     let f = OpenOptions::new().write(true).open(&path)?;
-    f.set_len(good)?;
+    f.set_len(at as u64)?;
     f.sync_all()?;
     Ok(Some(format!(
-        "cut {} after {records} good records at byte {good}, dropping {} damaged bytes",
+        "cut {} after {records} good records at byte {at}, dropping {} bytes of {torn}",
         path.display(),
-        file_len - good
+        rest.len()
     )))
-}
-
-/// A reader that counts the bytes consumed, so a scan knows where each record ends.
-struct Counting<R> {
-    inner: R,
-    pos: u64,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -394,12 +470,11 @@ mod tests {
         assert!(blank < one);
     }
 
-    #[test]
-    fn corrupt_last_record_is_cut_on_open() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("log");
+    /// A log in `dir` holding the votes of terms 1..=4, one record each; the chunk file and
+    /// the byte offset where each record starts (and the file's end).
+    fn log_of_four_votes(dir: &Path) -> (PathBuf, Vec<u64>) {
         {
-            let store = LogStore::open(&dir, None).unwrap();
+            let store = LogStore::open(dir, None).unwrap();
             let mut rl = store.lock();
             for term in 1..=4 {
                 rl.save_vote(Pc(vote(term))).unwrap();
@@ -408,29 +483,113 @@ mod tests {
             rl.flush(true, Some(FlushCb::Wait(tx))).unwrap();
             rx.blocking_recv().unwrap().unwrap();
         }
-        // Flip a bit in the last record's checksum.
-        let chunk = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .max()
-            .unwrap();
+        let chunk = newest_chunk(dir).unwrap().unwrap();
+        let data = std::fs::read(&chunk).unwrap();
+        let mut offsets = vec![0u64];
+        let mut at = 0;
+        while at < data.len() {
+            at += decode_record(&data[at..]).unwrap();
+            offsets.push(at as u64);
+        }
+        // The chunk's initial checkpoint, then the four votes.
+        assert_eq!(offsets.len(), 6, "{offsets:?}");
+        (chunk, offsets)
+    }
+
+    fn xor_byte(path: &Path, at: u64, mask: u8) {
         let mut f = OpenOptions::new()
             .read(true)
             .write(true)
-            .open(&chunk)
+            .open(path)
             .unwrap();
-        let len = f.metadata().unwrap().len();
         let mut b = [0u8; 1];
-        f.seek(SeekFrom::Start(len - 1)).unwrap();
+        f.seek(SeekFrom::Start(at)).unwrap();
         f.read_exact(&mut b).unwrap();
-        f.seek(SeekFrom::Start(len - 1)).unwrap();
-        f.write_all(&[b[0] ^ 1]).unwrap();
-        drop(f);
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(&[b[0] ^ mask]).unwrap();
+    }
 
-        // raft-log alone refuses to open; our adapter cuts the record and opens.
-        assert!(RaftLog::<RlTypes>::open(Arc::new(raft_log_config(&dir))).is_err());
-        let store = LogStore::open(&dir, None).unwrap();
-        assert_eq!(store.lock().log_state().vote().map(|v| v.0), Some(vote(3)));
-        assert!(std::fs::metadata(&chunk).unwrap().len() < len);
+    fn last_vote(dir: &Path) -> Option<Vote> {
+        let store = LogStore::open(dir, None).unwrap();
+        let v = store.lock().log_state().vote().map(|v| v.0);
+        v
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_on_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let (chunk, offsets) = log_of_four_votes(&dir);
+        let len = offsets[5];
+        // The crash tore the last write: the file ends 3 bytes short of the last vote's end.
+        OpenOptions::new()
+            .write(true)
+            .open(&chunk)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        assert_eq!(last_vote(&dir), Some(vote(3)));
+        assert_eq!(std::fs::metadata(&chunk).unwrap().len(), offsets[4]);
+    }
+
+    #[test]
+    fn trailing_zeros_are_cut_on_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let (chunk, offsets) = log_of_four_votes(&dir);
+        // The file's length reached the disk before its data (ext4 data=writeback).
+        let mut f = OpenOptions::new().append(true).open(&chunk).unwrap();
+        f.write_all(&[0u8; 100]).unwrap();
+        drop(f);
+        assert_eq!(last_vote(&dir), Some(vote(4)));
+        assert_eq!(std::fs::metadata(&chunk).unwrap().len(), offsets[5]);
+    }
+
+    /// Before: the record was cut (with every record after it) and the log opened without it.
+    #[test]
+    fn a_complete_record_with_a_bad_checksum_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let (chunk, offsets) = log_of_four_votes(&dir);
+        let len = offsets[5];
+        // Bit rot in the last record's checksum: complete, and wrong.
+        xor_byte(&chunk, len - 1, 1);
+        let e = LogStore::open(&dir, None)
+            .err()
+            .expect("a corrupt record is refused");
+        let msg = e.to_string();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(msg.contains(&chunk.display().to_string()), "{msg}");
+        assert!(msg.contains(&format!("at byte {}", offsets[4])), "{msg}");
+        assert!(msg.contains("new --node-id"), "{msg}");
+        // Nothing was cut: an operator (or a tool) can still look at the record.
+        assert_eq!(std::fs::metadata(&chunk).unwrap().len(), len);
+
+        // The same in a record that has others after it.
+        xor_byte(&chunk, len - 1, 1);
+        xor_byte(&chunk, offsets[3] - 1, 0x10);
+        let msg = LogStore::open(&dir, None).err().unwrap().to_string();
+        assert!(msg.contains(&format!("at byte {}", offsets[2])), "{msg}");
+    }
+
+    /// A damaged length field makes a complete record look as if it ran past the end of the
+    /// file. Before: raft-log itself cut it and every record after it, silently.
+    #[test]
+    fn a_damaged_length_followed_by_records_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let (chunk, offsets) = log_of_four_votes(&dir);
+        // The second vote's length prefix (after its 4-byte type) grows by 2^24.
+        xor_byte(&chunk, offsets[2] + 4, 1);
+        let msg = LogStore::open(&dir, None)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(msg.contains(&format!("at byte {}", offsets[2])), "{msg}");
+        assert!(
+            msg.contains(&format!("a whole record starts at byte {}", offsets[3])),
+            "{msg}"
+        );
+        assert_eq!(std::fs::metadata(&chunk).unwrap().len(), offsets[5]);
     }
 }

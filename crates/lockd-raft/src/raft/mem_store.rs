@@ -43,6 +43,8 @@ struct Disk {
     flush_delay: (Duration, Duration),
     flushes: u64,
     dropped: u64,
+    /// Set by [`MemStorage::fail`]: every later write fails.
+    failed: bool,
 }
 
 /// One node's simulated disk (see the module docs). Shared by the node's groups; survives the
@@ -74,6 +76,7 @@ impl MemStorage {
                 flush_delay,
                 flushes: 0,
                 dropped: 0,
+                failed: false,
             }),
         })
     }
@@ -86,6 +89,12 @@ impl MemStorage {
     /// the node's tasks; a node started afterwards sees only the durable state.
     pub fn crash(&self) {
         self.lock().generation += 1;
+    }
+
+    /// The disk fails: every write from now on returns an I/O error and becomes durable
+    /// nowhere, as a dying disk's fsync would (openraft then stops the group: `fatal.rs`).
+    pub fn fail(&self) {
+        self.lock().failed = true;
     }
 
     /// (completed flushes, flushes dropped by a crash) so far.
@@ -126,6 +135,9 @@ impl MemStorage {
         if d.generation != gen {
             d.dropped += 1;
             return Err(io::Error::other("simulated crash: write lost"));
+        }
+        if d.failed {
+            return Err(io::Error::other("simulated disk failure"));
         }
         d.flushes += 1;
         f(d.groups.entry(group).or_default());

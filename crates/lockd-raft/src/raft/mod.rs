@@ -400,6 +400,22 @@ impl RaftGroup {
         RoleChanges(self.raft.server_metrics())
     }
 
+    /// Resolves once this group's Raft core has ended: with openraft's reason if it stopped
+    /// by itself (a storage error, a panic), `None` after [`RaftGroup::shutdown`]. Wakes on
+    /// role changes only (the server metrics), never per entry; the core drops that channel
+    /// when it ends, after recording why in the full metrics.
+    pub(crate) async fn stopped(&self) -> Option<String> {
+        let mut roles = self.role_changes();
+        while roles.changed().await.is_ok() {}
+        let metrics = self.raft.metrics();
+        let running = metrics.borrow_watched().running_state.clone();
+        match running {
+            Err(openraft::error::Fatal::Stopped) => None,
+            Err(e) => Some(e.to_string()),
+            Ok(()) => Some("its Raft core ended without saying why".into()),
+        }
+    }
+
     /// Serves one openraft RPC from a peer (postcard in, postcard out).
     pub(crate) async fn serve(
         &self,

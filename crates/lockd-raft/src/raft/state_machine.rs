@@ -127,7 +127,7 @@ impl SnapshotStore {
         sum.update(&head);
         sum.update(data);
         let tmp = dir.join("snapshot.bin.tmp");
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = crate::private::create_file(&tmp)?;
         f.write_all(&head)?;
         f.write_all(data)?;
         f.write_all(&sum.digest().to_le_bytes())?;
@@ -223,7 +223,7 @@ impl StateMachine {
     ) -> io::Result<StateMachine> {
         let current = match &backend {
             SnapshotBackend::Disk(dir) => {
-                std::fs::create_dir_all(dir)?;
+                crate::private::dir(dir)?;
                 SnapshotStore::load(dir)?
             }
             SnapshotBackend::Memory { disk, group, .. } => disk.load_snapshot(*group),

@@ -1,0 +1,209 @@
+//! `lockd serve` and its storage, through the binary as an operator runs it: a corrupt log
+//! record is a clear startup failure (non-zero exit, the file and byte offset on stderr, no
+//! panic), and a storage error while serving stops the process with a non-zero exit naming the
+//! group, so that a supervisor restarts it.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Three loopback ports (HTTP, gRPC, peer), all held while picked so none repeats.
+fn ports() -> [String; 3] {
+    let ls: Vec<TcpListener> = (0..3)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let a: Vec<String> = ls
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    [a[0].clone(), a[1].clone(), a[2].clone()]
+}
+
+/// `lockd serve` for a one-node cluster with one lock group, run by `sh -c PREFIX; exec lockd`.
+fn serve(dir: &Path, [http, grpc, peer]: &[String; 3], prefix: &str) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("{prefix} exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_lockd"))
+        .args(["serve", "--node-id", "1", "--peers", &format!("1={peer}")])
+        .args([
+            "--http", http, "--grpc", grpc, "--peer", peer, "--groups", "1",
+        ])
+        .arg("--data-dir")
+        .arg(dir)
+        .env("LOCKD_LOG", "warn,lockd_server=info,lockd_raft=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// A `lockd` process, killed if a test gives up on it.
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn spawn(mut cmd: Command) -> Proc {
+        Proc(Some(cmd.spawn().unwrap()))
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().unwrap()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits for the process to exit (at most `limit`), then returns its status and stderr.
+fn wait_exit(mut p: Proc, limit: Duration) -> (ExitStatus, String) {
+    let mut child = p.0.take().unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "lockd did not exit within {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let Output { status, stderr, .. } = child.wait_with_output().unwrap();
+    (status, String::from_utf8_lossy(&stderr).into_owned())
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// Opens a session once the node answers; its id.
+async fn open_session(http: &str) -> String {
+    let c = http_client();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = c
+            .post(format!("http://{http}/v1/sessions"))
+            .json(&serde_json::json!({"client": "storage-test", "ttl_s": 60}))
+            .send()
+            .await;
+        if let Ok(r) = r {
+            if r.status().is_success() {
+                let v: serde_json::Value = r.json().await.unwrap();
+                return v["session_id"].as_str().unwrap().to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "no session within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn acquire(http: &str, session: &str, name: &str) -> Result<reqwest::StatusCode, String> {
+    http_client()
+        .post(format!("http://{http}/v1/locks/{name}:acquire"))
+        .json(&serde_json::json!({"session_id": session, "owner": "o".repeat(200)}))
+        .send()
+        .await
+        .map(|r| r.status())
+        .map_err(|e| e.to_string())
+}
+
+fn sigterm(child: &mut Proc) {
+    let child = child.child();
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+fn newest_chunk(log_dir: &Path) -> PathBuf {
+    let mut files: Vec<_> = std::fs::read_dir(log_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+        .collect();
+    files.sort();
+    files.pop().expect("a wal chunk")
+}
+
+/// Before: the corrupt record was cut and the node started without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_log_record_is_a_clear_startup_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node-1");
+    let addrs = ports();
+    let mut child = Proc::spawn(serve(&dir, &addrs, ""));
+    let session = open_session(&addrs[0]).await;
+    for i in 0..5 {
+        assert!(acquire(&addrs[0], &session, &format!("jobs/{i}"))
+            .await
+            .unwrap()
+            .is_success());
+    }
+    sigterm(&mut child);
+    let (status, stderr) = wait_exit(child, Duration::from_secs(20));
+    assert!(status.success(), "{status}; stderr:\n{stderr}");
+
+    // Bit rot in the last byte of group 1's log: a complete record whose checksum fails.
+    let chunk = newest_chunk(&dir.join("group-1").join("log"));
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x20;
+    std::fs::write(&chunk, &bytes).unwrap();
+
+    let child = Proc::spawn(serve(&dir, &addrs, ""));
+    let (status, stderr) = wait_exit(child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "stderr:\n{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("lockd: group 1: "), "{stderr}");
+    assert_eq!(last.matches("corrupt log record in").count(), 1, "{stderr}");
+    assert!(last.contains(&chunk.display().to_string()), "{stderr}");
+    assert!(last.contains("at byte "), "{stderr}");
+    assert!(last.contains("new --node-id"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(std::fs::read(&chunk).unwrap(), bytes, "nothing was cut");
+}
+
+/// A real I/O error on the WAL: `ulimit -f` caps the size of files the process may write
+/// (SIGXFSZ ignored, so a write past it fails with EFBIG, as on a full or failing disk).
+/// Before: the group's Raft core stopped and the process kept running, answering 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_error_while_serving_exits_non_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node-1");
+    let addrs = ports();
+    // 64 blocks: 32 KiB in the 512-byte blocks of POSIX sh, 64 KiB in bash's.
+    let mut child = Proc::spawn(serve(&dir, &addrs, "trap '' XFSZ; ulimit -f 64;"));
+    let session = open_session(&addrs[0]).await;
+    // Fill group 1's log past the cap: each acquire appends a few hundred bytes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut i = 0;
+    while child.child().try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "lockd still running after 60 s of writes"
+        );
+        let name = format!("fill/{i}/{}", "n".repeat(400));
+        let _ = acquire(&addrs[0], &session, &name).await;
+        i += 1;
+    }
+    let (status, stderr) = wait_exit(child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "stderr:\n{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("lockd: node 1: group 1 stopped: "),
+        "{stderr}"
+    );
+    assert!(last.contains("File too large"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
