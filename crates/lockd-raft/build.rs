@@ -22,6 +22,7 @@ fn main() {
         .method(method("read_index", "ReadIndex"))
         .method(method("batch", "Batch"))
         .method(method("transfer_leader", "TransferLeader"))
+        .method(method("member", "Member"))
         .method(
             tonic_build::manual::Method::builder()
                 .name("pipe")

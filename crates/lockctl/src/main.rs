@@ -76,6 +76,38 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum MembersCmd {
+    /// Every group's members: peer address, role, leader, lag (entries behind the leader).
+    List,
+    /// Add node ID (started with `lockd serve --initial-cluster-state existing`) to groups: a
+    /// learner first, a voter once it has caught up. Idempotent.
+    Add {
+        node_id: u64,
+        /// The new node's peer address (its `--peer`), IP:PORT.
+        peer_addr: String,
+        /// Only these groups (comma-separated ids); default every group.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<u32>,
+    },
+    /// Remove node ID from groups (a leader hands its groups over first). Idempotent.
+    Remove {
+        node_id: u64,
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<u32>,
+    },
+    /// Replace a node (e.g. one whose disk died) by a new node id: add NEW first, then remove
+    /// OLD, group by group, so no group is ever short of a replica. Node ids are never reused.
+    Replace {
+        old_id: u64,
+        new_id: u64,
+        /// The new node's peer address, IP:PORT.
+        peer_addr: String,
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<u32>,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Every node's groups: leader, term, members, applied index, revision.
     Status,
@@ -87,6 +119,11 @@ enum Cmd {
         name: String,
         #[command(flatten)]
         hold: HoldArgs,
+    },
+    /// Group members: list them, add, remove or replace a node (needs --admin-token-file).
+    Members {
+        #[command(subcommand)]
+        cmd: MembersCmd,
     },
     /// List live sessions (a page), or show one session's holds and waits.
     Sessions {
@@ -286,6 +323,7 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
             out.print(lock_json(&s), || lock_human(&s));
             Ok(())
         }
+        Cmd::Members { cmd } => members(cli, out, cmd).await,
         Cmd::Sessions {
             session,
             after,
@@ -468,6 +506,71 @@ async fn take(
             Err(Fail::Code(128 + n as u8))
         }
     }
+}
+
+async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
+    let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+    let r = match cmd {
+        MembersCmd::List => c.list_members().await?,
+        MembersCmd::Add {
+            node_id,
+            peer_addr,
+            groups,
+        } => c.add_member(*node_id, peer_addr, groups).await?,
+        MembersCmd::Remove { node_id, groups } => c.remove_member(*node_id, groups).await?,
+        MembersCmd::Replace {
+            old_id,
+            new_id,
+            peer_addr,
+            groups,
+        } => {
+            if old_id == new_id {
+                eprintln!(
+                    "lockctl: error: a replacement needs a new node id (ids are never reused)"
+                );
+                return Err(Fail::Code(2));
+            }
+            c.add_member(*new_id, peer_addr, groups).await?;
+            c.remove_member(*old_id, groups).await?
+        }
+    };
+    let groups: Vec<Value> = r
+        .groups
+        .iter()
+        .map(|g| {
+            let members: Vec<Value> = g
+                .members
+                .iter()
+                .map(|m| json!({"node_id": m.node_id, "peer_addr": m.peer_addr, "role": m.role, "leader": m.leader, "lag": m.lag}))
+                .collect();
+            json!({"group": g.group, "leader": g.leader, "joint": g.joint, "members": members})
+        })
+        .collect();
+    out.print(json!({ "groups": groups }), || {
+        let mut t = String::from("group  node  role     leader  lag     peer");
+        for g in &r.groups {
+            for m in &g.members {
+                let lag = m.lag.map_or("-".to_string(), |l| l.to_string());
+                t.push_str(&format!(
+                    "\n{:>5}  {:>4}  {:<7}  {:<6}  {:<6}  {}",
+                    g.group,
+                    m.node_id,
+                    m.role,
+                    if m.leader { "yes" } else { "" },
+                    lag,
+                    m.peer_addr
+                ));
+            }
+            if g.joint {
+                t.push_str(&format!(
+                    "\n{:>5}  (a membership change is half done; repeat it to finish)",
+                    g.group
+                ));
+            }
+        }
+        t
+    });
+    Ok(())
 }
 
 async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {

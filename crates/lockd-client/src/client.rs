@@ -282,6 +282,54 @@ impl Client {
             .map(|r| r.sessions)
     }
 
+    /// Every group's members (addresses, roles, lag) as each group's leader sees them. Needs
+    /// the admin token as [`ClientOptions::auth_token`].
+    pub async fn list_members(&self) -> Result<pb::ListMembersResponse, Error> {
+        self.core
+            .admin(|mut c| async move { c.list_members(pb::ListMembersRequest {}).await })
+            .await
+    }
+
+    /// Adds node `node_id` (peer address `peer_addr`) to `groups` (empty = every group): a
+    /// learner first, promoted once caught up. Idempotent; needs the admin token.
+    pub async fn add_member(
+        &self,
+        node_id: u64,
+        peer_addr: &str,
+        groups: &[u32],
+    ) -> Result<pb::ListMembersResponse, Error> {
+        let req = pb::AddMemberRequest {
+            node_id,
+            peer_addr: peer_addr.to_string(),
+            groups: groups.to_vec(),
+        };
+        self.core
+            .admin(|mut c| {
+                let req = req.clone();
+                async move { c.add_member(req).await }
+            })
+            .await
+    }
+
+    /// Removes node `node_id` from `groups` (empty = every group). Idempotent; needs the admin
+    /// token.
+    pub async fn remove_member(
+        &self,
+        node_id: u64,
+        groups: &[u32],
+    ) -> Result<pb::ListMembersResponse, Error> {
+        let req = pb::RemoveMemberRequest {
+            node_id,
+            groups: groups.to_vec(),
+        };
+        self.core
+            .admin(|mut c| {
+                let req = req.clone();
+                async move { c.remove_member(req).await }
+            })
+            .await
+    }
+
     /// The status of the node the client currently talks to: its groups, leaders, terms.
     pub async fn status(&self) -> Result<pb::StatusResponse, Error> {
         self.core

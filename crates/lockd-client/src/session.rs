@@ -64,6 +64,9 @@ impl tonic::service::Interceptor for Bearer {
 
 /// A gRPC client of one endpoint that presents the bearer token.
 pub(crate) type Rpc = LockClient<InterceptedService<Channel, Bearer>>;
+/// The same for the `Admin` service.
+pub(crate) type AdminRpc =
+    lockd_proto::v1::admin_client::AdminClient<InterceptedService<Channel, Bearer>>;
 
 pub(crate) struct Core {
     pub opts: ClientOptions,
@@ -108,6 +111,40 @@ impl Core {
     /// A client of endpoint `i` that presents the bearer token.
     pub fn rpc(&self, i: usize) -> Rpc {
         LockClient::with_interceptor(self.channels[i].1.clone(), self.bearer.clone())
+    }
+
+    /// An `Admin` client of endpoint `i` that presents the bearer token (the admin's).
+    pub fn admin_rpc(&self, i: usize) -> AdminRpc {
+        lockd_proto::v1::admin_client::AdminClient::with_interceptor(
+            self.channels[i].1.clone(),
+            self.bearer.clone(),
+        )
+    }
+
+    /// An admin call on the preferred node, moving on to the next node while one does not
+    /// answer. Not retried otherwise: the service makes each admin call idempotent and waits for
+    /// leaders itself, so a caller that sees a failure repeats the whole call.
+    pub async fn admin<T, F, Fut>(&self, mut call: F) -> Result<T, Error>
+    where
+        F: FnMut(AdminRpc) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut last = None;
+        for _ in 0..self.channels.len() {
+            let i = self.preferred();
+            match call(self.admin_rpc(i)).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) => {
+                    let e = Error::from(s);
+                    if !matches!(e, Error::Unavailable(_)) {
+                        return Err(e);
+                    }
+                    self.rotate(i);
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Unavailable("no endpoints".into())))
     }
 
     fn preferred(&self) -> usize {

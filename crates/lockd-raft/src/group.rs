@@ -107,6 +107,10 @@ impl Group {
         &self.raft
     }
 
+    pub(crate) fn peers(&self) -> &Peers {
+        &self.peers
+    }
+
     pub(crate) fn replica(&self) -> &Replica {
         &self.replica
     }

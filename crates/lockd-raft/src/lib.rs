@@ -45,7 +45,7 @@ pub use error::{GroupError, StartError};
 pub use fatal::GroupFailure;
 pub use group::{Group, GroupStatus, ProposeResult};
 pub use identity::Identity;
-pub use node::Node;
+pub use node::{MemberCall, Node};
 pub use peer::{Method as PeerMethod, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
 pub use raft::{seed_thread_rng, MemStorage, MemberError, Membership};

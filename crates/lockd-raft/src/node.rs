@@ -19,6 +19,23 @@ use crate::raft::{MemberError, Membership, RaftGroup};
 use crate::replica::Replica;
 use crate::{EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError};
 
+/// How long [`Node::member_call`] waits for a group to have a leader it can reach.
+const MEMBER_CALL_LEADER_WAIT: Duration = Duration::from_secs(10);
+/// How long a forwarded membership call may take: adding a member waits for it to catch up,
+/// which for a large group means a snapshot.
+const MEMBER_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A membership call an operator makes on a group (through the admin API).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum MemberCall {
+    /// Only read the membership, as the leader sees it.
+    Describe,
+    /// Add node `id` at peer address `addr` as a learner, wait for it to catch up, promote it.
+    Add { id: NodeId, addr: String },
+    /// Remove node `id` (handing leadership away first if it leads).
+    Remove { id: NodeId },
+}
+
 /// Every group hosted by this process.
 pub struct Node {
     node_id: NodeId,
@@ -209,6 +226,78 @@ impl Node {
             .ok_or_else(|| MemberError::Refused(format!("this node hosts no group {group}")))
     }
 
+    /// A membership call on group `group`, sent to its leader wherever it is: this node serves
+    /// it if it leads, else forwards it over the peer port to the leader it knows of (following
+    /// a hand-over, waiting out an election, repeating a forward that failed: every call is
+    /// idempotent). Answers the membership after
+    /// the call, as the leader sees it (with each member's lag).
+    pub async fn member_call(
+        &self,
+        group: GroupId,
+        call: MemberCall,
+    ) -> Result<Membership, MemberError> {
+        let g = self.member_group(group)?;
+        let deadline = tokio::time::Instant::now() + MEMBER_CALL_LEADER_WAIT;
+        let mut last = MemberError::NotLeader { leader: None };
+        while tokio::time::Instant::now() < deadline {
+            let r = match g.raft().role().leader {
+                Some(l) if l == self.node_id => self.member_call_local(group, &call).await,
+                Some(l) => {
+                    let payload = postcard::to_allocvec(&call)
+                        .map_err(|e| MemberError::Unavailable(e.to_string()))?;
+                    match g
+                        .peers()
+                        .call(l, Method::Member, group, payload, MEMBER_CALL_TIMEOUT)
+                        .await
+                    {
+                        Ok(bytes) => postcard::from_bytes(&bytes).map_err(|e| {
+                            MemberError::Unavailable(format!("bad reply from node {l}: {e}"))
+                        })?,
+                        // Every member call is idempotent, so a failed forward is simply
+                        // repeated (the leader may have died: wait for the next one).
+                        Err(st) => {
+                            last = MemberError::Unavailable(format!(
+                                "forwarding to leader node {l} failed ({}: {})",
+                                st.code(),
+                                st.message()
+                            ));
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    }
+                }
+                None => Err(MemberError::NotLeader { leader: None }),
+            };
+            match r {
+                // A hand-over or an election is under way: ask again shortly.
+                Err(e @ MemberError::NotLeader { .. }) => last = e,
+                other => return other,
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(last)
+    }
+
+    /// Serves a membership call on this node only (the leader's side of [`Node::member_call`]).
+    pub(crate) async fn member_call_local(
+        &self,
+        group: GroupId,
+        call: &MemberCall,
+    ) -> Result<Membership, MemberError> {
+        let g = self.member_group(group)?;
+        if !g.raft().role().is_leader {
+            return Err(MemberError::NotLeader {
+                leader: g.raft().role().leader,
+            });
+        }
+        match call {
+            MemberCall::Describe => {}
+            MemberCall::Add { id, addr } => self.add_member(group, *id, addr).await?,
+            MemberCall::Remove { id } => self.remove_member(group, *id).await?,
+        }
+        Ok(g.raft().membership())
+    }
+
     /// On group `group`'s leader: makes node `id` (peer address `addr`) a voter. It joins as a
     /// learner first and is promoted only once it has caught up (by log or snapshot), so the
     /// group never counts on a voter that cannot vote yet. Idempotent: repeating a finished or
@@ -236,6 +325,11 @@ impl Node {
         let raft = g.raft();
         let role = raft.role();
         if role.is_leader && id == self.node_id {
+            if raft.membership().voters == [id] {
+                return Err(MemberError::Refused(format!(
+                    "node {id} is the group's only voter"
+                )));
+            }
             let to = raft
                 .membership()
                 .voters

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use lockd_core::SessionId;
-use lockd_raft::{GroupId, MemberError, NodeId};
+use lockd_raft::{GroupId, MemberCall, MemberError, NodeId};
 
 /// Runs a membership call on group `g`'s leader, following `NotLeader` hints (and waiting out
 /// elections and hand-offs) until it succeeds.
@@ -62,15 +62,40 @@ async fn grow_from_three_to_five_replicas_and_shrink_onto_other_nodes() {
         cfg.join_existing = true;
         nodes.push(start(cfg).await);
     }
+    // Through the admin path: a member that does not lead the group forwards the call to the
+    // leader over the peer port.
     for &g in &groups {
+        let follower = nodes[..3]
+            .iter()
+            .find(|n| !n.node.group(g).unwrap().status().is_leader)
+            .unwrap();
         for id in [4u64, 5] {
             let addr = addrs[id as usize - 1].clone();
-            on_leader(&nodes, g, "add", |i| {
-                let (node, addr) = (nodes[i].node.clone(), addr.clone());
-                async move { node.add_member(g, id, &addr).await }
-            })
-            .await;
+            let m = follower
+                .node
+                .member_call(
+                    g,
+                    MemberCall::Add {
+                        id,
+                        addr: addr.clone(),
+                    },
+                )
+                .await
+                .unwrap_or_else(|e| panic!("add {id} to group {g}: {e}"));
+            assert!(m.voters.contains(&id), "{m:?}");
+            assert_eq!(m.addrs.get(&id), Some(&addr));
         }
+        let m = follower
+            .node
+            .member_call(g, MemberCall::Describe)
+            .await
+            .unwrap();
+        assert_eq!(m.voters, vec![1, 2, 3, 4, 5]);
+        assert_eq!(
+            m.lag.len(),
+            4,
+            "the leader reports every other member's lag: {m:?}"
+        );
     }
     eventually("5 voters on every node", Duration::from_secs(30), || {
         voters_everywhere(&nodes, &groups, &[1, 2, 3, 4, 5]).then_some(())
@@ -98,11 +123,21 @@ async fn grow_from_three_to_five_replicas_and_shrink_onto_other_nodes() {
     // hands its group over first).
     for &g in &groups {
         for id in [1u64, 2] {
-            on_leader(&nodes, g, "remove", |i| {
-                let node = nodes[i].node.clone();
-                async move { node.remove_member(g, id).await }
-            })
-            .await;
+            if id == 1 {
+                on_leader(&nodes, g, "remove", |i| {
+                    let node = nodes[i].node.clone();
+                    async move { node.remove_member(g, id).await }
+                })
+                .await;
+            } else {
+                // From node 5, wherever the leader is (and if node 2 leads, after it hands over).
+                let m = nodes[4]
+                    .node
+                    .member_call(g, MemberCall::Remove { id })
+                    .await
+                    .unwrap_or_else(|e| panic!("remove {id} from group {g}: {e}"));
+                assert!(!m.voters.contains(&id), "{m:?}");
+            }
         }
     }
     let rest: Vec<TestNode> = nodes.split_off(2);

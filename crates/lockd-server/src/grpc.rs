@@ -681,3 +681,87 @@ async fn serve_stream_request(
         kind: Some(ev),
     }
 }
+
+/// The `Admin` service: cluster operations behind the admin credential.
+pub struct AdminApi {
+    api: GrpcApi,
+}
+
+impl AdminApi {
+    pub fn new(svc: Arc<Service>) -> AdminApi {
+        AdminApi {
+            api: GrpcApi::new(svc),
+        }
+    }
+}
+
+fn members_response(groups: Vec<crate::admin::GroupMembers>) -> pb::ListMembersResponse {
+    pb::ListMembersResponse {
+        groups: groups
+            .into_iter()
+            .map(|g| {
+                let m = &g.membership;
+                pb::GroupMembers {
+                    group: g.group,
+                    leader: m.leader.unwrap_or(0),
+                    joint: m.joint,
+                    members: crate::admin::members(m)
+                        .into_iter()
+                        .map(|id| pb::Member {
+                            node_id: id,
+                            peer_addr: m.addrs.get(&id).cloned().unwrap_or_default(),
+                            role: crate::admin::role(m, id).into(),
+                            leader: m.leader == Some(id),
+                            lag: m.lag.get(&id).copied().flatten(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    }
+}
+
+#[tonic::async_trait]
+impl lockd_proto::v1::admin_server::Admin for AdminApi {
+    async fn list_members(
+        &self,
+        req: Request<pb::ListMembersRequest>,
+    ) -> Result<Response<pb::ListMembersResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let out = self.api.svc.list_members(&c).await.map(members_response);
+        self.api.finish("list_members", start, out)
+    }
+
+    async fn add_member(
+        &self,
+        req: Request<pb::AddMemberRequest>,
+    ) -> Result<Response<pb::ListMembersResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let r = req.into_inner();
+        let out = self
+            .api
+            .svc
+            .add_member(&c, r.node_id, &r.peer_addr, &r.groups)
+            .await
+            .map(members_response);
+        self.api.finish("add_member", start, out)
+    }
+
+    async fn remove_member(
+        &self,
+        req: Request<pb::RemoveMemberRequest>,
+    ) -> Result<Response<pb::ListMembersResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let r = req.into_inner();
+        let out = self
+            .api
+            .svc
+            .remove_member(&c, r.node_id, &r.groups)
+            .await
+            .map(members_response);
+        self.api.finish("remove_member", start, out)
+    }
+}

@@ -39,6 +39,9 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("post", "/v1/reports/lease-expired"),
     ("get", "/v1/status"),
     ("get", "/metrics"),
+    ("get", "/v1/admin/members"),
+    ("post", "/v1/admin/members"),
+    ("delete", "/v1/admin/members/{id}"),
 ];
 
 pub fn router(svc: Arc<Service>) -> Router {
@@ -51,6 +54,11 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/locks/{*rest}", post(lock_verb).get(inspect))
         .route("/v1/reports/lease-expired", post(report_lease_expired))
         .route("/v1/status", get(status))
+        .route("/v1/admin/members", get(list_members).post(add_member))
+        .route(
+            "/v1/admin/members/{id}",
+            axum::routing::delete(remove_member),
+        )
         .route("/metrics", get(metrics))
         .fallback(|| async {
             error_response(ApiError::new(
@@ -449,6 +457,105 @@ fn lock_json(svc: &Service, name: &str, info: Option<lockd_core::LockInfo>) -> V
         })).collect::<Vec<_>>(),
         "lock_delay_until_ms": i.lock_delay_until_ms,
     })
+}
+
+fn members_json(groups: Vec<crate::admin::GroupMembers>) -> Value {
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|g| {
+            let m = &g.membership;
+            let members: Vec<Value> = crate::admin::members(m)
+                .into_iter()
+                .map(|id| {
+                    json!({
+                        "node_id": id,
+                        "peer_addr": m.addrs.get(&id),
+                        "role": crate::admin::role(m, id),
+                        "leader": m.leader == Some(id),
+                        "lag": m.lag.get(&id).copied().flatten(),
+                    })
+                })
+                .collect();
+            json!({"group": g.group, "leader": m.leader, "joint": m.joint, "members": members})
+        })
+        .collect();
+    json!({ "groups": groups })
+}
+
+async fn list_members(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let start = Instant::now();
+    let r = async {
+        Ok(members_json(
+            svc.list_members(&credentials(&headers)).await?,
+        ))
+    }
+    .await;
+    finish(&svc, "list_members", start, r)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddMemberBody {
+    node_id: u64,
+    peer_addr: String,
+    #[serde(default)]
+    groups: Vec<u32>,
+}
+
+async fn add_member(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        // Refuse an unauthenticated caller before telling it anything about the body.
+        svc.require_admin(&creds, "adding a member")?;
+        let b: AddMemberBody = body(b).await?;
+        let groups = svc
+            .add_member(&creds, b.node_id, &b.peer_addr, &b.groups)
+            .await?;
+        Ok(members_json(groups))
+    }
+    .await;
+    finish(&svc, "add_member", start, r)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupsQuery {
+    /// Comma-separated group ids; absent = every group.
+    groups: Option<String>,
+}
+
+async fn remove_member(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    q: Result<axum::extract::Query<GroupsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        svc.require_admin(&creds, "removing a member")?;
+        let id: u64 = id
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("node id '{id}' is not a number")))?;
+        let q = q
+            .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?
+            .0;
+        let groups = match q.groups.as_deref() {
+            None | Some("") => Vec::new(),
+            Some(list) => list
+                .split(',')
+                .map(|g| {
+                    g.trim().parse::<u32>().map_err(|_| {
+                        ApiError::bad_request(format!("groups: '{g}' is not a group id"))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(members_json(svc.remove_member(&creds, id, &groups).await?))
+    }
+    .await;
+    finish(&svc, "remove_member", start, r)
 }
 
 #[derive(Deserialize)]

@@ -5,6 +5,7 @@
 //! names to groups, checks auth and budgets, and wakes waiters from applied effects. [`start`] takes already-bound listeners, so tests bind
 //! port 0 and a cluster's peers know each other's addresses before any node starts.
 
+pub mod admin;
 pub mod audit;
 pub mod config;
 pub mod error;
@@ -123,11 +124,14 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
 
     // The client gRPC API.
     let api = lockd_proto::v1::lock_server::LockServer::new(grpc::GrpcApi::new(service.clone()));
+    let admin =
+        lockd_proto::v1::admin_server::AdminServer::new(grpc::AdminApi::new(service.clone()));
     let incoming = nodelay(cfg.grpc);
     let rx = stop_rx.clone();
     tasks.spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(api)
+            .add_service(admin)
             .serve_with_incoming_shutdown(incoming, stopped(rx))
             .await;
         if let Err(e) = served {

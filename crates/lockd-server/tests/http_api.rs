@@ -690,3 +690,108 @@ async fn sessions_are_capabilities_of_their_namespace() {
     assert_eq!(secure.inspect("secure/a").await["holder"], json!(null));
     c.stop_all().await;
 }
+
+/// The admin members API: admin token only, every bad input a 400 naming its field, removing an
+/// absent node a no-op.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_members_need_the_admin_and_check_their_input() {
+    let (mut c, h) = single().await;
+    let code = |r: &Resp| {
+        (
+            r.status,
+            r.body["error"]["code"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    assert_eq!(
+        code(&h.get("/v1/admin/members").await),
+        (401, "unauthenticated".into())
+    );
+    let secure = h.with_token(SECURE_TOKEN);
+    assert_eq!(
+        code(&secure.get("/v1/admin/members").await),
+        (403, "permission_denied".into())
+    );
+    let r = h
+        .post(
+            "/v1/admin/members",
+            json!({"node_id": 2, "peer_addr": "127.0.0.1:1"}),
+        )
+        .await;
+    assert_eq!(code(&r), (401, "unauthenticated".into()));
+    assert_eq!(
+        code(&h.delete("/v1/admin/members/1").await),
+        (401, "unauthenticated".into())
+    );
+
+    let admin = h.admin();
+    let r = admin.get("/v1/admin/members").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let groups = r.body["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 3, "the meta group and two lock groups");
+    for g in groups {
+        assert_eq!(g["leader"], 1);
+        assert_eq!(g["members"][0]["node_id"], 1);
+        assert_eq!(g["members"][0]["role"], "voter");
+        assert_eq!(g["members"][0]["leader"], true);
+    }
+    let before = c.hashes(0);
+    for (what, body, needle) in [
+        (
+            "node id 0",
+            json!({"node_id": 0, "peer_addr": "127.0.0.1:1"}),
+            "node_id",
+        ),
+        (
+            "no port",
+            json!({"node_id": 2, "peer_addr": "127.0.0.1"}),
+            "peer_addr",
+        ),
+        (
+            "unknown group",
+            json!({"node_id": 2, "peer_addr": "127.0.0.1:1", "groups": [9]}),
+            "groups",
+        ),
+        (
+            "unknown field",
+            json!({"node_id": 2, "peer_addr": "127.0.0.1:1", "x": 1}),
+            "x",
+        ),
+    ] {
+        let r = admin.post("/v1/admin/members", body).await;
+        assert_eq!(
+            code(&r),
+            (400, "invalid_argument".into()),
+            "{what}: {}",
+            r.body
+        );
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(needle),
+            "{what}: {}",
+            r.body
+        );
+    }
+    assert_eq!(code(&admin.delete("/v1/admin/members/x").await).0, 400);
+    assert_eq!(
+        code(&admin.delete("/v1/admin/members/1?groups=7").await).0,
+        400
+    );
+    // The only voter cannot go; an absent node is already gone.
+    let r = admin.delete("/v1/admin/members/1").await;
+    assert_eq!(
+        code(&r),
+        (409, "member_change_refused".into()),
+        "{}",
+        r.body
+    );
+    let r = admin.delete("/v1/admin/members/9").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        before,
+        c.hashes(0),
+        "no refused call changed the lock state"
+    );
+    c.stop_all().await;
+}

@@ -113,6 +113,9 @@ pub struct Cluster {
     pub nodes: Vec<Proc>,
     pub grpc: Vec<String>,
     pub http: Vec<String>,
+    /// `ID=ADDR` of every node's peer port, comma-separated (joiners added).
+    pub peers: String,
+    pub groups: u32,
     pub dir: tempfile::TempDir,
 }
 
@@ -120,7 +123,6 @@ impl Cluster {
     /// `n` nodes with `groups` lock groups; returns once a session opens and every node sees
     /// every group led by its preferred leader.
     pub async fn start(n: usize, groups: u32) -> Cluster {
-        let bin = lockd_bin();
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("namespaces.toml");
         std::fs::write(&config, NAMESPACES).unwrap();
@@ -136,37 +138,64 @@ impl Cluster {
             .map(|(i, p)| format!("{}={}", i + 1, addr(p)))
             .collect::<Vec<_>>()
             .join(",");
-        let mut nodes = Vec::new();
-        for (i, addr) in grpc.iter().enumerate() {
-            let log =
-                std::fs::File::create(dir.path().join(format!("node-{}.log", i + 1))).unwrap();
-            let child = Command::new(&bin)
-                .arg("serve")
-                .args(["--node-id", &(i + 1).to_string(), "--peers", &peers])
-                .args(["--http", &http[i]])
-                .args(["--grpc", addr])
-                .arg("--data-dir")
-                .arg(dir.path().join(format!("node-{}", i + 1)))
-                .args(["--groups", &groups.to_string()])
-                .arg("--config")
-                .arg(&config)
-                .arg("--admin-token-file")
-                .arg(dir.path().join("admin-token"))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            nodes.push(Proc { child: Some(child) });
-        }
-        let c = Cluster {
-            nodes,
+        let mut c = Cluster {
+            nodes: Vec::new(),
             grpc,
             http,
+            peers,
+            groups,
             dir,
         };
+        for i in 0..n {
+            let node = c.spawn(i as u64 + 1, false);
+            c.nodes.push(node);
+        }
         c.wait_ready(groups).await;
         c
+    }
+
+    /// Starts `lockd serve` for node `id` (index `id - 1` of the address lists).
+    fn spawn(&self, id: u64, join_existing: bool) -> Proc {
+        let i = id as usize - 1;
+        let dir = self.dir.path();
+        let log = std::fs::File::create(dir.join(format!("node-{id}.log"))).unwrap();
+        let child = Command::new(lockd_bin())
+            .arg("serve")
+            .args(["--node-id", &id.to_string(), "--peers", &self.peers])
+            .args(["--http", &self.http[i]])
+            .args(["--grpc", &self.grpc[i]])
+            .arg("--data-dir")
+            .arg(dir.join(format!("node-{id}")))
+            .args(["--groups", &self.groups.to_string()])
+            .arg("--config")
+            .arg(dir.join("namespaces.toml"))
+            .arg("--admin-token-file")
+            .arg(dir.join("admin-token"))
+            .args([
+                "--initial-cluster-state",
+                if join_existing { "existing" } else { "new" },
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Proc { child: Some(child) }
+    }
+
+    /// Starts a new node (the next id) as a joiner: empty data dir, `--initial-cluster-state
+    /// existing`, in no group until an admin adds it. Returns its id and peer address.
+    pub fn start_joiner(&mut self) -> (u64, String) {
+        let id = self.nodes.len() as u64 + 1;
+        let ports = free_ports(3);
+        let addr = |p: u16| format!("127.0.0.1:{p}");
+        self.grpc.push(addr(ports[0]));
+        self.http.push(addr(ports[1]));
+        let peer = addr(ports[2]);
+        self.peers.push_str(&format!(",{id}={peer}"));
+        let node = self.spawn(id, true);
+        self.nodes.push(node);
+        (id, peer)
     }
 
     /// The file holding [`ADMIN_TOKEN`], for `--admin-token-file`.

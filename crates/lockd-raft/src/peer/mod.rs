@@ -54,12 +54,14 @@ pub enum Method {
     Batch,
     /// openraft TransferLeader: the leader hands the group to a caught-up voter (`balance.rs`).
     TransferLeader,
+    /// A membership call (`Node::member_call`) forwarded to the group's leader.
+    Member,
 }
 
 impl Method {
     /// Every method, in the order of its number on a pipe (`pipe.rs`): the one place that
     /// numbering is written.
-    const BY_CODE: [Method; 9] = [
+    const BY_CODE: [Method; 10] = [
         Method::Append,
         Method::Vote,
         Method::PreVote,
@@ -69,6 +71,7 @@ impl Method {
         Method::ReadIndex,
         Method::Batch,
         Method::TransferLeader,
+        Method::Member,
     ];
 
     /// The method's number on a pipe (1-based; 0 is never sent).
@@ -266,6 +269,7 @@ impl PeerPool {
             Method::ReadIndex => client.read_index(req).await,
             Method::Batch => client.batch(req).await,
             Method::TransferLeader => client.transfer_leader(req).await,
+            Method::Member => client.member(req).await,
         };
         Ok(res?.into_inner().payload)
     }
@@ -390,6 +394,11 @@ async fn dispatch_one(
         }
         Method::Keepalive => keepalive(node, group_id, payload),
         Method::ReadIndex => reply(&group.read_index_on_leader().await),
+        // Served only if this node leads (no re-forwarding).
+        Method::Member => {
+            let call: crate::MemberCall = decode(payload)?;
+            reply(&node.member_call_local(group_id, &call).await)
+        }
         Method::Batch => Err(tonic::Status::invalid_argument(
             "a batch may not contain a batch",
         )),
@@ -467,6 +476,13 @@ impl pb::peer_server::Peer for PeerService {
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
         self.serve(req, Method::TransferLeader).await
+    }
+
+    async fn member(
+        &self,
+        req: tonic::Request<PeerRequest>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.serve(req, Method::Member).await
     }
 
     type PipeStream = pipe::ReplyStream;

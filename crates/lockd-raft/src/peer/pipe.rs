@@ -313,6 +313,10 @@ mod tests {
             refuse()
         }
 
+        async fn member(&self, _: tonic::Request<PeerRequest>) -> Unary {
+            refuse()
+        }
+
         type PipeStream = ReplyStream;
 
         async fn pipe(

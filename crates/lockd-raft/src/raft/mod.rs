@@ -557,7 +557,7 @@ fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> std::io::Result<T> {
 }
 
 /// A group's membership as one replica sees it.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 pub struct Membership {
     /// Voting members (in a joint configuration: of every part).
     pub voters: Vec<NodeId>,
@@ -566,10 +566,17 @@ pub struct Membership {
     /// A change is half done: the old and new voter sets both decide (openraft's joint
     /// consensus). A leader that takes over finishes or repeats it by the next change.
     pub joint: bool,
+    /// Every member's peer address, as the membership records it.
+    pub addrs: BTreeMap<NodeId, String>,
+    /// The leader this replica knows of.
+    pub leader: Option<NodeId>,
+    /// Filled in only by the leader: how many entries each other member is behind the
+    /// leader's last log entry (`None` for one that has acknowledged nothing yet).
+    pub lag: BTreeMap<NodeId, Option<u64>>,
 }
 
 /// Why a membership change was not made.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum MemberError {
     /// Only the group's leader changes its membership; ask this one (if known).
     NotLeader { leader: Option<NodeId> },
@@ -610,10 +617,27 @@ impl RaftGroup {
         let metrics = self.raft.server_metrics();
         let m = metrics.borrow_watched();
         let mem = m.membership_config.membership();
+        let data = self.raft.data_metrics();
+        let d = data.borrow_watched();
+        let last = d.last_log.as_ref().map_or(0, |l| l.index);
+        let lag = match (&d.replication, m.current_leader == Some(m.id)) {
+            (Some(r), true) => r
+                .iter()
+                .filter(|(id, _)| **id != m.id)
+                .map(|(id, matched)| {
+                    let at = matched.as_ref().map(|l| l.index);
+                    (*id, at.map(|i| last.saturating_sub(i)))
+                })
+                .collect(),
+            _ => BTreeMap::new(),
+        };
         Membership {
             voters: mem.voter_ids().collect(),
             learners: mem.learner_ids().collect(),
             joint: mem.get_joint_config().len() > 1,
+            addrs: mem.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
+            leader: m.current_leader,
+            lag,
         }
     }
 

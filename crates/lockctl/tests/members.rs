@@ -1,0 +1,136 @@
+//! `lockctl members` against a real cluster: grow 3 → 4 nodes, SIGKILL one and replace it by a
+//! new node id, while a lock stays held; every call needs the admin token.
+//!
+//! Needs `target/debug/lockd`: `cargo build -p lockd-server --bin lockd` first.
+
+#[path = "../../lockd-client/tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use lockd_client::Client;
+use serde_json::Value;
+use support::lockctl;
+
+/// `lockctl --admin-token-file … members ARGS`; the parsed JSON on success.
+async fn members(c: &Cluster, args: &[&str]) -> Value {
+    let out = lockctl(c)
+        .arg("--admin-token-file")
+        .arg(c.admin_token_file())
+        .arg("members")
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "members {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Each group's voters, from a `members` answer.
+fn voters(v: &Value) -> Vec<BTreeSet<u64>> {
+    v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            g["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] == "voter")
+                .map(|m| m["node_id"].as_u64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_grow_and_a_dead_node_is_replaced_by_a_new_id_under_a_held_lock() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::start(3, 2).await;
+    let groups = 3; // the meta group and two lock groups
+
+    // Without the admin token, nothing.
+    let out = lockctl(&c)
+        .args(["members", "list"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"]["code"], "unauthenticated", "{err}");
+
+    let listed = members(&c, &["list"]).await;
+    assert_eq!(voters(&listed), vec![BTreeSet::from([1, 2, 3]); groups]);
+    assert!(listed["groups"][0]["members"][0]["peer_addr"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
+
+    // A lock held through every change, by a client that knows only nodes 1 and 3.
+    let client = Client::connect_with(
+        [c.grpc[0].clone(), c.grpc[2].clone()],
+        options(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    let held = client.acquire("fast/kept").await.unwrap();
+
+    // Grow: node 4 joins as a learner, catches up, becomes a voter of every group.
+    let (four, peer4) = c.start_joiner();
+    let grown = members(&c, &["add", &four.to_string(), &peer4]).await;
+    assert_eq!(voters(&grown), vec![BTreeSet::from([1, 2, 3, 4]); groups]);
+    // Adding it again changes nothing.
+    let again = members(&c, &["add", &four.to_string(), &peer4]).await;
+    assert_eq!(voters(&again), voters(&grown));
+
+    // Node 2's disk dies: SIGKILL it, then replace it by node 5 (a new id, never 2 again).
+    c.nodes[1].kill();
+    let (five, peer5) = c.start_joiner();
+    let replaced = members(&c, &["replace", "2", &five.to_string(), &peer5]).await;
+    assert_eq!(
+        voters(&replaced),
+        vec![BTreeSet::from([1, 3, 4, 5]); groups]
+    );
+    // The list, asked of the new node, agrees and reports every member's lag from the leader.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["--endpoints", &c.grpc[4], "--json", "--admin-token-file"])
+        .arg(c.admin_token_file())
+        .args(["members", "list"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(voters(&listed), vec![BTreeSet::from([1, 3, 4, 5]); groups]);
+    for g in listed["groups"].as_array().unwrap() {
+        let lagging: Vec<&Value> = g["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["leader"] == false)
+            .collect();
+        assert_eq!(lagging.len(), 3, "{g}");
+        assert!(lagging.iter().all(|m| m["lag"].is_u64()), "{g}");
+    }
+
+    // The lock outlived it all, and the next grant of its name has a larger token.
+    assert!(!held.is_lost(), "the lease survived the membership changes");
+    let first = held.token();
+    held.release().await.unwrap();
+    let next = client.acquire("fast/kept").await.unwrap();
+    assert!(next.token() > first, "{} after {first}", next.token());
+    next.release().await.unwrap();
+    client.close().await.unwrap();
+}

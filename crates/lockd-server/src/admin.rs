@@ -1,0 +1,138 @@
+//! Cluster operations behind the admin credential: list, add and remove group members. HTTP and
+//! gRPC both call these. Each reaches every named group's leader wherever it is
+//! (`Node::member_call` forwards over the peer port) and is idempotent.
+
+use std::net::SocketAddr;
+
+use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId};
+
+use crate::error::ApiError;
+use crate::service::{Credentials, Service};
+
+/// One group's membership, as its leader answered.
+pub struct GroupMembers {
+    pub group: GroupId,
+    pub membership: Membership,
+}
+
+impl From<MemberError> for ApiError {
+    fn from(e: MemberError) -> ApiError {
+        match e {
+            MemberError::Refused(why) => ApiError::new(409, "member_change_refused", why),
+            e @ MemberError::NotLeader { .. } => {
+                ApiError::new(503, "unavailable", format!("no leader answered: {e}"))
+                    .retry_after(1_000)
+            }
+            e @ MemberError::Unavailable(_) => {
+                ApiError::new(503, "unavailable", e.to_string()).retry_after(1_000)
+            }
+        }
+    }
+}
+
+impl Service {
+    /// The groups a member call names: `groups`, or every hosted group if it is empty. A group
+    /// this node does not host is a 400 naming it.
+    fn member_groups(&self, groups: &[GroupId]) -> Result<Vec<GroupId>, ApiError> {
+        let hosted = self.node.group_ids();
+        if groups.is_empty() {
+            return Ok(hosted);
+        }
+        let mut out = Vec::new();
+        for g in groups {
+            if !hosted.contains(g) {
+                return Err(ApiError::bad_request(format!(
+                    "groups: there is no group {g} (groups are {hosted:?})"
+                )));
+            }
+            if !out.contains(g) {
+                out.push(*g);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn member_calls(
+        &self,
+        groups: &[GroupId],
+        call: MemberCall,
+    ) -> Result<Vec<GroupMembers>, ApiError> {
+        let mut out = Vec::new();
+        // One group at a time: an add waits for the new member to catch up, and doing every
+        // group at once would send every snapshot to it at the same moment.
+        for &group in groups {
+            let membership = self.node.member_call(group, call.clone()).await?;
+            out.push(GroupMembers { group, membership });
+        }
+        Ok(out)
+    }
+
+    /// Every hosted group's membership, from its leader.
+    pub async fn list_members(&self, creds: &Credentials) -> Result<Vec<GroupMembers>, ApiError> {
+        self.require_admin(creds, "listing members")?;
+        let groups = self.member_groups(&[])?;
+        self.member_calls(&groups, MemberCall::Describe).await
+    }
+
+    /// Adds node `id` at `peer_addr` to `groups` (empty = all), each as a learner first.
+    pub async fn add_member(
+        &self,
+        creds: &Credentials,
+        id: NodeId,
+        peer_addr: &str,
+        groups: &[GroupId],
+    ) -> Result<Vec<GroupMembers>, ApiError> {
+        self.require_admin(creds, "adding a member")?;
+        check_node_id(id)?;
+        if peer_addr.parse::<SocketAddr>().is_err() {
+            return Err(ApiError::bad_request(format!(
+                "peer_addr '{peer_addr}' is not HOST:PORT with an IP address"
+            )));
+        }
+        let groups = self.member_groups(groups)?;
+        let call = MemberCall::Add {
+            id,
+            addr: peer_addr.to_string(),
+        };
+        self.member_calls(&groups, call).await
+    }
+
+    /// Removes node `id` from `groups` (empty = all). Removing an absent node changes nothing.
+    pub async fn remove_member(
+        &self,
+        creds: &Credentials,
+        id: NodeId,
+        groups: &[GroupId],
+    ) -> Result<Vec<GroupMembers>, ApiError> {
+        self.require_admin(creds, "removing a member")?;
+        check_node_id(id)?;
+        let groups = self.member_groups(groups)?;
+        self.member_calls(&groups, MemberCall::Remove { id }).await
+    }
+}
+
+fn check_node_id(id: NodeId) -> Result<(), ApiError> {
+    if id == 0 {
+        return Err(ApiError::bad_request(
+            "node_id must be at least 1 (node ids start at 1)",
+        ));
+    }
+    Ok(())
+}
+
+/// A member's role in a membership.
+pub fn role(m: &Membership, id: NodeId) -> &'static str {
+    if m.voters.contains(&id) {
+        "voter"
+    } else {
+        "learner"
+    }
+}
+
+/// Every member of `m`: voters, then learners, by id.
+pub fn members(m: &Membership) -> Vec<NodeId> {
+    let mut ids: Vec<NodeId> = m.voters.iter().chain(&m.learners).copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
