@@ -113,15 +113,19 @@ impl LockTable {
                     );
                 }
             }
-            // S7/S8: a queue head that fits is granted at once, unless a lock-delay holds it back
-            // or its deadline passed (a tick will time it out).
+            // S7/S8: a queue head that fits is granted at once, unless a lock-delay holds it back,
+            // its deadline passed (a tick will time it out) or no token is left to grant it.
             if let Some(head) = lock.waiters().front() {
                 let fits = match head.mode {
                     LockMode::Exclusive => lock.holders.is_empty(),
                     LockMode::Shared => lock.holders.iter().all(|h| h.mode == LockMode::Shared),
                     LockMode::Semaphore { limit } => lock.holders.len() < limit as usize,
                 };
-                if fits && lock.delay_until_ms() == 0 && head.deadline_ms > self.now_ms {
+                if fits
+                    && lock.delay_until_ms() == 0
+                    && head.deadline_ms > self.now_ms
+                    && !self.mint.exhausted()
+                {
                     return fail(
                         "S7",
                         format!("'{name}' head waiter {} fits but waits", head.id),
