@@ -7,7 +7,9 @@
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 
-use crate::machine::{Lock, LockTable};
+use crate::bucket::BUCKETS;
+use crate::limits::{self, check_name, check_optional};
+use crate::machine::{validate_namespace, Lock, LockTable};
 use crate::types::LockMode;
 
 /// An invariant that does not hold, with the rule's number from docs/INVARIANTS.md.
@@ -31,13 +33,45 @@ fn fail(invariant: &'static str, detail: String) -> Result<(), Violation> {
 
 impl LockTable {
     /// Asserts every single-state invariant; O(state size).
+    ///
+    /// Besides the numbered rules it checks what every command validates before it changes
+    /// anything (the limits on strings, TTLs and counters, the namespaces, the shard map), so a
+    /// state no correct sequence of commands can reach is refused. `restore` runs it on every
+    /// snapshot it loads, which is the one production caller: keep it linear in the state.
     pub fn check_invariants(&self) -> Result<(), Violation> {
+        self.check_config()?;
         let mut tokens = HashSet::new();
+        let mut waiter_ids = HashSet::new();
         let mut holds = 0u64;
         let mut waiter_count = 0usize;
         for (name, lock) in self.locks.iter() {
             if lock.holders.is_empty() && lock.waiters().is_empty() && lock.delay_until_ms() == 0 {
                 return fail("record", format!("'{name}' is idle but still stored"));
+            }
+            if let Err(e) = check_name(name) {
+                return fail("limit", format!("lock name '{name}': {e}"));
+            }
+            if lock.waiters().len() > limits::HARD_MAX_WAITERS_PER_NAME as usize {
+                return fail(
+                    "limit",
+                    format!(
+                        "'{name}' queues {} waiters, above {}",
+                        lock.waiters().len(),
+                        limits::HARD_MAX_WAITERS_PER_NAME
+                    ),
+                );
+            }
+            // A lock-delay is set at most MAX_LOCK_DELAY_MS after the group time of its expiry.
+            if lock.delay_until_ms() > self.now_ms.saturating_add(limits::MAX_LOCK_DELAY_MS) {
+                return fail(
+                    "S8",
+                    format!(
+                        "'{name}' lock-delay until {} is more than {} ms after now {}",
+                        lock.delay_until_ms(),
+                        limits::MAX_LOCK_DELAY_MS,
+                        self.now_ms
+                    ),
+                );
             }
             if lock.has_empty_contention() {
                 return fail("record", format!("'{name}' keeps an empty waiter box"));
@@ -58,6 +92,28 @@ impl LockTable {
                 }
                 if h.reentry == 0 {
                     return fail("S5", format!("'{name}' holder with re-entry count 0"));
+                }
+                if h.reentry > limits::MAX_REENTRY || (h.reentry > 1 && !h.reentrant) {
+                    return fail(
+                        "S5",
+                        format!(
+                            "'{name}' holder {} re-entered {} times (reentrant: {}, limit {})",
+                            h.token,
+                            h.reentry,
+                            h.reentrant,
+                            limits::MAX_REENTRY
+                        ),
+                    );
+                }
+                check_party(name, "holder", h.token, &h.owner, h.mode)?;
+                if h.granted_at_ms > self.now_ms {
+                    return fail(
+                        "time",
+                        format!(
+                            "'{name}' holder {} granted at {} after now {}",
+                            h.token, h.granted_at_ms, self.now_ms
+                        ),
+                    );
                 }
                 // S4: holds belong to live sessions, and the session knows it.
                 match self.sessions.get(&h.session) {
@@ -90,6 +146,34 @@ impl LockTable {
                     );
                 }
                 prev_id = w.id;
+                // Waiter ids are minted once each, below the next one.
+                if w.id >= self.mint.next_waiter || !waiter_ids.insert(w.id) {
+                    return fail(
+                        "counter",
+                        format!(
+                            "'{name}' waiter {} is duplicated or not below the next waiter id {}",
+                            w.id, self.mint.next_waiter
+                        ),
+                    );
+                }
+                check_party(name, "waiter", w.id, &w.owner, w.mode)?;
+                if w.enqueued_at_ms > self.now_ms
+                    || w.deadline_ms < w.enqueued_at_ms
+                    || w.deadline_ms > w.enqueued_at_ms.saturating_add(limits::MAX_WAIT_MS)
+                {
+                    return fail(
+                        "time",
+                        format!(
+                            "'{name}' waiter {} enqueued at {} with deadline {} (now {}, wait at \
+                             most {} ms)",
+                            w.id,
+                            w.enqueued_at_ms,
+                            w.deadline_ms,
+                            self.now_ms,
+                            limits::MAX_WAIT_MS
+                        ),
+                    );
+                }
                 match self.sessions.get(&w.session) {
                     Some(s) if s.waits.contains(&(name.clone(), w.id)) => {}
                     _ => return fail("S4", format!("'{name}' waiter {} of a dead session", w.id)),
@@ -113,15 +197,19 @@ impl LockTable {
                     );
                 }
             }
-            // S7/S8: a queue head that fits is granted at once, unless a lock-delay holds it back
-            // or its deadline passed (a tick will time it out).
+            // S7/S8: a queue head that fits is granted at once, unless a lock-delay holds it back,
+            // its deadline passed (a tick will time it out) or no token is left to grant it.
             if let Some(head) = lock.waiters().front() {
                 let fits = match head.mode {
                     LockMode::Exclusive => lock.holders.is_empty(),
                     LockMode::Shared => lock.holders.iter().all(|h| h.mode == LockMode::Shared),
                     LockMode::Semaphore { limit } => lock.holders.len() < limit as usize,
                 };
-                if fits && lock.delay_until_ms() == 0 && head.deadline_ms > self.now_ms {
+                if fits
+                    && lock.delay_until_ms() == 0
+                    && head.deadline_ms > self.now_ms
+                    && !self.mint.exhausted()
+                {
                     return fail(
                         "S7",
                         format!("'{name}' head waiter {} fits but waits", head.id),
@@ -162,6 +250,46 @@ impl LockTable {
             }
         }
         for (id, s) in &self.sessions {
+            // What `OpenSession` checked. The namespace is the name of the one it was opened in
+            // (empty: restored from a format-1 snapshot); that namespace may since have been
+            // deleted, and the session lives on, so the name need not be a current namespace.
+            if !(limits::HARD_MIN_TTL_MS..=limits::HARD_MAX_TTL_MS).contains(&s.ttl_ms) {
+                return fail(
+                    "limit",
+                    format!(
+                        "session {id} TTL {} ms is outside {}..={} ms",
+                        s.ttl_ms,
+                        limits::HARD_MIN_TTL_MS,
+                        limits::HARD_MAX_TTL_MS
+                    ),
+                );
+            }
+            let strings =
+                check_optional("client", &s.client, limits::MAX_CLIENT_BYTES).and_then(|()| {
+                    check_optional("namespace", &s.namespace, limits::MAX_NAMESPACE_NAME_BYTES)
+                });
+            if let Err(e) = strings {
+                return fail("limit", format!("session {id}: {e}"));
+            }
+            if s.opened_at_ms > self.now_ms {
+                return fail(
+                    "time",
+                    format!(
+                        "session {id} opened at {} after now {}",
+                        s.opened_at_ms, self.now_ms
+                    ),
+                );
+            }
+            if s.held.len() + s.waits.len() > limits::HARD_MAX_LOCKS_PER_SESSION as usize {
+                return fail(
+                    "limit",
+                    format!(
+                        "session {id} holds and waits for {} names, above {}",
+                        s.held.len() + s.waits.len(),
+                        limits::HARD_MAX_LOCKS_PER_SESSION
+                    ),
+                );
+            }
             for (name, token) in &s.held {
                 let ok = self.locks.get(name).is_some_and(|l| {
                     l.holders
@@ -190,6 +318,90 @@ impl LockTable {
         }
         Ok(())
     }
+}
+
+impl LockTable {
+    /// The group's configuration and counters: namespaces, shard map, the mint.
+    fn check_config(&self) -> Result<(), Violation> {
+        if self.mint.revision > limits::MAX_REVISION {
+            return fail(
+                "counter",
+                format!(
+                    "revision {} is above its limit of {}",
+                    self.mint.revision,
+                    limits::MAX_REVISION
+                ),
+            );
+        }
+        if self.mint.next_waiter == 0 {
+            return fail("counter", "the next waiter id is 0 (ids start at 1)".into());
+        }
+        if !self.namespaces.contains_key("") {
+            return fail("namespace", "no default namespace".into());
+        }
+        let mut names = BTreeSet::new();
+        for (prefix, ns) in &self.namespaces {
+            if *prefix != ns.prefix {
+                return fail(
+                    "namespace",
+                    format!("'{}' is filed under prefix '{prefix}'", ns.prefix),
+                );
+            }
+            if let Err(e) = validate_namespace(ns) {
+                return fail("namespace", format!("'{}': {e}", ns.name));
+            }
+            if !names.insert(&*ns.name) {
+                return fail(
+                    "namespace",
+                    format!("two namespaces are named '{}'", ns.name),
+                );
+            }
+        }
+        if let Some(map) = &self.shard_map {
+            // What `ShardMap::validate` promised when the map was put.
+            if map.groups.len() != BUCKETS as usize {
+                return fail(
+                    "shard-map",
+                    format!("{} buckets mapped, {} required", map.groups.len(), BUCKETS),
+                );
+            }
+            if let Some(b) = map.groups.iter().position(|g| *g == 0) {
+                return fail(
+                    "shard-map",
+                    format!("bucket {b} maps to group 0, the meta group, which owns no bucket"),
+                );
+            }
+            if map.version == 0 {
+                return fail("shard-map", "version 0 (versions start at 1)".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `Acquire` checked about a holder or waiter: its owner string and its semaphore limit.
+fn check_party(
+    name: &str,
+    what: &str,
+    id: u64,
+    owner: &str,
+    mode: LockMode,
+) -> Result<(), Violation> {
+    if let Err(e) = check_optional("owner", owner, limits::MAX_OWNER_BYTES) {
+        return fail("limit", format!("'{name}' {what} {id}: {e}"));
+    }
+    if let LockMode::Semaphore { limit } = mode {
+        if limit == 0 || limit > limits::MAX_SEMAPHORE_LIMIT {
+            return fail(
+                "S1",
+                format!(
+                    "'{name}' {what} {id} uses semaphore({limit}), outside 1..={}",
+                    limits::MAX_SEMAPHORE_LIMIT
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// S1: at most one exclusive holder, never beside shared ones; a semaphore within its limit, and

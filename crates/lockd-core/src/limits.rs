@@ -16,6 +16,14 @@ pub const MAX_WAIT_MS: u64 = 300_000;
 pub const MAX_SEMAPHORE_LIMIT: u32 = 10_000;
 /// Deepest re-entry.
 pub const MAX_REENTRY: u32 = 1_000_000;
+/// The highest revision, so the highest fencing token, a group ever reaches.
+///
+/// Grants alone never get near it (2^63 grants at a million a second take 290,000 years); only
+/// a `RaiseRevision` floor can, and a floor above it is refused. Once a group's revision is
+/// here it grants no new token (an acquire is refused with `CounterLimit`) rather than wrap to
+/// 0 and break S2. `i64::MAX` rather than `u64::MAX`: every token then also fits a signed 64-bit
+/// integer (SQL `BIGINT`, Java `long`), which is where fenced resources often keep it.
+pub const MAX_REVISION: u64 = i64::MAX as u64;
 
 /// TTL bounds of the default namespace (seed: 15 s default, 5–60 s allowed).
 pub const DEFAULT_TTL_MS: u64 = 15_000;

@@ -207,7 +207,26 @@ struct HoldRequest<'a> {
 }
 
 impl Mint {
-    /// Records a new hold on `lock`: the one place a token is minted.
+    /// Whether the revision is at [`limits::MAX_REVISION`]: no further token can be minted.
+    pub(crate) fn exhausted(&self) -> bool {
+        self.revision >= limits::MAX_REVISION
+    }
+
+    /// Refuses a command that needs a new token once none is left. Checked before anything
+    /// changes, so the refusal leaves the state as it was.
+    fn check_can_grant(&self) -> Result<(), Rejection> {
+        if self.exhausted() {
+            return Err(Rejection::CounterLimit {
+                field: "revision".into(),
+                value: self.revision.saturating_add(1),
+                max: limits::MAX_REVISION,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a new hold on `lock`: the one place a token is minted. The caller has checked
+    /// that a token is left ([`Mint::exhausted`]).
     fn grant(
         &mut self,
         now: u64,
@@ -217,8 +236,12 @@ impl Mint {
         sessions: &mut HashMap<SessionId, Session>,
     ) -> Token {
         debug_assert!(compatible(&lock.holders, req.mode));
-        self.revision += 1;
-        let token = self.revision;
+        let token = self
+            .revision
+            .checked_add(1)
+            .filter(|t| *t <= limits::MAX_REVISION)
+            .expect("the caller checked that a token is left");
+        self.revision = token;
         lock.holders.push(Holder {
             session: req.session,
             token,
@@ -387,12 +410,7 @@ impl LockTable {
                 token,
             } => self.extend(*session, name, *token),
             Op::Tick => Ok(self.tick(now, &mut effects)),
-            Op::RaiseRevision { floor } => {
-                self.mint.revision = self.mint.revision.max(*floor);
-                Ok(Reply::RevisionRaised {
-                    revision: self.mint.revision,
-                })
-            }
+            Op::RaiseRevision { floor } => self.raise_revision(*floor),
             Op::PutNamespace { namespace } => self.put_namespace(namespace),
             Op::DeleteNamespace { prefix } => self.delete_namespace(prefix),
             Op::PutShardMap { map } => map.validate(self.shard_map.as_ref()).map(|()| {
@@ -408,6 +426,21 @@ impl LockTable {
             debug_assert!(effects.is_empty(), "a rejection must not have effects");
         }
         Applied { reply, effects }
+    }
+
+    /// Raises the revision to `floor` (never lowers it); a floor above the ceiling is refused.
+    fn raise_revision(&mut self, floor: u64) -> Result<Reply, Rejection> {
+        if floor > limits::MAX_REVISION {
+            return Err(Rejection::CounterLimit {
+                field: "floor".into(),
+                value: floor,
+                max: limits::MAX_REVISION,
+            });
+        }
+        self.mint.revision = self.mint.revision.max(floor);
+        Ok(Reply::RevisionRaised {
+            revision: self.mint.revision,
+        })
     }
 
     fn open_session(
@@ -554,7 +587,7 @@ impl LockTable {
             lock.holders.retain(|h| h.token != *token);
             self.mint.holds -= 1;
             if delay_ms > 0 {
-                let until = now + delay_ms;
+                let until = now.saturating_add(delay_ms);
                 if lock.delay_until_ms() < until {
                     if lock.delay_until_ms() != 0 {
                         self.delays.remove(&(lock.delay_until_ms(), name.clone()));
@@ -623,6 +656,7 @@ impl LockTable {
 
         let Some((key, lock)) = self.locks.get_key_value_mut(name) else {
             // 2a. A free name: grant at once.
+            self.mint.check_can_grant()?;
             if session_full {
                 return Err(Rejection::TooManyLocks { limit: max_locks });
             }
@@ -680,6 +714,9 @@ impl LockTable {
         {
             return Err(Rejection::AlreadyWaiting { waiter: w.id });
         }
+        // Every path below needs a new token, now or when the wait is granted: none is left
+        // once the revision is at its ceiling, so refuse rather than queue for nothing.
+        self.mint.check_can_grant()?;
         // 2c. Granted now only if nothing delays it, nobody queues ahead (FIFO) and it fits.
         let grantable = lock.delay_until_ms() == 0
             && lock.waiters().is_empty()
@@ -726,8 +763,17 @@ impl LockTable {
             return Err(Rejection::TooManyLocks { limit: max_locks });
         }
         let id = self.mint.next_waiter;
-        self.mint.next_waiter += 1;
-        let deadline_ms = now + wait_ms;
+        let Some(next_waiter) = id.checked_add(1) else {
+            return Err(Rejection::CounterLimit {
+                field: "waiter_id".into(),
+                value: id,
+                max: u64::MAX - 1,
+            });
+        };
+        self.mint.next_waiter = next_waiter;
+        // Group time is the proposer's stamp: saturate rather than wrap (or panic) at the end
+        // of u64, so a deadline is never before its enqueue time.
+        let deadline_ms = now.saturating_add(wait_ms);
         lock.waiters_mut().push_back(Waiter {
             id,
             session,
@@ -760,7 +806,9 @@ impl LockTable {
         if lock.delay_until_ms() == 0 {
             while let Some(head) = lock.waiters().front() {
                 let expired = head.deadline_ms <= now;
-                if !expired && !compatible(&lock.holders, head.mode) {
+                // With no token left (revision at its ceiling) a head that fits stays queued:
+                // it ends at its deadline or with its session, never with a wrapped token.
+                if !expired && (!compatible(&lock.holders, head.mode) || self.mint.exhausted()) {
                     break;
                 }
                 let w = lock.waiters_mut().pop_front().expect("head exists");
@@ -1042,4 +1090,63 @@ pub fn validate_namespace(ns: &Namespace) -> Result<(), Rejection> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(op: Op) -> Command {
+        Command { now_ms: 10, op }
+    }
+
+    fn acquire(session: u64, wait_ms: u64) -> Op {
+        Op::Acquire {
+            session: SessionId(session),
+            name: "n".into(),
+            owner: String::new(),
+            mode: LockMode::Exclusive,
+            wait_ms,
+            reentrant: false,
+        }
+    }
+
+    /// Waiter ids come from a counter like tokens do: the last one is refused, typed and with
+    /// no change, instead of overflowing (a panic in debug builds, a wrap to 0 in release).
+    #[test]
+    fn waiter_ids_stop_before_the_counter_overflows() {
+        let mut t = LockTable::new();
+        for s in 1..=3 {
+            let open = Op::OpenSession {
+                session: SessionId(s),
+                client: String::new(),
+                ttl_ms: 0,
+                namespace: String::new(),
+            };
+            t.apply(&cmd(open)).reply.unwrap();
+        }
+        t.apply(&cmd(acquire(1, 0))).reply.unwrap();
+        t.mint.next_waiter = u64::MAX - 1;
+        let queued = t.apply(&cmd(acquire(2, 1_000))).reply.unwrap();
+        assert!(matches!(queued, Reply::Queued { waiter, .. } if waiter == u64::MAX - 1));
+        t.check_invariants().unwrap();
+        let before = t.snapshot();
+        let out = t.apply(&cmd(acquire(3, 1_000)));
+        assert_eq!(
+            out.reply,
+            Err(Rejection::CounterLimit {
+                field: "waiter_id".into(),
+                value: u64::MAX,
+                max: u64::MAX - 1,
+            })
+        );
+        assert!(out.effects.is_empty());
+        assert_eq!(t.snapshot(), before);
+        t.check_invariants().unwrap();
+        // A try-lock needs no waiter id.
+        assert!(matches!(
+            t.apply(&cmd(acquire(3, 0))).reply,
+            Ok(Reply::Busy { .. })
+        ));
+    }
 }

@@ -98,7 +98,13 @@ impl LockTable {
         }
     }
 
-    /// Rebuilds a state from [`LockTable::snapshot`] bytes, checking the invariants.
+    /// Rebuilds a state from [`LockTable::snapshot`] bytes, and refuses any image a correct
+    /// replica could not have written.
+    ///
+    /// Decoding refuses a format it does not know, records listed twice or out of order, and
+    /// holders or waiters of a session the image does not have; then
+    /// [`LockTable::check_invariants`] refuses every state no sequence of commands can reach
+    /// (limits, counters, namespaces, shard map, indexes). docs/INVARIANTS.md lists them.
     ///
     /// Each lock goes straight from the bytes into the table (its name borrowed, then
     /// allocated once as its `Arc<str>`): no intermediate list of a million records.
@@ -209,12 +215,14 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         self.t.now_ms = field(&mut seq, 1)?;
         self.t.mint = field::<Mint, _>(&mut seq, 2)?;
         let namespaces: Vec<Namespace> = field(&mut seq, 3)?;
+        // The image lists each kind of record sorted by its key, once; the maps it is decoded
+        // into would silently keep one of two records with the same key.
+        if let Err(e) = strictly_sorted("namespace prefix", namespaces.iter().map(|n| &n.prefix)) {
+            return Err(self.fail(e));
+        }
         self.t.namespaces = BTreeMap::new();
         for ns in namespaces {
             self.t.namespaces.insert(ns.prefix.clone(), ns);
-        }
-        if !self.t.namespaces.contains_key("") {
-            return Err(self.fail(RestoreError::Inconsistent("no default namespace".into())));
         }
         let sessions: Vec<(SessionId, Session)> = if format == 1 {
             let old: Vec<(SessionId, SessionV1)> = field(&mut seq, 4)?;
@@ -234,6 +242,9 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         } else {
             field(&mut seq, 4)?
         };
+        if let Err(e) = strictly_sorted("session id", sessions.iter().map(|(id, _)| id)) {
+            return Err(self.fail(e));
+        }
         self.t.sessions.reserve(sessions.len());
         for (id, s) in sessions {
             self.t.sessions.insert(id, s);
@@ -266,7 +277,14 @@ impl<'de> Visitor<'de> for LocksSeed<'_, '_> {
         let image = self.0;
         let hint = seq.size_hint().unwrap_or(0).min(image.max_locks);
         image.t.locks.reserve(hint);
+        let mut prev: Option<&'de str> = None;
         while let Some((name, lock)) = seq.next_element::<(&'de str, Lock)>()? {
+            if let Some(p) = prev {
+                if let Err(e) = in_order("lock name", &p, &name) {
+                    return Err(image.fail(e));
+                }
+            }
+            prev = Some(name);
             if let Err(e) = image.insert_lock(name, lock) {
                 return Err(image.fail(e));
             }
@@ -275,9 +293,42 @@ impl<'de> Visitor<'de> for LocksSeed<'_, '_> {
     }
 }
 
+/// Refuses keys that are not strictly rising (a duplicate, or out of the order `snapshot` writes).
+fn strictly_sorted<'k, K: Ord + std::fmt::Debug + 'k>(
+    what: &str,
+    keys: impl Iterator<Item = &'k K>,
+) -> Result<(), RestoreError> {
+    let mut prev = None;
+    for k in keys {
+        if let Some(p) = prev {
+            in_order(what, p, k)?;
+        }
+        prev = Some(k);
+    }
+    Ok(())
+}
+
+fn in_order<K: Ord + std::fmt::Debug + ?Sized>(
+    what: &str,
+    prev: &K,
+    next: &K,
+) -> Result<(), RestoreError> {
+    match prev.cmp(next) {
+        std::cmp::Ordering::Less => Ok(()),
+        std::cmp::Ordering::Equal => Err(RestoreError::Inconsistent(format!(
+            "duplicate {what} {next:?}"
+        ))),
+        std::cmp::Ordering::Greater => Err(RestoreError::Inconsistent(format!(
+            "{what} {next:?} listed after {prev:?} (the image is sorted)"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits;
+    use crate::machine::{Holder, Waiter};
     use crate::types::{Command, LockMode, Op};
 
     fn table() -> LockTable {
@@ -369,6 +420,272 @@ mod tests {
             LockTable::restore(&broken),
             Err(RestoreError::Inconsistent(m)) if m.contains("has no session")
         ));
+    }
+
+    /// The message of an `Inconsistent` refusal, or a panic saying what restore did instead.
+    fn refusal(bytes: &[u8]) -> String {
+        match LockTable::restore(bytes) {
+            Err(RestoreError::Inconsistent(m)) => m,
+            Err(e) => panic!("refused, but not as inconsistent: {e}"),
+            Ok(_) => panic!("restored an image no correct replica writes"),
+        }
+    }
+
+    /// Every kind of state that no sequence of commands reaches is refused, saying what is wrong.
+    /// Each case breaks one thing in a good table and writes it as a snapshot.
+    #[test]
+    fn restore_refuses_every_state_commands_cannot_reach() {
+        type Break = fn(&mut LockTable);
+        fn put(t: &mut LockTable, prefix: &str, name: &str, f: impl FnOnce(&mut Namespace)) {
+            let mut n = Namespace {
+                name: name.into(),
+                prefix: prefix.into(),
+                ..Namespace::default_namespace()
+            };
+            f(&mut n);
+            t.namespaces.insert(prefix.into(), n);
+        }
+        fn holder<'t>(t: &'t mut LockTable, name: &str) -> &'t mut Holder {
+            &mut t.locks.get_mut(name).unwrap().holders[0]
+        }
+        fn waiter(t: &mut LockTable) -> &mut Waiter {
+            &mut t.locks.get_mut("a").unwrap().waiters_mut()[0]
+        }
+        fn session(t: &mut LockTable, id: u64) -> &mut Session {
+            t.sessions.get_mut(&SessionId(id)).unwrap()
+        }
+        let cases: &[(&str, Break)] = &[
+            // The shard map: what `ShardMap::validate` promised.
+            (
+                "shard-map violated: 10 buckets mapped, 4096 required",
+                |t| {
+                    t.shard_map = Some(ShardMap {
+                        version: 1,
+                        groups: vec![1; 10],
+                    })
+                },
+            ),
+            ("bucket 17 maps to group 0, the meta group", |t| {
+                let mut map = ShardMap::initial(4);
+                map.groups[17] = 0;
+                t.shard_map = Some(map);
+            }),
+            ("shard-map violated: version 0", |t| {
+                t.shard_map = Some(ShardMap {
+                    version: 0,
+                    ..ShardMap::initial(2)
+                })
+            }),
+            // Namespaces.
+            ("namespace violated: no default namespace", |t| {
+                t.namespaces.remove("");
+            }),
+            (
+                "namespace violated: 'p': invalid namespace: TTLs must satisfy",
+                |t| put(t, "p/", "p", |n| n.min_ttl_ms = 0),
+            ),
+            (
+                "'p': invalid namespace: prefix 'p' must end with '/'",
+                |t| put(t, "p", "p", |_| {}),
+            ),
+            (
+                "only the namespace named 'default' has the empty prefix",
+                |t| t.namespaces.get_mut("").unwrap().name = "main".into(),
+            ),
+            (
+                "'p': invalid namespace: lock_delay_ms 60001 exceeds 60000",
+                |t| put(t, "p/", "p", |n| n.lock_delay_ms = 60_001),
+            ),
+            ("two namespaces are named 'p'", |t| {
+                put(t, "p/", "p", |_| {});
+                put(t, "q/", "p", |_| {});
+            }),
+            // Sessions: what `OpenSession` checked.
+            (
+                "session s_0000000000000001 TTL 0 ms is outside 1000..=3600000 ms",
+                |t| session(t, 1).ttl_ms = 0,
+            ),
+            (
+                "session s_0000000000000002 TTL 3600001 ms is outside",
+                |t| session(t, 2).ttl_ms = limits::HARD_MAX_TTL_MS + 1,
+            ),
+            ("session s_0000000000000003: client is too long", |t| {
+                session(t, 3).client = "c".repeat(limits::MAX_CLIENT_BYTES + 1).into()
+            }),
+            (
+                "session s_0000000000000003: client contains a control character",
+                |t| session(t, 3).client = "bad\n".into(),
+            ),
+            ("session s_0000000000000001: namespace is too long", |t| {
+                session(t, 1).namespace = "n".repeat(65).into()
+            }),
+            ("session s_0000000000000001 opened at 99 after now 2", |t| {
+                session(t, 1).opened_at_ms = 99
+            }),
+            // Counters.
+            (
+                "counter violated: revision 9223372036854775808 is above its limit",
+                |t| t.mint.revision = limits::MAX_REVISION + 1,
+            ),
+            (
+                "S2 violated: 'c' token 5 is duplicated or above revision 4",
+                |t| t.mint.revision = 4,
+            ),
+            (
+                "'a' waiter 1 is duplicated or not below the next waiter id 1",
+                |t| t.mint.next_waiter = 1,
+            ),
+            ("the next waiter id is 0", |t| t.mint.next_waiter = 0),
+            ("waiter 1 is duplicated", |t| {
+                // A second waiter, on another name, under the same id.
+                let mut w = waiter(t).clone();
+                w.session = SessionId(3);
+                w.owner = "w".into();
+                t.locks.get_mut("b").unwrap().waiters_mut().push_back(w);
+            }),
+            // Locks.
+            ("S1 violated: 'b' semaphore(2) has 3 holders", |t| {
+                for h in t.locks.get_mut("b").unwrap().holders.iter_mut() {
+                    h.mode = LockMode::Semaphore { limit: 2 };
+                }
+            }),
+            ("S1 violated: 'c' semaphore(0) has 1 holders", |t| {
+                holder(t, "c").mode = LockMode::Semaphore { limit: 0 }
+            }),
+            (
+                "'a' holder 1 uses semaphore(10001), outside 1..=10000",
+                |t| {
+                    holder(t, "a").mode = LockMode::Semaphore { limit: 10_001 };
+                    waiter(t).mode = LockMode::Semaphore { limit: 10_001 };
+                },
+            ),
+            ("record violated: 'e' is idle but still stored", |t| {
+                t.locks.insert("e".into(), Lock::default());
+            }),
+            ("'a' holder 1: owner is too long", |t| {
+                holder(t, "a").owner = "o".repeat(limits::MAX_OWNER_BYTES + 1).into()
+            }),
+            ("'a' waiter 1: owner is too long", |t| {
+                waiter(t).owner = "o".repeat(limits::MAX_OWNER_BYTES + 1).into()
+            }),
+            ("lock name '': name is empty", |t| {
+                let lock = t.locks.remove("c").unwrap();
+                t.locks.insert("".into(), lock);
+            }),
+            ("'a' holder 1 re-entered 2 times (reentrant: false", |t| {
+                holder(t, "a").reentry = 2
+            }),
+            (
+                "'a' holder 1 re-entered 1000001 times (reentrant: true",
+                |t| {
+                    let h = holder(t, "a");
+                    h.reentrant = true;
+                    h.reentry = limits::MAX_REENTRY + 1;
+                },
+            ),
+            ("'a' holder 1 granted at 7 after now 2", |t| {
+                holder(t, "a").granted_at_ms = 7
+            }),
+            ("'a' waiter 1 enqueued at 2 with deadline 300003", |t| {
+                waiter(t).deadline_ms = 2 + limits::MAX_WAIT_MS + 1
+            }),
+            (
+                "'a' lock-delay until 60003 is more than 60000 ms after now 2",
+                |t| t.locks.get_mut("a").unwrap().set_delay_until(60_003),
+            ),
+        ];
+        for (want, break_it) in cases {
+            let mut t = table();
+            break_it(&mut t);
+            let got = match LockTable::restore(&t.snapshot()) {
+                Err(RestoreError::Inconsistent(m)) => m,
+                other => panic!("want '{want}', got {:?}", other.map(|_| ())),
+            };
+            assert!(got.contains(want), "want '{want}' in '{got}'");
+        }
+    }
+
+    /// Records listed twice or out of order are refused while decoding: the maps they are
+    /// decoded into would keep only one of two records with the same key.
+    #[test]
+    fn restore_refuses_records_listed_twice_or_out_of_order() {
+        let mut t = table();
+        t.namespaces.insert(
+            "p/".into(),
+            Namespace {
+                name: "p".into(),
+                prefix: "p/".into(),
+                ..Namespace::default_namespace()
+            },
+        );
+        let encode = |image: &ImageRef<'_>| postcard::to_allocvec(image).unwrap();
+        let good = t.image();
+        assert!(LockTable::restore(&encode(&good)).is_ok());
+
+        let mut image = t.image();
+        image.namespaces.push(image.namespaces[1]);
+        assert_eq!(
+            refusal(&encode(&image)),
+            "duplicate namespace prefix \"p/\""
+        );
+        let mut image = t.image();
+        image.namespaces.reverse();
+        assert!(refusal(&encode(&image)).contains("listed after"));
+
+        let mut image = t.image();
+        image.sessions.insert(1, image.sessions[0]);
+        assert_eq!(
+            refusal(&encode(&image)),
+            "duplicate session id SessionId(1)"
+        );
+        let mut image = t.image();
+        image.sessions.swap(0, 2);
+        assert!(
+            refusal(&encode(&image)).contains("session id SessionId(2) listed after SessionId(3)")
+        );
+
+        let mut image = t.image();
+        image.locks.push(image.locks[2]);
+        assert_eq!(refusal(&encode(&image)), "duplicate lock name \"c\"");
+        let mut image = t.image();
+        image.locks.swap(0, 1);
+        assert_eq!(
+            refusal(&encode(&image)),
+            "lock name \"a\" listed after \"b\" (the image is sorted)"
+        );
+    }
+
+    /// A session outlives the namespace it was opened in (deleting a namespace ends no session),
+    /// so a session naming a namespace that no longer exists is a state commands reach: it
+    /// restores. So does a format-1 session (no namespace).
+    #[test]
+    fn a_session_of_a_deleted_namespace_restores() {
+        let mut t = table();
+        let put = Op::PutNamespace {
+            namespace: Namespace {
+                name: "p".into(),
+                prefix: "p/".into(),
+                ..Namespace::default_namespace()
+            },
+        };
+        let open = Op::OpenSession {
+            session: SessionId(9),
+            client: "p-worker".into(),
+            ttl_ms: 0,
+            namespace: "p".into(),
+        };
+        let delete = Op::DeleteNamespace {
+            prefix: "p/".into(),
+        };
+        for op in [put, open, delete] {
+            assert!(t.apply(&Command { now_ms: 3, op }).reply.is_ok());
+        }
+        t.check_invariants().unwrap();
+        assert_eq!(&*t.sessions[&SessionId(9)].namespace, "p");
+        let r = LockTable::restore(&t.snapshot()).unwrap();
+        assert_eq!(r.snapshot(), t.snapshot());
+        t.sessions.get_mut(&SessionId(9)).unwrap().namespace = "".into();
+        assert!(LockTable::restore(&t.snapshot()).is_ok());
     }
 
     /// A format-1 image (sessions without their namespace) still restores: its sessions keep

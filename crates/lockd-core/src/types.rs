@@ -391,6 +391,15 @@ pub enum Rejection {
         session_namespace: String,
         name_namespace: String,
     },
+    /// A counter of the group would pass its limit: a grant needs `revision` (the source of
+    /// fencing tokens) `value` or a queued acquire needs `waiter_id` `value`, above `max`; or a
+    /// `RaiseRevision` `floor` is above [`limits::MAX_REVISION`]. Nothing changed, and
+    /// retrying the same command does not help.
+    CounterLimit {
+        field: String,
+        value: u64,
+        max: u64,
+    },
 }
 
 impl Rejection {
@@ -415,6 +424,7 @@ impl Rejection {
             Rejection::TooManyReentries { .. } => "too_many_reentries",
             Rejection::InvalidNamespace { .. } => "invalid_namespace",
             Rejection::InvalidShardMap { .. } => "invalid_shard_map",
+            Rejection::CounterLimit { .. } => "counter_limit",
         }
     }
 }
@@ -503,6 +513,10 @@ impl fmt::Display for Rejection {
             }
             Rejection::InvalidNamespace { reason } => write!(f, "invalid namespace: {reason}"),
             Rejection::InvalidShardMap { reason } => write!(f, "invalid shard map: {reason}"),
+            Rejection::CounterLimit { field, value, max } => write!(
+                f,
+                "{field} {value} exceeds its limit of {max}; nothing changed"
+            ),
         }
     }
 }

@@ -96,7 +96,8 @@ impl Model {
                     });
                     continue;
                 }
-                if !fits(&l.holders, w.mode) {
+                // No token left at the ceiling: the head stays queued.
+                if !fits(&l.holders, w.mode) || self.revision >= limits::MAX_REVISION {
                     break;
                 }
                 l.waiters.remove(0);
@@ -340,6 +341,13 @@ impl Model {
                 })
             }
             Op::RaiseRevision { floor } => {
+                if *floor > limits::MAX_REVISION {
+                    return Err(Rejection::CounterLimit {
+                        field: "floor".into(),
+                        value: *floor,
+                        max: limits::MAX_REVISION,
+                    });
+                }
                 self.revision = self.revision.max(*floor);
                 Ok(Reply::RevisionRaised {
                     revision: self.revision,
@@ -464,7 +472,14 @@ impl Model {
         {
             return Err(Rejection::AlreadyWaiting { waiter: w.id });
         }
-        let result = if l.delay_until == 0 && l.waiters.is_empty() && fits(&l.holders, mode) {
+        let result = if self.revision >= limits::MAX_REVISION {
+            // Anything but a re-entry needs a token, now or later; none is left.
+            Err(Rejection::CounterLimit {
+                field: "revision".into(),
+                value: self.revision + 1,
+                max: limits::MAX_REVISION,
+            })
+        } else if l.delay_until == 0 && l.waiters.is_empty() && fits(&l.holders, mode) {
             if full {
                 Err(Rejection::TooManyLocks { limit: max_locks })
             } else {
@@ -560,6 +575,8 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => (session, name, 0u64..25).prop_map(|(session, name, token)| Op::Extend { session, name, token }),
         3 => Just(Op::Tick),
         1 => (0u64..40).prop_map(|floor| Op::RaiseRevision { floor }),
+        // Near, at and past the ceiling of the revision (S2: no token may wrap).
+        1 => (0u64..4).prop_map(|d| Op::RaiseRevision { floor: limits::MAX_REVISION - 2 + d }),
     ]
 }
 
@@ -574,45 +591,113 @@ fn delay_namespace() -> Namespace {
     }
 }
 
+/// Runs `steps` on the machine and the model side by side, both starting with the revision at
+/// `start_revision`.
+fn run(steps: &[(u64, Op)], start_revision: u64) -> Result<(), TestCaseError> {
+    let mut t = LockTable::new();
+    t.apply(&Command {
+        now_ms: 0,
+        op: Op::PutNamespace {
+            namespace: delay_namespace(),
+        },
+    })
+    .reply
+    .unwrap();
+    let raise = Command {
+        now_ms: 0,
+        op: Op::RaiseRevision {
+            floor: start_revision,
+        },
+    };
+    t.apply(&raise).reply.unwrap();
+    let mut m = Model {
+        revision: start_revision,
+        ..Model::default()
+    };
+    let mut now = 0;
+    // Highest token granted per name so far: S2 says the next must be higher.
+    let mut last_token: BTreeMap<Arc<str>, u64> = BTreeMap::new();
+    for (i, (advance, op)) in steps.iter().enumerate() {
+        now += advance;
+        // Generated tokens count from 0; shift them to where this run's tokens are.
+        let mut op = op.clone();
+        if let Op::Release { token, .. } | Op::Extend { token, .. } = &mut op {
+            *token += start_revision;
+        }
+        let op = &op;
+        let cmd = Command {
+            now_ms: now,
+            op: op.clone(),
+        };
+        let before = t.snapshot();
+        let got = t.apply(&cmd);
+        let want = m.apply(&cmd);
+        prop_assert_eq!(&got.reply, &want.0, "step {} reply for {:?}", i, op);
+        prop_assert_eq!(&got.effects, &want.1, "step {} effects for {:?}", i, op);
+        if got.reply.is_err() {
+            prop_assert_eq!(&before, &t.snapshot(), "a rejection changed the state");
+        }
+        if let Err(v) = t.check_invariants() {
+            return Err(TestCaseError::fail(format!("step {i}: {v}")));
+        }
+        let mut grants: Vec<(Arc<str>, u64)> = got
+            .effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Granted { name, token, .. } => Some((name.clone(), *token)),
+                _ => None,
+            })
+            .collect();
+        if let (
+            Op::Acquire { name, .. },
+            Ok(Reply::Acquired {
+                token, reentry: 1, ..
+            }),
+        ) = (op, &got.reply)
+        {
+            grants.push((Arc::from(name.as_str()), *token));
+        }
+        for (name, token) in grants {
+            let prev = last_token.insert(name.clone(), token).unwrap_or(0);
+            prop_assert!(
+                token > prev,
+                "S2: token {} for {} after {}",
+                token,
+                name,
+                prev
+            );
+            prop_assert!(
+                token <= limits::MAX_REVISION,
+                "S2: token {} above the ceiling",
+                token
+            );
+        }
+    }
+    let restored = LockTable::restore(&t.snapshot()).unwrap();
+    prop_assert_eq!(restored.state_hash(), t.state_hash());
+    prop_assert_eq!(restored.stats(), t.stats());
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
     fn machine_matches_the_model(steps in prop::collection::vec((0u64..400, arb_op()), 1..120)) {
-        let mut t = LockTable::new();
-        t.apply(&Command { now_ms: 0, op: Op::PutNamespace { namespace: delay_namespace() } }).reply.unwrap();
-        let mut m = Model::default();
-        let mut now = 0;
-        // Highest token granted per name so far: S2 says the next must be higher.
-        let mut last_token: BTreeMap<Arc<str>, u64> = BTreeMap::new();
-        for (i, (advance, op)) in steps.iter().enumerate() {
-            now += advance;
-            let cmd = Command { now_ms: now, op: op.clone() };
-            let before = t.snapshot();
-            let got = t.apply(&cmd);
-            let want = m.apply(&cmd);
-            prop_assert_eq!(&got.reply, &want.0, "step {} reply for {:?}", i, op);
-            prop_assert_eq!(&got.effects, &want.1, "step {} effects for {:?}", i, op);
-            if got.reply.is_err() {
-                prop_assert_eq!(&before, &t.snapshot(), "a rejection changed the state");
-            }
-            if let Err(v) = t.check_invariants() {
-                return Err(TestCaseError::fail(format!("step {i}: {v}")));
-            }
-            let mut grants: Vec<(Arc<str>, u64)> = got.effects.iter().filter_map(|e| match e {
-                Effect::Granted { name, token, .. } => Some((name.clone(), *token)),
-                _ => None,
-            }).collect();
-            if let (Op::Acquire { name, .. }, Ok(Reply::Acquired { token, reentry: 1, .. })) = (op, &got.reply) {
-                grants.push((Arc::from(name.as_str()), *token));
-            }
-            for (name, token) in grants {
-                let prev = last_token.insert(name.clone(), token).unwrap_or(0);
-                prop_assert!(token > prev, "S2: token {} for {} after {}", token, name, prev);
-            }
-        }
-        let restored = LockTable::restore(&t.snapshot()).unwrap();
-        prop_assert_eq!(restored.state_hash(), t.state_hash());
-        prop_assert_eq!(restored.stats(), t.stats());
+        run(&steps, 0)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A few grants below the ceiling of the revision: the group runs out of tokens with
+    /// holders and waiters in place, and must refuse, never wrap.
+    #[test]
+    fn machine_matches_the_model_at_the_revision_ceiling(
+        steps in prop::collection::vec((0u64..400, arb_op()), 1..120),
+        left in 0u64..12,
+    ) {
+        run(&steps, limits::MAX_REVISION - left)?;
     }
 }

@@ -874,6 +874,171 @@ fn the_revision_can_be_raised_but_never_lowered() {
     assert_eq!(h.token(a, "k", X), 1_002);
 }
 
+/// S2 with the revision at its ceiling: a floor above it is refused, and once no token is left
+/// every acquire that needs one is refused (typed, nothing changed) instead of wrapping to 0.
+#[test]
+fn the_revision_stops_at_its_ceiling_and_never_wraps() {
+    const MAX: u64 = limits::MAX_REVISION;
+    let mut h = H::new();
+    let (a, b, c) = (h.open(1), h.open(2), h.open(3));
+    let ta = h.token(a, "n", X);
+    assert!(matches!(
+        h.acq(b, "n", X, 2_000),
+        Reply::Queued { waiter: 1, .. }
+    ));
+    let reentrant = |name: &str| Op::Acquire {
+        session: c,
+        name: name.into(),
+        owner: "r".into(),
+        mode: X,
+        wait_ms: 0,
+        reentrant: true,
+    };
+    h.ok(reentrant("r"));
+
+    for floor in [MAX + 1, u64::MAX - 1, u64::MAX] {
+        let r = h.rej(Op::RaiseRevision { floor });
+        assert_eq!(
+            r,
+            Rejection::CounterLimit {
+                field: "floor".into(),
+                value: floor,
+                max: MAX
+            }
+        );
+    }
+    assert_eq!(h.t.revision(), 2);
+    // One token left, and it is granted.
+    assert_eq!(
+        h.ok(Op::RaiseRevision { floor: MAX - 1 }).0,
+        Reply::RevisionRaised { revision: MAX - 1 }
+    );
+    assert_eq!(h.token(c, "m", X), MAX);
+
+    // None left: a grant now, a try-lock and a wait are all refused, changing nothing.
+    let none_left = Rejection::CounterLimit {
+        field: "revision".into(),
+        value: MAX + 1,
+        max: MAX,
+    };
+    for (name, wait_ms) in [("k", 0), ("k", 1_000), ("n", 0), ("n", 1_000)] {
+        assert_eq!(h.rej(H::acquire_op(c, name, X, wait_ms)), none_left);
+    }
+    assert_eq!(none_left.code(), "counter_limit");
+    assert_eq!(
+        none_left.to_string(),
+        "revision 9223372036854775808 exceeds its limit of 9223372036854775807; nothing changed"
+    );
+    // What mints no token still works: a re-entry, and a floor at the ceiling.
+    assert!(matches!(
+        h.ok(reentrant("r")).0,
+        Reply::Acquired { reentry: 2, .. }
+    ));
+    assert_eq!(
+        h.ok(Op::RaiseRevision { floor: MAX }).0,
+        Reply::RevisionRaised { revision: MAX }
+    );
+
+    // Releasing "n" would hand it to b's waiter, but there is no token for it: nothing is
+    // granted, b stays queued (the harness checks the invariants), and its wait ends at its
+    // deadline like any wait not granted in time.
+    assert_eq!(
+        h.release(a, "n", ta),
+        (Reply::Released { remaining: 0 }, vec![])
+    );
+    let info = h.t.lock_info("n", h.now).unwrap();
+    assert!(info.holders.is_empty());
+    assert_eq!(info.waiters.len(), 1);
+    let restored = LockTable::restore(&h.t.snapshot()).unwrap();
+    assert_eq!(restored.snapshot(), h.t.snapshot());
+    h.now = 3_000;
+    assert_eq!(
+        h.ok(Op::Tick),
+        (
+            Reply::Ticked {
+                timed_out: 1,
+                delays_ended: 0
+            },
+            vec![wait_ended(1, b, "n", WaitEndReason::TimedOut)]
+        )
+    );
+    assert_eq!(h.t.lock_info("n", h.now), None);
+    assert_eq!(h.t.revision(), MAX);
+}
+
+/// The same with the waiters freed by an expiry and a close, and a semaphore with room.
+#[test]
+fn holds_freed_at_the_ceiling_grant_nothing() {
+    let mut h = H::new();
+    let (a, b, c, d) = (h.open(1), h.open(2), h.open(3), h.open(4));
+    h.token(a, "n", X);
+    h.token(c, "s", sem(1));
+    h.acq(b, "n", X, 5_000);
+    h.acq(d, "s", sem(1), 5_000);
+    h.ok(Op::RaiseRevision {
+        floor: limits::MAX_REVISION,
+    });
+    let (reply, effects) = h.ok(Op::ExpireSessions { sessions: vec![a] });
+    assert_eq!(reply, Reply::SessionsExpired { expired: vec![a] });
+    assert_eq!(
+        effects,
+        vec![Effect::SessionEnded {
+            session: a,
+            reason: SessionEndReason::Expired,
+            released: 1
+        }]
+    );
+    let (_, effects) = h.ok(Op::CloseSession { session: c });
+    assert_eq!(effects.len(), 1, "only the close itself: {effects:?}");
+    for name in ["n", "s"] {
+        let info = h.t.lock_info(name, h.now).unwrap();
+        assert!(
+            info.holders.is_empty() && info.waiters.len() == 1,
+            "{info:?}"
+        );
+    }
+    // Closing the waiting sessions ends their waits; the records go.
+    h.ok(Op::CloseSession { session: b });
+    h.ok(Op::CloseSession { session: d });
+    assert_eq!(h.t.stats().locks, 0);
+}
+
+/// Group time is the proposer's stamp; at the very end of u64 a deadline or lock-delay
+/// saturates instead of overflowing (a panic in debug builds, a wrap into the past in release).
+#[test]
+fn deadlines_at_the_end_of_time_saturate() {
+    let mut h = H::new();
+    h.put_ns("d/", |ns| ns.lock_delay_ms = 1_000);
+    let (a, b) = (h.open_in(1, "d", 15_000), h.open_in(2, "d", 15_000));
+    h.now = u64::MAX - 10;
+    h.token(a, "d/n", X);
+    assert_eq!(
+        h.acq(b, "d/n", X, 2_000),
+        Reply::Queued {
+            waiter: 1,
+            position: 1,
+            deadline_ms: u64::MAX
+        }
+    );
+    h.ok(Op::ExpireSessions { sessions: vec![a] });
+    assert_eq!(
+        h.t.lock_info("d/n", h.now).unwrap().lock_delay_until_ms,
+        Some(u64::MAX)
+    );
+    h.now = u64::MAX;
+    assert_eq!(
+        h.ok(Op::Tick),
+        (
+            Reply::Ticked {
+                timed_out: 1,
+                delays_ended: 1
+            },
+            vec![wait_ended(1, b, "d/n", WaitEndReason::TimedOut)]
+        )
+    );
+    assert_eq!(h.t.stats().locks, 0);
+}
+
 #[test]
 fn sessions_hold_at_most_their_namespace_limit() {
     let mut h = H::new();

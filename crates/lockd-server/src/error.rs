@@ -66,6 +66,7 @@ impl From<Rejection> for ApiError {
             | Rejection::AlreadyHeld { .. }
             | Rejection::AlreadyWaiting { .. }
             | Rejection::TooManyReentries { .. } => 409,
+            Rejection::CounterLimit { .. } => 409,
             Rejection::QueueFull { .. } | Rejection::TooManyLocks { .. } => 429,
         };
         let retry = match &r {
