@@ -321,6 +321,13 @@ impl Cluster {
         s.kill_now()
     }
 
+    /// SIGTERMs node `i` (its graceful leave) and hands back its process to reap later.
+    pub fn terminate(&mut self, i: usize) -> Result<Server> {
+        let mut s = self.nodes[i].server.take().context("node already down")?;
+        s.terminate()?;
+        Ok(s)
+    }
+
     /// Node `i`'s pid, if it is running.
     pub fn pid_of(&self, i: usize) -> Option<u32> {
         self.nodes[i].server.as_ref().map(Server::pid)

@@ -155,6 +155,9 @@ enum Cmd {
         /// Background clients cycling locks throughout (0 = an idle cluster).
         #[arg(long, default_value_t = 0)]
         load: usize,
+        /// SIGTERM the leader (its graceful leave hands its groups over) instead of SIGKILL.
+        #[arg(long)]
+        graceful: bool,
         #[command(flatten)]
         lockd: LockdArgs,
     },
@@ -267,13 +270,14 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Failover {
             trials,
             load,
+            graceful,
             lockd,
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let mut cluster =
                 lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
                     .await?;
-            let f = scenarios::failover(&mut cluster, trials, load).await?;
+            let f = scenarios::failover(&mut cluster, trials, load, graceful).await?;
             println!("lockd ({} groups): {}", lockd.groups, f.line());
             Ok(())
         }
@@ -500,7 +504,7 @@ async fn run_lockd(
         }
         if extras.failover_trials > 0 {
             eprintln!("[lockd] failover, {} trials", extras.failover_trials);
-            let f = scenarios::failover(&mut cluster, extras.failover_trials, 0).await?;
+            let f = scenarios::failover(&mut cluster, extras.failover_trials, 0, false).await?;
             lines.push(format!("lockd: {}", f.line()));
         }
     }

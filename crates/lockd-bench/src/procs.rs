@@ -152,6 +152,21 @@ impl Server {
         Ok(())
     }
 
+    /// SIGTERM (the node's graceful leave), without waiting: reap it with [`Server::wait_exit`].
+    pub fn terminate(&mut self) -> Result<()> {
+        let pid = self.child.id().to_string();
+        let st = Command::new("kill").args(["-TERM", &pid]).status()?;
+        if !st.success() {
+            bail!("kill -TERM {pid} ({}) failed", self.name);
+        }
+        Ok(())
+    }
+
+    /// Waits (up to the stop grace, then SIGKILL) for a terminated server to exit.
+    pub fn wait_exit(mut self) {
+        self.stop();
+    }
+
     fn stop(&mut self) {
         if self.child.try_wait().ok().flatten().is_some() {
             return;

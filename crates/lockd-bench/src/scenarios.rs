@@ -180,7 +180,9 @@ pub async fn hot_lock(
 
 /// What the failover run measured.
 pub struct Failover {
-    /// SIGKILL of the probe group's leader → the next successful acquire in that group.
+    /// How the leader was stopped: SIGKILL (a crash) or SIGTERM (a graceful leave).
+    pub graceful: bool,
+    /// Stopping the probe group's leader → the next successful acquire in that group.
     pub times: Vec<Duration>,
     /// Restart of the killed node → it has caught up in every group.
     pub catch_up: Vec<Duration>,
@@ -208,9 +210,10 @@ impl Failover {
             None => "idle cluster".into(),
         };
         format!(
-            "failover, {load}, {} trials: SIGKILL leader -> next acquire p50 {:.0} ms, \
+            "failover, {load}, {} trials: {} leader -> next acquire p50 {:.0} ms, \
              p99 {:.0} ms, max {:.0} ms; restart -> caught up p50 {:.0} ms, max {:.0} ms",
             self.times.len(),
+            if self.graceful { "SIGTERM" } else { "SIGKILL" },
             ms(quantile(&self.times, 0.5)),
             ms(quantile(&self.times, 0.99)),
             ms(quantile(&self.times, 1.0)),
@@ -381,13 +384,14 @@ fn spawn_load(
     set
 }
 
-/// `trials` times: SIGKILL the leader of the probe name's group, time the next successful
+/// `trials` times: SIGKILL (or with `graceful`, SIGTERM) the leader of the probe name's group, time the next successful
 /// acquire in that group through a surviving node, restart the killed node and wait until it
 /// has caught up. With `load_clients > 0`, a background load runs throughout.
 pub async fn failover(
     cluster: &mut Cluster,
     trials: usize,
     load_clients: usize,
+    graceful: bool,
 ) -> Result<Failover> {
     if cluster.size() < 3 {
         bail!("failover needs at least 3 nodes");
@@ -406,6 +410,7 @@ pub async fn failover(
     );
     let started = Instant::now();
     let mut out = Failover {
+        graceful,
         times: Vec::new(),
         catch_up: Vec::new(),
         load: None,
@@ -435,10 +440,18 @@ pub async fn failover(
                 sleep(LOAD_SETTLE).await; // the load runs on a healthy cluster before each kill
             }
             let t0 = Instant::now();
-            cluster.kill(victim)?;
+            let leaving = if graceful {
+                Some(cluster.terminate(victim)?)
+            } else {
+                cluster.kill(victim)?;
+                None
+            };
             let (attempts, why) =
                 acquire_once(&mut c, &session, &mut names, t0 + Duration::from_secs(60)).await?;
             let took = t0.elapsed();
+            if let Some(s) = leaving {
+                s.wait_exit();
+            }
             let _ = c
                 .close_session(pb::CloseSessionRequest {
                     session_id: session,
@@ -448,7 +461,7 @@ pub async fn failover(
             cluster.restart(victim, CATCH_UP_SLACK).await?;
             let caught = t1.elapsed();
             eprintln!(
-                "  trial {}/{trials}: killed node {} (leader of group {group}): next acquire after \
+                "  trial {}/{trials}: stopped node {} (leader of group {group}): next acquire after \
                  {:.0} ms ({attempts} attempts; first failed: {}); caught up {:.0} ms after \
                  restart",
                 trial + 1,

@@ -893,7 +893,8 @@ impl Driver {
     /// The session is over for this client: every guard of it is lost.
     fn lose(&mut self, why: &str, report: bool) {
         let Some(s) = self.sess.take() else { return };
-        tracing::warn!(session = %s.id, why, "lockd session lost");
+        // Not the session id: it is the session's capability, and logs travel.
+        tracing::warn!(client = %self.core.opts.client_name, why, "lockd session lost");
         self.end_locally(s.gen, || Error::SessionLost);
         self.early.clear();
         self.early_order.clear();

@@ -57,8 +57,11 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops serving, then shuts the node's groups down.
+    /// Hands the groups this node leads to other voters (graceful leave, up to two election
+    /// timeouts), stops serving, then shuts the node's groups down.
     pub async fn stop(mut self) {
+        let limit = Duration::from_millis(2 * self.service.election_timeout_max_ms.max(100));
+        self.service.node.hand_over(limit).await;
         let _ = self.stop.send(true);
         self.service.node.close_peer_pipes();
         let _ = tokio::time::timeout(Duration::from_secs(5), async {

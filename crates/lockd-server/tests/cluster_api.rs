@@ -83,3 +83,45 @@ async fn followers_serve_requests_and_a_lost_quorum_answers_503() {
     assert!(r.retry_after.is_some());
     c.stop_all().await;
 }
+
+/// Graceful leave: a stopping node first hands every group it leads to a voter that is in
+/// touch, so no group waits out an election timeout, and a held lock keeps its holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_node_hands_its_groups_over_first() {
+    let mut c = cluster(3, 2).await;
+    // Lead every group from node 1, so its leaving moves all of them.
+    let node1 = c.node(0).service.node.clone();
+    for g in node1.group_ids() {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while node1.group(g).unwrap().status().leader != Some(1) {
+            let leader = node1.group(g).unwrap().status().leader;
+            if let Some(l) = leader {
+                // Ask the current leader to step aside for node 1.
+                let n = &c.node(l as usize - 1).service.node;
+                n.hand_over_group(g, 1).await;
+            }
+            assert!(Instant::now() < deadline, "group {g} never moved to node 1");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let h = Http::new(c.url(1, ""));
+    let s = h.session("holder", 30).await;
+    let r = h.acquire("jobs/kept", json!({"session_id": s})).await;
+    let token = r.body["token"].as_u64().unwrap();
+
+    let groups = node1.group_ids().len();
+    let (handed, left) = node1.hand_over(Duration::from_secs(5)).await;
+    assert_eq!((handed, left), (groups, 0));
+    for g in node1.group_ids() {
+        let leader = c.node(1).service.node.group(g).unwrap().status().leader;
+        assert!(matches!(leader, Some(2 | 3)), "group {g} led by {leader:?}");
+    }
+    c.stop(0).await;
+    // The hold is intact on the survivors, and the next grant of its name is larger.
+    let info = h.admin().inspect("jobs/kept").await;
+    assert_eq!(info["holder"]["session"], s.as_str());
+    assert_eq!(h.release("jobs/kept", &s, token).await.status, 200);
+    let r = h.acquire("jobs/kept", json!({"session_id": s})).await;
+    assert!(r.body["token"].as_u64().unwrap() > token);
+    c.stop_all().await;
+}

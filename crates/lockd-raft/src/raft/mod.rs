@@ -365,6 +365,35 @@ impl RaftGroup {
             .is_some_and(|matched| matched.as_ref().map(|l| l.index) == last)
     }
 
+    /// On the leader: the voter to hand the group to when this node leaves: one that has
+    /// acknowledged the leader within `fresh` (so it is alive), with the least lag. `None` on a
+    /// follower or when no other voter is in touch.
+    pub(crate) fn handover_target(&self, fresh: Duration) -> Option<NodeId> {
+        let metrics = self.raft.data_metrics();
+        let d = metrics.borrow_watched();
+        let me = self.raft.server_metrics().borrow_watched().id;
+        let last = d.last_log.as_ref().map_or(0, |l| l.index);
+        let voters: Vec<NodeId> = self.membership().voters;
+        let heard = d.heartbeat.as_ref()?;
+        let replicated = d.replication.as_ref()?;
+        voters
+            .into_iter()
+            .filter(|v| *v != me)
+            .filter(|v| {
+                heard
+                    .get(v)
+                    .and_then(|t| t.as_ref())
+                    .is_some_and(|t| t.elapsed() < fresh)
+            })
+            .min_by_key(|v| {
+                let at = replicated
+                    .get(v)
+                    .and_then(|m| m.as_ref())
+                    .map_or(0, |l| l.index);
+                last.saturating_sub(at)
+            })
+    }
+
     /// Asks this leader to hand the group to `to` (openraft's TransferLeader; `balance.rs`).
     /// Ignored on a follower; the outcome shows as the next role change.
     pub(crate) async fn transfer_leader(&self, to: NodeId) {
