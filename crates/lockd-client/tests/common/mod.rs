@@ -183,6 +183,25 @@ impl Cluster {
         Proc { child: Some(child) }
     }
 
+    /// Restarts node `i` as an operator does in a rolling restart: SIGTERM (its graceful leave),
+    /// wait for it to exit, start it again on the same data dir, and wait until the cluster is
+    /// ready again (every group led by its preferred leader, a session opens).
+    pub async fn restart(&mut self, i: usize) {
+        self.nodes[i].signal(Signal::SIGTERM);
+        let mut child = self.nodes[i].child.take().expect("running");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {} did not exit within 20 s of SIGTERM",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.nodes[i] = self.spawn(i as u64 + 1, false);
+        self.wait_ready(self.groups).await;
+    }
+
     /// Starts a new node (the next id) as a joiner: empty data dir, `--initial-cluster-state
     /// existing`, in no group until an admin adds it. Returns its id and peer address.
     pub fn start_joiner(&mut self) -> (u64, String) {
