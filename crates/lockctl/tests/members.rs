@@ -100,8 +100,8 @@ async fn members_grow_and_a_dead_node_is_replaced_by_a_new_id_under_a_held_lock(
         vec![BTreeSet::from([1, 3, 4, 5]); groups]
     );
     // The list, asked of the new node, agrees and reports every member's lag from the leader.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["--endpoints", &c.grpc[4], "--json", "--admin-token-file"])
+    let out = support::lockctl_at(&c.grpc[4])
+        .arg("--admin-token-file")
         .arg(c.admin_token_file())
         .args(["members", "list"])
         .output()

@@ -226,11 +226,8 @@ async fn run_passes_the_exit_code_and_refuses_a_held_lock() {
     // Without --namespace, lockctl opens its session in the namespace NAME falls into (a
     // session takes only its own namespace's names); with a wrong one it says so.
     let bare = |args: &[&str]| {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"));
-        cmd.args(["--endpoints", &c.endpoints(), "--json"])
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
+        let mut cmd = support::lockctl_at(&c.endpoints());
+        cmd.args(args);
         cmd
     };
     for name in ["fast/inferred", "plain/default"] {

@@ -339,11 +339,7 @@ impl Service {
             ttl_ms,
             namespace: ns.name.clone(),
         };
-        let groups: Vec<_> = self
-            .lock_group_ids()
-            .into_iter()
-            .map(|g| self.group(g))
-            .collect::<Result<_, _>>()?;
+        let groups = self.lock_groups_all()?;
         let results =
             futures::future::join_all(groups.iter().map(|g| self.propose(g, op.clone()))).await;
         let mut ttl = None;
@@ -387,11 +383,7 @@ impl Service {
     /// opened or attached it, an extend of one of its holds).
     pub async fn keepalive_authorized(&self, session: SessionId) -> Result<u64, ApiError> {
         self.metrics.keepalives.inc();
-        let groups: Vec<_> = self
-            .lock_group_ids()
-            .into_iter()
-            .map(|g| self.group(g))
-            .collect::<Result<_, _>>()?;
+        let groups = self.lock_groups_all()?;
         let results = futures::future::join_all(groups.iter().map(|g| g.keepalive(session))).await;
         let mut ttl = 0;
         for r in results {
@@ -420,11 +412,7 @@ impl Service {
     /// [`Service::close_session`] without the credential check: for the node's own clean-up and
     /// for a stream that carries the session.
     pub async fn end_session(&self, session: SessionId) -> Result<u32, ApiError> {
-        let groups: Vec<_> = self
-            .lock_group_ids()
-            .into_iter()
-            .map(|g| self.group(g))
-            .collect::<Result<_, _>>()?;
+        let groups = self.lock_groups_all()?;
         let op = Op::CloseSession { session };
         let results =
             futures::future::join_all(groups.iter().map(|g| self.propose(g, op.clone()))).await;

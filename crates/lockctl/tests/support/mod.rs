@@ -12,16 +12,17 @@ use crate::common::Cluster;
 
 /// `lockctl --endpoints … --namespace fast --json`, stdin from /dev/null, killed on drop.
 pub fn lockctl(c: &Cluster) -> tokio::process::Command {
+    let mut cmd = lockctl_at(&c.endpoints());
+    cmd.args(["--namespace", "fast"]);
+    cmd
+}
+
+/// `lockctl --endpoints ENDPOINTS --json` (no namespace), stdin from /dev/null, killed on drop.
+pub fn lockctl_at(endpoints: &str) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.args([
-        "--endpoints",
-        &c.endpoints(),
-        "--namespace",
-        "fast",
-        "--json",
-    ])
-    .stdin(Stdio::null())
-    .kill_on_drop(true);
+    cmd.args(["--endpoints", endpoints, "--json"])
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
     cmd
 }
 
