@@ -378,7 +378,8 @@ impl Node {
         let mut left = 0;
         for g in self.groups.values() {
             let raft = g.raft();
-            if !raft.role().is_leader {
+            // A follower has nothing to hand over, nor a leader that is the only voter.
+            if !raft.role().is_leader || raft.membership().voters.len() < 2 {
                 continue;
             }
             match raft.handover_target(g.election_timeout_max()) {
@@ -402,6 +403,9 @@ impl Node {
             }
         }
         left += moving.len();
+        if handed + left == 0 {
+            return (0, 0);
+        }
         info!(
             node = self.node_id,
             handed,

@@ -175,12 +175,16 @@ fn read_admin_token(path: &Path) -> anyhow::Result<String> {
 /// is not there yet.
 fn dev_admin_token_file(data_dir: &Path) -> anyhow::Result<PathBuf> {
     use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
     let path = data_dir.join("admin-token");
     if path.exists() {
         return Ok(path);
     }
-    std::fs::create_dir_all(data_dir)
+    // Private from the start, as the node makes it (else the node warns it was open).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir)
         .with_context(|| format!("creating the data dir {}", data_dir.display()))?;
     let token: String = (0..32)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
