@@ -163,6 +163,39 @@ fn grant_before_the_holders_deadline_is_not_linearizable() {
 }
 
 #[test]
+fn a_grant_that_arrives_after_its_clients_deadline_overlaps_nothing() {
+    // Process 2's wait was granted token 5 long ago; a lagging node told it only at 60, after
+    // its own deadline (40), when process 1 already held token 6. Process 2 knew on arrival.
+    let mut r = Vec::new();
+    r.extend(acquire(1, 1, 20, 30, 6));
+    r.push(Record::ProcessEnd {
+        process: 1,
+        at_ns: 100,
+    });
+    r.extend(acquire(2, 1, 0, 60, 5));
+    r.push(Record::LeaseLost {
+        process: 2,
+        name: "n".into(),
+        token: 5,
+        deadline_ns: 40,
+        at_ns: 70,
+    });
+    let rep = check(r.clone());
+    assert_eq!(rep.direct.belief_overlaps, 0, "{:?}", rep.details);
+    // The same answer before its deadline is an overlap.
+    let last = r.len() - 1;
+    r[last] = Record::LeaseLost {
+        process: 2,
+        name: "n".into(),
+        token: 5,
+        deadline_ns: 80,
+        at_ns: 80,
+    };
+    let rep = check(r);
+    assert_eq!(rep.direct.belief_overlaps, 1, "{:?}", rep.details);
+}
+
+#[test]
 fn an_unknown_verdict_is_counted_and_has_its_own_exit_code() {
     let mut r = Vec::new();
     r.extend(acquire(1, 1, 0, 10, 5));

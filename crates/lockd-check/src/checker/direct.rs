@@ -107,6 +107,8 @@ fn beliefs<'a>(h: &'a History, ops: &'a [Operation]) -> Vec<Belief<'a>> {
             end_at((o.process, name.as_str(), *token), o.invoke_ns);
         }
     }
+    // A grant whose answer came after the client's own deadline (a lagging node delivering a
+    // wait's old grant) is known lost on arrival: an empty belief, which overlaps nothing.
     ops.iter()
         .filter_map(|o| match (&o.call, &o.outcome, o.complete_ns) {
             (Call::Acquire { name }, Outcome::Granted { token }, Some(from)) => {
@@ -115,7 +117,8 @@ fn beliefs<'a>(h: &'a History, ops: &'a [Operation]) -> Vec<Belief<'a>> {
                     .into_iter()
                     .chain(process_end.get(&o.process).copied())
                     .min();
-                Some(Belief {
+                let empty = to.is_some_and(|t| t <= from);
+                (!empty).then_some(Belief {
                     process: o.process,
                     name,
                     token: *token,
