@@ -21,7 +21,7 @@ fn mode(u: &mut Unstructured) -> Result<LockMode> {
 fn op(u: &mut Unstructured) -> Result<Op> {
     let session = SessionId(u.int_in_range(1..=5)?);
     let name = NAMES[u.choose_index(NAMES.len())?].to_string();
-    Ok(match u.int_in_range(0..=9)? {
+    Ok(match u.int_in_range(0..=12)? {
         0 => Op::OpenSession { session, client: "c".into(), ttl_ms: *u.choose(&[0, 4_000, 15_000])?, namespace: String::new() },
         1 => Op::CloseSession { session },
         2 => Op::ExpireSessions { sessions: vec![session] },
@@ -36,7 +36,19 @@ fn op(u: &mut Unstructured) -> Result<Op> {
         5 | 6 => Op::Release { session, name, token: u.int_in_range(0..=30)? },
         7 => Op::Extend { session, name, token: u.int_in_range(0..=30)? },
         8 => Op::Tick,
-        _ => Op::RaiseRevision { floor: u.int_in_range(0..=50)? },
+        9 => Op::RaiseRevision { floor: u.int_in_range(0..=50)? },
+        // Moves out of this group: freeze the buckets of a name (or of all five), then abort
+        // (thaw) or finish (drop). The move id picks among three, so steps repeat and clash.
+        10 => {
+            let buckets: BucketSet = if u.arbitrary()? {
+                std::iter::once(bucket_of(&name)).collect()
+            } else {
+                NAMES.iter().map(|n| bucket_of(n)).collect()
+            };
+            Op::FreezeBuckets { move_id: u.int_in_range(1..=3)?, to_group: 2, buckets }
+        }
+        11 => Op::ThawBuckets { move_id: u.int_in_range(1..=3)? },
+        _ => Op::DropBuckets { move_id: u.int_in_range(1..=3)?, map_version: 2 },
     })
 }
 

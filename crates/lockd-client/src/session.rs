@@ -722,6 +722,11 @@ impl Driver {
         let out = match push {
             Ev::Granted(g) => Ok(g.fencing_token),
             Ev::WaitEnded(w) if w.reason == "session_ended" => Err(Error::SessionLost),
+            // The name's bucket moved to another group: the acquire loop queues again there.
+            Ev::WaitEnded(w) if w.reason == "moved" => Err(Error::Unavailable(format!(
+                "the bucket of '{}' moved to another group; queueing again",
+                w.name
+            ))),
             _ => Err(Error::NotAcquired {
                 holder: None,
                 queue_position: 0,

@@ -7,9 +7,10 @@
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 
-use crate::bucket::BUCKETS;
+use crate::bucket::{bucket_of, BUCKETS};
 use crate::limits::{self, check_name, check_optional};
 use crate::machine::{validate_namespace, Lock, LockTable};
+use crate::ownership::{validate_export, BucketSet, MoveRecord};
 use crate::types::LockMode;
 
 /// An invariant that does not hold, with the rule's number from docs/INVARIANTS.md.
@@ -40,7 +41,7 @@ impl LockTable {
     /// snapshot it loads, which is the one production caller: keep it linear in the state.
     pub fn check_invariants(&self) -> Result<(), Violation> {
         self.check_config()?;
-        let mut tokens = HashSet::new();
+        self.check_ownership()?;
         let mut waiter_ids = HashSet::new();
         let mut holds = 0u64;
         let mut waiter_count = 0usize;
@@ -78,9 +79,12 @@ impl LockTable {
             }
             check_modes(name, lock)?;
             let mut parties = BTreeSet::new();
+            // Unique per name, not per group: a bucket import brings holders whose tokens the
+            // sending group minted, and they may equal tokens this group gave other names.
+            let mut tokens = BTreeSet::new();
             for h in &lock.holders {
                 holds += 1;
-                // S2 (local part): a token is unique and never above the revision.
+                // S2 (local part): a token is unique for its name and never above the revision.
                 if h.token == 0 || h.token > self.mint.revision || !tokens.insert(h.token) {
                     return fail(
                         "S2",
@@ -322,6 +326,63 @@ impl LockTable {
 
 impl LockTable {
     /// The group's configuration and counters: namespaces, shard map, the mint.
+    /// S10: a group stores only names it serves; frozen buckets are owned and frozen once.
+    fn check_ownership(&self) -> Result<(), Violation> {
+        let own = &self.ownership;
+        if own.map_version == 0 && own.owned != BucketSet::full() {
+            return fail(
+                "S10",
+                format!(
+                    "buckets never assigned, yet only {} are owned",
+                    own.owned.len()
+                ),
+            );
+        }
+        let mut frozen = BucketSet::empty();
+        for (id, r) in &own.moves {
+            if let MoveRecord::Outgoing {
+                buckets, export, ..
+            } = r
+            {
+                if buckets.is_empty()
+                    || !buckets.is_subset(&own.owned)
+                    || buckets.intersects(&frozen)
+                {
+                    return fail(
+                        "S10",
+                        format!("move {id} freezes buckets {buckets} that are empty, not owned or frozen twice"),
+                    );
+                }
+                frozen.union_with(buckets);
+                if let Err(e) = validate_export(*id, buckets, export) {
+                    return fail("S10", e.to_string());
+                }
+                if export.revision > self.mint.revision {
+                    return fail(
+                        "S10",
+                        format!(
+                            "move {id} exported revision {} above the group's {}",
+                            export.revision, self.mint.revision
+                        ),
+                    );
+                }
+            }
+        }
+        if own.map_version == 0 && own.moves.is_empty() {
+            return Ok(());
+        }
+        for (name, _) in self.locks.iter() {
+            let b = bucket_of(name);
+            if !own.owned.contains(b) || frozen.contains(b) {
+                return fail(
+                    "S10",
+                    format!("'{name}' is stored, but its bucket {b} is not served here"),
+                );
+            }
+        }
+        Ok(())
+    }
+
     fn check_config(&self) -> Result<(), Violation> {
         if self.mint.revision > limits::MAX_REVISION {
             return fail(

@@ -30,6 +30,7 @@ mod invariants;
 pub mod limits;
 mod lock_map;
 mod machine;
+mod ownership;
 mod query;
 mod snapshot;
 mod types;
@@ -37,6 +38,10 @@ mod types;
 pub use bucket::{bucket_of, ShardMap, BUCKETS};
 pub use invariants::Violation;
 pub use machine::{validate_namespace, Applied, LockTable, Stats};
+pub use ownership::{
+    BucketSet, Export, ExportedHolder, ExportedLock, ExportedSession, MoveId, MoveRecord,
+    OwnershipView,
+};
 pub use query::{HolderInfo, LockInfo, SessionInfo, SessionSummary, WaiterInfo};
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT};
 pub use types::*;

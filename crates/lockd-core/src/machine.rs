@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::bucket::ShardMap;
 use crate::limits::{self, check_name, check_optional, check_printable};
 use crate::lock_map::{Holders, LockMap};
+use crate::ownership::Ownership;
 use crate::types::*;
 
 /// A held grant of a lock.
@@ -185,6 +186,8 @@ pub struct LockTable {
     pub(crate) delays: BTreeSet<(u64, Arc<str>)>,
     /// Bucket → group map; only the meta group sets one.
     pub(crate) shard_map: Option<ShardMap>,
+    /// The buckets this group serves, and the moves it took part in.
+    pub(crate) ownership: Ownership,
 }
 
 /// The counters a grant moves, apart from the maps so a grant can borrow a lock mutably.
@@ -296,6 +299,7 @@ impl LockTable {
             wait_deadlines: BTreeSet::new(),
             delays: BTreeSet::new(),
             shard_map: None,
+            ownership: Ownership::default(),
         }
     }
 
@@ -419,6 +423,36 @@ impl LockTable {
                     version: map.version,
                 }
             }),
+            Op::AssignBuckets {
+                buckets,
+                map_version,
+            } => self.assign_buckets(buckets, *map_version),
+            Op::FreezeBuckets {
+                move_id,
+                to_group,
+                buckets,
+            } => self.freeze_buckets(now, *move_id, *to_group, buckets, &mut effects),
+            Op::ImportBuckets {
+                move_id,
+                from_group,
+                buckets,
+                map_version,
+                export,
+            } => self.import_buckets(
+                now,
+                *move_id,
+                *from_group,
+                buckets,
+                *map_version,
+                export,
+                &mut effects,
+            ),
+            Op::CancelImport { move_id } => self.cancel_import(*move_id),
+            Op::ThawBuckets { move_id } => self.thaw_buckets(now, *move_id),
+            Op::DropBuckets {
+                move_id,
+                map_version,
+            } => self.drop_buckets(*move_id, *map_version),
         };
         if reply.is_ok() {
             self.now_ms = now;
@@ -623,6 +657,7 @@ impl LockTable {
     ) -> Result<Reply, Rejection> {
         // 1. Validate everything before touching anything.
         check_name(name)?;
+        self.check_serves(name)?;
         check_optional("owner", owner, limits::MAX_OWNER_BYTES)?;
         if let LockMode::Semaphore { limit } = mode {
             if limit == 0 || limit > limits::MAX_SEMAPHORE_LIMIT {
@@ -868,6 +903,7 @@ impl LockTable {
         token: Token,
     ) -> Result<(&Lock, usize), Rejection> {
         check_name(name)?;
+        self.check_serves(name)?;
         if !self.sessions.contains_key(&session) {
             return Err(Rejection::UnknownSession { session });
         }

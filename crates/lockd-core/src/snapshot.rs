@@ -12,14 +12,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::bucket::ShardMap;
 use crate::machine::{Lock, LockTable, Mint, Session};
+use crate::ownership::Ownership;
 use crate::types::{Namespace, SessionId};
 
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
-/// - 2: a session records the namespace it was opened in.
+/// - 3: the group's bucket ownership and its moves.
+/// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 2;
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -38,6 +40,7 @@ struct ImageRef<'a> {
     sessions: Vec<(SessionId, &'a Session)>,
     locks: Vec<(&'a str, &'a Lock)>,
     shard_map: Option<&'a ShardMap>,
+    ownership: &'a Ownership,
 }
 
 /// Why a snapshot could not be restored.
@@ -55,7 +58,7 @@ impl std::fmt::Display for RestoreError {
             RestoreError::Format(v) => {
                 write!(
                     f,
-                    "snapshot format {v} is not the supported {SNAPSHOT_FORMAT}"
+                    "snapshot format {v} is not one this version reads (1..={SNAPSHOT_FORMAT})"
                 )
             }
             RestoreError::Inconsistent(e) => write!(f, "snapshot is inconsistent: {e}"),
@@ -95,6 +98,7 @@ impl LockTable {
             sessions,
             locks,
             shard_map: self.shard_map.as_ref(),
+            ownership: &self.ownership,
         }
     }
 
@@ -183,6 +187,7 @@ const IMAGE_FIELDS: &[&str] = &[
     "sessions",
     "locks",
     "shard_map",
+    "ownership",
 ];
 
 impl<'de> DeserializeSeed<'de> for ImageSeed<'_> {
@@ -209,7 +214,7 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         let format: u32 = field(&mut seq, 0)?;
-        if format != SNAPSHOT_FORMAT && format != 1 {
+        if !(1..=SNAPSHOT_FORMAT).contains(&format) {
             return Err(self.fail(RestoreError::Format(format)));
         }
         self.t.now_ms = field(&mut seq, 1)?;
@@ -252,6 +257,9 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         seq.next_element_seed(LocksSeed(&mut self))?
             .ok_or_else(|| de::Error::invalid_length(5, &"a lockd snapshot image"))?;
         self.t.shard_map = field::<Option<ShardMap>, _>(&mut seq, 6)?;
+        if format >= 3 {
+            self.t.ownership = field::<Ownership, _>(&mut seq, 7)?;
+        }
         Ok(())
     }
 }
@@ -686,6 +694,36 @@ mod tests {
         assert_eq!(r.snapshot(), t.snapshot());
         t.sessions.get_mut(&SessionId(9)).unwrap().namespace = "".into();
         assert!(LockTable::restore(&t.snapshot()).is_ok());
+    }
+
+    /// A format-2 image (before bucket ownership) restores as a group that owns every bucket.
+    #[test]
+    fn a_format_2_image_restores_owning_every_bucket() {
+        #[derive(Serialize)]
+        struct ImageV2<'a> {
+            format: u32,
+            now_ms: u64,
+            mint: &'a Mint,
+            namespaces: Vec<&'a Namespace>,
+            sessions: Vec<(SessionId, &'a Session)>,
+            locks: Vec<(&'a str, &'a Lock)>,
+            shard_map: Option<&'a ShardMap>,
+        }
+        let t = table();
+        let i = t.image();
+        let v2 = ImageV2 {
+            format: 2,
+            now_ms: i.now_ms,
+            mint: i.mint,
+            namespaces: i.namespaces.clone(),
+            sessions: i.sessions.clone(),
+            locks: i.locks.clone(),
+            shard_map: i.shard_map,
+        };
+        let r = LockTable::restore(&postcard::to_allocvec(&v2).unwrap()).unwrap();
+        assert_eq!(r.snapshot(), t.snapshot());
+        assert_eq!(r.ownership().map_version, 0);
+        assert_eq!(r.ownership().owned.len(), 4096);
     }
 
     /// A format-1 image (sessions without their namespace) still restores: its sessions keep

@@ -191,6 +191,36 @@ pub enum Op {
     DeleteNamespace { prefix: String },
     /// Replace the shard map (meta group only); the version must be the current one plus one.
     PutShardMap { map: crate::ShardMap },
+    // New variants go last: the log encodes a variant by its index.
+    /// The group's first assignment of buckets (from the shard map at `map_version`).
+    AssignBuckets {
+        buckets: crate::BucketSet,
+        map_version: u64,
+    },
+    /// Move step 1, in the sending group: stop serving `buckets` and export their holders.
+    FreezeBuckets {
+        move_id: crate::MoveId,
+        to_group: u32,
+        buckets: crate::BucketSet,
+    },
+    /// Move step 2, in the receiving group: raise the revision, take the export, serve.
+    ImportBuckets {
+        move_id: crate::MoveId,
+        from_group: u32,
+        buckets: crate::BucketSet,
+        /// The shard map version that will send the buckets here.
+        map_version: u64,
+        export: crate::Export,
+    },
+    /// Abort, receiving side: refuse this move's import for good.
+    CancelImport { move_id: crate::MoveId },
+    /// Abort, sending side: put the export back and serve the buckets again.
+    ThawBuckets { move_id: crate::MoveId },
+    /// Move step 4, in the sending group: forget the export and the buckets.
+    DropBuckets {
+        move_id: crate::MoveId,
+        map_version: u64,
+    },
 }
 
 /// The holder of a lock as callers see it.
@@ -262,6 +292,29 @@ pub enum Reply {
     ShardMapPut {
         version: u64,
     },
+    BucketsAssigned {
+        buckets: u32,
+    },
+    /// `locks` names with `holders` holders went into the export; `waits_ended` waits were
+    /// ended with reason `Moved` (to re-queue at the new owner).
+    BucketsFrozen {
+        locks: u32,
+        holders: u32,
+        waits_ended: u32,
+    },
+    /// `revision` is the group's revision after the import (at least the export's).
+    BucketsImported {
+        locks: u32,
+        sessions_adopted: u32,
+        revision: u64,
+    },
+    ImportCancelled,
+    /// `dropped` holders were not put back: their session ended during the freeze.
+    BucketsThawed {
+        restored: u32,
+        dropped: u32,
+    },
+    BucketsDropped,
 }
 
 /// Why a wait ended without a grant.
@@ -271,6 +324,8 @@ pub enum WaitEndReason {
     TimedOut,
     /// Its session was closed or expired.
     SessionEnded,
+    /// The name's bucket moved to another group: queue again there.
+    Moved,
 }
 
 /// Why a session ended.
@@ -304,6 +359,8 @@ pub enum Effect {
         reason: SessionEndReason,
         released: u32,
     },
+    /// A bucket import brought a session this group did not have: its leader starts its lease.
+    SessionAdopted { session: SessionId, ttl_ms: u64 },
 }
 
 /// A command refused. The state is exactly as before the command.
@@ -400,6 +457,24 @@ pub enum Rejection {
         value: u64,
         max: u64,
     },
+    /// The name's bucket is not this group's (at shard map `map_version`): route again.
+    WrongGroup {
+        bucket: u16,
+        map_version: u64,
+    },
+    /// The name's bucket is frozen for a move to another group: retry shortly.
+    BucketMoving {
+        bucket: u16,
+    },
+    /// A bucket move step that does not fit the move's state here.
+    MoveConflict {
+        move_id: u64,
+        reason: String,
+    },
+    /// No move with this id took place here.
+    UnknownMove {
+        move_id: u64,
+    },
 }
 
 impl Rejection {
@@ -425,6 +500,10 @@ impl Rejection {
             Rejection::InvalidNamespace { .. } => "invalid_namespace",
             Rejection::InvalidShardMap { .. } => "invalid_shard_map",
             Rejection::CounterLimit { .. } => "counter_limit",
+            Rejection::WrongGroup { .. } => "wrong_group",
+            Rejection::BucketMoving { .. } => "bucket_moving",
+            Rejection::MoveConflict { .. } => "move_conflict",
+            Rejection::UnknownMove { .. } => "move_not_found",
         }
     }
 }
@@ -517,6 +596,24 @@ impl fmt::Display for Rejection {
                 f,
                 "{field} {value} exceeds its limit of {max}; nothing changed"
             ),
+            Rejection::WrongGroup {
+                bucket,
+                map_version,
+            } => write!(
+                f,
+                "bucket {bucket} is not served by this group (its buckets are as of shard map \
+                 version {map_version}); route by the current shard map"
+            ),
+            Rejection::BucketMoving { bucket } => write!(
+                f,
+                "bucket {bucket} is moving to another group; retry in a moment"
+            ),
+            Rejection::MoveConflict { move_id, reason } => {
+                write!(f, "bucket move {move_id} refused: {reason}")
+            }
+            Rejection::UnknownMove { move_id } => {
+                write!(f, "no bucket move {move_id} took place in this group")
+            }
         }
     }
 }

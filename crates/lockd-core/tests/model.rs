@@ -353,9 +353,15 @@ impl Model {
                     revision: self.revision,
                 })
             }
-            Op::PutNamespace { .. } | Op::DeleteNamespace { .. } | Op::PutShardMap { .. } => {
-                unreachable!("not generated")
-            }
+            Op::PutNamespace { .. }
+            | Op::DeleteNamespace { .. }
+            | Op::PutShardMap { .. }
+            | Op::AssignBuckets { .. }
+            | Op::FreezeBuckets { .. }
+            | Op::ImportBuckets { .. }
+            | Op::CancelImport { .. }
+            | Op::ThawBuckets { .. }
+            | Op::DropBuckets { .. } => unreachable!("not generated (tests/moves.rs covers moves)"),
         }
     }
 

@@ -121,8 +121,13 @@ impl Replica {
                     leader.session_opened(*session, *ttl_ms, at);
                 }
                 for e in &applied.effects {
-                    if let Effect::SessionEnded { session, .. } = e {
-                        leader.session_ended(*session);
+                    match e {
+                        Effect::SessionEnded { session, .. } => leader.session_ended(*session),
+                        // A session a bucket import brought: its lease starts now, here.
+                        Effect::SessionAdopted { session, ttl_ms } => {
+                            leader.session_opened(*session, *ttl_ms, at)
+                        }
+                        _ => {}
                     }
                 }
                 effects.extend(applied.effects);

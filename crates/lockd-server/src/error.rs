@@ -68,10 +68,15 @@ impl From<Rejection> for ApiError {
             | Rejection::TooManyReentries { .. } => 409,
             Rejection::CounterLimit { .. } => 409,
             Rejection::QueueFull { .. } | Rejection::TooManyLocks { .. } => 429,
+            // The router retries these itself; they reach a caller only if the retries ran out.
+            Rejection::WrongGroup { .. } | Rejection::BucketMoving { .. } => 503,
+            Rejection::MoveConflict { .. } => 409,
+            Rejection::UnknownMove { .. } => 404,
         };
         let retry = match &r {
             Rejection::QueueFull { retry_after_ms, .. } => Some(*retry_after_ms),
             Rejection::TooManyLocks { .. } => Some(1_000),
+            Rejection::WrongGroup { .. } | Rejection::BucketMoving { .. } => Some(100),
             _ => None,
         };
         ApiError {

@@ -245,6 +245,7 @@ fn push(ev: SessionEvent) -> pb::session_event::Kind {
             reason: match reason {
                 WaitEndReason::TimedOut => "timed_out",
                 WaitEndReason::SessionEnded => "session_ended",
+                WaitEndReason::Moved => "moved",
             }
             .into(),
         }),

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockd_core::{
-    limits, BusyReason, LockInfo, LockMode, Namespace, Op, Reply, SessionId, SessionSummary,
-    ShardMap, Token,
+    limits, BucketSet, BusyReason, LockInfo, LockMode, Namespace, Op, Reply, SessionId,
+    SessionSummary, ShardMap, Token,
 };
 use lockd_raft::{Group, GroupError, GroupId, Node, META_GROUP};
 
@@ -22,6 +22,11 @@ use crate::waits::{Parked, WaitOutcome, Waits};
 /// How long past its deadline a parked wait keeps waiting for the committed tick that ends it
 /// (covers a leader election) before answering "unknown".
 const WAIT_GRACE: Duration = Duration::from_secs(10);
+/// How long a call on a name keeps re-routing while groups answer `wrong_group` or
+/// `bucket_moving` (a bucket move freezes its buckets for about one commit on each side).
+const ROUTE_RETRY: Duration = Duration::from_secs(5);
+/// How many times one waiting acquire follows its name's bucket to a new group.
+const MAX_REQUEUES: usize = 8;
 
 /// What the caller presented.
 #[derive(Clone, Debug, Default)]
@@ -278,12 +283,59 @@ impl Service {
     }
 
     /// Checks a lock name's shape, auth and budget; returns its group.
-    fn admit_name(&self, name: &str, creds: &Credentials) -> Result<Arc<Group>, ApiError> {
+    fn admit_name(&self, name: &str, creds: &Credentials) -> Result<(), ApiError> {
         limits::check_name(name).map_err(ApiError::from)?;
         let ns = self.namespace_for(name)?;
         self.authorize(&ns, creds)?;
-        self.admit(&ns)?;
-        self.route(name)
+        self.admit(&ns)
+    }
+
+    /// The group of `name` by the shard map as the meta group's leader has it now (a route
+    /// found stale by a group's refusal).
+    async fn route_fresh(&self, name: &str) -> Result<Arc<Group>, ApiError> {
+        let meta = self.group(META_GROUP)?;
+        let owned = name.to_string();
+        let g = meta
+            .read(move |t| t.shard_map().map(|m| m.group_of(&owned)))
+            .await?;
+        self.group(g.unwrap_or_else(|| ShardMap::initial(self.lock_groups).group_of(name)))
+    }
+
+    /// Runs `attempt` on the group that owns `name`'s bucket. Every group refuses a name it
+    /// does not serve (`wrong_group`: this node's map is stale; `bucket_moving`: a move is under
+    /// way), so a stale route costs a retry, never a wrong answer: the map is read again from
+    /// the meta group's leader and the call repeated, for up to [`ROUTE_RETRY`].
+    async fn on_owner<T, F, Fut>(&self, name: &str, attempt: F) -> Result<(Arc<Group>, T), ApiError>
+    where
+        F: Fn(Arc<Group>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ApiError>>,
+    {
+        let give_up = Instant::now() + ROUTE_RETRY;
+        let mut group = self.route(name)?;
+        for round in 1u64.. {
+            match attempt(group.clone()).await {
+                Err(e)
+                    if (e.code == "wrong_group" || e.code == "bucket_moving")
+                        && Instant::now() < give_up =>
+                {
+                    if e.code == "bucket_moving" {
+                        tokio::time::sleep(Duration::from_millis((10 * round).min(200))).await;
+                    }
+                    group = self.route_fresh(name).await?;
+                }
+                r => return r.map(|v| (group, v)),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Proposes a command on `name` to the group that serves it (see [`Service::on_owner`]).
+    async fn propose_for_name(&self, name: &str, op: Op) -> Result<(Arc<Group>, Reply), ApiError> {
+        self.on_owner(name, |g| {
+            let op = op.clone();
+            async move { self.propose(&g, op).await }
+        })
+        .await
     }
 
     /// A session is a capability of the namespace it was opened in: every operation on it needs
@@ -454,16 +506,17 @@ impl Service {
             }
             .into());
         }
-        let group = self.admit_name(&req.name, creds)?;
+        self.admit_name(&req.name, creds)?;
         let op = Op::Acquire {
             session: req.session,
-            name: req.name,
+            name: req.name.clone(),
             owner: req.owner,
             mode: req.mode,
             wait_ms: req.wait_ms,
             reentrant: req.reentrant,
         };
-        match self.propose(&group, op).await? {
+        let (group, reply) = self.propose_for_name(&req.name, op).await?;
+        match reply {
             Reply::Acquired {
                 token,
                 lease_ttl_ms,
@@ -506,22 +559,42 @@ impl Service {
         req: AcquireRequest,
         creds: &Credentials,
     ) -> Result<AcquireOutcome, ApiError> {
-        let (name, wait_ms) = (req.name.clone(), req.wait_ms);
-        match self.acquire_start(req, creds).await? {
-            AcquireStart::Done(outcome) => Ok(outcome),
-            AcquireStart::Queued {
-                group,
-                waiter,
-                position,
-            } => {
-                let parked = self.waits.park(group.id(), waiter);
-                self.wait_for(&group, parked, &name, position, wait_ms)
-                    .await
+        let name = req.name.clone();
+        let deadline = Instant::now() + Duration::from_millis(req.wait_ms);
+        let mut req = req;
+        // A wait ended because the name's bucket moved is queued again at the new owner with
+        // the time left (it joins that queue's tail). Moves are rare; the bound is a backstop.
+        for _ in 0..MAX_REQUEUES {
+            match self.acquire_start(req.clone(), creds).await? {
+                AcquireStart::Done(outcome) => return Ok(outcome),
+                AcquireStart::Queued {
+                    group,
+                    waiter,
+                    position,
+                } => {
+                    let parked = self.waits.park(group.id(), waiter);
+                    if let Some(outcome) = self
+                        .wait_for(&group, parked, &name, position, req.wait_ms)
+                        .await?
+                    {
+                        return Ok(outcome);
+                    }
+                    req.wait_ms = deadline
+                        .saturating_duration_since(Instant::now())
+                        .as_millis() as u64;
+                }
             }
         }
+        Err(ApiError::new(
+            503,
+            "bucket_moving",
+            format!("the wait was moved {MAX_REQUEUES} times with the name's bucket; retry"),
+        )
+        .retry_after(100))
     }
 
-    /// Waits for the committed outcome of a queued acquire.
+    /// Waits for the committed outcome of a queued acquire; `None`: the name's bucket moved
+    /// and the acquire must queue again at the new owner.
     async fn wait_for(
         &self,
         group: &Group,
@@ -529,14 +602,15 @@ impl Service {
         name: &str,
         position: u32,
         wait_ms: u64,
-    ) -> Result<AcquireOutcome, ApiError> {
+    ) -> Result<Option<AcquireOutcome>, ApiError> {
         let limit = Duration::from_millis(wait_ms) + WAIT_GRACE;
         match tokio::time::timeout(limit, parked.outcome()).await {
-            Ok(Some(WaitOutcome::Granted { token, lease_ttl_ms })) => Ok(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1 }),
+            Ok(Some(WaitOutcome::Granted { token, lease_ttl_ms })) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1 })),
             Ok(Some(WaitOutcome::TimedOut)) => {
                 let holder = group.read_local(|t| t.lock_info(name, 0)).and_then(|i| i.holders.first().map(|h| h.owner.clone()));
-                Ok(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None })
+                Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None }))
             }
+            Ok(Some(WaitOutcome::Moved)) => Ok(None),
             Ok(Some(WaitOutcome::SessionEnded)) => Err(ApiError::new(404, "session_not_found", "the session ended while waiting")),
             Ok(None) => Err(ApiError::new(503, "unavailable", "the node is shutting down").retry_after(1_000)),
             // Dropping `parked` marks the waiter abandoned: a later grant is released for us.
@@ -551,18 +625,13 @@ impl Service {
         token: Token,
         creds: &Credentials,
     ) -> Result<u32, ApiError> {
-        let group = self.admit_name(name, creds)?;
-        match self
-            .propose(
-                &group,
-                Op::Release {
-                    session,
-                    name: name.to_string(),
-                    token,
-                },
-            )
-            .await?
-        {
+        self.admit_name(name, creds)?;
+        let op = Op::Release {
+            session,
+            name: name.to_string(),
+            token,
+        };
+        match self.propose_for_name(name, op).await?.1 {
             Reply::Released { remaining } => Ok(remaining),
             other => Err(ApiError::new(
                 503,
@@ -580,18 +649,13 @@ impl Service {
         token: Token,
         creds: &Credentials,
     ) -> Result<u64, ApiError> {
-        let group = self.admit_name(name, creds)?;
-        let Reply::Extended { lease_ttl_ms } = self
-            .propose(
-                &group,
-                Op::Extend {
-                    session,
-                    name: name.to_string(),
-                    token,
-                },
-            )
-            .await?
-        else {
+        self.admit_name(name, creds)?;
+        let op = Op::Extend {
+            session,
+            name: name.to_string(),
+            token,
+        };
+        let (_, Reply::Extended { lease_ttl_ms }) = self.propose_for_name(name, op).await? else {
             return Err(ApiError::new(
                 503,
                 "unavailable",
@@ -616,10 +680,17 @@ impl Service {
         name: &str,
         creds: &Credentials,
     ) -> Result<Option<LockInfo>, ApiError> {
-        let group = self.admit_name(name, creds)?;
-        let now = group.now_ms();
-        let name = name.to_string();
-        let mut info = group.read(move |t| t.lock_info(&name, now)).await?;
+        self.admit_name(name, creds)?;
+        let (_, mut info) = self
+            .on_owner(name, |g| {
+                let (now, name) = (g.now_ms(), name.to_string());
+                async move {
+                    let read =
+                        g.read(move |t| t.check_serves(&name).map(|()| t.lock_info(&name, now)));
+                    Ok(read.await??)
+                }
+            })
+            .await?;
         // A session id is the session's capability: only the admin sees another holder's.
         if !self.is_admin(creds) {
             if let Some(i) = info.as_mut() {
@@ -780,6 +851,33 @@ impl Service {
             {
                 Ok(_) => {}
                 Err(e) if e.code == "invalid_shard_map" => {} // another node set it first
+                Err(e) => return Err(e),
+            }
+        }
+        // Each lock group learns its buckets from the map once; from then on it refuses names
+        // of other buckets, so no stale route can make two groups grant one name.
+        let map = meta
+            .read(|t| t.shard_map().cloned())
+            .await?
+            .ok_or_else(|| ApiError::new(503, "unavailable", "the shard map is not set yet"))?;
+        for g in self.lock_group_ids() {
+            let group = self.group(g)?;
+            if group.read(|t| t.ownership().map_version).await? != 0 {
+                continue;
+            }
+            let buckets: BucketSet = (0..lockd_core::BUCKETS)
+                .filter(|b| map.groups[*b as usize] == g)
+                .collect();
+            let op = Op::AssignBuckets {
+                buckets,
+                map_version: map.version,
+            };
+            match self.propose(&group, op).await {
+                Ok(_) => {}
+                // Another node assigned them first (the same buckets: that is a no-op).
+                Err(e) if e.code == "move_conflict" => {
+                    tracing::warn!(group = g, error = %e, "bucket assignment refused");
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -24,9 +24,14 @@ use tokio::sync::{mpsc, oneshot};
 /// How a parked wait ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitOutcome {
-    Granted { token: Token, lease_ttl_ms: u64 },
+    Granted {
+        token: Token,
+        lease_ttl_ms: u64,
+    },
     TimedOut,
     SessionEnded,
+    /// The name's bucket moved to another group: queue again there.
+    Moved,
 }
 
 /// A grant nobody is waiting for any more: the janitor releases it.
@@ -308,9 +313,11 @@ impl EffectSink for Waits {
                     let outcome = match reason {
                         WaitEndReason::TimedOut => WaitOutcome::TimedOut,
                         WaitEndReason::SessionEnded => WaitOutcome::SessionEnded,
+                        WaitEndReason::Moved => WaitOutcome::Moved,
                     };
                     self.finish(&mut inner, (group, *waiter), outcome, None);
                 }
+                Effect::SessionAdopted { .. } => {}
                 Effect::SessionEnded {
                     session, reason, ..
                 } => {

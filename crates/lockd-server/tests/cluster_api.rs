@@ -125,3 +125,57 @@ async fn a_stopping_node_hands_its_groups_over_first() {
     assert!(r.body["token"].as_u64().unwrap() > token);
     c.stop_all().await;
 }
+
+/// Each lock group learns its buckets from the shard map at start and refuses every other
+/// name, so a stale route can never make two groups grant one name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_group_serves_only_the_buckets_the_map_gives_it() {
+    let mut c = cluster(3, 2).await;
+    let map = ShardMap::initial(2);
+    let node = &c.node(0).service.node;
+    let give_up = Instant::now() + Duration::from_secs(20);
+    for g in [1, 2] {
+        let group = node.group(g).unwrap();
+        loop {
+            let own = group.read(|t| t.ownership()).await.unwrap();
+            if own.map_version != 0 {
+                let want: lockd_core::BucketSet = (0..4096u16)
+                    .filter(|b| map.groups[*b as usize] == g)
+                    .collect();
+                assert_eq!((own.map_version, own.owned), (1, want), "group {g}");
+                break;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "group {g} was never assigned its buckets"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let name = "payouts/merchant-48213";
+    let wrong = 3 - map.group_of(name);
+    let op = lockd_core::Op::Acquire {
+        session: lockd_core::SessionId(1),
+        name: name.into(),
+        owner: "stale-router".into(),
+        mode: lockd_core::LockMode::Exclusive,
+        wait_ms: 0,
+        reentrant: false,
+    };
+    let r = node.group(wrong).unwrap().propose(op).await.unwrap();
+    assert_eq!(
+        r,
+        Err(lockd_core::Rejection::WrongGroup {
+            bucket: lockd_core::bucket_of(name),
+            map_version: 1
+        })
+    );
+    // Through the API the same name is served by its own group.
+    let h = Http::new(c.url(0, ""));
+    let s = h.session("w", 15).await;
+    let r = h
+        .acquire(name, json!({"session_id": s, "owner": "w"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    c.stop_all().await;
+}

@@ -603,7 +603,7 @@ impl EffectSink for SimSink {
                     let _: &WaitEndReason = reason;
                     (waiter, None)
                 }
-                Effect::SessionEnded { .. } => continue,
+                Effect::SessionEnded { .. } | Effect::SessionAdopted { .. } => continue,
             };
             lock(&w.waits).insert((self.node, *waiter), token);
             any = true;

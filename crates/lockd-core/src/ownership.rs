@@ -1,0 +1,869 @@
+//! Bucket ownership: which of the 4,096 buckets a lock group serves, and the replicated steps
+//! that move buckets from one group to another without ever giving a name two owners or a
+//! token smaller than one already granted for it.
+//!
+//! A group checks, in its replicated state, that it owns a name's bucket before it grants,
+//! releases or extends; a stale router then meets `WrongGroup` and never makes two groups grant
+//! one name. A move of buckets `S` from group A to group B is five commands, each idempotent:
+//!
+//! 1. A `FreezeBuckets`: A stops serving `S` (their names are refused with `BucketMoving`, which
+//!    callers retry), ends their waits (reason `Moved`: the node that queued each re-queues it
+//!    at the new owner), and takes their holders and lock-delays out of its table into the
+//!    move's export, together with its revision and the sessions the holders belong to.
+//! 2. B `ImportBuckets`: B raises its revision to at least the export's (so every later token
+//!    for a moved name is larger than any earlier one), adopts the sessions it lacks (their
+//!    lease starts anew there: never shorter), takes the holders with their tokens verbatim and
+//!    the lock-delays, and serves `S`.
+//! 3. meta `PutShardMap`: the map sends `S` to B.
+//! 4. A `DropBuckets`: A forgets the export and no longer owns `S`.
+//!
+//! An abort is possible only before step 2: B `CancelImport` (refused once B imported; after
+//! it B refuses that import for good), then A `ThawBuckets` puts the holders back. Whatever
+//! order the steps are retried in, at most one group serves a bucket at any time.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::bucket::{bucket_of, BUCKETS};
+use crate::limits::{self, check_name, check_optional};
+use crate::machine::{Holder, Lock, LockTable, Session};
+use crate::types::*;
+
+/// Identifies one move of buckets; chosen by the mover, unique in the cluster.
+pub type MoveId = u64;
+
+const WORDS: usize = BUCKETS as usize / 64;
+
+/// A set of buckets. On the wire and in snapshots: sorted, disjoint inclusive ranges.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct BucketSet {
+    words: [u64; WORDS],
+}
+
+impl BucketSet {
+    pub fn empty() -> BucketSet {
+        BucketSet { words: [0; WORDS] }
+    }
+
+    pub fn full() -> BucketSet {
+        BucketSet {
+            words: [u64::MAX; WORDS],
+        }
+    }
+
+    /// The buckets in `start..=end` (clamped to the last bucket).
+    pub fn range(start: u16, end: u16) -> BucketSet {
+        (start..=end.min(BUCKETS - 1)).collect()
+    }
+
+    pub fn contains(&self, b: u16) -> bool {
+        b < BUCKETS && self.words[b as usize / 64] & (1 << (b % 64)) != 0
+    }
+
+    /// Adds `b`; buckets past the last one are ignored.
+    pub fn insert(&mut self, b: u16) {
+        if b < BUCKETS {
+            self.words[b as usize / 64] |= 1 << (b % 64);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..BUCKETS).filter(|b| self.contains(*b))
+    }
+
+    pub fn is_subset(&self, other: &BucketSet) -> bool {
+        self.words
+            .iter()
+            .zip(&other.words)
+            .all(|(a, b)| a & !b == 0)
+    }
+
+    pub fn intersects(&self, other: &BucketSet) -> bool {
+        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
+    }
+
+    pub fn union_with(&mut self, other: &BucketSet) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= b;
+        }
+    }
+
+    pub fn subtract(&mut self, other: &BucketSet) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a &= !b;
+        }
+    }
+
+    /// Sorted, disjoint, inclusive ranges.
+    pub fn ranges(&self) -> Vec<(u16, u16)> {
+        let mut out: Vec<(u16, u16)> = Vec::new();
+        for b in self.iter() {
+            match out.last_mut() {
+                Some((_, end)) if *end + 1 == b => *end = b,
+                _ => out.push((b, b)),
+            }
+        }
+        out
+    }
+
+    /// The set of `ranges`, which must be sorted, disjoint, not adjacent and within the buckets.
+    pub fn from_ranges(ranges: &[(u16, u16)]) -> Result<BucketSet, String> {
+        let mut s = BucketSet::empty();
+        let mut prev: Option<u16> = None;
+        for &(start, end) in ranges {
+            if start > end || end >= BUCKETS {
+                return Err(format!(
+                    "bucket range {start}-{end} is not within 0-{}",
+                    BUCKETS - 1
+                ));
+            }
+            if prev.is_some_and(|p| start <= p.saturating_add(1)) {
+                return Err(format!(
+                    "bucket range {start}-{end} overlaps, touches or precedes the one before"
+                ));
+            }
+            prev = Some(end);
+            for b in start..=end {
+                s.insert(b);
+            }
+        }
+        Ok(s)
+    }
+}
+
+impl FromIterator<u16> for BucketSet {
+    fn from_iter<I: IntoIterator<Item = u16>>(iter: I) -> BucketSet {
+        let mut s = BucketSet::empty();
+        for b in iter {
+            s.insert(b);
+        }
+        s
+    }
+}
+
+impl fmt::Display for BucketSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ranges = self.ranges();
+        if ranges.is_empty() {
+            return f.write_str("(none)");
+        }
+        for (i, (a, b)) in ranges.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            if a == b {
+                write!(f, "{sep}{a}")?;
+            } else {
+                write!(f, "{sep}{a}-{b}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for BucketSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BucketSet({self})")
+    }
+}
+
+impl Serialize for BucketSet {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.ranges().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for BucketSet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<BucketSet, D::Error> {
+        let ranges = Vec::<(u16, u16)>::deserialize(d)?;
+        BucketSet::from_ranges(&ranges).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What one group owns, and the moves it took part in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Ownership {
+    /// The shard map version this group's buckets were last set for; 0 = never assigned, and
+    /// then the group owns every bucket (a lone group, or one from before ownership existed).
+    pub map_version: u64,
+    pub owned: BucketSet,
+    /// Every move this group took part in, by id: what makes each step idempotent.
+    pub moves: BTreeMap<MoveId, MoveRecord>,
+}
+
+impl Default for Ownership {
+    fn default() -> Self {
+        Ownership {
+            map_version: 0,
+            owned: BucketSet::full(),
+            moves: BTreeMap::new(),
+        }
+    }
+}
+
+/// One move as a group saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MoveRecord {
+    /// Sending: the buckets are frozen here and their contents wait in the export.
+    Outgoing {
+        to_group: u32,
+        buckets: BucketSet,
+        export: Export,
+    },
+    /// Sent, and the buckets dropped here.
+    Dropped { to_group: u32, buckets: BucketSet },
+    /// Aborted: the export was put back.
+    Thawed { to_group: u32, buckets: BucketSet },
+    /// Received.
+    Imported { from_group: u32, buckets: BucketSet },
+    /// Cancelled before it was imported: refused here for good.
+    Cancelled,
+}
+
+/// The contents of frozen buckets, as the receiving group imports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Export {
+    /// The sending group's revision at the freeze: at least every token it ever granted.
+    pub revision: u64,
+    /// Every session a holder belongs to, by id.
+    pub sessions: Vec<ExportedSession>,
+    /// Every name in the buckets with holders or a lock-delay, by name.
+    pub locks: Vec<ExportedLock>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportedSession {
+    pub id: SessionId,
+    pub ttl_ms: u64,
+    pub client: String,
+    pub namespace: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportedLock {
+    pub name: String,
+    pub holders: Vec<ExportedHolder>,
+    /// Group time left of the name's lock-delay (0 = none); group clocks differ, so it is
+    /// carried as a duration.
+    pub delay_left_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportedHolder {
+    pub session: SessionId,
+    pub token: Token,
+    pub mode: LockMode,
+    /// How long it had been held at the freeze.
+    pub held_ms: u64,
+    pub reentry: u32,
+    pub reentrant: bool,
+    pub owner: String,
+}
+
+/// Ownership as status shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnershipView {
+    pub map_version: u64,
+    pub owned: BucketSet,
+    /// Buckets frozen for moves under way.
+    pub frozen: BucketSet,
+}
+
+fn conflict(move_id: MoveId, reason: impl Into<String>) -> Rejection {
+    Rejection::MoveConflict {
+        move_id,
+        reason: reason.into(),
+    }
+}
+
+impl LockTable {
+    /// What this group owns.
+    pub fn ownership(&self) -> OwnershipView {
+        OwnershipView {
+            map_version: self.ownership.map_version,
+            owned: self.ownership.owned.clone(),
+            frozen: self.frozen(),
+        }
+    }
+
+    /// A move's record here, if this group took part in it.
+    pub fn move_record(&self, move_id: MoveId) -> Option<&MoveRecord> {
+        self.ownership.moves.get(&move_id)
+    }
+
+    /// The buckets frozen by moves under way.
+    pub(crate) fn frozen(&self) -> BucketSet {
+        let mut s = BucketSet::empty();
+        for r in self.ownership.moves.values() {
+            if let MoveRecord::Outgoing { buckets, .. } = r {
+                s.union_with(buckets);
+            }
+        }
+        s
+    }
+
+    /// Refuses a name this group does not serve now: its bucket is another group's, or frozen
+    /// for a move. Every grant, release and extend passes here.
+    pub fn check_serves(&self, name: &str) -> Result<(), Rejection> {
+        let own = &self.ownership;
+        if own.map_version == 0 && own.moves.is_empty() {
+            return Ok(());
+        }
+        let bucket = bucket_of(name);
+        if !own.owned.contains(bucket) {
+            return Err(Rejection::WrongGroup {
+                bucket,
+                map_version: own.map_version,
+            });
+        }
+        let frozen = own
+            .moves
+            .values()
+            .any(|r| matches!(r, MoveRecord::Outgoing { buckets, .. } if buckets.contains(bucket)));
+        if frozen {
+            return Err(Rejection::BucketMoving { bucket });
+        }
+        Ok(())
+    }
+
+    /// The first assignment of buckets (from the shard map, when the cluster starts); the same
+    /// assignment again is a no-op. Every name already held must fall in it.
+    pub(crate) fn assign_buckets(
+        &mut self,
+        buckets: &BucketSet,
+        map_version: u64,
+    ) -> Result<Reply, Rejection> {
+        let own = &self.ownership;
+        if own.map_version != 0 {
+            if own.owned == *buckets && own.moves.is_empty() {
+                return Ok(Reply::BucketsAssigned {
+                    buckets: buckets.len() as u32,
+                });
+            }
+            return Err(conflict(
+                0,
+                format!(
+                    "the buckets were assigned already (map version {}); change them by moves",
+                    own.map_version
+                ),
+            ));
+        }
+        if map_version == 0 {
+            return Err(conflict(0, "map_version must be at least 1"));
+        }
+        if let Some((name, _)) = self
+            .locks
+            .iter()
+            .find(|(n, _)| !buckets.contains(bucket_of(n)))
+        {
+            return Err(conflict(
+                0,
+                format!(
+                    "'{name}' is in use here but its bucket {} is not in the assignment",
+                    bucket_of(name)
+                ),
+            ));
+        }
+        self.ownership.owned = buckets.clone();
+        self.ownership.map_version = map_version;
+        Ok(Reply::BucketsAssigned {
+            buckets: buckets.len() as u32,
+        })
+    }
+
+    /// Step 1 (sending group): freeze `buckets` and export their holders.
+    pub(crate) fn freeze_buckets(
+        &mut self,
+        now: u64,
+        move_id: MoveId,
+        to_group: u32,
+        buckets: &BucketSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<Reply, Rejection> {
+        match self.ownership.moves.get(&move_id) {
+            Some(MoveRecord::Outgoing {
+                to_group: t,
+                buckets: b,
+                export,
+            }) if *t == to_group && b == buckets => {
+                return Ok(Reply::BucketsFrozen {
+                    locks: export.locks.len() as u32,
+                    holders: export.locks.iter().map(|l| l.holders.len() as u32).sum(),
+                    waits_ended: 0,
+                });
+            }
+            Some(r) => {
+                return Err(conflict(
+                    move_id,
+                    format!("this move is already recorded here as {}", record_kind(r)),
+                ))
+            }
+            None => {}
+        }
+        if buckets.is_empty() {
+            return Err(conflict(move_id, "no buckets given"));
+        }
+        if to_group == 0 {
+            return Err(conflict(
+                move_id,
+                "group 0 is the meta group and owns no bucket",
+            ));
+        }
+        if !buckets.is_subset(&self.ownership.owned) {
+            let mut missing = buckets.clone();
+            missing.subtract(&self.ownership.owned);
+            return Err(conflict(
+                move_id,
+                format!("buckets {missing} are not owned by this group"),
+            ));
+        }
+        if buckets.intersects(&self.frozen()) {
+            return Err(conflict(
+                move_id,
+                "some buckets are already frozen for another move",
+            ));
+        }
+        // Validation done; now take the buckets' names out of the table, in name order.
+        let mut names: Vec<Arc<str>> = self
+            .locks
+            .iter()
+            .filter(|(n, _)| buckets.contains(bucket_of(n)))
+            .map(|(n, _)| n.clone())
+            .collect();
+        names.sort_unstable();
+        let mut export = Export {
+            revision: self.mint.revision,
+            ..Export::default()
+        };
+        let mut sessions = BTreeMap::new();
+        let mut waits_ended = 0;
+        let mut holders = 0;
+        for name in names {
+            let lock = self.locks.remove(&name).expect("listed");
+            for w in lock.waiters() {
+                self.wait_deadlines
+                    .remove(&(w.deadline_ms, w.id, name.clone()));
+                if let Some(s) = self.sessions.get_mut(&w.session) {
+                    s.waits.remove(&(name.clone(), w.id));
+                }
+                effects.push(Effect::WaitEnded {
+                    waiter: w.id,
+                    session: w.session,
+                    name: name.clone(),
+                    reason: WaitEndReason::Moved,
+                });
+                waits_ended += 1;
+            }
+            if lock.delay_until_ms() != 0 {
+                self.delays.remove(&(lock.delay_until_ms(), name.clone()));
+            }
+            let mut out = ExportedLock {
+                name: name.to_string(),
+                holders: Vec::new(),
+                delay_left_ms: lock.delay_until_ms().saturating_sub(now),
+            };
+            for h in &lock.holders {
+                let s = self
+                    .sessions
+                    .get_mut(&h.session)
+                    .expect("a holder's session lives");
+                s.held.remove(&(name.clone(), h.token));
+                sessions
+                    .entry(h.session)
+                    .or_insert_with(|| ExportedSession {
+                        id: h.session,
+                        ttl_ms: s.ttl_ms,
+                        client: s.client.to_string(),
+                        namespace: s.namespace.to_string(),
+                    });
+                self.mint.holds -= 1;
+                holders += 1;
+                out.holders.push(ExportedHolder {
+                    session: h.session,
+                    token: h.token,
+                    mode: h.mode,
+                    held_ms: now.saturating_sub(h.granted_at_ms),
+                    reentry: h.reentry,
+                    reentrant: h.reentrant,
+                    owner: h.owner.to_string(),
+                });
+            }
+            if !out.holders.is_empty() || out.delay_left_ms > 0 {
+                export.locks.push(out);
+            }
+        }
+        export.sessions = sessions.into_values().collect();
+        let locks = export.locks.len() as u32;
+        self.ownership.moves.insert(
+            move_id,
+            MoveRecord::Outgoing {
+                to_group,
+                buckets: buckets.clone(),
+                export,
+            },
+        );
+        Ok(Reply::BucketsFrozen {
+            locks,
+            holders,
+            waits_ended,
+        })
+    }
+
+    /// Step 2 (receiving group): take the export and serve the buckets.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn import_buckets(
+        &mut self,
+        now: u64,
+        move_id: MoveId,
+        from_group: u32,
+        buckets: &BucketSet,
+        map_version: u64,
+        export: &Export,
+        effects: &mut Vec<Effect>,
+    ) -> Result<Reply, Rejection> {
+        match self.ownership.moves.get(&move_id) {
+            Some(MoveRecord::Imported {
+                from_group: f,
+                buckets: b,
+            }) if *f == from_group && b == buckets => {
+                return Ok(Reply::BucketsImported {
+                    locks: export.locks.len() as u32,
+                    sessions_adopted: 0,
+                    revision: self.mint.revision,
+                })
+            }
+            Some(r) => {
+                return Err(conflict(
+                    move_id,
+                    format!("this move is already recorded here as {}", record_kind(r)),
+                ))
+            }
+            None => {}
+        }
+        if buckets.is_empty() {
+            return Err(conflict(move_id, "no buckets given"));
+        }
+        if self.ownership.map_version == 0 {
+            return Err(conflict(
+                move_id,
+                "this group's buckets were never assigned, so it owns every bucket already",
+            ));
+        }
+        if buckets.intersects(&self.ownership.owned) {
+            return Err(conflict(
+                move_id,
+                "some buckets are owned by this group already",
+            ));
+        }
+        validate_export(move_id, buckets, export)?;
+        // Validation done.
+        self.mint.revision = self.mint.revision.max(export.revision);
+        let mut adopted = 0;
+        for s in &export.sessions {
+            if self.sessions.contains_key(&s.id) {
+                continue;
+            }
+            self.sessions.insert(
+                s.id,
+                Session {
+                    ttl_ms: s.ttl_ms,
+                    opened_at_ms: now,
+                    client: s.client.as_str().into(),
+                    namespace: s.namespace.as_str().into(),
+                    held: Default::default(),
+                    waits: Default::default(),
+                },
+            );
+            effects.push(Effect::SessionAdopted {
+                session: s.id,
+                ttl_ms: s.ttl_ms,
+            });
+            adopted += 1;
+        }
+        for l in &export.locks {
+            let name: Arc<str> = l.name.as_str().into();
+            let mut lock = Lock::default();
+            for h in &l.holders {
+                lock.holders.push(Holder {
+                    session: h.session,
+                    token: h.token,
+                    mode: h.mode,
+                    granted_at_ms: now.saturating_sub(h.held_ms),
+                    reentry: h.reentry,
+                    reentrant: h.reentrant,
+                    owner: h.owner.as_str().into(),
+                });
+                self.sessions
+                    .get_mut(&h.session)
+                    .expect("adopted above")
+                    .held
+                    .insert((name.clone(), h.token));
+                self.mint.holds += 1;
+            }
+            if l.delay_left_ms > 0 {
+                let until = now.saturating_add(l.delay_left_ms);
+                lock.set_delay_until(until);
+                self.delays.insert((until, name.clone()));
+            }
+            self.locks.insert(name, lock);
+        }
+        self.ownership.owned.union_with(buckets);
+        self.ownership.map_version = self.ownership.map_version.max(map_version);
+        self.ownership.moves.insert(
+            move_id,
+            MoveRecord::Imported {
+                from_group,
+                buckets: buckets.clone(),
+            },
+        );
+        Ok(Reply::BucketsImported {
+            locks: export.locks.len() as u32,
+            sessions_adopted: adopted,
+            revision: self.mint.revision,
+        })
+    }
+
+    /// Abort, receiving side: refuse this move's import for good (refused once imported).
+    pub(crate) fn cancel_import(&mut self, move_id: MoveId) -> Result<Reply, Rejection> {
+        match self.ownership.moves.get(&move_id) {
+            None => {
+                self.ownership.moves.insert(move_id, MoveRecord::Cancelled);
+                Ok(Reply::ImportCancelled)
+            }
+            Some(MoveRecord::Cancelled) => Ok(Reply::ImportCancelled),
+            Some(r) => Err(conflict(
+                move_id,
+                format!(
+                    "this move is recorded here as {}; only one not yet imported can be cancelled",
+                    record_kind(r)
+                ),
+            )),
+        }
+    }
+
+    /// Abort, sending side: put the export back and serve the buckets again. Holders whose
+    /// session ended meanwhile are not put back; their names get the namespace's lock-delay,
+    /// as if the session had expired with them here.
+    pub(crate) fn thaw_buckets(&mut self, now: u64, move_id: MoveId) -> Result<Reply, Rejection> {
+        let (to_group, buckets, export) = match self.ownership.moves.get(&move_id) {
+            Some(MoveRecord::Outgoing {
+                to_group,
+                buckets,
+                export,
+            }) => (*to_group, buckets.clone(), export.clone()),
+            Some(MoveRecord::Thawed { .. }) => {
+                return Ok(Reply::BucketsThawed {
+                    restored: 0,
+                    dropped: 0,
+                })
+            }
+            Some(r) => {
+                return Err(conflict(
+                    move_id,
+                    format!(
+                        "this move is recorded here as {}; only a frozen one can be thawed",
+                        record_kind(r)
+                    ),
+                ))
+            }
+            None => return Err(Rejection::UnknownMove { move_id }),
+        };
+        let (mut restored, mut dropped) = (0, 0);
+        for l in &export.locks {
+            let name: Arc<str> = l.name.as_str().into();
+            let mut lock = Lock::default();
+            let mut delay_until = if l.delay_left_ms > 0 {
+                now.saturating_add(l.delay_left_ms)
+            } else {
+                0
+            };
+            for h in &l.holders {
+                let Some(s) = self.sessions.get_mut(&h.session) else {
+                    dropped += 1;
+                    let d = self.namespace_for(&name).lock_delay_ms;
+                    if d > 0 {
+                        delay_until = delay_until.max(now.saturating_add(d));
+                    }
+                    continue;
+                };
+                s.held.insert((name.clone(), h.token));
+                lock.holders.push(Holder {
+                    session: h.session,
+                    token: h.token,
+                    mode: h.mode,
+                    granted_at_ms: now.saturating_sub(h.held_ms),
+                    reentry: h.reentry,
+                    reentrant: h.reentrant,
+                    owner: h.owner.as_str().into(),
+                });
+                self.mint.holds += 1;
+                restored += 1;
+            }
+            if delay_until > 0 {
+                lock.set_delay_until(delay_until);
+                self.delays.insert((delay_until, name.clone()));
+            }
+            if !lock.holders.is_empty() || delay_until > 0 {
+                self.locks.insert(name, lock);
+            }
+        }
+        self.ownership
+            .moves
+            .insert(move_id, MoveRecord::Thawed { to_group, buckets });
+        Ok(Reply::BucketsThawed { restored, dropped })
+    }
+
+    /// Step 4 (sending group): forget the export; the buckets are no longer this group's.
+    pub(crate) fn drop_buckets(
+        &mut self,
+        move_id: MoveId,
+        map_version: u64,
+    ) -> Result<Reply, Rejection> {
+        let (to_group, buckets) = match self.ownership.moves.get(&move_id) {
+            Some(MoveRecord::Outgoing {
+                to_group, buckets, ..
+            }) => (*to_group, buckets.clone()),
+            Some(MoveRecord::Dropped { .. }) => return Ok(Reply::BucketsDropped),
+            Some(r) => {
+                return Err(conflict(
+                    move_id,
+                    format!(
+                        "this move is recorded here as {}; only a frozen one can be dropped",
+                        record_kind(r)
+                    ),
+                ))
+            }
+            None => return Err(Rejection::UnknownMove { move_id }),
+        };
+        if self.ownership.map_version == 0 {
+            // A group that owned every bucket now owns every bucket but these.
+            self.ownership.owned = BucketSet::full();
+        }
+        self.ownership.owned.subtract(&buckets);
+        self.ownership.map_version = self.ownership.map_version.max(map_version).max(1);
+        self.ownership
+            .moves
+            .insert(move_id, MoveRecord::Dropped { to_group, buckets });
+        Ok(Reply::BucketsDropped)
+    }
+}
+
+fn record_kind(r: &MoveRecord) -> &'static str {
+    match r {
+        MoveRecord::Outgoing { .. } => "frozen (outgoing)",
+        MoveRecord::Dropped { .. } => "dropped (sent)",
+        MoveRecord::Thawed { .. } => "thawed (aborted)",
+        MoveRecord::Imported { .. } => "imported",
+        MoveRecord::Cancelled => "cancelled",
+    }
+}
+
+/// Every rule an export must follow for its import to leave a state commands could reach.
+pub(crate) fn validate_export(
+    move_id: MoveId,
+    buckets: &BucketSet,
+    e: &Export,
+) -> Result<(), Rejection> {
+    let bad = |reason: String| Err(conflict(move_id, format!("export refused: {reason}")));
+    if e.revision > limits::MAX_REVISION {
+        return bad(format!(
+            "revision {} is above the limit {}",
+            e.revision,
+            limits::MAX_REVISION
+        ));
+    }
+    if !e.sessions.windows(2).all(|w| w[0].id < w[1].id) {
+        return bad("sessions are not sorted by id, or one is listed twice".into());
+    }
+    for s in &e.sessions {
+        if !(limits::HARD_MIN_TTL_MS..=limits::HARD_MAX_TTL_MS).contains(&s.ttl_ms) {
+            return bad(format!(
+                "session {} has ttl {} ms, outside {}..={} ms",
+                s.id,
+                s.ttl_ms,
+                limits::HARD_MIN_TTL_MS,
+                limits::HARD_MAX_TTL_MS
+            ));
+        }
+        check_optional("client", &s.client, limits::MAX_CLIENT_BYTES)?;
+        check_optional("namespace", &s.namespace, limits::MAX_NAMESPACE_NAME_BYTES)?;
+    }
+    if !e.locks.windows(2).all(|w| w[0].name < w[1].name) {
+        return bad("locks are not sorted by name, or one is listed twice".into());
+    }
+    let known = |id: SessionId| e.sessions.binary_search_by_key(&id, |s| s.id).is_ok();
+    for l in &e.locks {
+        check_name(&l.name)?;
+        if !buckets.contains(bucket_of(&l.name)) {
+            return bad(format!(
+                "'{}' is in bucket {}, not one of the move's",
+                l.name,
+                bucket_of(&l.name)
+            ));
+        }
+        if l.holders.is_empty() && l.delay_left_ms == 0 {
+            return bad(format!("'{}' has neither holders nor a lock-delay", l.name));
+        }
+        if l.delay_left_ms > limits::MAX_LOCK_DELAY_MS {
+            return bad(format!(
+                "'{}' has a lock-delay of {} ms, above {}",
+                l.name,
+                l.delay_left_ms,
+                limits::MAX_LOCK_DELAY_MS
+            ));
+        }
+        let mut tokens = std::collections::BTreeSet::new();
+        let mut sessions = std::collections::BTreeSet::new();
+        for h in &l.holders {
+            if h.token == 0 || h.token > e.revision || !tokens.insert(h.token) {
+                return bad(format!(
+                    "'{}' has token {} twice, zero or above the export's revision {}",
+                    l.name, h.token, e.revision
+                ));
+            }
+            if !known(h.session) || !sessions.insert((h.session, h.owner.as_str())) {
+                return bad(format!(
+                    "a holder of '{}' belongs to a session the export does not list, or holds twice",
+                    l.name
+                ));
+            }
+            if h.reentry == 0 || h.reentry > limits::MAX_REENTRY || (h.reentry > 1 && !h.reentrant)
+            {
+                return bad(format!(
+                    "a holder of '{}' has re-entry count {} (1..={}, above 1 only if re-entrant)",
+                    l.name,
+                    h.reentry,
+                    limits::MAX_REENTRY
+                ));
+            }
+            check_optional("owner", &h.owner, limits::MAX_OWNER_BYTES)?;
+        }
+        let first = l.holders.first().map(|h| h.mode);
+        let fits = match first {
+            None => true,
+            Some(LockMode::Exclusive) => l.holders.len() == 1,
+            Some(LockMode::Shared) => l.holders.iter().all(|h| h.mode == LockMode::Shared),
+            Some(m @ LockMode::Semaphore { limit }) => {
+                (1..=limits::MAX_SEMAPHORE_LIMIT).contains(&limit)
+                    && l.holders.len() <= limit as usize
+                    && l.holders.iter().all(|h| h.mode == m)
+            }
+        };
+        if !fits {
+            return bad(format!(
+                "the holders of '{}' do not fit their modes",
+                l.name
+            ));
+        }
+    }
+    Ok(())
+}
