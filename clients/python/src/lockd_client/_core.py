@@ -1,0 +1,907 @@
+"""The engine both APIs share: one session per client over one ``Session`` stream, on asyncio.
+
+The async API runs it on the caller's event loop; the sync API runs it on a private loop in a
+background thread. It
+
+* opens the session, sends a keepalive every TTL/3 and keeps the **local lease deadline**:
+  ``send time of the last acknowledged open/attach/keepalive + TTL - margin`` on the monotonic
+  clock. The service expires a session no earlier than TTL after a keepalive it acknowledged,
+  which it received after we sent it, so the client gives up first;
+* moves the stream to the next endpoint and ``attach``-es the same session when the stream
+  breaks or a keepalive goes unanswered for a whole interval, within the local deadline;
+* matches pushed grants to waiting acquires (a waiting acquire parks in the lock's FIFO queue
+  on the service and is woken by the push, never by polling);
+* marks the session lost when the deadline passes without a renewal or the service says the
+  session ended; every lock of it reports lost and the next acquire opens a new session.
+
+The semantics follow lockd-client (Rust), crates/lockd-client/src/session.rs.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple,
+                    TypeVar, Union)
+
+import grpc
+import grpc.aio
+
+from . import errors
+from ._options import ClientOptions
+from ._proto import lockd_pb2 as pb
+from ._rpc import LockStub
+from .errors import (ClientClosed, InvalidArgument, LockdError, NotAcquired, SessionLost,
+                     Unavailable)
+from .types import Mode
+
+log = logging.getLogger("lockd_client")
+
+#: The longest wait the service accepts for one acquire (``wait_ms`` <= 300 000). A longer wait
+#: queues again, round after round, up to the caller's deadline.
+MAX_WAIT = 300.0
+#: Pushed outcomes kept for a ``queued`` reply that has not arrived yet.
+EARLY_CAPACITY = 4096
+MAX_NAME_BYTES = 512
+MAX_OWNER_BYTES = 256
+MAX_SEMAPHORE = 10_000
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+def monotonic() -> float:
+    return time.monotonic()
+
+
+class Lease:
+    """One session as its locks see it. ``deadline`` only moves forward; ``lost`` is final.
+
+    Read from any thread; written on the engine's loop. Watchers (callbacks) are called once,
+    on the loop, when the session is lost."""
+
+    def __init__(self, gen: int, session_id: str, deadline: float) -> None:
+        self.gen = gen
+        self.session_id = session_id
+        self.deadline = deadline
+        self.lost = False
+        self.why = ""
+        self._watchers: List[Callable[[], None]] = []
+        self._mu = threading.Lock()
+
+    def is_lost(self) -> bool:
+        """Lost, or past the local deadline (checked against the clock, not just the flag, so a
+        process resumed after a pause sees it before the engine's timer has run)."""
+        return self.lost or monotonic() >= self.deadline
+
+    def watch(self, cb: Callable[[], None]) -> None:
+        with self._mu:
+            if not self.lost:
+                self._watchers.append(cb)
+                return
+        cb()
+
+    def unwatch(self, cb: Callable[[], None]) -> None:
+        with self._mu:
+            try:
+                self._watchers.remove(cb)
+            except ValueError:
+                pass
+
+    def end(self, why: str) -> None:
+        with self._mu:
+            if self.lost:
+                return
+            self.lost = True
+            self.why = why
+            watchers, self._watchers = self._watchers, []
+        for cb in watchers:
+            try:
+                cb()
+            except Exception:  # a watcher must not stop the others
+                log.exception("lockd lease watcher failed")
+
+
+@dataclass
+class Hold:
+    """A grant: what a lock object wraps."""
+
+    name: str
+    token: int
+    session_id: str
+    lease: Lease
+    owner: str
+    mode: Mode
+    reentry: int
+    id: int = 0
+
+
+@dataclass
+class _Acq:
+    name: str
+    owner: str
+    mode: Mode
+    fut: "asyncio.Future[Hold]"
+
+
+@dataclass
+class _Pending:
+    kind: str  # "keepalive" | "acquire" | "release"
+    sent: float = 0.0
+    acq: Optional[_Acq] = None
+    fut: Optional["asyncio.Future[int]"] = None
+
+
+class _Unsure(Exception):
+    """A release on the stream whose answer the broken stream took with it: it may have landed."""
+
+
+@dataclass
+class _Conn:
+    call: Any  # grpc.aio.StreamStreamCall[pb.SessionRequest, pb.SessionEvent]
+    queue: "asyncio.Queue[Optional[pb.SessionRequest]]"
+    endpoint: int
+    reader: Optional["asyncio.Task[None]"] = None
+
+    def close(self) -> None:
+        self.queue.put_nowait(None)
+        self.call.cancel()
+
+
+@dataclass
+class _Sess:
+    id: str
+    gen: int
+    ttl: float
+    every: float
+    lease: Lease
+    next_keepalive: float
+    reconnect_at: float = 0.0
+    reconnect_attempt: int = 0
+    keepalive_failures: int = 0
+    ticker: Optional["asyncio.Task[None]"] = None
+
+
+async def _drain(q: "asyncio.Queue[Optional[pb.SessionRequest]]") -> AsyncIterator[pb.SessionRequest]:
+    while True:
+        m = await q.get()
+        if m is None:
+            return
+        yield m
+
+
+def check_name(name: str) -> None:
+    n = len(name.encode())
+    if not 1 <= n <= MAX_NAME_BYTES or not name.isprintable():
+        raise InvalidArgument(f"lock name must be 1..={MAX_NAME_BYTES} bytes of printable UTF-8 "
+                              f"(got {n} bytes: {name[:40]!r})")
+
+
+def check_owner(owner: str) -> None:
+    n = len(owner.encode())
+    if n > MAX_OWNER_BYTES:
+        raise InvalidArgument(f"owner must be at most {MAX_OWNER_BYTES} bytes (got {n})")
+
+
+def mode_and_limit(mode: Union[Mode, str], limit: Optional[int]) -> Tuple[Mode, int]:
+    try:
+        m = Mode(mode)
+    except ValueError:
+        raise InvalidArgument(f"mode must be one of exclusive, shared, semaphore (got {mode!r})") from None
+    if m is Mode.SEMAPHORE:
+        if limit is None or not 1 <= limit <= MAX_SEMAPHORE:
+            raise InvalidArgument(f"limit must lie in 1..={MAX_SEMAPHORE} for a semaphore (got {limit})")
+        return m, limit
+    if limit is not None:
+        raise InvalidArgument(f"limit is only for mode=semaphore (got limit={limit} with mode={m.value})")
+    return m, 0
+
+
+class Core:
+    """The engine. Every method runs on one event loop (the one it was created on)."""
+
+    def __init__(self, endpoints: List[str], opts: ClientOptions) -> None:
+        eps = [e.strip() for e in endpoints if e.strip()]
+        if not eps:
+            raise InvalidArgument("endpoints must name at least one node's gRPC address (HOST:PORT)")
+        for e in eps:
+            target = e.split("://", 1)[-1]
+            if ":" not in target:
+                raise InvalidArgument(f"endpoint {e!r} must be HOST:PORT")
+        self.endpoints = eps
+        self.opts = opts
+        self._targets = [e.split("://", 1)[-1] for e in eps]
+        self._channels: List[Optional[grpc.aio.Channel]] = [None] * len(eps)
+        self._stubs: List[Optional[LockStub]] = [None] * len(eps)
+        self.metadata: Optional[Tuple[Tuple[str, str], ...]] = (
+            (("authorization", f"Bearer {opts.token}"),) if opts.token else None)
+        self._preferred = 0
+        self._use_stream = opts.use_stream
+        self._sess: Optional[_Sess] = None
+        self._conn: Optional[_Conn] = None
+        self._gen = 0
+        self._rid = 0
+        self._pending: Dict[int, _Pending] = {}
+        self._waits: Dict[Tuple[int, int], _Acq] = {}
+        self._early: "collections.OrderedDict[Tuple[int, int], pb.SessionEvent]" = collections.OrderedDict()
+        self._unsure: List[str] = []
+        self._open_lock: Optional[asyncio.Lock] = None
+        self._wake: Optional[asyncio.Event] = None
+        self._bg: Set["asyncio.Task[Any]"] = set()
+        self._closed = False
+        self._next_hold = 1
+        #: Holds the application keeps (hold id -> hold), for lease-expired reports and for
+        #: settling acquires whose answer a broken stream lost.
+        self.held: Dict[int, Hold] = {}
+        self.lease_expired = 0
+        self.lease: Optional[Lease] = None
+
+    # ----- plumbing -------------------------------------------------------------------------
+
+    def stub(self, i: int) -> LockStub:
+        s = self._stubs[i]
+        if s is None:
+            ch = grpc.aio.insecure_channel(self._targets[i], options=[
+                ("grpc.max_reconnect_backoff_ms", 1000),
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.enable_retries", 0),
+            ])
+            self._channels[i] = ch
+            s = self._stubs[i] = LockStub(ch)
+        return s
+
+    def preferred(self) -> int:
+        return self._preferred % len(self.endpoints)
+
+    def rotate(self, failed: int) -> None:
+        """Moves on to the next endpoint after ``failed`` did not answer."""
+        if self._preferred % len(self.endpoints) == failed:
+            self._preferred = (failed + 1) % len(self.endpoints)
+
+    def margin(self, ttl: float) -> float:
+        return self.opts.margin if self.opts.margin is not None else ttl / 5
+
+    def _next_rid(self) -> int:
+        self._rid += 1
+        return self._rid
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        t = asyncio.ensure_future(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def unary(self, pick: Callable[[LockStub], "grpc.aio.UnaryUnaryMultiCallable[Req, Resp]"],
+                    req: Req, *, timeout: Optional[float] = None,
+                    landed: Optional[List[bool]] = None, attempts: Optional[int] = None) -> Resp:
+        """A unary call on the preferred node, retried with backoff on retryable errors (moving
+        to the next node when one does not answer). Appends True to ``landed`` when an attempt
+        failed in a way that may have reached the service."""
+        policy = self.opts.retry
+        max_attempts = attempts or policy.max_attempts
+        attempt = 0
+        t = timeout if timeout is not None else self.opts.request_timeout
+        while True:
+            if self._closed:
+                raise ClientClosed("the client is closed")
+            i = self.preferred()
+            try:
+                return await pick(self.stub(i))(req, timeout=t, metadata=self.metadata)
+            except grpc.RpcError as e:
+                err = errors.from_rpc_error(e, self.endpoints[i])
+            if isinstance(err, Unavailable) and err.status is None:
+                self.rotate(i)
+                if landed is not None:
+                    landed.append(True)
+            if err.status == 503 and landed is not None:
+                # "No leader" is refused before proposing, but "outcome unknown" is also 503.
+                landed.append(True)
+            attempt += 1
+            if not err.retryable or attempt >= max_attempts:
+                raise err
+            await asyncio.sleep(policy.delay(attempt - 1, err.retry_after))
+
+    # ----- the session ----------------------------------------------------------------------
+
+    async def ensure_session(self) -> _Sess:
+        """The live session, opened (with retries) if there is none."""
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        if self._sess is not None:
+            return self._sess
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+            self._wake = asyncio.Event()
+        async with self._open_lock:
+            if self._sess is not None:
+                return self._sess
+            return await self._open()
+
+    async def _open(self) -> _Sess:
+        o = self.opts
+        open_req = pb.OpenSessionRequest(client=o.client_name, ttl_ms=int(o.ttl * 1000),
+                                         namespace=o.namespace, token=o.token or "")
+        attempt = 0
+        while True:
+            if self._closed:
+                raise ClientClosed("the client is closed")
+            i = self.preferred()
+            conn: Optional[_Conn] = None
+            try:
+                if self._use_stream:
+                    rid = self._next_rid()
+                    conn, ev, sent = await self._handshake(i, pb.SessionRequest(request_id=rid, open=open_req))
+                    if ev.WhichOneof("kind") != "opened":
+                        conn.close()
+                        raise Unavailable(f"unexpected answer to open: {ev.WhichOneof('kind')}")
+                    r = ev.opened
+                else:
+                    sent = monotonic()
+                    r = await self.stub(i).OpenSession(open_req, timeout=o.request_timeout,
+                                                       metadata=self.metadata)
+                return self._opened(r, sent, conn)
+            except grpc.RpcError as e:
+                err = errors.from_rpc_error(e, self.endpoints[i])
+            except LockdError as e:
+                err = e
+            if err.code == "unimplemented" and self._use_stream:
+                log.warning("lockd: %s does not serve the Session stream; using unary calls",
+                            self.endpoints[i])
+                self._use_stream = False
+                continue
+            if isinstance(err, Unavailable):
+                self.rotate(i)
+            attempt += 1
+            if not err.retryable or attempt >= o.retry.max_attempts:
+                raise err
+            await asyncio.sleep(o.retry.delay(attempt - 1, err.retry_after))
+
+    def _opened(self, r: pb.OpenSessionResponse, sent: float, conn: Optional[_Conn]) -> _Sess:
+        self._gen += 1
+        ttl = r.ttl_ms / 1000.0
+        every = max(r.keepalive_every_ms, 1) / 1000.0
+        lease = Lease(self._gen, r.session_id, sent + ttl - self.margin(ttl))
+        s = _Sess(id=r.session_id, gen=self._gen, ttl=ttl, every=every, lease=lease,
+                  next_keepalive=sent + every, reconnect_at=sent)
+        self._sess = s
+        self._conn = conn
+        self.lease = lease
+        s.ticker = asyncio.ensure_future(self._tick(s))
+        return s
+
+    async def _handshake(self, i: int, first: pb.SessionRequest) -> Tuple[_Conn, pb.SessionEvent, float]:
+        """Opens a stream to endpoint ``i`` whose first message is ``first``; returns the stream,
+        the first answer and when the request was sent."""
+        q: "asyncio.Queue[Optional[pb.SessionRequest]]" = asyncio.Queue()
+        q.put_nowait(first)
+        sent = monotonic()
+        call = self.stub(i).Session(_drain(q), metadata=self.metadata)
+        conn = _Conn(call, q, i)
+
+        async def first_answer() -> pb.SessionEvent:
+            while True:
+                ev = await call.read()
+                if ev is grpc.aio.EOF:
+                    raise Unavailable(f"{self.endpoints[i]} closed the session stream")
+                assert isinstance(ev, pb.SessionEvent)
+                if ev.request_id == first.request_id:
+                    return ev
+
+        ok = False
+        try:
+            ev = await asyncio.wait_for(first_answer(), self.opts.request_timeout)
+            if ev.WhichOneof("kind") == "error":
+                raise errors.from_event(ev.error)
+            ok = True
+        except asyncio.TimeoutError:
+            raise Unavailable(f"{self.endpoints[i]} did not answer in {self.opts.request_timeout}s") from None
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, self.endpoints[i]) from None
+        finally:
+            if not ok:
+                conn.close()
+        conn.reader = asyncio.ensure_future(self._read(conn))
+        return conn, ev, sent
+
+    async def _read(self, conn: _Conn) -> None:
+        why = "the node ended the session stream"
+        try:
+            while True:
+                ev = await conn.call.read()
+                if ev is grpc.aio.EOF:
+                    break
+                if self._conn is not conn:
+                    return
+                self._event(ev)
+        except asyncio.CancelledError:
+            return
+        except grpc.RpcError as e:
+            why = f"session stream failed: {errors.from_rpc_error(e)}"
+        except Exception as e:  # never let the reader die silently
+            why = f"session stream reader failed: {e!r}"
+        if self._conn is conn:
+            self._disconnected(why)
+
+    async def _tick(self, s: _Sess) -> None:
+        """Keepalives, the local deadline and reconnects of session ``s``, until it ends."""
+        assert self._wake is not None
+        while self._sess is s:
+            now = monotonic()
+            if now >= s.lease.deadline:
+                self._lose("the local lease deadline passed without a renewal", True)
+                return
+            if not self._use_stream:
+                if now >= s.next_keepalive:
+                    await self._unary_keepalive(s)
+                    continue
+                wake = s.next_keepalive
+            elif self._conn is not None:
+                if now >= s.next_keepalive:
+                    self._keepalive()
+                    continue
+                wake = s.next_keepalive
+            else:
+                if now >= s.reconnect_at:
+                    await self._reconnect(s)
+                    continue
+                wake = s.reconnect_at
+            wake = min(wake, s.lease.deadline)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(wake - now, 0.0))
+            except asyncio.TimeoutError:
+                pass
+
+    def _renewed(self, sent: float, ttl_ms: int) -> None:
+        """A renewal sent at ``sent`` was acknowledged."""
+        s = self._sess
+        if s is None:
+            return
+        if s.lease.deadline <= monotonic():
+            # Too late: the locks may already have stopped. A lost lease stays lost.
+            self._lose("the local lease deadline passed without a renewal", True)
+            return
+        ttl = min(s.ttl, max(ttl_ms, 1) / 1000.0)
+        deadline = sent + ttl - self.margin(s.ttl)
+        if deadline > s.lease.deadline:
+            s.lease.deadline = deadline
+
+    def _keepalive(self) -> None:
+        s, c = self._sess, self._conn
+        if s is None or c is None:
+            return
+        now = monotonic()
+        s.next_keepalive = now + s.every
+        # The previous keepalive went unanswered for a whole interval: the node is stuck or gone.
+        if any(p.kind == "keepalive" and now - p.sent >= s.every for p in self._pending.values()):
+            self.rotate(c.endpoint)
+            self._disconnected("a keepalive went unanswered for a whole interval")
+            return
+        rid = self._next_rid()
+        self._pending[rid] = _Pending("keepalive", sent=now)
+        self._send(pb.SessionRequest(request_id=rid, keepalive=pb.KeepAliveRequest(session_id=s.id)))
+
+    async def _unary_keepalive(self, s: _Sess) -> None:
+        i = self.preferred()
+        sent = monotonic()
+        budget = max(min(self.opts.request_timeout, s.lease.deadline - sent), 0.001)
+        try:
+            r = await self.stub(i).KeepAlive(pb.KeepAliveRequest(session_id=s.id), timeout=budget,
+                                             metadata=self.metadata)
+        except grpc.RpcError as e:
+            err = errors.from_rpc_error(e, self.endpoints[i])
+            if err.code == "session_not_found":
+                self._lose("the service no longer knows the session", True)
+                return
+            if isinstance(err, Unavailable):
+                self.rotate(i)
+            s.keepalive_failures += 1
+            s.next_keepalive = monotonic() + min(
+                s.every, self.opts.retry.delay(min(s.keepalive_failures, 4), err.retry_after))
+            return
+        s.keepalive_failures = 0
+        s.next_keepalive = sent + s.every
+        self._renewed(sent, r.ttl_ms)
+
+    def _send(self, req: pb.SessionRequest) -> None:
+        if self._conn is not None:
+            self._conn.queue.put_nowait(req)
+
+    async def _reconnect(self, s: _Sess) -> None:
+        """Moves the session to the next node (``attach``), within the local deadline."""
+        i = self.preferred()
+        rid = self._next_rid()
+        left = s.lease.deadline - monotonic()
+        try:
+            # An attach answered after the local deadline could not save the lease anyway.
+            conn, ev, sent = await asyncio.wait_for(
+                self._handshake(i, pb.SessionRequest(request_id=rid, attach=s.id)), max(left, 0.0))
+        except asyncio.TimeoutError:
+            if self._sess is s:
+                self._lose("the local lease deadline passed while reconnecting", True)
+            return
+        except LockdError as e:
+            if self._sess is not s:
+                return
+            if e.code == "session_not_found":
+                self._lose("the service no longer knows the session", True)
+                return
+            log.debug("lockd: attach to %s failed: %s", self.endpoints[i], e)
+            self._retry_reconnect(s, i)
+            return
+        if self._sess is not s:
+            conn.close()
+            return
+        if ev.WhichOneof("kind") != "keepalive":
+            conn.close()
+            self._retry_reconnect(s, i)
+            return
+        log.debug("lockd: session stream moved to %s", self.endpoints[i])
+        self._conn = conn
+        s.reconnect_attempt = 0
+        self._renewed(sent, ev.keepalive.ttl_ms)
+        s.next_keepalive = sent + s.every
+        await self._settle_unsure(s)
+
+    def _retry_reconnect(self, s: _Sess, failed: int) -> None:
+        self.rotate(failed)
+        s.reconnect_at = monotonic() + self.opts.retry.delay(min(s.reconnect_attempt, 4))
+        s.reconnect_attempt += 1
+
+    async def _settle_unsure(self, s: _Sess) -> None:
+        """Acquires whose answer the broken stream lost may have been granted: a hold of ours
+        that no lock object knows is given back, so the caller's retry starts clean."""
+        unsure, self._unsure = self._unsure, []
+        if not unsure:
+            return
+
+        async def settle() -> None:
+            detail = await self.unary(lambda st: st.GetSession,
+                                      pb.GetSessionRequest(session_id=s.id), attempts=1)
+            for name in set(unsure):
+                known = {h.token for h in self.held.values() if h.name == name}
+                for h in detail.held:
+                    if h.name == name and h.fencing_token not in known:
+                        await self.release(s.id, name, h.fencing_token)
+
+        try:
+            await asyncio.wait_for(settle(), s.every)
+        except (asyncio.TimeoutError, LockdError) as e:
+            log.debug("lockd: could not settle unanswered acquires: %s", e)
+
+    # ----- events ---------------------------------------------------------------------------
+
+    def _event(self, ev: pb.SessionEvent) -> None:
+        kind = ev.WhichOneof("kind")
+        p = self._pending.pop(ev.request_id, None) if ev.request_id else None
+        if p is not None and p.kind == "keepalive":
+            if kind == "keepalive":
+                self._renewed(p.sent, ev.keepalive.ttl_ms)
+            elif kind == "error" and ev.error.status == 404:
+                self._lose("the service no longer knows the session", True)
+        elif p is not None and p.kind == "acquire" and p.acq is not None:
+            a = p.acq
+            if kind == "acquired":
+                r = ev.acquired
+                if r.acquired:
+                    self._answer(a, r.fencing_token, max(r.reentry, 1))
+                else:
+                    self._fail(a, NotAcquired(
+                        f"{a.name!r} is held" + (f" by {r.holder!r}" if r.holder else ""),
+                        holder=r.holder or None, queue_position=r.queue_position,
+                        lock_delay_until_ms=r.lock_delay_until_ms))
+            elif kind == "queued":
+                key = (ev.queued.group, ev.queued.waiter)
+                early = self._early.pop(key, None)
+                if early is not None:
+                    self._push(early, a)
+                else:
+                    self._waits[key] = a
+            elif kind == "error":
+                self._fail(a, errors.from_event(ev.error))
+        elif p is not None and p.kind == "release" and p.fut is not None:
+            if not p.fut.done():
+                if kind == "released":
+                    p.fut.set_result(ev.released.remaining)
+                elif kind == "error":
+                    p.fut.set_exception(errors.from_event(ev.error))
+        elif kind == "session_ended":
+            reason = ev.session_ended.reason
+            self._lose(f"the service ended the session ({reason})", reason != "closed")
+        elif kind in ("granted", "wait_ended"):
+            self._push(ev, None)
+        elif kind == "lease_extended":
+            log.debug("lockd: lease extended by a new leader of group %d; the local deadline stays",
+                      ev.lease_extended.group)
+        else:
+            log.debug("lockd: unexpected session event %s", kind)
+
+    def _push(self, ev: pb.SessionEvent, waiting: Optional[_Acq]) -> None:
+        """A ``granted`` or ``wait_ended`` push; ``waiting`` is the acquire it answers if known."""
+        kind = ev.WhichOneof("kind")
+        key = (ev.granted.group, ev.granted.waiter) if kind == "granted" else (
+            ev.wait_ended.group, ev.wait_ended.waiter)
+        a = waiting or self._waits.pop(key, None)
+        if a is None:
+            # Pushed before the ``queued`` reply: keep it for that reply.
+            self._early[key] = ev
+            while len(self._early) > EARLY_CAPACITY:
+                self._early.popitem(last=False)
+            return
+        if kind == "granted":
+            self._answer(a, ev.granted.fencing_token, 1)
+        elif ev.wait_ended.reason == "session_ended":
+            self._fail(a, SessionLost("the session ended while waiting"))
+        else:
+            self._fail(a, NotAcquired(f"the wait for {a.name!r} ended without a grant"))
+
+    def _answer(self, a: _Acq, token: int, reentry: int) -> None:
+        s = self._sess
+        if s is None:
+            self._fail(a, SessionLost("the session ended"))
+            return
+        if a.fut.done():
+            # Nobody waits for this grant any more (the acquire was cancelled): give it back.
+            self._spawn(self._release_quietly(s.id, a.name, token))
+            return
+        a.fut.set_result(Hold(a.name, token, s.id, s.lease, a.owner, a.mode, reentry))
+
+    @staticmethod
+    def _fail(a: _Acq, e: LockdError) -> None:
+        if not a.fut.done():
+            a.fut.set_exception(e)
+
+    def _disconnected(self, why: str) -> None:
+        """The stream broke: fail what was in flight (its outcome is unknown), and reconnect."""
+        c, self._conn = self._conn, None
+        if c is None:
+            return
+        log.debug("lockd: session stream to %s lost: %s", self.endpoints[c.endpoint], why)
+        c.close()
+        self.rotate(c.endpoint)
+        self._early.clear()
+        pending, self._pending = self._pending, {}
+        waits, self._waits = self._waits, {}
+        for p in pending.values():
+            if p.acq is not None:
+                self._fail_unsure(p.acq)
+            elif p.fut is not None and not p.fut.done():
+                p.fut.set_exception(_Unsure())
+        for a in waits.values():
+            self._fail_unsure(a)
+        if self._sess is not None:
+            self._sess.reconnect_at = monotonic()
+            self._sess.reconnect_attempt = 0
+        self._poke()
+
+    def _fail_unsure(self, a: _Acq) -> None:
+        self._unsure.append(a.name)
+        self._fail(a, Unavailable("the session stream broke before the acquire was answered"))
+
+    def _end_locally(self, s: _Sess, why: str, err: Callable[[], LockdError]) -> None:
+        c, self._conn = self._conn, None
+        if c is not None:
+            c.close()
+        s.lease.end(why)
+        pending, self._pending = self._pending, {}
+        waits, self._waits = self._waits, {}
+        for p in pending.values():
+            if p.acq is not None:
+                self._fail(p.acq, err())
+            elif p.fut is not None and not p.fut.done():
+                p.fut.set_exception(_Unsure())  # the session is ending, which frees its holds
+        for a in waits.values():
+            self._fail(a, err())
+        self._poke()
+
+    def _lose(self, why: str, report: bool) -> None:
+        """The session is over for this client: every lock of it is lost."""
+        s, self._sess = self._sess, None
+        if s is None:
+            return
+        # Not the session id: it is the session's capability, and logs travel.
+        log.warning("lockd session of %s lost: %s", self.opts.client_name, why)
+        self._end_locally(s, why, lambda: SessionLost(f"the session ended: {why}"))
+        self._early.clear()
+        self._unsure.clear()
+        held = [h.name for h in self.held.values() if h.lease is s.lease] if report else []
+        self.lease_expired += len(held)
+
+        async def after() -> None:
+            for name in held:
+                try:
+                    await self.unary(lambda st: st.ReportLeaseExpired,
+                                     pb.ReportLeaseExpiredRequest(name=name), attempts=2)
+                except LockdError as e:
+                    log.debug("lockd: could not report an expired lease: %s", e)
+            # The locks are lost; free them now rather than at the service's expiry.
+            try:
+                await self.unary(lambda st: st.CloseSession,
+                                 pb.CloseSessionRequest(session_id=s.id), attempts=2)
+            except LockdError:
+                pass
+
+        self._spawn(after())
+
+    # ----- requests -------------------------------------------------------------------------
+
+    async def acquire(self, name: str, *, wait: Optional[float], mode: Union[Mode, str] = Mode.EXCLUSIVE,
+                      limit: Optional[int] = None, owner: Optional[str] = None,
+                      reentrant: bool = False) -> Hold:
+        """Takes ``name``, waiting in its FIFO queue up to ``wait`` seconds (``None`` or 0 = try
+        once, ``math.inf`` = forever). Waits beyond the service's 300 s cap queue again, round
+        after round, to the caller's deadline. Retryable errors are retried within the wait (or,
+        for a try-lock, up to ``retry.max_attempts``); a session lost mid-wait is replaced."""
+        check_name(name)
+        m, lim = mode_and_limit(mode, limit)
+        own = owner if owner is not None else self.opts.client_name
+        check_owner(own)
+        if wait is not None and (math.isnan(wait) or wait < 0):
+            raise InvalidArgument(f"wait must be >= 0 seconds, or None for a try-lock (got {wait})")
+        until = None if wait is None else monotonic() + wait
+        policy = self.opts.retry
+        attempt = 0
+        while True:
+            left = None if until is None else max(until - monotonic(), 0.0)
+            capped = left is not None and left > MAX_WAIT
+            wait_ms = 0 if left is None else int(min(left, MAX_WAIT) * 1000)
+            req = pb.AcquireRequest(name=name, owner=own, mode=m.to_pb(), limit=lim,
+                                    wait_ms=wait_ms, reentrant=reentrant, token=self.opts.token or "")
+            started = monotonic()
+            try:
+                hold = await self._acquire_once(req, m)
+                hold.id = self._next_hold
+                self._next_hold += 1
+                self.held[hold.id] = hold
+                return hold
+            except NotAcquired as e:
+                if capped:
+                    # One round of a longer wait ran out: queue again at the back (the service
+                    # cannot hold a waiter longer than MAX_WAIT, so the FIFO place is not kept).
+                    if monotonic() - started < 1.0:
+                        await asyncio.sleep(policy.delay(2))  # never spin on a quick refusal
+                    continue
+                err: LockdError = e
+            except LockdError as e:
+                err = e
+            attempt += 1
+            retry = err.retryable or isinstance(err, SessionLost)
+            time_left = until is not None and monotonic() < until
+            if not retry or not (time_left or attempt < policy.max_attempts):
+                raise err
+            pause = policy.delay(attempt - 1, err.retry_after)
+            if until is not None and time_left:
+                pause = min(pause, until - monotonic())
+            await asyncio.sleep(max(pause, 0.0))
+
+    async def _acquire_once(self, req: pb.AcquireRequest, mode: Mode) -> Hold:
+        s = await self.ensure_session()
+        if not self._use_stream:
+            req.session_id = s.id
+            t = req.wait_ms / 1000.0 + self.opts.request_timeout
+            r = await self.unary(lambda st: st.Acquire, req, timeout=t, attempts=1)
+            if self._sess is not s:
+                raise SessionLost("the session ended while acquiring")
+            if not r.acquired:
+                raise NotAcquired(f"{req.name!r} is held" + (f" by {r.holder!r}" if r.holder else ""),
+                                  holder=r.holder or None, queue_position=r.queue_position,
+                                  lock_delay_until_ms=r.lock_delay_until_ms)
+            return Hold(req.name, r.fencing_token, s.id, s.lease, req.owner, mode, max(r.reentry, 1))
+        if self._conn is None:
+            raise Unavailable("the session stream is reconnecting")
+        fut: "asyncio.Future[Hold]" = asyncio.get_running_loop().create_future()
+        rid = self._next_rid()
+        self._pending[rid] = _Pending("acquire", acq=_Acq(req.name, req.owner, mode, fut))
+        self._send(pb.SessionRequest(request_id=rid, acquire=req))
+        return await fut
+
+    async def _release_quietly(self, session_id: str, name: str, token: int) -> None:
+        try:
+            await self.release(session_id, name, token)
+        except LockdError as e:
+            log.debug("lockd: background release of %r failed: %s", name, e)
+
+    async def release(self, session_id: str, name: str, token: int) -> int:
+        """Gives back one hold; returns the re-entries still held (0 = released).
+
+        On the session stream when it carries the hold's session, else (or when the stream's
+        answer does not come in time) by unary calls. A release whose earlier attempt may have
+        landed (broken stream, timeout, 503) counts a later ``not_holder``, ``stale_token`` or
+        ``session_not_found`` as done: the hold is gone either way."""
+        req = pb.ReleaseRequest(session_id=session_id, name=name, fencing_token=token,
+                                token=self.opts.token or "")
+        landed: List[bool] = []
+        s = self._sess
+        if self._use_stream and self._conn is not None and s is not None and s.id == session_id:
+            fut: "asyncio.Future[int]" = asyncio.get_running_loop().create_future()
+            rid = self._next_rid()
+            self._pending[rid] = _Pending("release", fut=fut)
+            self._send(pb.SessionRequest(request_id=rid, release=req))
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), self.opts.request_timeout)
+            except asyncio.TimeoutError:
+                self._pending.pop(rid, None)
+                # The stream's node did not answer in time; the unary retry starts elsewhere.
+                self.rotate(self.preferred())
+                landed.append(True)
+            except _Unsure:
+                landed.append(True)
+            except LockdError as e:
+                if not e.retryable:
+                    raise
+                await asyncio.sleep(self.opts.retry.delay(0, e.retry_after))
+                if e.status == 503:
+                    landed.append(True)
+        try:
+            r = await self.unary(lambda st: st.Release, req, landed=landed)
+            return r.remaining
+        except LockdError as e:
+            # The hold is gone and an earlier attempt may have ended it: only this session (or
+            # an operator's release by token) can end a live hold, and an ended session frees
+            # every hold it had.
+            if landed and e.status in (404, 409) and e.code in (
+                    "not_holder", "stale_token", "session_not_found"):
+                return 0
+            raise
+
+    def forget(self, hold: Hold) -> None:
+        self.held.pop(hold.id, None)
+
+    async def inspect(self, name: str) -> pb.LockState:
+        check_name(name)
+        return await self.unary(lambda st: st.Inspect,
+                                pb.InspectRequest(name=name, token=self.opts.token or ""))
+
+    async def status(self) -> pb.StatusResponse:
+        return await self.unary(lambda st: st.Status, pb.StatusRequest())
+
+    async def status_of(self, i: int) -> pb.StatusResponse:
+        """The status of endpoint ``i`` exactly (no failover)."""
+        return await self.stub(i).Status(pb.StatusRequest(), timeout=self.opts.request_timeout,
+                                         metadata=self.metadata)
+
+    async def get_session(self, session_id: str) -> pb.SessionDetail:
+        return await self.unary(lambda st: st.GetSession, pb.GetSessionRequest(session_id=session_id))
+
+    @property
+    def session_id(self) -> Optional[str]:
+        s = self._sess
+        return s.id if s is not None and not s.lease.is_lost() else None
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint the client currently prefers (the session stream's node)."""
+        c = self._conn
+        return self.endpoints[c.endpoint if c is not None else self.preferred()]
+
+    async def close(self) -> None:
+        """Closes the session (freeing every lock at once) and the channels."""
+        if self._closed:
+            return
+        s, self._sess = self._sess, None
+        err: Optional[LockdError] = None
+        if s is not None:
+            self._end_locally(s, "the client was closed", lambda: ClientClosed("the client is closed"))
+            try:
+                await self.unary(lambda st: st.CloseSession, pb.CloseSessionRequest(session_id=s.id),
+                                 attempts=3)
+            except LockdError as e:
+                if e.code != "session_not_found":
+                    err = e
+            if s.ticker is not None:
+                s.ticker.cancel()
+        self._closed = True
+        for t in list(self._bg):
+            t.cancel()
+        for ch in self._channels:
+            if ch is not None:
+                await ch.close()
+        if err is not None:
+            raise err

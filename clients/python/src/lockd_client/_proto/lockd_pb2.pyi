@@ -1,0 +1,471 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODE_UNSPECIFIED: _ClassVar[Mode]
+    MODE_EXCLUSIVE: _ClassVar[Mode]
+    MODE_SHARED: _ClassVar[Mode]
+    MODE_SEMAPHORE: _ClassVar[Mode]
+MODE_UNSPECIFIED: Mode
+MODE_EXCLUSIVE: Mode
+MODE_SHARED: Mode
+MODE_SEMAPHORE: Mode
+
+class OpenSessionRequest(_message.Message):
+    __slots__ = ("client", "ttl_ms", "namespace", "token")
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    client: str
+    ttl_ms: int
+    namespace: str
+    token: str
+    def __init__(self, client: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., namespace: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class OpenSessionResponse(_message.Message):
+    __slots__ = ("session_id", "ttl_ms", "keepalive_every_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_EVERY_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    ttl_ms: int
+    keepalive_every_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., keepalive_every_ms: _Optional[int] = ...) -> None: ...
+
+class KeepAliveRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class KeepAliveResponse(_message.Message):
+    __slots__ = ("ttl_ms",)
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    ttl_ms: int
+    def __init__(self, ttl_ms: _Optional[int] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: int
+    def __init__(self, released: _Optional[int] = ...) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("session_id", "name", "owner", "mode", "limit", "wait_ms", "reentrant", "token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    REENTRANT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    owner: str
+    mode: Mode
+    limit: int
+    wait_ms: int
+    reentrant: bool
+    token: str
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ..., reentrant: bool = ..., token: _Optional[str] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms")
+    ACQUIRED_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    REENTRY_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    acquired: bool
+    fencing_token: int
+    lease_ttl_ms: int
+    reentry: int
+    holder: str
+    queue_position: int
+    lock_delay_until_ms: int
+    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("session_id", "name", "fencing_token", "token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    fencing_token: int
+    token: str
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("remaining",)
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    remaining: int
+    def __init__(self, remaining: _Optional[int] = ...) -> None: ...
+
+class ExtendRequest(_message.Message):
+    __slots__ = ("session_id", "name", "fencing_token", "token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    fencing_token: int
+    token: str
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ExtendResponse(_message.Message):
+    __slots__ = ("lease_ttl_ms",)
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_ttl_ms: int
+    def __init__(self, lease_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class InspectRequest(_message.Message):
+    __slots__ = ("name", "token")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    token: str
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class Holder(_message.Message):
+    __slots__ = ("session_id", "owner", "fencing_token", "mode", "held_for_ms", "reentry")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    HELD_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    REENTRY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    owner: str
+    fencing_token: int
+    mode: Mode
+    held_for_ms: int
+    reentry: int
+    def __init__(self, session_id: _Optional[str] = ..., owner: _Optional[str] = ..., fencing_token: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., held_for_ms: _Optional[int] = ..., reentry: _Optional[int] = ...) -> None: ...
+
+class Waiter(_message.Message):
+    __slots__ = ("session_id", "owner", "mode", "position", "waited_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    owner: str
+    mode: Mode
+    position: int
+    waited_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., position: _Optional[int] = ..., waited_ms: _Optional[int] = ...) -> None: ...
+
+class LockState(_message.Message):
+    __slots__ = ("name", "namespace", "holders", "waiters", "lock_delay_until_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    namespace: str
+    holders: _containers.RepeatedCompositeFieldContainer[Holder]
+    waiters: _containers.RepeatedCompositeFieldContainer[Waiter]
+    lock_delay_until_ms: int
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., waiters: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., lock_delay_until_ms: _Optional[int] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GroupStatus(_message.Message):
+    __slots__ = ("id", "leader", "term", "members", "applied_index", "revision", "preferred_leader")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_LEADER_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    leader: int
+    term: int
+    members: _containers.RepeatedScalarFieldContainer[int]
+    applied_index: int
+    revision: int
+    preferred_leader: int
+    def __init__(self, id: _Optional[int] = ..., leader: _Optional[int] = ..., term: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., applied_index: _Optional[int] = ..., revision: _Optional[int] = ..., preferred_leader: _Optional[int] = ...) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("node_id", "pid", "groups")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    pid: int
+    groups: _containers.RepeatedCompositeFieldContainer[GroupStatus]
+    def __init__(self, node_id: _Optional[int] = ..., pid: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class HeldLock(_message.Message):
+    __slots__ = ("name", "fencing_token", "group")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    fencing_token: int
+    group: int
+    def __init__(self, name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., group: _Optional[int] = ...) -> None: ...
+
+class QueuedWait(_message.Message):
+    __slots__ = ("name", "queue_position", "group")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue_position: int
+    group: int
+    def __init__(self, name: _Optional[str] = ..., queue_position: _Optional[int] = ..., group: _Optional[int] = ...) -> None: ...
+
+class SessionDetail(_message.Message):
+    __slots__ = ("session_id", "client", "ttl_ms", "held", "waits")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    client: str
+    ttl_ms: int
+    held: _containers.RepeatedCompositeFieldContainer[HeldLock]
+    waits: _containers.RepeatedCompositeFieldContainer[QueuedWait]
+    def __init__(self, session_id: _Optional[str] = ..., client: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., held: _Optional[_Iterable[_Union[HeldLock, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[QueuedWait, _Mapping]]] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("after", "limit")
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    after: str
+    limit: int
+    def __init__(self, after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class SessionSummary(_message.Message):
+    __slots__ = ("session_id", "client", "ttl_ms", "held", "waits")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    client: str
+    ttl_ms: int
+    held: int
+    waits: int
+    def __init__(self, session_id: _Optional[str] = ..., client: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., held: _Optional[int] = ..., waits: _Optional[int] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionSummary]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionSummary, _Mapping]]] = ...) -> None: ...
+
+class ReportLeaseExpiredRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ReportLeaseExpiredResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SessionRequest(_message.Message):
+    __slots__ = ("request_id", "open", "attach", "keepalive", "acquire", "release", "close", "inspect")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    INSPECT_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    open: OpenSessionRequest
+    attach: str
+    keepalive: KeepAliveRequest
+    acquire: AcquireRequest
+    release: ReleaseRequest
+    close: CloseSessionRequest
+    inspect: InspectRequest
+    def __init__(self, request_id: _Optional[int] = ..., open: _Optional[_Union[OpenSessionRequest, _Mapping]] = ..., attach: _Optional[str] = ..., keepalive: _Optional[_Union[KeepAliveRequest, _Mapping]] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., close: _Optional[_Union[CloseSessionRequest, _Mapping]] = ..., inspect: _Optional[_Union[InspectRequest, _Mapping]] = ...) -> None: ...
+
+class SessionEvent(_message.Message):
+    __slots__ = ("request_id", "opened", "keepalive", "acquired", "queued", "released", "closed", "granted", "wait_ended", "session_ended", "error", "lease_extended", "state")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    WAIT_ENDED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ENDED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXTENDED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    opened: OpenSessionResponse
+    keepalive: KeepAliveResponse
+    acquired: AcquireResponse
+    queued: Queued
+    released: ReleaseResponse
+    closed: CloseSessionResponse
+    granted: Granted
+    wait_ended: WaitEnded
+    session_ended: SessionEnded
+    error: Error
+    lease_extended: LeaseExtended
+    state: LockState
+    def __init__(self, request_id: _Optional[int] = ..., opened: _Optional[_Union[OpenSessionResponse, _Mapping]] = ..., keepalive: _Optional[_Union[KeepAliveResponse, _Mapping]] = ..., acquired: _Optional[_Union[AcquireResponse, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., released: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., closed: _Optional[_Union[CloseSessionResponse, _Mapping]] = ..., granted: _Optional[_Union[Granted, _Mapping]] = ..., wait_ended: _Optional[_Union[WaitEnded, _Mapping]] = ..., session_ended: _Optional[_Union[SessionEnded, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., lease_extended: _Optional[_Union[LeaseExtended, _Mapping]] = ..., state: _Optional[_Union[LockState, _Mapping]] = ...) -> None: ...
+
+class LeaseExtended(_message.Message):
+    __slots__ = ("group", "extended_by_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EXTENDED_BY_MS_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    extended_by_ms: int
+    def __init__(self, group: _Optional[int] = ..., extended_by_ms: _Optional[int] = ...) -> None: ...
+
+class Queued(_message.Message):
+    __slots__ = ("group", "waiter", "name", "position")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WAITER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    waiter: int
+    name: str
+    position: int
+    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+
+class Granted(_message.Message):
+    __slots__ = ("group", "waiter", "name", "fencing_token", "lease_ttl_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WAITER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    waiter: int
+    name: str
+    fencing_token: int
+    lease_ttl_ms: int
+    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class WaitEnded(_message.Message):
+    __slots__ = ("group", "waiter", "name", "reason")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WAITER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    waiter: int
+    name: str
+    reason: str
+    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SessionEnded(_message.Message):
+    __slots__ = ("group", "reason")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    reason: str
+    def __init__(self, group: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("status", "code", "message", "retry_after_ms")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    status: int
+    code: str
+    message: str
+    retry_after_ms: int
+    def __init__(self, status: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
+class ListMembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("node_id", "peer_addr", "role", "leader", "lag")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    peer_addr: str
+    role: str
+    leader: bool
+    lag: int
+    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., role: _Optional[str] = ..., leader: bool = ..., lag: _Optional[int] = ...) -> None: ...
+
+class GroupMembers(_message.Message):
+    __slots__ = ("group", "leader", "joint", "members")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    JOINT_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    leader: int
+    joint: bool
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, group: _Optional[int] = ..., leader: _Optional[int] = ..., joint: bool = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class ListMembersResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupMembers]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupMembers, _Mapping]]] = ...) -> None: ...
+
+class AddMemberRequest(_message.Message):
+    __slots__ = ("node_id", "peer_addr", "groups")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    peer_addr: str
+    groups: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., groups: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RemoveMemberRequest(_message.Message):
+    __slots__ = ("node_id", "groups")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    groups: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, node_id: _Optional[int] = ..., groups: _Optional[_Iterable[int]] = ...) -> None: ...

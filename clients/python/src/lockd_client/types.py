@@ -1,0 +1,138 @@
+"""Plain data the client returns: lock modes, lock state, node status, session views."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import List, Tuple
+
+from ._proto import lockd_pb2 as pb
+
+__all__ = ["Mode", "Holder", "Waiter", "LockState", "GroupStatus", "NodeStatus", "HeldLock",
+           "SessionDetail", "Leader"]
+
+
+class Mode(str, enum.Enum):
+    """How a lock may be shared. Every user of a name must use the same mode (and limit)."""
+
+    #: One holder.
+    EXCLUSIVE = "exclusive"
+    #: Any number of shared holders, never beside an exclusive one; a reader behind a waiting
+    #: writer waits.
+    SHARED = "shared"
+    #: Up to ``limit`` holders (1..=10 000), each with its own token.
+    SEMAPHORE = "semaphore"
+
+    def to_pb(self) -> "pb.Mode":
+        return {Mode.EXCLUSIVE: pb.MODE_EXCLUSIVE, Mode.SHARED: pb.MODE_SHARED,
+                Mode.SEMAPHORE: pb.MODE_SEMAPHORE}[self]
+
+    @staticmethod
+    def from_pb(m: "pb.Mode") -> "Mode":
+        return {pb.MODE_SHARED: Mode.SHARED, pb.MODE_SEMAPHORE: Mode.SEMAPHORE}.get(m, Mode.EXCLUSIVE)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One holder of a lock. ``session_id`` is empty unless the client presents the admin token."""
+
+    owner: str
+    token: int
+    mode: Mode
+    held_for_ms: int
+    reentry: int
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """One waiter in a lock's FIFO queue (position 1 = head)."""
+
+    owner: str
+    mode: Mode
+    position: int
+    waited_ms: int
+    session_id: str
+
+
+@dataclass(frozen=True)
+class LockState:
+    """A linearizable view of one name."""
+
+    name: str
+    namespace: str
+    holders: Tuple[Holder, ...]
+    waiters: Tuple[Waiter, ...]
+    lock_delay_until_ms: int
+
+    @staticmethod
+    def from_pb(s: pb.LockState) -> "LockState":
+        return LockState(
+            name=s.name, namespace=s.namespace,
+            holders=tuple(Holder(h.owner, h.fencing_token, Mode.from_pb(h.mode), h.held_for_ms,
+                                 h.reentry, h.session_id) for h in s.holders),
+            waiters=tuple(Waiter(w.owner, Mode.from_pb(w.mode), w.position, w.waited_ms,
+                                 w.session_id) for w in s.waiters),
+            lock_delay_until_ms=s.lock_delay_until_ms)
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """One Raft group as a node sees it (group 0 is the meta group)."""
+
+    id: int
+    leader: int
+    term: int
+    members: Tuple[int, ...]
+    applied_index: int
+    revision: int
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """A node and the groups it hosts."""
+
+    node_id: int
+    pid: int
+    groups: Tuple[GroupStatus, ...]
+
+    @staticmethod
+    def from_pb(s: pb.StatusResponse) -> "NodeStatus":
+        return NodeStatus(s.node_id, s.pid, tuple(
+            GroupStatus(g.id, g.leader, g.term, tuple(g.members), g.applied_index, g.revision)
+            for g in s.groups))
+
+
+@dataclass(frozen=True)
+class HeldLock:
+    """A lock a session holds, and the group it lives in."""
+
+    name: str
+    token: int
+    group: int
+
+
+@dataclass(frozen=True)
+class SessionDetail:
+    """One session's holds and waits in every group."""
+
+    session_id: str
+    client: str
+    ttl_ms: int
+    held: Tuple[HeldLock, ...]
+    waits: Tuple[Tuple[str, int, int], ...]  # (name, queue position, group)
+
+    @staticmethod
+    def from_pb(s: pb.SessionDetail) -> "SessionDetail":
+        held: List[HeldLock] = [HeldLock(h.name, h.fencing_token, h.group) for h in s.held]
+        return SessionDetail(s.session_id, s.client, s.ttl_ms, tuple(held),
+                             tuple((w.name, w.queue_position, w.group) for w in s.waits))
+
+
+@dataclass(frozen=True)
+class Leader:
+    """Who leads an election: its campaign value (owner string) and its fencing token (a larger
+    token is a later term). ``session_id`` is empty unless the client presents the admin token."""
+
+    value: str
+    token: int
+    session_id: str

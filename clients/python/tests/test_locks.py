@@ -1,0 +1,250 @@
+"""Locks against a real 3-node lockd: FIFO hand-off, modes, re-entry, acquire_all, tokens,
+bearer tokens, waits in rounds, unary fallback, the asyncio API."""
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from typing import List, Tuple
+
+import pytest
+
+import lockd_client
+from lockd_client import (AsyncClient, Client, Conflict, InvalidArgument, LockLost, Mode,
+                          NotAcquired, PermissionDenied, Unauthenticated)
+from lockd_client import _core
+
+from conftest import SECURE_TOKEN, Cluster, wait_until
+
+
+def test_try_lock_names_the_holder_and_tokens_grow(cluster: Cluster, client: Client, name: str) -> None:
+    with client.lock(name, owner="first") as lk:
+        assert lk.token > 0 and not lk.lost.is_set() and lk.reentry == 1
+        with Client(cluster.endpoints, ttl=6) as other:
+            with pytest.raises(NotAcquired) as e:
+                other.lock(name)
+            assert e.value.holder == "first" and not e.value.retryable
+            st = other.inspect(name)
+            assert [(h.owner, h.token) for h in st.holders] == [("first", lk.token)]
+        first = lk.token
+    with client.lock(name) as lk2:
+        assert lk2.token > first
+
+
+def test_fifo_hand_off_between_waiters(cluster: Cluster, client: Client, name: str) -> None:
+    """Three waiters queue one after another; each release hands the lock to the next in
+    arrival order, with a larger token each time."""
+    holder = client.lock(name, owner="holder")
+    waiters = [Client(cluster.endpoints, ttl=6) for _ in range(3)]
+    grants: List[Tuple[str, int]] = []
+    held: List[lockd_client.Lock] = []
+    mu = threading.Lock()
+    ready = [threading.Event() for _ in waiters]
+
+    def wait_for_it(i: int) -> None:
+        lk = waiters[i].lock(name, wait=30, owner=f"w{i}")
+        with mu:
+            grants.append((lk.owner, lk.token))
+            held.append(lk)
+        ready[i].set()
+
+    threads = []
+    try:
+        for i in range(3):
+            t = threading.Thread(target=wait_for_it, args=(i,), daemon=True)
+            t.start()
+            threads.append(t)
+            # Start the next waiter only once this one is in the queue: the order is defined.
+            wait_until(lambda: len(client.inspect(name).waiters) == i + 1, 10, f"w{i} to queue")
+        assert [w.owner for w in client.inspect(name).waiters] == ["w0", "w1", "w2"]
+        holder.release()
+        for i in range(3):
+            assert ready[i].wait(10), f"w{i} was not granted"
+            assert not any(r.is_set() for r in ready[i + 1:]), "a later waiter overtook"
+            with mu:
+                lk = held[-1]
+            assert lk.owner == f"w{i}"
+            time.sleep(0.2)  # let a wrong grant show itself before handing on
+            assert not any(r.is_set() for r in ready[i + 1:])
+            lk.release()
+        assert [g[0] for g in grants] == ["w0", "w1", "w2"]
+        tokens = [holder.token] + [g[1] for g in grants]
+        assert tokens == sorted(tokens) and len(set(tokens)) == 4
+    finally:
+        for t in threads:
+            t.join(10)
+        for w in waiters:
+            w.close()
+
+
+def test_shared_and_semaphore_modes(cluster: Cluster, client: Client, name: str) -> None:
+    with Client(cluster.endpoints, ttl=6) as other:
+        a = client.lock(name, mode="shared")
+        b = other.lock(name, mode=Mode.SHARED)
+        assert a.mode is Mode.SHARED and b.token != 0
+        with pytest.raises(NotAcquired):
+            other.lock(name, owner="writer", mode="exclusive")
+        a.release()
+        b.release()
+
+        sem = name + "/sem"
+        s1 = client.lock(sem, mode="semaphore", limit=2)
+        s2 = other.lock(sem, mode="semaphore", limit=2)
+        assert s1.token != s2.token
+        with Client(cluster.endpoints, ttl=6) as third:
+            with pytest.raises(NotAcquired):
+                third.lock(sem, mode="semaphore", limit=2)
+            with pytest.raises(Conflict) as e:  # every user of a name must use the same limit
+                third.lock(sem, mode="semaphore", limit=3)
+            assert e.value.code == "mode_conflict" and e.value.status == 409
+        s1.release()
+        s2.release()
+    with pytest.raises(InvalidArgument, match="limit must lie in 1..=10000"):
+        client.lock(sem, mode="semaphore")
+    with pytest.raises(InvalidArgument, match="limit is only for mode=semaphore"):
+        client.lock(sem, limit=2)
+
+
+def test_reentrant_holds_share_a_token(client: Client, name: str) -> None:
+    a = client.lock(name, reentrant=True)
+    b = client.lock(name, reentrant=True)
+    assert (a.token, b.reentry) == (b.token, 2)
+    with pytest.raises(Conflict) as e:
+        client.lock(name)  # same session and owner without reentrant
+    assert e.value.code == "already_held" and not e.value.retryable
+    assert b.release() == 1
+    assert client.inspect(name).holders[0].reentry == 1
+    assert a.release() == 0
+    assert client.inspect(name).holders == ()
+
+
+def test_acquire_all_sorted_with_one_deadline(cluster: Cluster, client: Client, name: str) -> None:
+    names = [name + "/c", name + "/a", name + "/b", name + "/a"]
+    with client.acquire_all(names, wait=5) as ls:
+        assert [lk.name for lk in ls.locks] == sorted(set(names))
+        assert set(ls.tokens) == set(names)
+    with Client(cluster.endpoints, ttl=6) as other:
+        blocker = other.lock(name + "/b")
+        t0 = time.monotonic()
+        with pytest.raises(NotAcquired):
+            client.acquire_all(names, wait=1.5)
+        took = time.monotonic() - t0
+        assert 1.0 <= took < 4.0, f"one overall deadline of 1.5 s, took {took:.2f}s"
+        assert other.inspect(name + "/a").holders == (), "a name taken before the failure was released"
+        blocker.release()
+
+
+def test_bearer_token_is_sent_on_every_call(cluster: Cluster, name: str) -> None:
+    secure = "secure/" + name
+    # A default-namespace session may not take another namespace's names, whatever the token.
+    with Client(cluster.endpoints, ttl=6, token=SECURE_TOKEN) as c:
+        with pytest.raises(PermissionDenied) as e:
+            c.lock(secure)
+        assert e.value.code == "wrong_namespace" and e.value.status == 403
+    with Client(cluster.endpoints, ttl=6, namespace="secure") as c:
+        with pytest.raises(Unauthenticated) as e2:
+            c.lock(secure)
+        assert e2.value.status == 401 and not e2.value.retryable
+    with Client(cluster.endpoints, ttl=6, namespace="secure", token="not-the-token") as c:
+        with pytest.raises(Unauthenticated, match="not valid for namespace 'secure'"):
+            c.lock(secure)
+    with Client(cluster.endpoints, ttl=6, namespace="secure", token=SECURE_TOKEN) as c:
+        with c.lock(secure, wait=2) as lk:
+            assert c.inspect(secure).holders[0].token == lk.token
+            assert c.get_session().held[0].name == secure  # GetSession needs the token too
+            time.sleep(2.5)  # keepalives (stream, with the authorization metadata) keep it
+            assert not lk.lost.is_set()
+        assert c.inspect(secure).holders == ()
+    with Client(cluster.endpoints, ttl=6) as c:  # inspect of a guarded name needs the token
+        with pytest.raises(Unauthenticated):
+            c.inspect(secure)
+    with pytest.raises(InvalidArgument, match="printable ASCII"):
+        Client(cluster.endpoints, token="has space")
+
+
+def test_input_errors_name_field_and_limit(client: Client) -> None:
+    with pytest.raises(InvalidArgument, match=r"1..=512 bytes"):
+        client.lock("x" * 513)
+    with pytest.raises(InvalidArgument, match=r"owner must be at most 256 bytes \(got 300\)"):
+        client.lock("ok", owner="o" * 300)
+    with pytest.raises(InvalidArgument, match="wait must be >= 0"):
+        client.lock("ok", wait=-1)
+    with pytest.raises(InvalidArgument, match="ttl must lie in"):
+        lockd_client.ClientOptions(ttl=0)
+
+
+def test_stale_release_is_refused_with_a_typed_error(client: Client, name: str) -> None:
+    lk = client.lock(name)
+    with pytest.raises(Conflict) as e:
+        client._run(client._core.release(lk.session_id, name, lk.token + 1000))
+    assert e.value.code in ("stale_token", "not_holder") and not e.value.retryable
+    lk.release()
+
+
+def test_waits_past_the_servers_cap_run_in_rounds(cluster: Cluster, client: Client, name: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service holds a waiter at most 300 s; a longer wait queues again round after round.
+    Lowering the client's cap to 1 s shows the rounds in a few seconds."""
+    monkeypatch.setattr(_core, "MAX_WAIT", 1.0)
+    with Client(cluster.endpoints, ttl=6) as other:
+        blocker = other.lock(name)
+        threading.Timer(2.5, blocker.release).start()
+        t0 = time.monotonic()
+        with client.lock(name, wait=6) as lk:  # three rounds of 1 s before the grant
+            took = time.monotonic() - t0
+            assert 2.3 < took < 5.0 and lk.token > blocker.token
+        blocker2 = other.lock(name)
+        t0 = time.monotonic()
+        with pytest.raises(NotAcquired):
+            client.lock(name, wait=2.2)
+        assert 2.0 < time.monotonic() - t0 < 4.0, "the caller's deadline ends the rounds"
+        blocker2.release()
+
+
+def test_unary_keepalive_keeps_the_lock(cluster: Cluster, name: str) -> None:
+    """Without the stream the session is kept alive by KeepAlive calls past several TTLs."""
+    with Client(cluster.endpoints, ttl=5, use_stream=False) as c:
+        with c.lock(name, wait=2) as lk:
+            first = lk.deadline
+            time.sleep(7)
+            assert not lk.lost.is_set() and lk.deadline > first + 5
+            assert c.inspect(name).holders[0].token == lk.token
+
+
+def test_lost_fires_when_the_session_is_closed(cluster: Cluster, name: str) -> None:
+    c = Client(cluster.endpoints, ttl=6)
+    lk = c.lock(name)
+    c.close()
+    assert lk.lost.wait(2)
+    with pytest.raises(LockLost):
+        with lk:  # the block ends after the loss: LockLost
+            pass
+
+
+def test_async_api(cluster: Cluster, name: str) -> None:
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, ttl=6) as c:
+            async with c.lock(name, wait=2) as lk:
+                assert not lk.lost.is_set()
+                assert await lk.run(asyncio.sleep(0.1, result=7)) == 7
+                async with AsyncClient(cluster.endpoints, ttl=6) as other:
+                    waiter = asyncio.ensure_future(other.acquire(name, wait=10))
+                    await asyncio.sleep(0.5)
+                    assert not waiter.done()
+                    await lk.release()
+                    lk2 = await asyncio.wait_for(waiter, 5)
+                    assert lk2.token > lk.token
+                    ls = await other.acquire_all([name + "/y", name + "/x"], wait=2)
+                    assert [x.name for x in ls.locks] == [name + "/x", name + "/y"]
+                    await ls.release()
+                    await lk2.release()
+            lk3 = await c.acquire(name)
+            await c.close()
+            assert await asyncio.wait_for(lk3.lost.wait(), 2)
+    asyncio.run(main())
+
+
+def test_forever_wait_is_accepted(client: Client, name: str) -> None:
+    with client.lock(name, wait=math.inf) as lk:
+        assert lk.token > 0
