@@ -639,6 +639,9 @@ class Core:
             self._answer(a, ev.granted.fencing_token, 1)
         elif ev.wait_ended.reason == "session_ended":
             self._fail(a, SessionLost("the session ended while waiting"))
+        elif ev.wait_ended.reason == "moved":
+            # The name's bucket moved to another group: retryable, so the acquire queues again.
+            self._fail(a, Unavailable(f"the bucket of {a.name!r} moved to another group"))
         else:
             self._fail(a, NotAcquired(f"the wait for {a.name!r} ended without a grant"))
 
