@@ -142,6 +142,38 @@ impl BucketSet {
     }
 }
 
+impl std::str::FromStr for BucketSet {
+    type Err = String;
+
+    /// `"0-63,100,200-201"`: comma-separated buckets and inclusive ranges, in any order;
+    /// overlaps are merged. The error names the part that is wrong.
+    fn from_str(s: &str) -> Result<BucketSet, String> {
+        let mut out = BucketSet::empty();
+        for part in s.split(',').map(str::trim) {
+            let num = |t: &str| -> Result<u16, String> {
+                match t.trim().parse::<u16>() {
+                    Ok(b) if b < BUCKETS => Ok(b),
+                    _ => Err(format!(
+                        "'{part}' is not a bucket or range of buckets within 0-{}",
+                        BUCKETS - 1
+                    )),
+                }
+            };
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (num(a)?, num(b)?),
+                None => (num(part)?, num(part)?),
+            };
+            if a > b {
+                return Err(format!("range '{part}' ends before it starts"));
+            }
+            for x in a..=b {
+                out.insert(x);
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl FromIterator<u16> for BucketSet {
     fn from_iter<I: IntoIterator<Item = u16>>(iter: I) -> BucketSet {
         let mut s = BucketSet::empty();
@@ -298,6 +330,20 @@ impl LockTable {
     /// A move's record here, if this group took part in it.
     pub fn move_record(&self, move_id: MoveId) -> Option<&MoveRecord> {
         self.ownership.moves.get(&move_id)
+    }
+
+    /// Moves under way out of this group: (id, receiving group, buckets), by id.
+    pub fn outgoing_moves(&self) -> Vec<(MoveId, u32, BucketSet)> {
+        self.ownership
+            .moves
+            .iter()
+            .filter_map(|(id, r)| match r {
+                MoveRecord::Outgoing {
+                    to_group, buckets, ..
+                } => Some((*id, *to_group, buckets.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The buckets frozen by moves under way.

@@ -581,6 +581,13 @@ fn bucket_sets_travel_as_ranges() {
         assert!(BucketSet::from_ranges(&bad).is_err(), "{bad:?}");
     }
     assert_eq!(BucketSet::full().len(), 4096);
+    // As operators type them.
+    assert_eq!("4095, 0-2,7".parse::<BucketSet>().unwrap(), s);
+    assert_eq!("0-4095".parse::<BucketSet>().unwrap(), BucketSet::full());
+    for bad in ["", "4096", "2-1", "a-3", "1,,2", "-1"] {
+        let e = bad.parse::<BucketSet>().unwrap_err();
+        assert!(e.contains("bucket") || e.contains("range"), "{bad}: {e}");
+    }
 }
 
 /// Random traffic on two groups, sent to either group as a stale router would, while buckets

@@ -42,6 +42,8 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("get", "/v1/admin/members"),
     ("post", "/v1/admin/members"),
     ("delete", "/v1/admin/members/{id}"),
+    ("get", "/v1/admin/buckets"),
+    ("post", "/v1/admin/buckets:move"),
 ];
 
 pub fn router(svc: Arc<Service>) -> Router {
@@ -59,6 +61,8 @@ pub fn router(svc: Arc<Service>) -> Router {
             "/v1/admin/members/{id}",
             axum::routing::delete(remove_member),
         )
+        .route("/v1/admin/buckets", get(shard_view))
+        .route("/v1/admin/buckets:move", post(move_buckets))
         .route("/metrics", get(metrics))
         .fallback(|| async {
             error_response(ApiError::new(
@@ -627,4 +631,61 @@ mod tests {
             .message
             .contains("'rw'"));
     }
+}
+
+async fn shard_view(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let v = svc.shard_view(&credentials(&headers)).await?;
+        let groups: Vec<Value> = v
+            .groups
+            .iter()
+            .map(|g| {
+                json!({
+                    "group": g.group,
+                    "buckets": g.in_map.to_string(),
+                    "bucket_count": g.in_map.len(),
+                    "owned": g.owned.to_string(),
+                    "frozen": g.frozen.to_string(),
+                })
+            })
+            .collect();
+        Ok(json!({ "map_version": v.map_version, "groups": groups }))
+    }
+    .await;
+    finish(&svc, "shard_view", start, r)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MoveBucketsBody {
+    /// `"0-63,100"`: buckets and inclusive ranges.
+    buckets: String,
+    to_group: u32,
+}
+
+async fn move_buckets(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        svc.require_admin(&creds, "moving buckets")?;
+        let b: MoveBucketsBody = body(b).await?;
+        let buckets: lockd_core::BucketSet = b
+            .buckets
+            .parse()
+            .map_err(|e| ApiError::bad_request(format!("buckets: {e}")))?;
+        let m = svc.move_buckets(&creds, &buckets, b.to_group).await?;
+        Ok(json!({
+            "chunks": m.chunks,
+            "buckets_moved": m.buckets,
+            "locks": m.locks,
+            "holders": m.holders,
+            "waits_requeued": m.waits_requeued,
+            "resumed": m.resumed,
+            "map_version": m.map_version,
+            "elapsed_ms": m.elapsed_ms,
+        }))
+    }
+    .await;
+    finish(&svc, "move_buckets", start, r)
 }

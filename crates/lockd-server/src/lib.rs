@@ -12,6 +12,7 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod moves;
 pub mod service;
 pub mod waits;
 

@@ -177,7 +177,7 @@ impl Service {
         }
     }
 
-    fn group(&self, id: GroupId) -> Result<Arc<Group>, ApiError> {
+    pub(crate) fn group(&self, id: GroupId) -> Result<Arc<Group>, ApiError> {
         self.node.group(id).ok_or_else(|| {
             ApiError::new(503, "unavailable", format!("group {id} is not hosted here"))
                 .retry_after(1_000)
@@ -185,7 +185,7 @@ impl Service {
     }
 
     /// The lock groups (1..=G).
-    fn lock_group_ids(&self) -> Vec<GroupId> {
+    pub(crate) fn lock_group_ids(&self) -> Vec<GroupId> {
         (1..=self.lock_groups).collect()
     }
 
@@ -370,7 +370,7 @@ impl Service {
         self.authorize(&ns, creds)
     }
 
-    async fn propose(&self, group: &Group, op: Op) -> Result<Reply, ApiError> {
+    pub(crate) async fn propose(&self, group: &Group, op: Op) -> Result<Reply, ApiError> {
         Ok(group.propose(op).await.map_err(ApiError::from)??)
     }
 

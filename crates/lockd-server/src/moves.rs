@@ -1,0 +1,249 @@
+//! Moving buckets between lock groups while their locks are in use. The protocol (freeze,
+//! import above the sender's revision, drop, abort) and its rules are lockd-core's
+//! `ownership.rs`; this drives its steps from the admin API, one chunk of buckets at a time.
+//!
+//! Nothing about a move is kept outside the groups: each step is recorded in the replicated
+//! state of the group it changes, under the move's id. So a mover that dies half-way (its node
+//! stopped, the call timed out) leaves moves that the next move call, on any node, finds (every
+//! group's `Outgoing` records) and finishes first: import (idempotent), flip the map, drop. A
+//! move whose import was cancelled is thawed instead. No retry order leaves two owners.
+
+use std::time::Instant;
+
+use lockd_core::{BucketSet, MoveId, MoveRecord, Op, Reply, ShardMap, BUCKETS};
+use lockd_raft::{GroupId, META_GROUP};
+
+use crate::error::ApiError;
+use crate::service::{Credentials, Service};
+
+/// Buckets per move step: a step freezes its buckets for about three commits (import, map,
+/// drop), and its export rides one log entry (~100 bytes per held lock).
+pub const CHUNK_BUCKETS: usize = 16;
+
+/// One lock group's buckets, by the map and by its own replicated record.
+#[derive(Clone, Debug)]
+pub struct GroupBuckets {
+    pub group: GroupId,
+    /// The buckets the shard map sends to this group.
+    pub in_map: BucketSet,
+    /// The buckets the group itself says it owns (equal to `in_map` unless a move is under way).
+    pub owned: BucketSet,
+    /// Buckets frozen here for a move under way.
+    pub frozen: BucketSet,
+}
+
+/// The shard map and every group's ownership.
+#[derive(Clone, Debug)]
+pub struct ShardView {
+    pub map_version: u64,
+    pub groups: Vec<GroupBuckets>,
+}
+
+/// What a move call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MoveSummary {
+    /// Move steps (chunks of at most [`CHUNK_BUCKETS`] buckets) run by this call.
+    pub chunks: u32,
+    /// Buckets that changed group.
+    pub buckets: u32,
+    /// Names with holders or a lock-delay carried over, and their holders.
+    pub locks: u32,
+    pub holders: u32,
+    /// Waits ended in the sending group, re-queued by their nodes at the new owner.
+    pub waits_requeued: u32,
+    /// Interrupted moves found and finished (or thawed, if their import had been cancelled).
+    pub resumed: u32,
+    /// The shard map version after the move.
+    pub map_version: u64,
+    pub elapsed_ms: u64,
+}
+
+impl Service {
+    async fn current_map(&self) -> Result<ShardMap, ApiError> {
+        let meta = self.group(META_GROUP)?;
+        meta.read(|t| t.shard_map().cloned())
+            .await?
+            .ok_or_else(|| ApiError::new(503, "unavailable", "the shard map is not set yet"))
+    }
+
+    /// The shard map and each group's ownership, read from their leaders.
+    pub async fn shard_view(&self, creds: &Credentials) -> Result<ShardView, ApiError> {
+        self.require_admin(creds, "reading the shard map")?;
+        let map = self.current_map().await?;
+        let mut groups = Vec::new();
+        for g in self.lock_group_ids() {
+            let own = self.group(g)?.read(|t| t.ownership()).await?;
+            groups.push(GroupBuckets {
+                group: g,
+                in_map: (0..BUCKETS)
+                    .filter(|b| map.groups[*b as usize] == g)
+                    .collect(),
+                owned: own.owned,
+                frozen: own.frozen,
+            });
+        }
+        Ok(ShardView {
+            map_version: map.version,
+            groups,
+        })
+    }
+
+    /// Moves `buckets` to lock group `to`, in chunks, while they are in use; finishes any
+    /// interrupted move first. Buckets already in `to` are skipped, so the same call again
+    /// does nothing more: it is idempotent.
+    pub async fn move_buckets(
+        &self,
+        creds: &Credentials,
+        buckets: &BucketSet,
+        to: GroupId,
+    ) -> Result<MoveSummary, ApiError> {
+        self.require_admin(creds, "moving buckets")?;
+        let groups = self.lock_group_ids();
+        if !groups.contains(&to) {
+            return Err(ApiError::bad_request(format!(
+                "to_group: there is no lock group {to} (lock groups are {groups:?})"
+            )));
+        }
+        if buckets.is_empty() {
+            return Err(ApiError::bad_request("buckets: no bucket given"));
+        }
+        let started = Instant::now();
+        let mut sum = MoveSummary::default();
+        self.resume_moves(&mut sum).await?;
+        let map = self.current_map().await?;
+        for from in groups.iter().copied().filter(|g| *g != to) {
+            let mine: Vec<u16> = buckets
+                .iter()
+                .filter(|b| map.groups[*b as usize] == from)
+                .collect();
+            for chunk in mine.chunks(CHUNK_BUCKETS) {
+                let chunk: BucketSet = chunk.iter().copied().collect();
+                let id: MoveId = (rand::random::<u64>() >> 1).max(1);
+                let Reply::BucketsFrozen {
+                    locks,
+                    holders,
+                    waits_ended,
+                } = self
+                    .propose(
+                        &*self.group(from)?,
+                        Op::FreezeBuckets {
+                            move_id: id,
+                            to_group: to,
+                            buckets: chunk.clone(),
+                        },
+                    )
+                    .await?
+                else {
+                    return Err(unexpected("freeze"));
+                };
+                tracing::info!(move_id = id, from, to, buckets = %chunk, locks, "buckets frozen");
+                sum.chunks += 1;
+                sum.locks += locks;
+                sum.holders += holders;
+                sum.waits_requeued += waits_ended;
+                if self.finish_move(from, id, to, &chunk).await? {
+                    sum.buckets += chunk.len() as u32;
+                }
+            }
+        }
+        sum.map_version = self.current_map().await?.version;
+        sum.elapsed_ms = started.elapsed().as_millis() as u64;
+        Ok(sum)
+    }
+
+    /// Finishes every move some group still has frozen (a mover that stopped half-way).
+    async fn resume_moves(&self, sum: &mut MoveSummary) -> Result<(), ApiError> {
+        for from in self.lock_group_ids() {
+            let pending = self.group(from)?.read(|t| t.outgoing_moves()).await?;
+            for (id, to, buckets) in pending {
+                tracing::warn!(move_id = id, from, to, %buckets, "finishing an interrupted bucket move");
+                self.finish_move(from, id, to, &buckets).await?;
+                sum.resumed += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Steps 2–4 of move `id` (frozen in `from`): import into `to`, flip the map, drop from
+    /// `from`. Each is idempotent. Returns false if the import had been cancelled, in which
+    /// case the buckets are thawed in `from` instead (the abort rolls back, never forward).
+    async fn finish_move(
+        &self,
+        from: GroupId,
+        id: MoveId,
+        to: GroupId,
+        buckets: &BucketSet,
+    ) -> Result<bool, ApiError> {
+        let (a, b) = (self.group(from)?, self.group(to)?);
+        let export = match a.read(move |t| t.move_record(id).cloned()).await? {
+            Some(MoveRecord::Outgoing { export, .. }) => export,
+            Some(MoveRecord::Dropped { .. }) => return Ok(true),
+            other => {
+                return Err(ApiError::new(
+                    409,
+                    "move_conflict",
+                    format!("bucket move {id}: group {from} records it as {other:?}"),
+                ))
+            }
+        };
+        let next_version = self.current_map().await?.version + 1;
+        let import = Op::ImportBuckets {
+            move_id: id,
+            from_group: from,
+            buckets: buckets.clone(),
+            map_version: next_version,
+            export,
+        };
+        match self.propose(&b, import).await {
+            Ok(_) => {}
+            Err(e) if e.code == "move_conflict" && e.message.contains("cancelled") => {
+                self.propose(&a, Op::ThawBuckets { move_id: id }).await?;
+                tracing::warn!(move_id = id, "the import was cancelled: buckets thawed");
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
+        let version = self.flip_map(buckets, to).await?;
+        self.propose(
+            &a,
+            Op::DropBuckets {
+                move_id: id,
+                map_version: version,
+            },
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// Points `buckets` at `to` in the shard map (a compare-and-set on the map's version,
+    /// retried if another change got in first). Returns the map version that does.
+    async fn flip_map(&self, buckets: &BucketSet, to: GroupId) -> Result<u64, ApiError> {
+        let meta = self.group(META_GROUP)?;
+        for _ in 0..20 {
+            let mut map = self.current_map().await?;
+            if buckets.iter().all(|b| map.groups[b as usize] == to) {
+                return Ok(map.version);
+            }
+            for b in buckets.iter() {
+                map.groups[b as usize] = to;
+            }
+            map.version += 1;
+            let version = map.version;
+            match self.propose(&meta, Op::PutShardMap { map }).await {
+                Ok(_) => return Ok(version),
+                Err(e) if e.code == "invalid_shard_map" => continue, // another change first
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ApiError::new(
+            503,
+            "unavailable",
+            "the shard map kept changing under the move; retry",
+        )
+        .retry_after(1_000))
+    }
+}
+
+fn unexpected(step: &str) -> ApiError {
+    ApiError::new(503, "unavailable", format!("unexpected reply to {step}"))
+}

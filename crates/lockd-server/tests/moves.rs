@@ -1,0 +1,176 @@
+//! Moving buckets between lock groups on a running 3-node cluster while their locks are held
+//! and waited for: holders keep their tokens, a waiter re-queues at the new owner and is
+//! granted there, and every later token of a moved name is above every earlier one.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use lockd_core::{bucket_of, ShardMap};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_move_between_groups_with_their_holders_and_waiters() {
+    let mut c = cluster(3, 2).await;
+    let h = Http::new(c.url(1, ""));
+    let admin = h.admin();
+    let map = ShardMap::initial(2);
+    // Ten names of group 1, held by one session; the first also waited for by another.
+    let names: Vec<String> = (0..)
+        .map(|i| format!("payouts/merchant-{i}"))
+        .filter(|n| map.group_of(n) == 1)
+        .take(10)
+        .collect();
+    let (s1, s2) = (h.session("holder", 30).await, h.session("waiter", 30).await);
+    let mut tokens = Vec::new();
+    for n in &names {
+        let r = h
+            .acquire(n, json!({"session_id": s1, "owner": "holder"}))
+            .await;
+        assert_eq!(
+            (r.status, &r.body["acquired"]),
+            (200, &json!(true)),
+            "{}",
+            r.body
+        );
+        tokens.push(r.body["token"].as_u64().unwrap());
+    }
+    let contended = names[0].clone();
+    let waiter = {
+        let (h, n, s2) = (h.clone(), contended.clone(), s2.clone());
+        tokio::spawn(async move {
+            h.acquire(
+                &n,
+                json!({"session_id": s2, "owner": "waiter", "wait_ms": 30_000}),
+            )
+            .await
+        })
+    };
+    // Let the waiter queue in group 1.
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while admin.inspect(&contended).await["waiters"]
+        .as_array()
+        .map_or(0, Vec::len)
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the waiter never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let before = admin.get("/v1/admin/buckets").await;
+    assert_eq!(before.status, 200, "{}", before.body);
+    assert_eq!(before.body["map_version"], 1);
+    assert_eq!(before.body["groups"][0]["bucket_count"], 2048);
+
+    // Refused calls change nothing.
+    let move_path = "/v1/admin/buckets:move";
+    let buckets: BTreeSet<u16> = names.iter().map(|n| bucket_of(n)).collect();
+    let list = buckets
+        .iter()
+        .map(|b| b.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    for (who, body, status) in [
+        (&h, json!({"buckets": list, "to_group": 2}), 401),
+        (&admin, json!({"buckets": list, "to_group": 9}), 400),
+        (&admin, json!({"buckets": "4096", "to_group": 2}), 400),
+        (&admin, json!({"buckets": "", "to_group": 2}), 400),
+    ] {
+        let r = who.post(move_path, body.clone()).await;
+        assert_eq!(r.status, status, "{body}: {}", r.body);
+        assert!(r.body["error"]["message"].is_string(), "{}", r.body);
+    }
+    assert_eq!(admin.get("/v1/admin/buckets").await.body, before.body);
+
+    // The move.
+    let r = admin
+        .post(move_path, json!({"buckets": list, "to_group": 2}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["buckets_moved"], buckets.len());
+    assert_eq!(r.body["holders"], 10, "{}", r.body);
+    assert_eq!(r.body["waits_requeued"], 1, "{}", r.body);
+    assert_eq!(r.body["map_version"], 2, "{}", r.body);
+    let after = admin.get("/v1/admin/buckets").await.body;
+    assert_eq!(after["groups"][1]["bucket_count"], 2048 + buckets.len());
+    assert_eq!(after["groups"][0]["frozen"], "(none)");
+
+    // Every holder kept its token; the names are served by group 2 now.
+    for (n, t) in names.iter().zip(&tokens) {
+        let info = admin.inspect(n).await;
+        assert_eq!(info["token"], *t, "{n}: {info}");
+    }
+    let node = &c.node(0).service.node;
+    let on_2 = node
+        .group(2)
+        .unwrap()
+        .read({
+            let n = contended.clone();
+            move |t| t.lock_info(&n, 0).map(|i| i.holders.len())
+        })
+        .await
+        .unwrap();
+    assert_eq!(on_2, Some(1));
+    let rev_1 = node.group(1).unwrap().read(|t| t.revision()).await.unwrap();
+
+    // The waiter re-queued in group 2 and gets the lock when it is released, with a token
+    // above every token group 1 ever gave.
+    let r = h.release(&contended, &s1, tokens[0]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let w = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter was answered")
+        .unwrap();
+    assert_eq!(
+        (w.status, &w.body["acquired"]),
+        (200, &json!(true)),
+        "{}",
+        w.body
+    );
+    let t_after = w.body["token"].as_u64().unwrap();
+    assert!(
+        t_after > rev_1 && tokens.iter().all(|t| t_after > *t),
+        "token {t_after} after group 1's revision {rev_1}"
+    );
+    // Releases of moved holds go to their new group.
+    for (n, t) in names.iter().zip(&tokens).skip(1) {
+        let r = h.release(n, &s1, *t).await;
+        assert_eq!(r.status, 200, "{n}: {}", r.body);
+    }
+
+    // The same call again moves nothing; and a large move, back, in 32 chunks.
+    let again = admin
+        .post(move_path, json!({"buckets": list, "to_group": 2}))
+        .await;
+    assert_eq!(
+        (again.status, &again.body["buckets_moved"]),
+        (200, &json!(0))
+    );
+    let big = admin
+        .post(move_path, json!({"buckets": "0-1023", "to_group": 2}))
+        .await;
+    assert_eq!(big.status, 200, "{}", big.body);
+    let moved = big.body["buckets_moved"].as_u64().unwrap();
+    assert_eq!(
+        moved as usize,
+        512 - buckets.iter().filter(|b| **b < 1024).count()
+    );
+    println!(
+        "moved {moved} buckets in {} chunks in {} ms",
+        big.body["chunks"], big.body["elapsed_ms"]
+    );
+    // Names in the moved buckets are served, by group 2, with rising tokens.
+    let n = (0..)
+        .map(|i| format!("search/shard-{i}"))
+        .find(|n| bucket_of(n) < 1024 && map.group_of(n) == 1)
+        .unwrap();
+    let r = h.acquire(&n, json!({"session_id": s1})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body["token"].as_u64().unwrap() > t_after);
+    c.stop_all().await;
+}
