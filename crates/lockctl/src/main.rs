@@ -108,6 +108,21 @@ enum MembersCmd {
 }
 
 #[derive(Subcommand)]
+enum BucketsCmd {
+    /// The shard map: each lock group's buckets, and what it owns and has frozen for a move.
+    Show,
+    /// Move BUCKETS (e.g. 0-63,100) to a lock group while their locks are in use. Holders keep
+    /// their tokens; waiters queue again at the new group. Finishes an interrupted move first;
+    /// buckets already there are skipped, so running it again is safe.
+    Move {
+        buckets: String,
+        /// The lock group to move them to.
+        #[arg(long)]
+        to: u32,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Every node's groups: leader, term, members, applied index, revision.
     Status,
@@ -124,6 +139,12 @@ enum Cmd {
     Members {
         #[command(subcommand)]
         cmd: MembersCmd,
+    },
+    /// Buckets: show the shard map, or move buckets between lock groups (needs
+    /// --admin-token-file).
+    Buckets {
+        #[command(subcommand)]
+        cmd: BucketsCmd,
     },
     /// List live sessions (a page), or show one session's holds and waits.
     Sessions {
@@ -324,6 +345,7 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
             Ok(())
         }
         Cmd::Members { cmd } => members(cli, out, cmd).await,
+        Cmd::Buckets { cmd } => buckets(cli, out, cmd).await,
         Cmd::Sessions {
             session,
             after,
@@ -570,6 +592,69 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
         }
         t
     });
+    Ok(())
+}
+
+async fn buckets(cli: &Cli, out: &Out, cmd: &BucketsCmd) -> Result<(), Fail> {
+    match cmd {
+        BucketsCmd::Show => {
+            let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+            let r = c.shard_map().await?;
+            let groups: Vec<Value> = r
+                .groups
+                .iter()
+                .map(|g| {
+                    json!({"group": g.group, "buckets": g.buckets, "bucket_count": g.bucket_count,
+                           "owned": g.owned, "frozen": g.frozen})
+                })
+                .collect();
+            out.print(
+                json!({"map_version": r.map_version, "groups": groups}),
+                || {
+                    let mut t = format!(
+                        "shard map version {}\ngroup  buckets  frozen    ranges",
+                        r.map_version
+                    );
+                    for g in &r.groups {
+                        t.push_str(&format!(
+                            "\n{:>5}  {:>7}  {:<8}  {}",
+                            g.group, g.bucket_count, g.frozen, g.buckets
+                        ));
+                    }
+                    t
+                },
+            );
+        }
+        BucketsCmd::Move { buckets, to } => {
+            // A move of many buckets holding many locks takes a while: one long request
+            // (repeating it after a timeout is safe: it finishes what is half done).
+            let mut opts = options(cli, Duration::from_secs(15));
+            opts.request_timeout = opts.request_timeout.max(Duration::from_secs(600));
+            let c = Client::lazy(endpoints(cli), opts)?;
+            let m = c.move_buckets(buckets, *to).await?;
+            out.print(
+                json!({"chunks": m.chunks, "buckets_moved": m.buckets_moved, "locks": m.locks,
+                       "holders": m.holders, "waits_requeued": m.waits_requeued,
+                       "resumed": m.resumed, "map_version": m.map_version,
+                       "elapsed_ms": m.elapsed_ms}),
+                || {
+                    format!(
+                        "moved {} buckets to group {to} in {} chunks ({} ms): {} locks, {} \
+                         holders kept their tokens, {} waits queued again; {} interrupted \
+                         moves finished; shard map version {}",
+                        m.buckets_moved,
+                        m.chunks,
+                        m.elapsed_ms,
+                        m.locks,
+                        m.holders,
+                        m.waits_requeued,
+                        m.resumed,
+                        m.map_version
+                    )
+                },
+            );
+        }
+    }
     Ok(())
 }
 

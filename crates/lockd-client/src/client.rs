@@ -290,6 +290,34 @@ impl Client {
             .await
     }
 
+    /// The shard map beside what each lock group's own record owns and has frozen. Needs the
+    /// admin token.
+    pub async fn shard_map(&self) -> Result<pb::ShardMapResponse, Error> {
+        self.core
+            .admin(|mut c| async move { c.shard_map(pb::ShardMapRequest {}).await })
+            .await
+    }
+
+    /// Moves `buckets` (e.g. `"0-63,100"`) to lock group `to_group` while their locks are in
+    /// use; finishes any interrupted move first. Idempotent; needs the admin token. A large
+    /// move takes a while: give the client a request timeout to match.
+    pub async fn move_buckets(
+        &self,
+        buckets: &str,
+        to_group: u32,
+    ) -> Result<pb::MoveBucketsResponse, Error> {
+        let req = pb::MoveBucketsRequest {
+            buckets: buckets.to_string(),
+            to_group,
+        };
+        self.core
+            .admin(|mut c| {
+                let req = req.clone();
+                async move { c.move_buckets(req).await }
+            })
+            .await
+    }
+
     /// Adds node `node_id` (peer address `peer_addr`) to `groups` (empty = every group): a
     /// learner first, promoted once caught up. Idempotent; needs the admin token.
     pub async fn add_member(

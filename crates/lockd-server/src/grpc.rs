@@ -765,4 +765,61 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
             .map(members_response);
         self.api.finish("remove_member", start, out)
     }
+
+    async fn shard_map(
+        &self,
+        req: Request<pb::ShardMapRequest>,
+    ) -> Result<Response<pb::ShardMapResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let out = self
+            .api
+            .svc
+            .shard_view(&c)
+            .await
+            .map(|v| pb::ShardMapResponse {
+                map_version: v.map_version,
+                groups: v
+                    .groups
+                    .iter()
+                    .map(|g| pb::GroupBuckets {
+                        group: g.group,
+                        buckets: g.in_map.to_string(),
+                        bucket_count: g.in_map.len() as u32,
+                        owned: g.owned.to_string(),
+                        frozen: g.frozen.to_string(),
+                    })
+                    .collect(),
+            });
+        self.api.finish("shard_view", start, out)
+    }
+
+    async fn move_buckets(
+        &self,
+        req: Request<pb::MoveBucketsRequest>,
+    ) -> Result<Response<pb::MoveBucketsResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let r = req.into_inner();
+        let out = async {
+            self.api.svc.require_admin(&c, "moving buckets")?;
+            let buckets: lockd_core::BucketSet = r
+                .buckets
+                .parse()
+                .map_err(|e| ApiError::bad_request(format!("buckets: {e}")))?;
+            let m = self.api.svc.move_buckets(&c, &buckets, r.to_group).await?;
+            Ok(pb::MoveBucketsResponse {
+                chunks: m.chunks,
+                buckets_moved: m.buckets,
+                locks: m.locks,
+                holders: m.holders,
+                waits_requeued: m.waits_requeued,
+                resumed: m.resumed,
+                map_version: m.map_version,
+                elapsed_ms: m.elapsed_ms,
+            })
+        }
+        .await;
+        self.api.finish("move_buckets", start, out)
+    }
 }
