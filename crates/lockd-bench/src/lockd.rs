@@ -77,6 +77,9 @@ struct Node {
 }
 
 /// A running cluster; dropping it stops every node by pid, then removes the data.
+/// The admin bearer token of every bench cluster.
+pub const ADMIN_TOKEN: &str = "lockd-bench-admin-token";
+
 pub struct Cluster {
     // Field order matters: nodes stop before their data dir is removed.
     nodes: Vec<Node>,
@@ -141,6 +144,9 @@ impl Cluster {
         let peers: Vec<String> = (0..n)
             .map(|i| format!("{}=127.0.0.1:{}", i + 1, peer[i]))
             .collect();
+        // An admin credential, for scenarios that call the admin API (bucket moves).
+        let token_file = dir.path().join("admin-token");
+        std::fs::write(&token_file, ADMIN_TOKEN)?;
         let mut cluster = Cluster {
             nodes: Vec::new(),
             bin: bin.to_owned(),
@@ -169,6 +175,8 @@ impl Cluster {
                     .to_string(),
                 "--groups".into(),
                 groups.to_string(),
+                "--admin-token-file".into(),
+                token_file.display().to_string(),
             ]
             .into();
             if let Some(t) = opts.threads {

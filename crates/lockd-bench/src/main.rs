@@ -11,6 +11,7 @@
 mod etcd;
 mod http;
 mod lockd;
+mod moves;
 mod procs;
 mod redis_target;
 mod report;
@@ -219,6 +220,23 @@ enum Cmd {
         #[command(flatten)]
         lockd: LockdArgs,
     },
+    /// A live bucket move: 1,024 buckets of group 1 holding `--held` locks move to group 2
+    /// while clients cycle locks on names in them; the move's time, the clients' errors and
+    /// latency before and during it, and a sample of holders checked for their tokens after.
+    Move {
+        #[arg(long, default_value_t = 100_000)]
+        held: u64,
+        #[arg(long, default_value_t = 1_000)]
+        sessions: usize,
+        /// Clients cycling acquire + release on names in the moving buckets.
+        #[arg(long, default_value_t = 8)]
+        load: usize,
+        /// Seconds of load measured before the move starts.
+        #[arg(long, default_value_t = 5)]
+        before_secs: u64,
+        #[command(flatten)]
+        lockd: LockdArgs,
+    },
     /// A few seconds against lockd only (no etcd/Redis): asserts that every operation succeeds,
     /// never a timing. For CI.
     Smoke {
@@ -321,6 +339,34 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?;
             println!("lockd ({} groups): {}", lockd.groups, r.line());
             Ok(())
+        }
+        Cmd::Move {
+            held,
+            sessions,
+            load,
+            before_secs,
+            lockd,
+        } => {
+            let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
+            let groups = lockd.groups.max(2);
+            let cluster =
+                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, groups, lockd.opts())
+                    .await?;
+            println!(
+                "lockd-bench move --held {held} --sessions {sessions} --load {load}: {} cores, \
+                 lockd 3 nodes, {groups} groups, fsync on; load average {}",
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
+                std::fs::read_to_string("/proc/loadavg")
+                    .unwrap_or_default()
+                    .trim()
+            );
+            let args = moves::MoveArgs {
+                held,
+                sessions,
+                load,
+                before_secs,
+            };
+            moves::run(&cluster, &args).await
         }
         Cmd::Scale {
             held,
