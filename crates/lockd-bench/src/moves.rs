@@ -257,7 +257,7 @@ pub async fn run(cluster: &Cluster, a: &MoveArgs) -> Result<()> {
 
 /// A stride coprime with the probe count (4096), so each client walks every probe name.
 fn a_prime() -> usize {
-    2_654_435_761 % 4096 | 1
+    (2_654_435_761 % 4096) | 1
 }
 
 async fn cycle(
