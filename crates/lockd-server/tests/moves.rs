@@ -174,3 +174,83 @@ async fn buckets_move_between_groups_with_their_holders_and_waiters() {
     assert!(r.body["token"].as_u64().unwrap() > t_after);
     c.stop_all().await;
 }
+
+/// A mover that stopped half-way leaves buckets frozen; the next move call, on another node,
+/// finishes that move first (or thaws it, if its import had been cancelled), keeping holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_move_is_finished_or_rolled_back_by_the_next_call() {
+    let mut c = cluster(3, 2).await;
+    let h = Http::new(c.url(0, ""));
+    let admin = Http::new(c.url(2, "")).admin();
+    let map = ShardMap::initial(2);
+    let names: Vec<String> = (0..)
+        .map(|i| format!("search/shard-{i}"))
+        .filter(|n| map.group_of(n) == 1)
+        .take(2)
+        .collect();
+    let s = h.session("holder", 30).await;
+    let mut tokens = Vec::new();
+    for n in &names {
+        let r = h.acquire(n, json!({"session_id": s})).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        tokens.push(r.body["token"].as_u64().unwrap());
+    }
+    let node = &c.node(0).service.node;
+    let freeze = |id: u64, name: &str| lockd_core::Op::FreezeBuckets {
+        move_id: id,
+        to_group: 2,
+        buckets: std::iter::once(bucket_of(name)).collect(),
+    };
+    // Move 11 stopped after its freeze; move 12 after its freeze and a cancelled import.
+    let g1 = node.group(1).unwrap();
+    assert!(g1.propose(freeze(11, &names[0])).await.unwrap().is_ok());
+    assert!(g1.propose(freeze(12, &names[1])).await.unwrap().is_ok());
+    let cancel = lockd_core::Op::CancelImport { move_id: 12 };
+    assert!(node
+        .group(2)
+        .unwrap()
+        .propose(cancel)
+        .await
+        .unwrap()
+        .is_ok());
+    let frozen = admin.get("/v1/admin/buckets").await.body;
+    assert_ne!(frozen["groups"][0]["frozen"], "(none)", "{frozen}");
+
+    // Any move call (here of an unrelated bucket) first settles both.
+    let other = (0..4096u16)
+        .find(|b| {
+            map.groups[*b as usize] == 1 && *b != bucket_of(&names[0]) && *b != bucket_of(&names[1])
+        })
+        .unwrap();
+    let r = admin
+        .post(
+            "/v1/admin/buckets:move",
+            json!({"buckets": other.to_string(), "to_group": 2}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["resumed"], 2, "{}", r.body);
+    let after = admin.get("/v1/admin/buckets").await.body;
+    assert_eq!(after["groups"][0]["frozen"], "(none)", "{after}");
+    let owner = |b: u16| {
+        let g1: lockd_core::BucketSet = after["groups"][0]["owned"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        if g1.contains(b) {
+            1
+        } else {
+            2
+        }
+    };
+    assert_eq!(owner(bucket_of(&names[0])), 2, "move 11 was finished");
+    assert_eq!(owner(bucket_of(&names[1])), 1, "move 12 was rolled back");
+    // Both holders still hold, with their tokens, and release where their names now live.
+    for (n, t) in names.iter().zip(&tokens) {
+        assert_eq!(h.admin().inspect(n).await["token"], *t);
+        let r = h.release(n, &s, *t).await;
+        assert_eq!(r.status, 200, "{n}: {}", r.body);
+    }
+    c.stop_all().await;
+}
