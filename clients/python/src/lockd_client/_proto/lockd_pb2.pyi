@@ -416,6 +416,60 @@ class Error(_message.Message):
     retry_after_ms: int
     def __init__(self, status: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
+class ShardMapRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GroupBuckets(_message.Message):
+    __slots__ = ("group", "buckets", "bucket_count", "owned", "frozen")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_COUNT_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    FROZEN_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    buckets: str
+    bucket_count: int
+    owned: str
+    frozen: str
+    def __init__(self, group: _Optional[int] = ..., buckets: _Optional[str] = ..., bucket_count: _Optional[int] = ..., owned: _Optional[str] = ..., frozen: _Optional[str] = ...) -> None: ...
+
+class ShardMapResponse(_message.Message):
+    __slots__ = ("map_version", "groups")
+    MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    map_version: int
+    groups: _containers.RepeatedCompositeFieldContainer[GroupBuckets]
+    def __init__(self, map_version: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupBuckets, _Mapping]]] = ...) -> None: ...
+
+class MoveBucketsRequest(_message.Message):
+    __slots__ = ("buckets", "to_group")
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    TO_GROUP_FIELD_NUMBER: _ClassVar[int]
+    buckets: str
+    to_group: int
+    def __init__(self, buckets: _Optional[str] = ..., to_group: _Optional[int] = ...) -> None: ...
+
+class MoveBucketsResponse(_message.Message):
+    __slots__ = ("chunks", "buckets_moved", "locks", "holders", "waits_requeued", "resumed", "map_version", "elapsed_ms")
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_MOVED_FIELD_NUMBER: _ClassVar[int]
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    WAITS_REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    chunks: int
+    buckets_moved: int
+    locks: int
+    holders: int
+    waits_requeued: int
+    resumed: int
+    map_version: int
+    elapsed_ms: int
+    def __init__(self, chunks: _Optional[int] = ..., buckets_moved: _Optional[int] = ..., locks: _Optional[int] = ..., holders: _Optional[int] = ..., waits_requeued: _Optional[int] = ..., resumed: _Optional[int] = ..., map_version: _Optional[int] = ..., elapsed_ms: _Optional[int] = ...) -> None: ...
+
 class ListMembersRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
