@@ -15,24 +15,11 @@ use common::*;
 use lockd_client::Client;
 use lockd_core::{bucket_of, ShardMap};
 use serde_json::Value;
-use support::lockctl;
+use support::{admin_json, lockctl};
 
-/// `lockctl --json --admin-token-file … buckets ARGS`; the parsed JSON on success.
+/// `lockctl --admin-token-file … buckets ARGS`; the parsed JSON on success.
 async fn buckets(c: &Cluster, args: &[&str]) -> Value {
-    let out = lockctl(c)
-        .arg("--admin-token-file")
-        .arg(c.admin_token_file())
-        .arg("buckets")
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "buckets {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    admin_json(c, &[&["buckets"], args].concat()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,24 +13,11 @@ use std::time::Duration;
 use common::*;
 use lockd_client::Client;
 use serde_json::Value;
-use support::lockctl;
+use support::{admin_json, lockctl};
 
 /// `lockctl --admin-token-file … members ARGS`; the parsed JSON on success.
 async fn members(c: &Cluster, args: &[&str]) -> Value {
-    let out = lockctl(c)
-        .arg("--admin-token-file")
-        .arg(c.admin_token_file())
-        .arg("members")
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "members {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    admin_json(c, &[&["members"], args].concat()).await
 }
 
 /// Each group's voters, from a `members` answer.

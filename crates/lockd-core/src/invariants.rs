@@ -368,6 +368,12 @@ impl LockTable {
                 }
             }
         }
+        if own.frozen != frozen {
+            return fail(
+                "record",
+                format!("the frozen index {} is not the moves' {frozen}", own.frozen),
+            );
+        }
         if own.map_version == 0 && own.moves.is_empty() {
             return Ok(());
         }

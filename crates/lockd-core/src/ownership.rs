@@ -174,6 +174,13 @@ impl std::str::FromStr for BucketSet {
     }
 }
 
+impl Default for BucketSet {
+    /// The empty set.
+    fn default() -> BucketSet {
+        BucketSet::empty()
+    }
+}
+
 impl FromIterator<u16> for BucketSet {
     fn from_iter<I: IntoIterator<Item = u16>>(iter: I) -> BucketSet {
         let mut s = BucketSet::empty();
@@ -230,6 +237,29 @@ pub(crate) struct Ownership {
     pub owned: BucketSet,
     /// Every move this group took part in, by id: what makes each step idempotent.
     pub moves: BTreeMap<MoveId, MoveRecord>,
+    /// The buckets of the `Outgoing` records: derived (see [`Ownership::record`]), so the check
+    /// every grant makes never walks the move history, which only grows.
+    #[serde(skip)]
+    pub frozen: BucketSet,
+}
+
+impl Ownership {
+    /// Records move `id`'s new state; the only way a record changes, so `frozen` stays true.
+    pub fn record(&mut self, id: MoveId, r: MoveRecord) {
+        self.moves.insert(id, r);
+        self.rebuild_frozen();
+    }
+
+    /// Recomputes `frozen` from the records (after a record changes, and on restore).
+    pub fn rebuild_frozen(&mut self) {
+        let mut s = BucketSet::empty();
+        for r in self.moves.values() {
+            if let MoveRecord::Outgoing { buckets, .. } = r {
+                s.union_with(buckets);
+            }
+        }
+        self.frozen = s;
+    }
 }
 
 impl Default for Ownership {
@@ -238,6 +268,7 @@ impl Default for Ownership {
             map_version: 0,
             owned: BucketSet::full(),
             moves: BTreeMap::new(),
+            frozen: BucketSet::empty(),
         }
     }
 }
@@ -301,6 +332,21 @@ pub struct ExportedHolder {
     pub owner: String,
 }
 
+impl ExportedHolder {
+    /// The holder again, in a group whose clock reads `now` (import, or thaw after an abort).
+    fn to_holder(&self, now: u64) -> Holder {
+        Holder {
+            session: self.session,
+            token: self.token,
+            mode: self.mode,
+            granted_at_ms: now.saturating_sub(self.held_ms),
+            reentry: self.reentry,
+            reentrant: self.reentrant,
+            owner: self.owner.as_str().into(),
+        }
+    }
+}
+
 /// Ownership as status shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnershipView {
@@ -323,7 +369,7 @@ impl LockTable {
         OwnershipView {
             map_version: self.ownership.map_version,
             owned: self.ownership.owned.clone(),
-            frozen: self.frozen(),
+            frozen: self.ownership.frozen.clone(),
         }
     }
 
@@ -346,17 +392,6 @@ impl LockTable {
             .collect()
     }
 
-    /// The buckets frozen by moves under way.
-    pub(crate) fn frozen(&self) -> BucketSet {
-        let mut s = BucketSet::empty();
-        for r in self.ownership.moves.values() {
-            if let MoveRecord::Outgoing { buckets, .. } = r {
-                s.union_with(buckets);
-            }
-        }
-        s
-    }
-
     /// Refuses a name this group does not serve now: its bucket is another group's, or frozen
     /// for a move. Every grant, release and extend passes here.
     pub fn check_serves(&self, name: &str) -> Result<(), Rejection> {
@@ -371,11 +406,7 @@ impl LockTable {
                 map_version: own.map_version,
             });
         }
-        let frozen = own
-            .moves
-            .values()
-            .any(|r| matches!(r, MoveRecord::Outgoing { buckets, .. } if buckets.contains(bucket)));
-        if frozen {
+        if own.frozen.contains(bucket) {
             return Err(Rejection::BucketMoving { bucket });
         }
         Ok(())
@@ -472,7 +503,7 @@ impl LockTable {
                 format!("buckets {missing} are not owned by this group"),
             ));
         }
-        if buckets.intersects(&self.frozen()) {
+        if buckets.intersects(&self.ownership.frozen) {
             return Err(conflict(
                 move_id,
                 "some buckets are already frozen for another move",
@@ -549,7 +580,7 @@ impl LockTable {
         }
         export.sessions = sessions.into_values().collect();
         let locks = export.locks.len() as u32;
-        self.ownership.moves.insert(
+        self.ownership.record(
             move_id,
             MoveRecord::Outgoing {
                 to_group,
@@ -639,15 +670,7 @@ impl LockTable {
             let name: Arc<str> = l.name.as_str().into();
             let mut lock = Lock::default();
             for h in &l.holders {
-                lock.holders.push(Holder {
-                    session: h.session,
-                    token: h.token,
-                    mode: h.mode,
-                    granted_at_ms: now.saturating_sub(h.held_ms),
-                    reentry: h.reentry,
-                    reentrant: h.reentrant,
-                    owner: h.owner.as_str().into(),
-                });
+                lock.holders.push(h.to_holder(now));
                 self.sessions
                     .get_mut(&h.session)
                     .expect("adopted above")
@@ -664,7 +687,7 @@ impl LockTable {
         }
         self.ownership.owned.union_with(buckets);
         self.ownership.map_version = self.ownership.map_version.max(map_version);
-        self.ownership.moves.insert(
+        self.ownership.record(
             move_id,
             MoveRecord::Imported {
                 from_group,
@@ -682,7 +705,7 @@ impl LockTable {
     pub(crate) fn cancel_import(&mut self, move_id: MoveId) -> Result<Reply, Rejection> {
         match self.ownership.moves.get(&move_id) {
             None => {
-                self.ownership.moves.insert(move_id, MoveRecord::Cancelled);
+                self.ownership.record(move_id, MoveRecord::Cancelled);
                 Ok(Reply::ImportCancelled)
             }
             Some(MoveRecord::Cancelled) => Ok(Reply::ImportCancelled),
@@ -742,15 +765,7 @@ impl LockTable {
                     continue;
                 };
                 s.held.insert((name.clone(), h.token));
-                lock.holders.push(Holder {
-                    session: h.session,
-                    token: h.token,
-                    mode: h.mode,
-                    granted_at_ms: now.saturating_sub(h.held_ms),
-                    reentry: h.reentry,
-                    reentrant: h.reentrant,
-                    owner: h.owner.as_str().into(),
-                });
+                lock.holders.push(h.to_holder(now));
                 self.mint.holds += 1;
                 restored += 1;
             }
@@ -763,8 +778,7 @@ impl LockTable {
             }
         }
         self.ownership
-            .moves
-            .insert(move_id, MoveRecord::Thawed { to_group, buckets });
+            .record(move_id, MoveRecord::Thawed { to_group, buckets });
         Ok(Reply::BucketsThawed { restored, dropped })
     }
 
@@ -797,8 +811,7 @@ impl LockTable {
         self.ownership.owned.subtract(&buckets);
         self.ownership.map_version = self.ownership.map_version.max(map_version).max(1);
         self.ownership
-            .moves
-            .insert(move_id, MoveRecord::Dropped { to_group, buckets });
+            .record(move_id, MoveRecord::Dropped { to_group, buckets });
         Ok(Reply::BucketsDropped)
     }
 }

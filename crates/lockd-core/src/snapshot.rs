@@ -259,6 +259,7 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         self.t.shard_map = field::<Option<ShardMap>, _>(&mut seq, 6)?;
         if format >= 3 {
             self.t.ownership = field::<Ownership, _>(&mut seq, 7)?;
+            self.t.ownership.rebuild_frozen();
         }
         Ok(())
     }

@@ -193,6 +193,11 @@ impl Service {
     pub fn route(&self, name: &str) -> Result<Arc<Group>, ApiError> {
         let meta = self.group(META_GROUP)?;
         let g = meta.read_local(|t| t.shard_map().map(|m| m.group_of(name)));
+        self.mapped_group(g, name)
+    }
+
+    /// The group the map gave (`None`: the map is not set yet, so the initial one decides).
+    fn mapped_group(&self, g: Option<GroupId>, name: &str) -> Result<Arc<Group>, ApiError> {
         self.group(g.unwrap_or_else(|| ShardMap::initial(self.lock_groups).group_of(name)))
     }
 
@@ -282,7 +287,7 @@ impl Service {
         })
     }
 
-    /// Checks a lock name's shape, auth and budget; returns its group.
+    /// Checks a lock name's shape, auth and budget (routing is `on_owner`'s).
     fn admit_name(&self, name: &str, creds: &Credentials) -> Result<(), ApiError> {
         limits::check_name(name).map_err(ApiError::from)?;
         let ns = self.namespace_for(name)?;
@@ -298,7 +303,7 @@ impl Service {
         let g = meta
             .read(move |t| t.shard_map().map(|m| m.group_of(&owned)))
             .await?;
-        self.group(g.unwrap_or_else(|| ShardMap::initial(self.lock_groups).group_of(name)))
+        self.mapped_group(g, name)
     }
 
     /// Runs `attempt` on the group that owns `name`'s bucket. Every group refuses a name it

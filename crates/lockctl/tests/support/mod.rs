@@ -26,6 +26,23 @@ pub fn lockctl_at(endpoints: &str) -> tokio::process::Command {
     cmd
 }
 
+/// `lockctl --admin-token-file DIR/admin-token ARGS` (an admin command); its JSON on success.
+pub async fn admin_json(c: &Cluster, args: &[&str]) -> serde_json::Value {
+    let out = lockctl(c)
+        .arg("--admin-token-file")
+        .arg(c.admin_token_file())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lockctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Alive and not a zombie (lockctl reaps CMD, so an exited one is gone soon after).
 pub fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
