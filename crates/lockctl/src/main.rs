@@ -618,7 +618,10 @@ async fn buckets(cli: &Cli, out: &Out, cmd: &BucketsCmd) -> Result<(), Fail> {
                     for g in &r.groups {
                         t.push_str(&format!(
                             "\n{:>5}  {:>7}  {:<8}  {}",
-                            g.group, g.bucket_count, g.frozen, g.buckets
+                            g.group,
+                            g.bucket_count,
+                            g.frozen,
+                            abridged(&g.buckets)
                         ));
                     }
                     t
@@ -656,6 +659,20 @@ async fn buckets(cli: &Cli, out: &Out, cmd: &BucketsCmd) -> Result<(), Fail> {
         }
     }
     Ok(())
+}
+
+/// A bucket list for a table row: the first ranges and how many there are (`--json` has all).
+fn abridged(ranges: &str) -> String {
+    const SHOWN: usize = 8;
+    let parts: Vec<&str> = ranges.split(',').collect();
+    if parts.len() <= SHOWN {
+        return ranges.to_string();
+    }
+    format!(
+        "{},... ({} ranges; --json lists all)",
+        parts[..SHOWN].join(","),
+        parts.len()
+    )
 }
 
 async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {
