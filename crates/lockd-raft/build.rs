@@ -23,6 +23,7 @@ fn main() {
         .method(method("batch", "Batch"))
         .method(method("transfer_leader", "TransferLeader"))
         .method(method("member", "Member"))
+        .method(method("app", "App"))
         .method(
             tonic_build::manual::Method::builder()
                 .name("pipe")

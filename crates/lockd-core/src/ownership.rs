@@ -348,7 +348,7 @@ impl ExportedHolder {
 }
 
 /// Ownership as status shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnershipView {
     pub map_version: u64,
     pub owned: BucketSet,

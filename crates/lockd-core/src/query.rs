@@ -4,7 +4,7 @@ use crate::machine::LockTable;
 use crate::types::{LockMode, SessionId, Token, WaiterId};
 
 /// One hold of a lock.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HolderInfo {
     pub session: SessionId,
     pub owner: String,
@@ -15,7 +15,7 @@ pub struct HolderInfo {
 }
 
 /// One queued acquire; `position` counts from 1 at the head.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WaiterInfo {
     pub waiter: WaiterId,
     pub session: SessionId,
@@ -27,7 +27,7 @@ pub struct WaiterInfo {
 }
 
 /// Everything known about one name.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LockInfo {
     pub name: String,
     pub namespace: String,
@@ -38,7 +38,7 @@ pub struct LockInfo {
 }
 
 /// A session's holds and waits.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionInfo {
     pub session: SessionId,
     pub client: String,
@@ -51,7 +51,7 @@ pub struct SessionInfo {
 }
 
 /// One line of a session listing.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionSummary {
     pub session: SessionId,
     pub client: String,

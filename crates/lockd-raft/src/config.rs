@@ -36,8 +36,12 @@ pub struct NodeConfig {
     /// membership yet. Joiner (`true`, `existing`): this node never initialises a group; it
     /// waits to be added by the cluster it joins.
     pub join_existing: bool,
-    /// Number of lock groups G; the node hosts group 0 (meta) and groups 1..=G.
+    /// Number of lock groups G (1..=G; group 0 is the meta group).
     pub lock_groups: u32,
+    /// Replicas per lock group, placed over the founding peers by [`crate::initial_placement`]
+    /// (0, or at least the peer count: every node hosts every group). The meta group is on every
+    /// founder. A node hosts only its groups and reaches the others over the peer port.
+    pub replicas: usize,
     /// Leader heartbeat interval.
     pub heartbeat_ms: u64,
     /// A follower calls an election after a random timeout in this range without a heartbeat.
@@ -76,6 +80,7 @@ impl NodeConfig {
             cluster_name: "lockd".into(),
             join_existing: false,
             lock_groups: 1,
+            replicas: 0,
             heartbeat_ms: 100,
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,

@@ -40,7 +40,7 @@ pub(crate) struct Timing {
 
 /// Whether a failed forward certainly never reached the peer (connect failure). Anything else
 /// (reset, timeout) may have been delivered, so a proposal's outcome is unknown.
-fn never_sent(st: &tonic::Status) -> bool {
+pub(crate) fn never_sent(st: &tonic::Status) -> bool {
     st.code() == tonic::Code::Unavailable && st.message().contains("tcp connect error")
 }
 

@@ -25,6 +25,9 @@ pub struct Identity {
     pub node_id: NodeId,
     /// Lock groups the cluster was created with.
     pub lock_groups: u32,
+    /// Replicas per lock group the cluster was created with (0: every node; a dir from before
+    /// this key reads as 0).
+    pub replicas: usize,
 }
 
 impl Identity {
@@ -37,12 +40,14 @@ impl Identity {
         let _ = writeln!(s, "cluster = {}", self.cluster);
         let _ = writeln!(s, "node_id = {}", self.node_id);
         let _ = writeln!(s, "lock_groups = {}", self.lock_groups);
+        let _ = writeln!(s, "replicas = {}", self.replicas);
         s
     }
 
     fn decode(text: &str) -> Result<Identity, String> {
         let mut format = None;
         let (mut cluster, mut node_id, mut lock_groups) = (None, None, None);
+        let mut replicas = 0;
         for line in text.lines().map(str::trim) {
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -60,6 +65,7 @@ impl Identity {
                 "cluster" => cluster = Some(v.to_string()),
                 "node_id" => node_id = Some(num(v)?),
                 "lock_groups" => lock_groups = Some(num(v)? as u32),
+                "replicas" => replicas = num(v)? as usize,
                 _ => return Err(format!("unknown key '{k}'")),
             }
         }
@@ -70,6 +76,7 @@ impl Identity {
             cluster: cluster.ok_or("no cluster")?,
             node_id: node_id.ok_or("no node_id")?,
             lock_groups: lock_groups.ok_or("no lock_groups")?,
+            replicas,
         })
     }
 
@@ -120,6 +127,13 @@ impl Identity {
                 have.lock_groups, self.lock_groups
             ));
         }
+        if have.replicas != self.replicas {
+            return Err(format!(
+                "this cluster was created with --replicas {} ({p}), not {}: the groups were \
+                 placed on nodes by it, so it cannot change by restarting",
+                have.replicas, self.replicas
+            ));
+        }
         Ok(())
     }
 
@@ -142,6 +156,7 @@ mod tests {
             cluster: cluster.into(),
             node_id,
             lock_groups,
+            replicas: 0,
         }
     }
 
@@ -159,7 +174,21 @@ mod tests {
         assert!(e.contains("cluster 'prod'"), "{e}");
         let e = id("prod", 2, 8).check_or_record(dir.path()).unwrap_err();
         assert!(e.contains("--groups 4") && e.contains("not 8"), "{e}");
+        let three = Identity {
+            replicas: 3,
+            ..id("prod", 2, 4)
+        };
+        let e = three.check_or_record(dir.path()).unwrap_err();
+        assert!(e.contains("--replicas 0") && e.contains("not 3"), "{e}");
         // A refused start changes nothing.
+        assert_eq!(id("prod", 2, 4).check_or_record(dir.path()), Ok(false));
+    }
+
+    #[test]
+    fn a_dir_from_before_replicas_reads_as_every_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = "format = 1\ncluster = prod\nnode_id = 2\nlock_groups = 4\n";
+        std::fs::write(dir.path().join(FILE), old).unwrap();
         assert_eq!(id("prod", 2, 4).check_or_record(dir.path()), Ok(false));
     }
 

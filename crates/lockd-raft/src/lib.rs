@@ -31,8 +31,10 @@ mod identity;
 mod leader;
 mod node;
 mod peer;
+mod placement;
 mod private;
 mod raft;
+mod remote;
 mod replica;
 mod tracker;
 mod watch;
@@ -45,10 +47,12 @@ pub use error::{GroupError, StartError};
 pub use fatal::GroupFailure;
 pub use group::{Group, GroupStatus, ProposeResult};
 pub use identity::Identity;
-pub use node::{MemberCall, Node};
+pub use node::{MemberCall, Node, Route};
 pub use peer::{Method as PeerMethod, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
+pub use placement::initial_placement;
 pub use raft::{seed_thread_rng, MemStorage, MemberError, Membership};
+pub use remote::RemoteGroup;
 
 /// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.
 pub type GroupId = u32;
@@ -106,6 +110,18 @@ pub trait EffectSink: Send + Sync + 'static {
     fn audited(&self, group: GroupId, index: u64, now_ms: u64, events: &[AuditEvent]) {
         let _ = (group, index, now_ms, events);
     }
+}
+
+/// Serves the embedding server's own node-to-node calls ([`PeerMethod::App`]): a node that
+/// hosts no replica of a group asks one that does (a wait's outcome, a read of its state).
+/// Called only on a node whose replica of `group` is a member. Answer `NotFound` only to mean
+/// "no replica here" (the caller then asks another node).
+pub trait AppHandler: Send + Sync + 'static {
+    fn serve(
+        &self,
+        group: GroupId,
+        payload: Vec<u8>,
+    ) -> futures_util::future::BoxFuture<'static, Result<Vec<u8>, tonic::Status>>;
 }
 
 /// An [`EffectSink`] that drops everything (for nodes that serve no waiting clients, and tests).

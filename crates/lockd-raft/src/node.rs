@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::watch;
@@ -16,8 +16,9 @@ use tracing::info;
 use crate::group::{Group, Timing};
 use crate::peer::{Method, PeerPool, PeerServer, PeerService, PeerTransport, Peers};
 use crate::raft::{MemberError, Membership, RaftGroup};
+use crate::remote::RemoteGroup;
 use crate::replica::Replica;
-use crate::{EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError};
+use crate::{AppHandler, EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError};
 
 /// How long [`Node::member_call`] waits for a group to have a leader it can reach.
 const MEMBER_CALL_LEADER_WAIT: Duration = Duration::from_secs(10);
@@ -36,10 +37,51 @@ pub enum MemberCall {
     Remove { id: NodeId },
 }
 
+/// How this node reaches a group: its own replica, or over the peer port.
+#[derive(Clone)]
+pub enum Route {
+    /// This node hosts a replica that is a member of the group (a voter or a learner).
+    Local(Arc<Group>),
+    /// No member replica here: calls go to the group's leader (`remote.rs`).
+    Remote(Arc<RemoteGroup>),
+}
+
+impl Route {
+    pub fn id(&self) -> GroupId {
+        match self {
+            Route::Local(g) => g.id(),
+            Route::Remote(r) => r.id(),
+        }
+    }
+
+    /// [`Group::propose`], wherever the group is.
+    pub async fn propose(&self, op: lockd_core::Op) -> crate::ProposeResult {
+        match self {
+            Route::Local(g) => g.propose(op).await,
+            Route::Remote(r) => r.propose(op).await,
+        }
+    }
+
+    /// [`Group::keepalive`], wherever the group is.
+    pub async fn keepalive(
+        &self,
+        session: lockd_core::SessionId,
+    ) -> Result<u64, crate::GroupError> {
+        match self {
+            Route::Local(g) => g.keepalive(session).await,
+            Route::Remote(r) => r.keepalive(session).await,
+        }
+    }
+}
+
 /// Every group hosted by this process.
 pub struct Node {
     node_id: NodeId,
     groups: BTreeMap<GroupId, Arc<Group>>,
+    /// A handle on every group of the cluster, for when this node has no member replica of it.
+    remotes: BTreeMap<GroupId, Arc<RemoteGroup>>,
+    /// Serves [`crate::PeerMethod::App`] calls (set once by the embedding server).
+    app: OnceLock<Arc<dyn AppHandler>>,
     duties: Mutex<Vec<JoinHandle<()>>>,
     stop: watch::Sender<bool>,
     /// Set when the node stops serving peers: ends the inbound pipes (`peer/pipe.rs`), which a
@@ -106,6 +148,7 @@ impl Node {
                 cluster: cfg.cluster_name.clone(),
                 node_id: cfg.node_id,
                 lock_groups: cfg.lock_groups,
+                replicas: cfg.replicas,
             };
             if me
                 .check_or_record(&cfg.data_dir)
@@ -125,28 +168,57 @@ impl Node {
         };
         let pool = Peers::new(transport);
         let clock = NodeClock::new(cfg.clock_rate);
+        let founders: Vec<NodeId> = cfg.peers.keys().copied().collect();
+        let placement = crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas);
         let mut groups = BTreeMap::new();
-        for id in 0..=cfg.lock_groups {
+        let mut remotes = BTreeMap::new();
+        for (&id, placed) in &placement {
             let dir = cfg.data_dir.join(format!("group-{id}"));
-            let replica = Arc::new(Replica::new(id, sink.clone(), clock));
-            let raft = RaftGroup::start(&cfg, id, &dir, replica.clone(), pool.clone()).await?;
-            groups.insert(
-                id,
-                Arc::new(Group::new(id, raft, replica, pool.clone(), timing)),
-            );
+            // A founder hosts the groups placed on it; a restart also every group it has data
+            // of (membership calls may have added it since); a joiner hosts every group, empty
+            // until a membership call adds it.
+            let has_data = matches!(cfg.storage, crate::Storage::Disk) && dir.exists();
+            if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
+                let replica = Arc::new(Replica::new(id, sink.clone(), clock));
+                let raft = RaftGroup::start(&cfg, id, &dir, replica.clone(), pool.clone()).await?;
+                groups.insert(
+                    id,
+                    Arc::new(Group::new(id, raft, replica, pool.clone(), timing)),
+                );
+            }
+            let mut candidates = placed.clone();
+            candidates.extend(founders.iter().filter(|n| !placed.contains(n)));
+            candidates.retain(|n| *n != cfg.node_id);
+            if !candidates.is_empty() {
+                remotes.insert(
+                    id,
+                    Arc::new(RemoteGroup::new(id, candidates, pool.clone(), timing)),
+                );
+            }
         }
-        if !cfg.join_existing && cfg.peers.keys().next() == Some(&cfg.node_id) {
+        if !cfg.join_existing {
             for (id, g) in &groups {
+                // Each group is initialised by the lowest-id node it is placed on.
+                let placed = &placement[id];
+                if placed.first() != Some(&cfg.node_id) {
+                    continue;
+                }
+                let members: BTreeMap<NodeId, String> = cfg
+                    .peers
+                    .iter()
+                    .filter(|(n, _)| placed.contains(n))
+                    .map(|(n, a)| (*n, a.clone()))
+                    .collect();
                 let fresh =
                     g.raft()
-                        .initialize(&cfg.peers)
+                        .initialize(&members)
                         .await
                         .map_err(|message| StartError::Raft {
                             group: *id,
                             message,
                         })?;
                 if fresh {
-                    info!(group = id, members = ?cfg.peers.keys(), "initialised group membership");
+                    info!(group = id, members = ?members.keys(), "initialised group membership");
                 }
             }
         }
@@ -173,6 +245,8 @@ impl Node {
         Ok(Arc::new(Node {
             node_id: cfg.node_id,
             groups,
+            remotes,
+            app: OnceLock::new(),
             duties: Mutex::new(duties),
             stop,
             pipes_closing: watch::channel(false).0,
@@ -200,12 +274,55 @@ impl Node {
         crate::peer::dispatch(self, method, group, payload).await
     }
 
+    /// This node's replica of group `id`, if it hosts one (it may not be a member yet: a
+    /// joiner's empty replica; [`Node::route`] tells).
     pub fn group(&self, id: GroupId) -> Option<Arc<Group>> {
         self.groups.get(&id).cloned()
     }
 
+    /// How to reach group `id`: the local replica if it is a member, else the remote handle.
+    /// `None` for a group the cluster does not have (or a one-node cluster's missing group).
+    pub fn route(&self, id: GroupId) -> Option<Route> {
+        match self.groups.get(&id) {
+            Some(g) if g.raft().is_member(self.node_id) => Some(Route::Local(g.clone())),
+            _ => self.remotes.get(&id).map(|r| Route::Remote(r.clone())),
+        }
+    }
+
+    /// Sets the handler of [`crate::PeerMethod::App`] calls. Once; later calls are ignored.
+    pub fn set_app_handler(&self, handler: Arc<dyn AppHandler>) {
+        let _ = self.app.set(handler);
+    }
+
+    pub(crate) async fn serve_app(
+        &self,
+        group: GroupId,
+        payload: Vec<u8>,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        match self.app.get() {
+            Some(h) => h.serve(group, payload).await,
+            None => Err(tonic::Status::unavailable(
+                "this node serves no app calls yet",
+            )),
+        }
+    }
+
+    /// The groups this node hosts a replica of (a joiner's may not be members yet).
     pub fn group_ids(&self) -> Vec<GroupId> {
         self.groups.keys().copied().collect()
+    }
+
+    /// Every group of the cluster, hosted here or not.
+    pub fn all_group_ids(&self) -> Vec<GroupId> {
+        let mut ids: Vec<GroupId> = self
+            .groups
+            .keys()
+            .chain(self.remotes.keys())
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -236,7 +353,21 @@ impl Node {
         group: GroupId,
         call: MemberCall,
     ) -> Result<Membership, MemberError> {
-        let g = self.member_group(group)?;
+        let g = match self.route(group) {
+            Some(Route::Local(g)) => g,
+            Some(Route::Remote(r)) => {
+                return r
+                    .member_call(&call, MEMBER_CALL_LEADER_WAIT, MEMBER_CALL_TIMEOUT)
+                    .await
+            }
+            None => {
+                return Err(self
+                    .member_group(group)
+                    .err()
+                    .unwrap_or_else(|| MemberError::Refused(format!("there is no group {group}"))))
+            }
+        };
+        let g = &g;
         let deadline = tokio::time::Instant::now() + MEMBER_CALL_LEADER_WAIT;
         let mut last = MemberError::NotLeader { leader: None };
         while tokio::time::Instant::now() < deadline {

@@ -31,10 +31,10 @@ impl From<MemberError> for ApiError {
 }
 
 impl Service {
-    /// The groups a member call names: `groups`, or every hosted group if it is empty. A group
-    /// this node does not host is a 400 naming it.
+    /// The groups a member call names: `groups`, or every group if it is empty. A group the
+    /// cluster does not have is a 400 naming it.
     fn member_groups(&self, groups: &[GroupId]) -> Result<Vec<GroupId>, ApiError> {
-        let hosted = self.node.group_ids();
+        let hosted = self.node.all_group_ids();
         if groups.is_empty() {
             return Ok(hosted);
         }
@@ -67,7 +67,7 @@ impl Service {
         Ok(out)
     }
 
-    /// Every hosted group's membership, from its leader.
+    /// Every group's membership, from its leader.
     pub async fn list_members(&self, creds: &Credentials) -> Result<Vec<GroupMembers>, ApiError> {
         self.require_admin(creds, "listing members")?;
         let groups = self.member_groups(&[])?;

@@ -603,7 +603,7 @@ fn second_session() -> ApiError {
 
 /// Serves one request that came on a session stream attached to `session`.
 async fn serve_stream_request(
-    svc: &Service,
+    svc: &Arc<Service>,
     session: SessionId,
     meta_creds: &Credentials,
     id: u64,
@@ -623,18 +623,26 @@ async fn serve_stream_request(
             let c = token_or(&a.token, meta_creds);
             let r = async {
                 let req = acquire_request(&a, session)?;
+                let wait_ms = req.wait_ms;
                 Ok(match svc.acquire_start(req, &c).await? {
                     AcquireStart::Done(o) => Ev::Acquired(acquire_response(o)),
                     AcquireStart::Queued {
                         group,
                         waiter,
                         position,
-                    } => Ev::Queued(pb::Queued {
-                        group: group.id(),
-                        waiter,
-                        name: a.name.clone(),
-                        position,
-                    }),
+                    } => {
+                        // A group with no replica here pushes nothing to this node: the
+                        // outcome is fetched from one that has, and pushed onto this stream.
+                        if let lockd_raft::Route::Remote(r) = &group {
+                            svc.relay_remote_wait(r, session, waiter, &a.name, wait_ms);
+                        }
+                        Ev::Queued(pb::Queued {
+                            group: group.id(),
+                            waiter,
+                            name: a.name.clone(),
+                            position,
+                        })
+                    }
                 })
             }
             .await;

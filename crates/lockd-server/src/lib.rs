@@ -1,6 +1,7 @@
 //! # lockd-server: one lockd node
 //!
-//! Hosts a replica of every group (lockd-raft), serves the client APIs (HTTP/JSON and gRPC),
+//! Hosts a replica of the groups placed on it (lockd-raft) and reaches the others over the peer
+//! port, serves the client APIs (HTTP/JSON and gRPC),
 //! serves the node-to-node service on a listener of its own (never on a client port), routes
 //! names to groups, checks auth and budgets, and wakes waiters from applied effects. [`start`] takes already-bound listeners, so tests bind
 //! port 0 and a cluster's peers know each other's addresses before any node starts.
@@ -13,6 +14,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod moves;
+mod route;
 pub mod service;
 pub mod waits;
 
@@ -105,6 +107,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         .with_admin_token(cfg.admin_token.as_deref());
     service.election_timeout_max_ms = election_timeout_max_ms;
     let service = Arc::new(service);
+    node.set_app_handler(Arc::new(route::AppServer(Arc::downgrade(&service))));
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 

@@ -33,7 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// The embedded default: one node holding every group (or `--nodes N` local processes).
+    /// The embedded default: one node holding every group (or `--nodes N` local processes,
+    /// with `--replicas R` placing each group on R of them).
     Dev(DevArgs),
     /// One node of a real cluster.
     Serve(ServeArgs),
@@ -48,6 +49,13 @@ struct Common {
     /// first start: a later start with another count is refused.
     #[arg(long, default_value_t = 4)]
     groups: u32,
+    /// Replicas per lock group (3 or 5 in production), placed over the founding nodes: group g
+    /// on `replicas` consecutive nodes from the ((g-1) × replicas)-th, so 6 nodes with
+    /// `--groups 2 --replicas 3` host groups 1 and 2 on disjoint halves. 0 (the default) or at
+    /// least the node count: every node hosts every group. The meta group is on every founder.
+    /// Recorded in the data dir on first start.
+    #[arg(long, default_value_t = 0)]
+    replicas: usize,
     /// The cluster's name, recorded in each data dir on its first start; a dir is never started
     /// under another name (1-64 of A-Z a-z 0-9 . _ -).
     #[arg(long, env = "LOCKD_CLUSTER_NAME", default_value = "lockd")]
@@ -256,6 +264,7 @@ async fn run_node(
         .with_context(|| format!("binding the peer port {peer}"))?;
     let mut node = NodeConfig::new(node_id, data_dir, peers);
     node.lock_groups = common.groups;
+    node.replicas = common.replicas;
     node.cluster_name = common.cluster_name.clone();
     node.join_existing = extras.join_existing;
     node.heartbeat_ms = common.heartbeat_ms;
@@ -357,6 +366,8 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
             .args([
                 "--groups",
                 &c.groups.to_string(),
+                "--replicas",
+                &c.replicas.to_string(),
                 "--heartbeat-ms",
                 &c.heartbeat_ms.to_string(),
             ])

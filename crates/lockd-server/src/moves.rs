@@ -14,6 +14,7 @@ use lockd_core::{BucketSet, MoveId, MoveRecord, Op, Reply, ShardMap, BUCKETS};
 use lockd_raft::{GroupId, META_GROUP};
 
 use crate::error::ApiError;
+use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
 /// Buckets per move step: a step freezes its buckets for about three commits (import, map,
@@ -72,7 +73,7 @@ impl Service {
         let map = self.current_map().await?;
         let mut groups = Vec::new();
         for g in self.lock_group_ids() {
-            let own = self.group(g)?.read(|t| t.ownership()).await?;
+            let own = answer_of!(self, &self.route_of(g)?, Query::Ownership, Ownership)?;
             groups.push(GroupBuckets {
                 group: g,
                 in_map: (0..BUCKETS)
@@ -125,7 +126,7 @@ impl Service {
                     waits_ended,
                 } = self
                     .propose(
-                        &*self.group(from)?,
+                        &self.route_of(from)?,
                         Op::FreezeBuckets {
                             move_id: id,
                             to_group: to,
@@ -154,7 +155,12 @@ impl Service {
     /// Finishes every move some group still has frozen (a mover that stopped half-way).
     async fn resume_moves(&self, sum: &mut MoveSummary) -> Result<(), ApiError> {
         for from in self.lock_group_ids() {
-            let pending = self.group(from)?.read(|t| t.outgoing_moves()).await?;
+            let pending = answer_of!(
+                self,
+                &self.route_of(from)?,
+                Query::OutgoingMoves,
+                OutgoingMoves
+            )?;
             for (id, to, buckets) in pending {
                 tracing::warn!(move_id = id, from, to, %buckets, "finishing an interrupted bucket move");
                 self.finish_move(from, id, to, &buckets).await?;
@@ -174,8 +180,9 @@ impl Service {
         to: GroupId,
         buckets: &BucketSet,
     ) -> Result<bool, ApiError> {
-        let (a, b) = (self.group(from)?, self.group(to)?);
-        let export = match a.read(move |t| t.move_record(id).cloned()).await? {
+        let (a, b) = (self.route_of(from)?, self.route_of(to)?);
+        let record = answer_of!(self, &a, Query::MoveRecord { move_id: id }, MoveRecord)?;
+        let export = match record.map(|r| *r) {
             Some(MoveRecord::Outgoing { export, .. }) => export,
             Some(MoveRecord::Dropped { .. }) => return Ok(true),
             other => {
@@ -218,7 +225,7 @@ impl Service {
     /// Points `buckets` at `to` in the shard map (a compare-and-set on the map's version,
     /// retried if another change got in first). Returns the map version that does.
     async fn flip_map(&self, buckets: &BucketSet, to: GroupId) -> Result<u64, ApiError> {
-        let meta = self.group(META_GROUP)?;
+        let meta = self.route_of(META_GROUP)?;
         for _ in 0..20 {
             let mut map = self.current_map().await?;
             if buckets.iter().all(|b| map.groups[b as usize] == to) {

@@ -12,16 +12,17 @@ use lockd_core::{
     limits, BucketSet, BusyReason, LockInfo, LockMode, Namespace, Op, Reply, SessionId,
     SessionSummary, ShardMap, Token,
 };
-use lockd_raft::{Group, GroupError, GroupId, Node, META_GROUP};
+use lockd_raft::{Group, GroupError, GroupId, Node, Route, META_GROUP};
 
 use crate::config::token_digest;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::route::{answer_of, Query};
 use crate::waits::{Parked, WaitOutcome, Waits};
 
 /// How long past its deadline a parked wait keeps waiting for the committed tick that ends it
 /// (covers a leader election) before answering "unknown".
-const WAIT_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const WAIT_GRACE: Duration = Duration::from_secs(10);
 /// How long a call on a name keeps re-routing while groups answer `wrong_group` or
 /// `bucket_moving` (a bucket move freezes its buckets for about one commit on each side).
 const ROUTE_RETRY: Duration = Duration::from_secs(5);
@@ -81,7 +82,7 @@ pub enum AcquireStart {
     Done(AcquireOutcome),
     /// Queued in `group` as `waiter`, at `position`.
     Queued {
-        group: Arc<Group>,
+        group: Route,
         waiter: lockd_core::WaiterId,
         position: u32,
     },
@@ -120,6 +121,22 @@ pub struct Service {
     pub election_timeout_max_ms: u64,
     /// SHA-256 of the admin bearer token; `None` = no admin credential, admin calls refused.
     admin_sha256: Option<String>,
+}
+
+/// A wait's outcome (with the holder, on a timeout) as the caller gets it; `Ok(None)`: the
+/// name's bucket moved and the acquire must queue again at the new owner. `None` in: no
+/// committed outcome came in time.
+fn wait_outcome(
+    got: Option<(WaitOutcome, Option<String>)>,
+    position: u32,
+) -> Result<Option<AcquireOutcome>, ApiError> {
+    match got {
+        Some((WaitOutcome::Granted { token, lease_ttl_ms }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1 })),
+        Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None })),
+        Some((WaitOutcome::Moved, _)) => Ok(None),
+        Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(404, "session_not_found", "the session ended while waiting")),
+        None => Err(ApiError::new(503, "wait_outcome_unknown", "no committed outcome for this wait yet (no leader?); the wait was abandoned and a late grant will be released").retry_after(1_000)),
+    }
 }
 
 impl Service {
@@ -190,15 +207,15 @@ impl Service {
     }
 
     /// Name → bucket → group, from the meta group's shard map (the initial map until it is set).
-    pub fn route(&self, name: &str) -> Result<Arc<Group>, ApiError> {
+    pub fn route(&self, name: &str) -> Result<Route, ApiError> {
         let meta = self.group(META_GROUP)?;
         let g = meta.read_local(|t| t.shard_map().map(|m| m.group_of(name)));
         self.mapped_group(g, name)
     }
 
     /// The group the map gave (`None`: the map is not set yet, so the initial one decides).
-    fn mapped_group(&self, g: Option<GroupId>, name: &str) -> Result<Arc<Group>, ApiError> {
-        self.group(g.unwrap_or_else(|| ShardMap::initial(self.lock_groups).group_of(name)))
+    fn mapped_group(&self, g: Option<GroupId>, name: &str) -> Result<Route, ApiError> {
+        self.route_of(g.unwrap_or_else(|| ShardMap::initial(self.lock_groups).group_of(name)))
     }
 
     /// The namespace of `name` as the meta group stores it.
@@ -297,7 +314,7 @@ impl Service {
 
     /// The group of `name` by the shard map as the meta group's leader has it now (a route
     /// found stale by a group's refusal).
-    async fn route_fresh(&self, name: &str) -> Result<Arc<Group>, ApiError> {
+    async fn route_fresh(&self, name: &str) -> Result<Route, ApiError> {
         let meta = self.group(META_GROUP)?;
         let owned = name.to_string();
         let g = meta
@@ -310,9 +327,9 @@ impl Service {
     /// does not serve (`wrong_group`: this node's map is stale; `bucket_moving`: a move is under
     /// way), so a stale route costs a retry, never a wrong answer: the map is read again from
     /// the meta group's leader and the call repeated, for up to [`ROUTE_RETRY`].
-    async fn on_owner<T, F, Fut>(&self, name: &str, attempt: F) -> Result<(Arc<Group>, T), ApiError>
+    async fn on_owner<T, F, Fut>(&self, name: &str, attempt: F) -> Result<(Route, T), ApiError>
     where
-        F: Fn(Arc<Group>) -> Fut,
+        F: Fn(Route) -> Fut,
         Fut: std::future::Future<Output = Result<T, ApiError>>,
     {
         let give_up = Instant::now() + ROUTE_RETRY;
@@ -335,7 +352,7 @@ impl Service {
     }
 
     /// Proposes a command on `name` to the group that serves it (see [`Service::on_owner`]).
-    async fn propose_for_name(&self, name: &str, op: Op) -> Result<(Arc<Group>, Reply), ApiError> {
+    async fn propose_for_name(&self, name: &str, op: Op) -> Result<(Route, Reply), ApiError> {
         self.on_owner(name, |g| {
             let op = op.clone();
             async move { self.propose(&g, op).await }
@@ -345,19 +362,36 @@ impl Service {
 
     /// A session is a capability of the namespace it was opened in: every operation on it needs
     /// that namespace's credential (or the admin's). 404 if no lock group knows the session.
-    pub fn authorize_session(
+    pub async fn authorize_session(
         &self,
         session: SessionId,
         creds: &Credentials,
     ) -> Result<(), ApiError> {
+        // Every lock group knows the session: a group with a replica here answers from memory,
+        // else any group is asked.
         let mut namespace = None;
+        let mut asked = false;
         for g in self.lock_group_ids() {
-            namespace = self
-                .group(g)?
-                .read_local(|t| t.session_namespace(session).map(str::to_string));
+            match self.route_of(g)? {
+                Route::Local(group) => {
+                    asked = true;
+                    namespace =
+                        group.read_local(|t| t.session_namespace(session).map(str::to_string));
+                }
+                Route::Remote(_) => continue,
+            }
             if namespace.is_some() {
                 break;
             }
+        }
+        if !asked {
+            let any = self.route_of(1)?;
+            namespace = answer_of!(
+                self,
+                &any,
+                Query::SessionNamespace { session },
+                SessionNamespace
+            )?;
         }
         let Some(namespace) = namespace else {
             return Err(ApiError::new(
@@ -375,7 +409,7 @@ impl Service {
         self.authorize(&ns, creds)
     }
 
-    pub(crate) async fn propose(&self, group: &Group, op: Op) -> Result<Reply, ApiError> {
+    pub(crate) async fn propose(&self, group: &Route, op: Op) -> Result<Reply, ApiError> {
         Ok(group.propose(op).await.map_err(ApiError::from)??)
     }
 
@@ -432,7 +466,7 @@ impl Service {
         session: SessionId,
         creds: &Credentials,
     ) -> Result<u64, ApiError> {
-        self.authorize_session(session, creds)?;
+        self.authorize_session(session, creds).await?;
         self.keepalive_authorized(session).await
     }
 
@@ -462,7 +496,7 @@ impl Service {
         session: SessionId,
         creds: &Credentials,
     ) -> Result<u32, ApiError> {
-        self.authorize_session(session, creds)?;
+        self.authorize_session(session, creds).await?;
         self.end_session(session).await
     }
 
@@ -577,11 +611,21 @@ impl Service {
                     waiter,
                     position,
                 } => {
-                    let parked = self.waits.park(group.id(), waiter);
-                    if let Some(outcome) = self
-                        .wait_for(&group, parked, &name, position, req.wait_ms)
-                        .await?
-                    {
+                    let outcome = match &group {
+                        Route::Local(g) => {
+                            let parked = self.waits.park(g.id(), waiter);
+                            self.wait_for(g, parked, &name, position, req.wait_ms)
+                                .await?
+                        }
+                        Route::Remote(r) => {
+                            let limit = Duration::from_millis(req.wait_ms) + WAIT_GRACE;
+                            let got = self
+                                .await_remote(r, req.session, waiter, &name, limit)
+                                .await?;
+                            wait_outcome(got, position)?
+                        }
+                    };
+                    if let Some(outcome) = outcome {
                         return Ok(outcome);
                     }
                     req.wait_ms = deadline
@@ -610,16 +654,18 @@ impl Service {
     ) -> Result<Option<AcquireOutcome>, ApiError> {
         let limit = Duration::from_millis(wait_ms) + WAIT_GRACE;
         match tokio::time::timeout(limit, parked.outcome()).await {
-            Ok(Some(WaitOutcome::Granted { token, lease_ttl_ms })) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1 })),
             Ok(Some(WaitOutcome::TimedOut)) => {
-                let holder = group.read_local(|t| t.lock_info(name, 0)).and_then(|i| i.holders.first().map(|h| h.owner.clone()));
-                Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None }))
+                let holder = group
+                    .read_local(|t| t.lock_info(name, 0))
+                    .and_then(|i| i.holders.first().map(|h| h.owner.clone()));
+                wait_outcome(Some((WaitOutcome::TimedOut, holder)), position)
             }
-            Ok(Some(WaitOutcome::Moved)) => Ok(None),
-            Ok(Some(WaitOutcome::SessionEnded)) => Err(ApiError::new(404, "session_not_found", "the session ended while waiting")),
-            Ok(None) => Err(ApiError::new(503, "unavailable", "the node is shutting down").retry_after(1_000)),
+            Ok(Some(o)) => wait_outcome(Some((o, None)), position),
+            Ok(None) => Err(
+                ApiError::new(503, "unavailable", "the node is shutting down").retry_after(1_000),
+            ),
             // Dropping `parked` marks the waiter abandoned: a later grant is released for us.
-            Err(_) => Err(ApiError::new(503, "wait_outcome_unknown", "no committed outcome for this wait yet (no leader?); the wait was abandoned and a late grant will be released").retry_after(1_000)),
+            Err(_) => wait_outcome(None, position),
         }
     }
 
@@ -688,12 +734,8 @@ impl Service {
         self.admit_name(name, creds)?;
         let (_, mut info) = self
             .on_owner(name, |g| {
-                let (now, name) = (g.now_ms(), name.to_string());
-                async move {
-                    let read =
-                        g.read(move |t| t.check_serves(&name).map(|()| t.lock_info(&name, now)));
-                    Ok(read.await??)
-                }
+                let name = name.to_string();
+                async move { Ok(answer_of!(self, &g, Query::LockInfo { name }, LockInfo)??) }
             })
             .await?;
         // A session id is the session's capability: only the admin sees another holder's.
@@ -716,13 +758,11 @@ impl Service {
         session: SessionId,
         creds: &Credentials,
     ) -> Result<SessionDetail, ApiError> {
-        self.authorize_session(session, creds)?;
+        self.authorize_session(session, creds).await?;
         let groups = self.lock_groups_all()?;
-        let infos = futures::future::join_all(
-            groups
-                .iter()
-                .map(|g| g.read(move |t| t.session_info(session))),
-        )
+        let infos = futures::future::join_all(groups.iter().map(|g| async move {
+            answer_of!(self, g, Query::SessionInfo { session }, SessionInfo)
+        }))
         .await;
         let mut detail: Option<SessionDetail> = None;
         for (g, info) in groups.iter().zip(infos) {
@@ -759,11 +799,9 @@ impl Service {
         self.require_admin(creds, "listing sessions")?;
         let limit = if limit == 0 { 100 } else { limit.min(1000) };
         let groups = self.lock_groups_all()?;
-        let pages = futures::future::join_all(
-            groups
-                .iter()
-                .map(|g| g.read(move |t| t.session_page(after, limit))),
-        )
+        let pages = futures::future::join_all(groups.iter().map(|g| async move {
+            answer_of!(self, g, Query::SessionPage { after, limit }, SessionPage)
+        }))
         .await;
         let mut merged: std::collections::BTreeMap<SessionId, SessionSummary> = Default::default();
         for page in pages {
@@ -780,10 +818,10 @@ impl Service {
         Ok(merged.into_values().take(limit).collect())
     }
 
-    fn lock_groups_all(&self) -> Result<Vec<Arc<Group>>, ApiError> {
+    fn lock_groups_all(&self) -> Result<Vec<Route>, ApiError> {
         self.lock_group_ids()
             .into_iter()
-            .map(|g| self.group(g))
+            .map(|g| self.route_of(g))
             .collect()
     }
 
@@ -813,7 +851,7 @@ impl Service {
 
     /// Gives back a grant whose requester went away (see waits.rs); retried while no leader.
     pub async fn release_orphan(&self, o: crate::waits::Orphan) {
-        let Ok(group) = self.group(o.group) else {
+        let Ok(group) = self.route_of(o.group) else {
             return;
         };
         for attempt in 0..20u64 {
@@ -847,7 +885,7 @@ impl Service {
         if meta.read(|t| t.shard_map().is_none()).await? {
             match self
                 .propose(
-                    &meta,
+                    &Route::Local(meta.clone()),
                     Op::PutShardMap {
                         map: ShardMap::initial(self.lock_groups),
                     },
@@ -866,8 +904,8 @@ impl Service {
             .await?
             .ok_or_else(|| ApiError::new(503, "unavailable", "the shard map is not set yet"))?;
         for g in self.lock_group_ids() {
-            let group = self.group(g)?;
-            if group.read(|t| t.ownership().map_version).await? != 0 {
+            let group = self.route_of(g)?;
+            if answer_of!(self, &group, Query::Ownership, Ownership)?.map_version != 0 {
                 continue;
             }
             let buckets: BucketSet = (0..lockd_core::BUCKETS)
@@ -887,12 +925,15 @@ impl Service {
             }
         }
         for g in std::iter::once(META_GROUP).chain(self.lock_group_ids()) {
-            let group = self.group(g)?;
+            let group = self.route_of(g)?;
             for ns in namespaces {
-                let want = ns.clone();
-                let current = group
-                    .read(move |t| t.namespaces().any(|n| *n == want))
-                    .await?;
+                let namespace = ns.clone();
+                let current = answer_of!(
+                    self,
+                    &group,
+                    Query::HasNamespace { namespace },
+                    HasNamespace
+                )?;
                 if !current {
                     self.propose(
                         &group,

@@ -22,7 +22,7 @@ use lockd_raft::{EffectSink, GroupId};
 use tokio::sync::{mpsc, oneshot};
 
 /// How a parked wait ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum WaitOutcome {
     Granted {
         token: Token,
@@ -201,6 +201,21 @@ impl Waits {
         if inner.streams.get(&session).is_some_and(|(i, _)| *i == id) {
             inner.streams.remove(&session);
         }
+    }
+
+    /// A sender for orphaned grants (a remote wait whose requester went away, `route.rs`).
+    pub(crate) fn janitor(&self) -> mpsc::UnboundedSender<Orphan> {
+        self.janitor.clone()
+    }
+
+    /// Hands `event` to the stream attached to `session` on this node; false if none is (or
+    /// it went away). For outcomes learnt from another node (`route.rs`).
+    pub(crate) fn deliver(&self, session: SessionId, event: SessionEvent) -> bool {
+        let inner = self.inner.lock().expect("waits lock");
+        inner
+            .streams
+            .get(&session)
+            .is_some_and(|(_, tx)| tx.send(event).is_ok())
     }
 
     /// Tells every attached stream something (e.g. a leader change extended their leases).

@@ -56,12 +56,15 @@ pub enum Method {
     TransferLeader,
     /// A membership call (`Node::member_call`) forwarded to the group's leader.
     Member,
+    /// A call of the embedding server (`crate::AppHandler`), served by a node that hosts a
+    /// replica of the group for one that hosts none (`remote.rs`).
+    App,
 }
 
 impl Method {
     /// Every method, in the order of its number on a pipe (`pipe.rs`): the one place that
     /// numbering is written.
-    const BY_CODE: [Method; 10] = [
+    const BY_CODE: [Method; 11] = [
         Method::Append,
         Method::Vote,
         Method::PreVote,
@@ -72,6 +75,7 @@ impl Method {
         Method::Batch,
         Method::TransferLeader,
         Method::Member,
+        Method::App,
     ];
 
     /// The method's number on a pipe (1-based; 0 is never sent).
@@ -270,6 +274,7 @@ impl PeerPool {
             Method::Batch => client.batch(req).await,
             Method::TransferLeader => client.transfer_leader(req).await,
             Method::Member => client.member(req).await,
+            Method::App => client.app(req).await,
         };
         Ok(res?.into_inner().payload)
     }
@@ -373,6 +378,14 @@ async fn dispatch_one(
     group_id: GroupId,
     payload: &[u8],
 ) -> Result<Vec<u8>, tonic::Status> {
+    if method == Method::App {
+        return match node.route(group_id) {
+            Some(crate::Route::Local(_)) => node.serve_app(group_id, payload.to_vec()).await,
+            _ => Err(tonic::Status::not_found(format!(
+                "group {group_id} has no replica here"
+            ))),
+        };
+    }
     let group = hosted(node, group_id)?;
     let raft = group.raft();
     match method {
@@ -402,6 +415,7 @@ async fn dispatch_one(
         Method::Batch => Err(tonic::Status::invalid_argument(
             "a batch may not contain a batch",
         )),
+        Method::App => unreachable!("served above"),
     }
 }
 
@@ -483,6 +497,13 @@ impl pb::peer_server::Peer for PeerService {
         req: tonic::Request<PeerRequest>,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
         self.serve(req, Method::Member).await
+    }
+
+    async fn app(
+        &self,
+        req: tonic::Request<PeerRequest>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.serve(req, Method::App).await
     }
 
     type PipeStream = pipe::ReplyStream;

@@ -317,6 +317,10 @@ mod tests {
             refuse()
         }
 
+        async fn app(&self, _: tonic::Request<PeerRequest>) -> Unary {
+            refuse()
+        }
+
         type PipeStream = ReplyStream;
 
         async fn pipe(

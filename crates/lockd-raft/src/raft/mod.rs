@@ -642,6 +642,14 @@ fn member_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Membe
 
 impl RaftGroup {
     /// The membership this replica has (the last one in its log, committed or not).
+    /// Whether node `id` is a member (voter or learner) of the membership this replica knows:
+    /// cheap (no copy), for routing on every call.
+    pub(crate) fn is_member(&self, id: crate::NodeId) -> bool {
+        let metrics = self.raft.server_metrics();
+        let m = metrics.borrow_watched();
+        m.membership_config.membership().get_node(&id).is_some()
+    }
+
     pub(crate) fn membership(&self) -> Membership {
         let metrics = self.raft.server_metrics();
         let m = metrics.borrow_watched();

@@ -59,6 +59,11 @@ pub struct Cluster {
 
 /// `n` nodes of one cluster, each hosting every group, on loopback port 0.
 pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
+    placed_cluster(n, lock_groups, 0).await
+}
+
+/// `n` nodes with each lock group placed on `replicas` of them (`lockd_raft::initial_placement`).
+pub async fn placed_cluster(n: usize, lock_groups: u32, replicas: usize) -> Cluster {
     let mut https = Vec::new();
     let mut grpcs = Vec::new();
     let mut peer_listeners = Vec::new();
@@ -77,6 +82,7 @@ pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut node = NodeConfig::new(i as u64 + 1, dir.path(), peers.clone());
         node.lock_groups = lock_groups;
+        node.replicas = replicas;
         dirs.push(dir);
         starts.push(lockd_server::start(ServerConfig {
             node,

@@ -1,0 +1,74 @@
+//! Which nodes a cluster's founders place each group on.
+//!
+//! The meta group is on every founder. Lock group `g` (1..=G) gets `replicas` consecutive
+//! founders in id order, starting `(g - 1) * replicas` places in and wrapping round, so groups
+//! fill the nodes evenly: 6 nodes, 2 groups of 3 give {1,2,3} and {4,5,6}; 5 nodes, 4 groups of
+//! 3 give every node 2 or 3 groups. `replicas` 0 (or ≥ the founders) puts every group on every
+//! founder. The placement is a pure function of the founders and these two numbers, which the
+//! data dir's identity pins, so every founder computes the same one on every start; later
+//! changes go through membership calls and are read from each group's own membership.
+
+use std::collections::BTreeMap;
+
+use crate::{GroupId, NodeId, META_GROUP};
+
+/// Group id → the founders it is placed on, in id order, for groups 0..=`lock_groups`.
+pub fn initial_placement(
+    founders: &[NodeId],
+    lock_groups: u32,
+    replicas: usize,
+) -> BTreeMap<GroupId, Vec<NodeId>> {
+    let mut sorted = founders.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let n = sorted.len();
+    let mut out = BTreeMap::from([(META_GROUP, sorted.clone())]);
+    for g in 1..=lock_groups {
+        let nodes = if replicas == 0 || replicas >= n {
+            sorted.clone()
+        } else {
+            let start = (g as usize - 1) * replicas;
+            let mut v: Vec<NodeId> = (0..replicas).map(|k| sorted[(start + k) % n]).collect();
+            v.sort_unstable();
+            v
+        };
+        out.insert(g, nodes);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_fill_the_nodes_evenly() {
+        let p = initial_placement(&[1, 2, 3, 4, 5, 6], 2, 3);
+        assert_eq!(p[&0], vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(p[&1], vec![1, 2, 3]);
+        assert_eq!(p[&2], vec![4, 5, 6]);
+        let p = initial_placement(&[5, 1, 4, 2, 3], 4, 3);
+        assert_eq!(p[&1], vec![1, 2, 3]);
+        assert_eq!(p[&2], vec![1, 4, 5]);
+        assert_eq!(p[&3], vec![2, 3, 4]);
+        assert_eq!(p[&4], vec![1, 2, 5]);
+        let mut per_node = BTreeMap::<NodeId, usize>::new();
+        for g in 1..=4 {
+            for n in &p[&g] {
+                *per_node.entry(*n).or_default() += 1;
+            }
+        }
+        assert!(
+            per_node.values().all(|c| (2..=3).contains(c)),
+            "{per_node:?}"
+        );
+    }
+
+    #[test]
+    fn zero_or_too_many_replicas_put_every_group_everywhere() {
+        for r in [0, 3, 7] {
+            let p = initial_placement(&[1, 2, 3], 4, r);
+            assert!(p.values().all(|v| *v == vec![1, 2, 3]), "{r}: {p:?}");
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! A group this node hosts no replica of, reached over the peer port (placement, `placement.rs`).
+//!
+//! A call goes straight to the node this handle last found leading the group. A node that does
+//! not lead it (a follower, a fresh leader whose lease is not valid yet, or a node that hosts no
+//! replica of it) refuses without doing anything, and the call moves on to the next candidate:
+//! the group's placed nodes first, then every other peer, so a group whose members changed since
+//! the cluster was founded is still found. After a full round without a leader the call pauses
+//! as a local group's would, and gives up after the same retry budget.
+//!
+//! A leader never re-forwards, so a remote call takes one hop once the leader is known, the
+//! same as a follower's forward.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lockd_core::{Op, SessionId};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::group::{never_sent, Timing};
+use crate::peer::{Method, Peers};
+use crate::raft::{MemberError, Membership};
+use crate::wire::WireReply;
+use crate::{GroupError, GroupId, MemberCall, NodeId, ProposeResult};
+
+/// A group hosted elsewhere.
+pub struct RemoteGroup {
+    id: GroupId,
+    candidates: Vec<NodeId>,
+    /// Index into `candidates` of the node tried first: the last one that answered as leader.
+    next: AtomicUsize,
+    peers: Peers,
+    timing: Timing,
+}
+
+/// Whether a failed call certainly did nothing at its target: it was never sent, or the target
+/// hosts no replica of the group or is stopping.
+fn not_served(st: &tonic::Status) -> bool {
+    never_sent(st)
+        || st.code() == tonic::Code::NotFound
+        || (st.code() == tonic::Code::Unavailable && st.message().contains("shutting down"))
+}
+
+impl RemoteGroup {
+    pub(crate) fn new(
+        id: GroupId,
+        candidates: Vec<NodeId>,
+        peers: Peers,
+        timing: Timing,
+    ) -> RemoteGroup {
+        assert!(!candidates.is_empty(), "a remote group needs a node to ask");
+        RemoteGroup {
+            id,
+            candidates,
+            next: AtomicUsize::new(0),
+            peers,
+            timing,
+        }
+    }
+
+    pub fn id(&self) -> GroupId {
+        self.id
+    }
+
+    /// The node a call goes to first (the group's leader, as far as this node knows).
+    pub fn leader_hint(&self) -> NodeId {
+        self.candidates[self.next.load(Ordering::Relaxed) % self.candidates.len()]
+    }
+
+    fn no_leader(&self) -> GroupError {
+        GroupError::NoLeader {
+            retry_after_ms: self.timing.election_max.as_millis() as u64 / 2,
+        }
+    }
+
+    /// Moves past candidate `i` (unless another call already did); pauses after a full round.
+    async fn rotate(&self, i: usize, tried: &mut usize) {
+        let _ = self
+            .next
+            .compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+        *tried += 1;
+        if (*tried).is_multiple_of(self.candidates.len()) {
+            tokio::time::sleep(self.timing.retry_pause).await;
+        }
+    }
+
+    /// Sends `req` to the group's leader. `idempotent`: a call whose delivery is unknown may be
+    /// repeated (a keepalive); otherwise its outcome is reported as unknown (a proposal).
+    async fn on_leader<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        method: Method,
+        req: &Req,
+        idempotent: bool,
+    ) -> Result<Resp, GroupError> {
+        let give_up = Instant::now() + self.timing.retry_budget;
+        let mut tried = 0;
+        loop {
+            let i = self.next.load(Ordering::Relaxed);
+            let target = self.candidates[i % self.candidates.len()];
+            let timeout = self.timing.propose_timeout;
+            let res = self
+                .peers
+                .forward::<Req, Resp>(target, method, self.id, req, timeout)
+                .await;
+            match res {
+                Ok(Err(GroupError::NoLeader { .. } | GroupError::ShuttingDown)) => {}
+                Ok(r) => return r,
+                Err(st) if not_served(&st) || idempotent => {}
+                Err(st) => {
+                    return Err(GroupError::Unavailable(format!(
+                        "forwarding to node {target}, leader of group {}, failed ({}: {}); the \
+                         outcome is unknown",
+                        self.id,
+                        st.code(),
+                        st.message()
+                    )))
+                }
+            }
+            if Instant::now() >= give_up {
+                return Err(self.no_leader());
+            }
+            self.rotate(i, &mut tried).await;
+        }
+    }
+
+    /// [`crate::Group::propose`] for a group hosted elsewhere: sent to its leader.
+    pub async fn propose(&self, op: Op) -> ProposeResult {
+        let deadline = Instant::now() + self.timing.propose_timeout;
+        let call = self.on_leader::<Op, WireReply>(Method::Propose, &op, false);
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(r) => r.map(|w| w.0),
+            Err(_) => Err(GroupError::Timeout),
+        }
+    }
+
+    /// [`crate::Group::keepalive`] for a group hosted elsewhere.
+    pub async fn keepalive(&self, session: SessionId) -> Result<u64, GroupError> {
+        self.on_leader(Method::Keepalive, &session, true).await
+    }
+
+    /// A call of the embedding application (`crate::AppHandler`) served by a node that hosts a
+    /// replica of this group: the leader if known, else any member. Answers the handler's
+    /// reply. A call that reached a member and failed there is not repeated (its outcome is the
+    /// handler's business); one that no member took is retried within the retry budget.
+    pub async fn app_call(
+        &self,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, GroupError> {
+        let give_up = Instant::now() + self.timing.retry_budget;
+        let mut tried = 0;
+        loop {
+            let i = self.next.load(Ordering::Relaxed);
+            let target = self.candidates[i % self.candidates.len()];
+            match self
+                .peers
+                .call(target, Method::App, self.id, payload.clone(), timeout)
+                .await
+            {
+                Ok(reply) => return Ok(reply),
+                Err(st) if not_served(&st) => {}
+                Err(st) => {
+                    return Err(GroupError::Unavailable(format!(
+                        "the call to node {target} for group {} failed ({}: {})",
+                        self.id,
+                        st.code(),
+                        st.message()
+                    )))
+                }
+            }
+            if Instant::now() >= give_up {
+                return Err(self.no_leader());
+            }
+            self.rotate(i, &mut tried).await;
+        }
+    }
+
+    /// A membership call on this group's leader (every one is idempotent, so a call whose
+    /// delivery is unknown is simply repeated), following `NotLeader` hints, for up to `wait`.
+    pub(crate) async fn member_call(
+        &self,
+        call: &MemberCall,
+        wait: Duration,
+        timeout: Duration,
+    ) -> Result<Membership, MemberError> {
+        let payload =
+            postcard::to_allocvec(call).map_err(|e| MemberError::Unavailable(e.to_string()))?;
+        let give_up = Instant::now() + wait;
+        let mut tried = 0;
+        let mut last;
+        loop {
+            let i = self.next.load(Ordering::Relaxed);
+            let target = self.candidates[i % self.candidates.len()];
+            match self
+                .peers
+                .call(target, Method::Member, self.id, payload.clone(), timeout)
+                .await
+            {
+                Ok(bytes) => {
+                    let r: Result<Membership, MemberError> =
+                        postcard::from_bytes(&bytes).map_err(|e| {
+                            MemberError::Unavailable(format!("bad reply from node {target}: {e}"))
+                        })?;
+                    match r {
+                        Err(MemberError::NotLeader { leader: Some(l) })
+                            if self.candidates.contains(&l) && l != target =>
+                        {
+                            let at = self.candidates.iter().position(|c| *c == l);
+                            self.next.store(at.unwrap_or(0), Ordering::Relaxed);
+                            continue;
+                        }
+                        Err(e @ MemberError::NotLeader { .. }) => last = e,
+                        other => return other,
+                    }
+                }
+                Err(st) => {
+                    last = MemberError::Unavailable(format!(
+                        "node {target} did not answer for group {} ({}: {})",
+                        self.id,
+                        st.code(),
+                        st.message()
+                    ))
+                }
+            }
+            if Instant::now() >= give_up {
+                return Err(last);
+            }
+            self.rotate(i, &mut tried).await;
+        }
+    }
+}

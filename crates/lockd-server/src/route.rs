@@ -1,0 +1,368 @@
+//! Reaching a lock group from any node (placement).
+//!
+//! A node hosts only the groups placed on it, yet accepts any request. Proposals and keepalives
+//! for a group it has no member replica of go straight to that group's leader
+//! ([`lockd_raft::RemoteGroup`]). Two things need a node that applies the group's log, and those
+//! are asked of one with [`Ask`] over the peer port ([`lockd_raft::PeerMethod::App`]):
+//!
+//! - **reads** ([`Query`]): every read of a group's state is one `Query` variant answered by
+//!   [`Query::answer`], the same function whether the replica is here or there, so a read means
+//!   the same on every node;
+//! - **waits** ([`Ask::AwaitWaiter`]): a wait is answered by a node's applied effects
+//!   (`waits.rs`), so a node without a replica parks the wait on one that has (its early-outcome
+//!   buffer covers a grant applied before the ask arrives) and relays the outcome: to the HTTP
+//!   long poll, or onto the session's stream as a push. A grant that finds its requester gone
+//!   is released (the janitor), on whichever node lost it.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use lockd_core::BucketSet;
+use lockd_core::{
+    LockInfo, LockTable, MoveId, MoveRecord, Namespace, OwnershipView, Rejection, SessionId,
+    SessionInfo, SessionSummary, WaiterId,
+};
+use lockd_raft::{AppHandler, GroupError, GroupId, RemoteGroup, Route};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::service::Service;
+use crate::waits::{Orphan, SessionEvent, WaitOutcome};
+
+/// A read of one group's state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum Query {
+    /// A name's holders and waiters, or `wrong_group`/`bucket_moving` if the group does not
+    /// serve it now.
+    LockInfo {
+        name: String,
+    },
+    SessionInfo {
+        session: SessionId,
+    },
+    SessionPage {
+        after: Option<SessionId>,
+        limit: usize,
+    },
+    SessionNamespace {
+        session: SessionId,
+    },
+    Ownership,
+    OutgoingMoves,
+    MoveRecord {
+        move_id: MoveId,
+    },
+    HasNamespace {
+        namespace: Namespace,
+    },
+}
+
+/// The answer to a [`Query`] (the variant of the same name).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum Answer {
+    LockInfo(Result<Option<LockInfo>, Rejection>),
+    SessionInfo(Option<SessionInfo>),
+    SessionPage(Vec<SessionSummary>),
+    SessionNamespace(Option<String>),
+    Ownership(Box<OwnershipView>),
+    OutgoingMoves(Vec<(MoveId, u32, BucketSet)>),
+    MoveRecord(Option<Box<MoveRecord>>),
+    HasNamespace(bool),
+}
+
+impl Query {
+    /// Answers the query from `t` at group time `now_ms`: the one place each read is written.
+    pub(crate) fn answer(&self, t: &LockTable, now_ms: u64) -> Answer {
+        match self {
+            Query::LockInfo { name } => {
+                Answer::LockInfo(t.check_serves(name).map(|()| t.lock_info(name, now_ms)))
+            }
+            Query::SessionInfo { session } => Answer::SessionInfo(t.session_info(*session)),
+            Query::SessionPage { after, limit } => {
+                Answer::SessionPage(t.session_page(*after, *limit))
+            }
+            Query::SessionNamespace { session } => {
+                Answer::SessionNamespace(t.session_namespace(*session).map(str::to_string))
+            }
+            Query::Ownership => Answer::Ownership(Box::new(t.ownership())),
+            Query::OutgoingMoves => Answer::OutgoingMoves(t.outgoing_moves()),
+            Query::MoveRecord { move_id } => {
+                Answer::MoveRecord(t.move_record(*move_id).cloned().map(Box::new))
+            }
+            Query::HasNamespace { namespace } => {
+                Answer::HasNamespace(t.namespaces().any(|n| n == namespace))
+            }
+        }
+    }
+}
+
+/// What a node asks of one that hosts a member replica of the group.
+#[derive(Debug, Serialize, Deserialize)]
+enum Ask {
+    /// A linearizable read; answers `Result<Answer, GroupError>`.
+    Query(Query),
+    /// Waits up to `limit_ms` for waiter `waiter`'s outcome; answers
+    /// `Option<(WaitOutcome, holder on a timeout)>`, `None` if none came in time.
+    AwaitWaiter {
+        waiter: WaiterId,
+        name: String,
+        limit_ms: u64,
+    },
+}
+
+/// A remote wait's outcome, with the holder on a timeout; `None`: no outcome in time.
+pub(crate) type RemoteOutcome = Option<(WaitOutcome, Option<String>)>;
+
+/// How much longer than the wait itself the peer call may take.
+const AWAIT_SLACK: Duration = Duration::from_secs(2);
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, tonic::Status> {
+    postcard::to_allocvec(v).map_err(|e| tonic::Status::internal(e.to_string()))
+}
+
+pub(crate) fn unexpected(what: &str) -> ApiError {
+    ApiError::new(503, "unavailable", format!("unexpected answer to {what}"))
+}
+
+/// Pulls the answer of the variant named out of [`Service::query`]'s result.
+macro_rules! answer_of {
+    ($svc:expr, $route:expr, $q:expr, $variant:ident) => {
+        match $svc.query($route, $q).await? {
+            $crate::route::Answer::$variant(v) => Ok::<_, $crate::error::ApiError>(v),
+            _ => Err($crate::route::unexpected(stringify!($variant))),
+        }
+    };
+}
+pub(crate) use answer_of;
+
+impl Service {
+    /// How this node reaches group `id`.
+    pub(crate) fn route_of(&self, id: GroupId) -> Result<Route, ApiError> {
+        self.node.route(id).ok_or_else(|| {
+            ApiError::new(
+                503,
+                "unavailable",
+                format!("group {id} is not reachable from here"),
+            )
+            .retry_after(1_000)
+        })
+    }
+
+    /// A linearizable read of `route`'s group.
+    pub(crate) async fn query(&self, route: &Route, q: Query) -> Result<Answer, ApiError> {
+        match route {
+            Route::Local(g) => {
+                let now = g.now_ms();
+                Ok(g.read(move |t| q.answer(t, now)).await?)
+            }
+            Route::Remote(r) => {
+                let payload = encode(&Ask::Query(q)).map_err(status_error)?;
+                let timeout = Duration::from_secs(10);
+                let reply = r.app_call(payload, timeout).await?;
+                let answer: Result<Answer, GroupError> = decode(&reply)?;
+                Ok(answer?)
+            }
+        }
+    }
+
+    /// The outcome of waiter `waiter` of a group this node hosts no member replica of, waited
+    /// for on a node that does, for up to `limit`. `Ok(None)`: no outcome in time (unknown).
+    /// The ask runs in a task of its own: if this caller goes away before a grant comes back,
+    /// the grant is released (or pushed to the session's stream, `stream`).
+    pub(crate) async fn await_remote(
+        &self,
+        remote: &Arc<RemoteGroup>,
+        session: SessionId,
+        waiter: WaiterId,
+        name: &str,
+        limit: Duration,
+    ) -> Result<RemoteOutcome, ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(remote_wait(
+            remote.clone(),
+            session,
+            waiter,
+            name.to_string(),
+            limit,
+            self.waits.janitor(),
+            Relay::Caller(tx),
+        ));
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Like [`Service::await_remote`] for a wait queued from a session stream: the outcome is
+    /// pushed onto the session's stream on this node when it comes, as a local replica's
+    /// applied effect would be.
+    pub(crate) fn relay_remote_wait(
+        self: &Arc<Self>,
+        remote: &Arc<RemoteGroup>,
+        session: SessionId,
+        waiter: WaiterId,
+        name: &str,
+        wait_ms: u64,
+    ) {
+        tokio::spawn(remote_wait(
+            remote.clone(),
+            session,
+            waiter,
+            name.to_string(),
+            Duration::from_millis(wait_ms) + crate::service::WAIT_GRACE,
+            self.waits.janitor(),
+            Relay::Stream(Arc::downgrade(self)),
+        ));
+    }
+}
+
+fn status_error(st: tonic::Status) -> ApiError {
+    ApiError::new(503, "unavailable", st.message().to_string())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    postcard::from_bytes(bytes)
+        .map_err(|e| ApiError::new(503, "unavailable", format!("bad answer from a peer: {e}")))
+}
+
+/// Where a remote wait's outcome goes.
+enum Relay {
+    Caller(tokio::sync::oneshot::Sender<Result<RemoteOutcome, ApiError>>),
+    Stream(Weak<Service>),
+}
+
+async fn remote_wait(
+    remote: Arc<RemoteGroup>,
+    session: SessionId,
+    waiter: WaiterId,
+    name: String,
+    limit: Duration,
+    janitor: tokio::sync::mpsc::UnboundedSender<Orphan>,
+    relay: Relay,
+) {
+    let started = tokio::time::Instant::now();
+    // A member that dies while holding the ask is replaced by another: the outcome is in the
+    // replicated log, and a node that applied it before the ask came keeps it for the asker.
+    let result = loop {
+        let left = limit.saturating_sub(started.elapsed());
+        let ask = Ask::AwaitWaiter {
+            waiter,
+            name: name.clone(),
+            limit_ms: left.as_millis() as u64,
+        };
+        let payload = match encode(&ask) {
+            Ok(p) => p,
+            Err(st) => break Err(status_error(st)),
+        };
+        match remote.app_call(payload, left + AWAIT_SLACK).await {
+            Ok(bytes) => break decode::<RemoteOutcome>(&bytes),
+            Err(_) if started.elapsed() + Duration::from_millis(100) < limit => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => break Err(e.into()),
+        }
+    };
+    let group = remote.id();
+    let orphan = |token| Orphan {
+        group,
+        session,
+        name: name.clone(),
+        token,
+    };
+    match relay {
+        Relay::Caller(tx) => {
+            if let Err(Ok(Some((WaitOutcome::Granted { token, .. }, _)))) = tx.send(result) {
+                let _ = janitor.send(orphan(token));
+            }
+        }
+        Relay::Stream(svc) => {
+            let event = match &result {
+                Ok(Some((
+                    WaitOutcome::Granted {
+                        token,
+                        lease_ttl_ms,
+                    },
+                    _,
+                ))) => SessionEvent::Granted {
+                    group,
+                    waiter,
+                    name: name.as_str().into(),
+                    token: *token,
+                    lease_ttl_ms: *lease_ttl_ms,
+                },
+                Ok(Some((outcome, _))) => SessionEvent::WaitEnded {
+                    group,
+                    waiter,
+                    name: name.as_str().into(),
+                    reason: match outcome {
+                        WaitOutcome::SessionEnded => lockd_core::WaitEndReason::SessionEnded,
+                        WaitOutcome::Moved => lockd_core::WaitEndReason::Moved,
+                        _ => lockd_core::WaitEndReason::TimedOut,
+                    },
+                },
+                // No outcome: the client's own wait deadline ends it on its side.
+                _ => return,
+            };
+            let delivered = svc
+                .upgrade()
+                .is_some_and(|s| s.waits.deliver(session, event));
+            if let (false, Ok(Some((WaitOutcome::Granted { token, .. }, _)))) = (delivered, result)
+            {
+                let _ = janitor.send(orphan(token));
+            }
+        }
+    }
+}
+
+/// Serves [`Ask`]s from other nodes (set on the node at start).
+pub(crate) struct AppServer(pub(crate) Weak<Service>);
+
+impl AppHandler for AppServer {
+    fn serve(
+        &self,
+        group: GroupId,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Vec<u8>, tonic::Status>> {
+        let svc = self.0.clone();
+        Box::pin(async move {
+            let svc = svc
+                .upgrade()
+                .ok_or_else(|| tonic::Status::unavailable("node is shutting down"))?;
+            let Some(Route::Local(g)) = svc.node.route(group) else {
+                return Err(tonic::Status::not_found(format!(
+                    "group {group} has no replica here"
+                )));
+            };
+            let ask: Ask = postcard::from_bytes(&payload)
+                .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+            match ask {
+                Ask::Query(q) => {
+                    let now = g.now_ms();
+                    encode(&g.read(move |t| q.answer(t, now)).await)
+                }
+                Ask::AwaitWaiter {
+                    waiter,
+                    name,
+                    limit_ms,
+                } => {
+                    let mut parked = svc.waits.park(group, waiter);
+                    let limit = Duration::from_millis(limit_ms);
+                    // On a timeout `parked` is dropped: the waiter is abandoned here and a
+                    // later grant released by this node.
+                    let out = match tokio::time::timeout(limit, parked.outcome()).await {
+                        Ok(Some(WaitOutcome::TimedOut)) => {
+                            let holder = g
+                                .read_local(|t| t.lock_info(&name, 0))
+                                .and_then(|i| i.holders.first().map(|h| h.owner.clone()));
+                            Some((WaitOutcome::TimedOut, holder))
+                        }
+                        Ok(Some(o)) => Some((o, None)),
+                        Ok(None) | Err(_) => None,
+                    };
+                    encode(&out)
+                }
+            }
+        })
+    }
+}
