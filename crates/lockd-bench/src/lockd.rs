@@ -122,6 +122,8 @@ pub struct ServerOpts {
     pub threads: Option<u16>,
     /// `false` passes `--no-leader-balance`.
     pub leader_balance: bool,
+    /// `--replicas` (0: every group on every node).
+    pub replicas: usize,
 }
 
 impl Cluster {
@@ -184,6 +186,9 @@ impl Cluster {
             }
             if !opts.leader_balance {
                 args.push("--no-leader-balance".into());
+            }
+            if opts.replicas > 0 {
+                args.extend(["--replicas".into(), opts.replicas.to_string()]);
             }
             cluster.nodes.push(Node {
                 id,
@@ -408,13 +413,16 @@ impl Cluster {
     }
 }
 
-/// The leader's node index per group id, if every node sees one and they agree.
+/// The leader's node index per group id, if every node hosting the group sees one and they
+/// agree (with `--replicas`, a node reports only the groups placed on it).
 fn leaders_of(all: &[(usize, Status)], groups: u32) -> Result<Vec<usize>> {
     let mut leaders = vec![0u64; groups as usize + 1];
     for (i, s) in all {
         for g in 0..=groups {
-            let st = s.groups.iter().find(|x| x.id == g);
-            let leader = st.map_or(0, |x| x.leader);
+            let Some(st) = s.groups.iter().find(|x| x.id == g) else {
+                continue;
+            };
+            let leader = st.leader;
             if leader == 0 {
                 bail!("node index {i}: group {g} has no leader");
             }
@@ -423,6 +431,9 @@ fn leaders_of(all: &[(usize, Status)], groups: u32) -> Result<Vec<usize>> {
             }
             leaders[g as usize] = leader;
         }
+    }
+    if let Some(g) = leaders.iter().position(|l| *l == 0) {
+        bail!("no node reports group {g}");
     }
     // Node ids are 1-based indexes.
     Ok(leaders.into_iter().map(|id| id as usize - 1).collect())

@@ -12,6 +12,7 @@ mod etcd;
 mod http;
 mod lockd;
 mod moves;
+mod placement;
 mod procs;
 mod redis_target;
 mod report;
@@ -72,6 +73,7 @@ impl LockdArgs {
         lockd::ServerOpts {
             threads: self.threads(),
             leader_balance: self.leader_balance,
+            replicas: 0,
         }
     }
 
@@ -237,6 +239,22 @@ enum Cmd {
         #[command(flatten)]
         lockd: LockdArgs,
     },
+    /// One lock group on 3 nodes against two groups placed on 3 nodes each (6 nodes,
+    /// `--replicas 3`), alternating in one run: the closed-loop mix peak and cycles at C=1, with
+    /// each node's CPU per request.
+    Placement {
+        /// Rounds (each runs both shapes once, in turn).
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        /// Closed-loop clients of the mix.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[command(flatten)]
+        lockd: LockdArgs,
+    },
     /// A few seconds against lockd only (no etcd/Redis): asserts that every operation succeeds,
     /// never a timing. For CI.
     Smoke {
@@ -339,6 +357,20 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?;
             println!("lockd ({} groups): {}", lockd.groups, r.line());
             Ok(())
+        }
+        Cmd::Placement {
+            rounds,
+            secs,
+            clients,
+            lockd,
+        } => {
+            let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
+            let args = placement::PlacementArgs {
+                rounds,
+                secs,
+                clients,
+            };
+            placement::run(&bin, &lockd.measured_root()?, lockd.opts(), &args).await
         }
         Cmd::Move {
             held,
