@@ -96,6 +96,19 @@ pub enum Record {
         #[serde(default)]
         time_ms: u64,
     },
+    /// A hold arrived in group `group` with a bucket move (import), or came back to its group
+    /// when a move was aborted: the same hold, token verbatim, not a new grant. Checked against
+    /// the group's other holders (S1); its token need not rise (it was minted before).
+    SvcMovedIn {
+        seq: u64,
+        group: u64,
+        name: String,
+        token: u64,
+        session: String,
+        limit: u32,
+        #[serde(default)]
+        time_ms: u64,
+    },
     /// The service expired `session`: nothing may be granted to it afterwards (S4).
     SvcSessionExpired {
         seq: u64,

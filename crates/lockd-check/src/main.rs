@@ -154,7 +154,7 @@ struct NemesisArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "kill,pause-node,pause-client,partition,clock"
+        default_value = "kill,pause-node,pause-client,partition,clock,move"
     )]
     faults: Vec<nemesis::FaultKind>,
     /// NEGATIVE CONTROL: break one safety mechanism; the run then passes only if its signature

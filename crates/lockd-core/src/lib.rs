@@ -26,6 +26,7 @@
 //! ```
 
 mod bucket;
+mod cluster;
 mod invariants;
 pub mod limits;
 mod lock_map;
@@ -36,6 +37,7 @@ mod snapshot;
 mod types;
 
 pub use bucket::{bucket_of, ShardMap, BUCKETS};
+pub use cluster::ClusterTiming;
 pub use invariants::Violation;
 pub use machine::{validate_namespace, Applied, LockTable, Stats};
 pub use ownership::{

@@ -188,6 +188,8 @@ pub struct LockTable {
     pub(crate) shard_map: Option<ShardMap>,
     /// The buckets this group serves, and the moves it took part in.
     pub(crate) ownership: Ownership,
+    /// Meta group only: the cluster's timing and retired node ids (`cluster.rs`).
+    pub(crate) cluster: crate::cluster::ClusterRecord,
 }
 
 /// The counters a grant moves, apart from the maps so a grant can borrow a lock mutably.
@@ -300,6 +302,7 @@ impl LockTable {
             delays: BTreeSet::new(),
             shard_map: None,
             ownership: Ownership::default(),
+            cluster: Default::default(),
         }
     }
 
@@ -453,6 +456,8 @@ impl LockTable {
                 move_id,
                 map_version,
             } => self.drop_buckets(*move_id, *map_version),
+            Op::SetClusterTiming { timing } => self.set_cluster_timing(*timing),
+            Op::RetireNode { node } => self.retire_node(*node),
         };
         if reply.is_ok() {
             self.now_ms = now;

@@ -241,6 +241,10 @@ pub(crate) struct Ownership {
     /// every grant makes never walks the move history, which only grows.
     #[serde(skip)]
     pub frozen: BucketSet,
+    /// NEGATIVE CONTROL ONLY (`lockd-check sim --sabotage ownership`): serve every name,
+    /// owned or not. Never set in production; not part of the state.
+    #[serde(skip)]
+    pub skip_check: bool,
 }
 
 impl Ownership {
@@ -269,6 +273,7 @@ impl Default for Ownership {
             owned: BucketSet::full(),
             moves: BTreeMap::new(),
             frozen: BucketSet::empty(),
+            skip_check: false,
         }
     }
 }
@@ -364,6 +369,14 @@ fn conflict(move_id: MoveId, reason: impl Into<String>) -> Rejection {
 }
 
 impl LockTable {
+    /// NEGATIVE CONTROL ONLY: this table serves names of buckets it does not own (a group
+    /// without the ownership check), so that the simulator can show it catches two groups
+    /// granting one name. Not part of the state; never set in production.
+    #[doc(hidden)]
+    pub fn sabotage_skip_ownership_check(&mut self) {
+        self.ownership.skip_check = true;
+    }
+
     /// What this group owns.
     pub fn ownership(&self) -> OwnershipView {
         OwnershipView {
@@ -396,7 +409,7 @@ impl LockTable {
     /// for a move. Every grant, release and extend passes here.
     pub fn check_serves(&self, name: &str) -> Result<(), Rejection> {
         let own = &self.ownership;
-        if own.map_version == 0 && own.moves.is_empty() {
+        if (own.map_version == 0 && own.moves.is_empty()) || own.skip_check {
             return Ok(());
         }
         let bucket = bucket_of(name);

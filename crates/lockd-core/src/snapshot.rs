@@ -18,10 +18,11 @@ use crate::types::{Namespace, SessionId};
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
+/// - 4: the meta group's cluster record (timing, retired node ids).
 /// - 3: the group's bucket ownership and its moves.
 /// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 3;
+pub const SNAPSHOT_FORMAT: u32 = 4;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -41,6 +42,7 @@ struct ImageRef<'a> {
     locks: Vec<(&'a str, &'a Lock)>,
     shard_map: Option<&'a ShardMap>,
     ownership: &'a Ownership,
+    cluster: &'a crate::cluster::ClusterRecord,
 }
 
 /// Why a snapshot could not be restored.
@@ -99,6 +101,7 @@ impl LockTable {
             locks,
             shard_map: self.shard_map.as_ref(),
             ownership: &self.ownership,
+            cluster: &self.cluster,
         }
     }
 
@@ -188,6 +191,7 @@ const IMAGE_FIELDS: &[&str] = &[
     "locks",
     "shard_map",
     "ownership",
+    "cluster",
 ];
 
 impl<'de> DeserializeSeed<'de> for ImageSeed<'_> {
@@ -260,6 +264,9 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         if format >= 3 {
             self.t.ownership = field::<Ownership, _>(&mut seq, 7)?;
             self.t.ownership.rebuild_frozen();
+        }
+        if format >= 4 {
+            self.t.cluster = field(&mut seq, 8)?;
         }
         Ok(())
     }

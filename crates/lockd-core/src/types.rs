@@ -221,6 +221,10 @@ pub enum Op {
         move_id: crate::MoveId,
         map_version: u64,
     },
+    /// Meta group: record the cluster's Raft timing (the first one stands).
+    SetClusterTiming { timing: crate::ClusterTiming },
+    /// Meta group: node `node` has left every group; its id may never come back.
+    RetireNode { node: u64 },
 }
 
 /// The holder of a lock as callers see it.
@@ -315,6 +319,12 @@ pub enum Reply {
         dropped: u32,
     },
     BucketsDropped,
+    ClusterTimingSet {
+        timing: crate::ClusterTiming,
+    },
+    NodeRetired {
+        node: u64,
+    },
 }
 
 /// Why a wait ended without a grant.
@@ -475,6 +485,19 @@ pub enum Rejection {
     UnknownMove {
         move_id: u64,
     },
+    /// A node's Raft timing is not the cluster's (recorded by the first node to start).
+    ClusterTimingMismatch {
+        cluster: crate::ClusterTiming,
+        given: crate::ClusterTiming,
+    },
+    /// Not 0 < heartbeat < election minimum < election maximum.
+    InvalidClusterTiming {
+        given: crate::ClusterTiming,
+    },
+    /// The node id left the cluster for good; ids are never reused.
+    NodeRetired {
+        node: u64,
+    },
 }
 
 impl Rejection {
@@ -504,6 +527,9 @@ impl Rejection {
             Rejection::BucketMoving { .. } => "bucket_moving",
             Rejection::MoveConflict { .. } => "move_conflict",
             Rejection::UnknownMove { .. } => "move_not_found",
+            Rejection::ClusterTimingMismatch { .. } => "cluster_timing_mismatch",
+            Rejection::InvalidClusterTiming { .. } => "invalid_cluster_timing",
+            Rejection::NodeRetired { .. } => "node_retired",
         }
     }
 }
@@ -614,6 +640,21 @@ impl fmt::Display for Rejection {
             Rejection::UnknownMove { move_id } => {
                 write!(f, "no bucket move {move_id} took place in this group")
             }
+            Rejection::ClusterTimingMismatch { cluster, given } => write!(
+                f,
+                "this node's Raft timing ({given}) is not the cluster's ({cluster}): the lease \
+                 hand-over needs every node to use the same; start it with the cluster's \
+                 --heartbeat-ms and --election-timeout-ms"
+            ),
+            Rejection::InvalidClusterTiming { given } => write!(
+                f,
+                "timing {given} is invalid: need 0 < heartbeat < election minimum < maximum"
+            ),
+            Rejection::NodeRetired { node } => write!(
+                f,
+                "node id {node} left this cluster for good, and a node id is never reused: start \
+                 the node with a new --node-id and an empty data dir"
+            ),
         }
     }
 }

@@ -63,6 +63,10 @@ pub struct NodeConfig {
     /// not reachable from configuration files.
     #[doc(hidden)]
     pub skip_leader_lease_check: bool,
+    /// NEGATIVE CONTROL ONLY: lock groups serve names of buckets they do not own (no
+    /// ownership check), for `lockd-check sim --sabotage ownership`. Never set in production.
+    #[doc(hidden)]
+    pub skip_ownership_check: bool,
 }
 
 impl NodeConfig {
@@ -88,6 +92,7 @@ impl NodeConfig {
             balance_leaders: true,
             clock_rate: 1.0,
             skip_leader_lease_check: false,
+            skip_ownership_check: false,
         }
     }
 

@@ -55,6 +55,20 @@ pub(crate) async fn watch_group(group: Arc<Group>, failed: watch::Sender<Option<
 }
 
 impl Node {
+    /// Reports that this node must not serve: a reason found above Raft, such as a
+    /// configuration the cluster refuses. [`Node::fatal`] resolves with it as it does with a
+    /// group that stopped (the first report wins).
+    pub fn refuse_to_serve(&self, group: GroupId, error: String) {
+        error!(group, error = %error, "this node must stop");
+        self.failed.send_if_modified(|cur| {
+            let first = cur.is_none();
+            if first {
+                *cur = Some(GroupFailure { group, error });
+            }
+            first
+        });
+    }
+
     /// Resolves with the first group whose Raft core stopped by itself (a storage error, a
     /// panic; not [`Node::shutdown`]). The node cannot serve that group any more: stop the
     /// process with a non-zero exit so that a supervisor restarts it.

@@ -179,7 +179,12 @@ impl Node {
             // until a membership call adds it.
             let has_data = matches!(cfg.storage, crate::Storage::Disk) && dir.exists();
             if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
-                let replica = Arc::new(Replica::new(id, sink.clone(), clock));
+                let replica = Arc::new(Replica::new(
+                    id,
+                    sink.clone(),
+                    clock,
+                    cfg.skip_ownership_check,
+                ));
                 let raft = RaftGroup::start(&cfg, id, &dir, replica.clone(), pool.clone()).await?;
                 groups.insert(
                     id,

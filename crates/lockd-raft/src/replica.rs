@@ -39,6 +39,8 @@ pub(crate) struct Replica {
     clock: NodeClock,
     /// Snapshots received from a leader (not counting the one restored at start).
     installs: AtomicU64,
+    /// NEGATIVE CONTROL ONLY: every table here skips the ownership check.
+    skip_ownership_check: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -53,11 +55,21 @@ impl Replica {
         self.sink.clone()
     }
 
-    pub(crate) fn new(group: GroupId, sink: Arc<dyn EffectSink>, clock: NodeClock) -> Replica {
+    pub(crate) fn new(
+        group: GroupId,
+        sink: Arc<dyn EffectSink>,
+        clock: NodeClock,
+        skip_ownership_check: bool,
+    ) -> Replica {
+        let mut table = LockTable::new();
+        if skip_ownership_check {
+            table.sabotage_skip_ownership_check();
+        }
         Replica {
             group,
+            skip_ownership_check,
             state: Mutex::new(AppliedState {
-                table: LockTable::new(),
+                table,
                 index: 0,
                 term: 0,
                 at: clock.now(),
@@ -101,7 +113,7 @@ impl Replica {
                 let ending = if audit {
                     crate::audit::ending_holds(&st.table, &cmd.op)
                 } else {
-                    Vec::new()
+                    crate::audit::EndingHolds::default()
                 };
                 let applied = st.table.apply(&cmd);
                 if audit {
@@ -158,7 +170,10 @@ impl Replica {
     }
 
     /// Replaces the state with a snapshot's (recovery, or a lagging follower's catch-up).
-    pub(crate) fn install(&self, table: LockTable, index: u64, term: u64) {
+    pub(crate) fn install(&self, mut table: LockTable, index: u64, term: u64) {
+        if self.skip_ownership_check {
+            table.sabotage_skip_ownership_check();
+        }
         {
             let mut st = lock(&self.state);
             st.table = table;

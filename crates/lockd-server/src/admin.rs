@@ -4,9 +4,10 @@
 
 use std::net::SocketAddr;
 
-use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId};
+use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId, META_GROUP};
 
 use crate::error::ApiError;
+use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
 /// One group's membership, as its leader answered.
@@ -90,6 +91,11 @@ impl Service {
             )));
         }
         let groups = self.member_groups(groups)?;
+        // A node id is never reused: one that left every group is retired in the meta group.
+        let meta = self.route_of(META_GROUP)?;
+        if answer_of!(self, &meta, Query::IsRetired { node: id }, IsRetired)? {
+            return Err(lockd_core::Rejection::NodeRetired { node: id }.into());
+        }
         let call = MemberCall::Add {
             id,
             addr: peer_addr.to_string(),
@@ -107,7 +113,22 @@ impl Service {
         self.require_admin(creds, "removing a member")?;
         check_node_id(id)?;
         let groups = self.member_groups(groups)?;
-        self.member_calls(&groups, MemberCall::Remove { id }).await
+        let all = self.member_groups(&[])?;
+        let is_member =
+            |gs: &[GroupMembers]| gs.iter().any(|g| members(&g.membership).contains(&id));
+        let was = is_member(&self.member_calls(&all, MemberCall::Describe).await?);
+        let out = self
+            .member_calls(&groups, MemberCall::Remove { id })
+            .await?;
+        // Gone from every group (this call's and the others'): retire the id for good, so
+        // that no later add can bring it back (a wiped node rejoins under a new id).
+        if was && !is_member(&self.member_calls(&all, MemberCall::Describe).await?) {
+            let meta = self.route_of(META_GROUP)?;
+            self.propose(&meta, lockd_core::Op::RetireNode { node: id })
+                .await?;
+            tracing::info!(node = id, "node id retired: it left every group");
+        }
+        Ok(out)
     }
 }
 

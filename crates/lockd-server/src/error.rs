@@ -72,6 +72,8 @@ impl From<Rejection> for ApiError {
             Rejection::WrongGroup { .. } | Rejection::BucketMoving { .. } => 503,
             Rejection::MoveConflict { .. } => 409,
             Rejection::UnknownMove { .. } => 404,
+            Rejection::ClusterTimingMismatch { .. } | Rejection::NodeRetired { .. } => 409,
+            Rejection::InvalidClusterTiming { .. } => 400,
         };
         let retry = match &r {
             Rejection::QueueFull { retry_after_ms, .. } => Some(*retry_after_ms),

@@ -91,6 +91,11 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     }
     let lock_groups = cfg.node.lock_groups;
     let election_timeout_max_ms = cfg.node.election_timeout_ms.1;
+    let timing = lockd_core::ClusterTiming {
+        heartbeat_ms: cfg.node.heartbeat_ms,
+        election_min_ms: cfg.node.election_timeout_ms.0,
+        election_max_ms: cfg.node.election_timeout_ms.1,
+    };
     let (waits, mut orphans) = Waits::new();
     let metrics = Arc::new(Metrics::new());
     waits.observe_log_sync(metrics.log_sync.clone());
@@ -106,6 +111,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let mut service = Service::new(node.clone(), waits, metrics, lock_groups)
         .with_admin_token(cfg.admin_token.as_deref());
     service.election_timeout_max_ms = election_timeout_max_ms;
+    service.timing = Some(timing);
     let service = Arc::new(service);
     node.set_app_handler(Arc::new(route::AppServer(Arc::downgrade(&service))));
     let (stop, stop_rx) = watch::channel(false);

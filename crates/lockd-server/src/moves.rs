@@ -59,18 +59,87 @@ pub struct MoveSummary {
     pub elapsed_ms: u64,
 }
 
-impl Service {
-    async fn current_map(&self) -> Result<ShardMap, ApiError> {
-        let meta = self.group(META_GROUP)?;
-        meta.read(|t| t.shard_map().cloned())
-            .await?
-            .ok_or_else(|| ApiError::new(503, "unavailable", "the shard map is not set yet"))
+/// What a mover needs from where it runs: a node's service (the admin API) or the simulator,
+/// which drives the same steps through its in-process nodes. Every method reaches the group's
+/// leader (or, for reads, is linearizable).
+pub trait MoveHost: Sync {
+    /// The lock groups (1..=G).
+    fn lock_groups(&self) -> Vec<GroupId>;
+    /// Proposes `op` on group `group`.
+    fn propose_on(
+        &self,
+        group: GroupId,
+        op: Op,
+    ) -> impl std::future::Future<Output = Result<Reply, ApiError>> + Send;
+    /// Group `group`'s record of move `id`.
+    fn move_record(
+        &self,
+        group: GroupId,
+        id: MoveId,
+    ) -> impl std::future::Future<Output = Result<Option<MoveRecord>, ApiError>> + Send;
+    /// Group `group`'s moves under way out of it: (id, receiving group, buckets).
+    fn outgoing_moves(
+        &self,
+        group: GroupId,
+    ) -> impl std::future::Future<Output = Result<Vec<(MoveId, u32, BucketSet)>, ApiError>> + Send;
+    /// The shard map as the meta group's leader has it.
+    fn shard_map(&self) -> impl std::future::Future<Output = Result<ShardMap, ApiError>> + Send;
+    /// A fresh move id (random; the simulator draws it from its seed).
+    fn new_move_id(&self) -> MoveId {
+        (rand::random::<u64>() >> 1).max(1)
+    }
+}
+
+impl MoveHost for Service {
+    fn lock_groups(&self) -> Vec<GroupId> {
+        self.lock_group_ids()
     }
 
+    async fn propose_on(&self, group: GroupId, op: Op) -> Result<Reply, ApiError> {
+        self.propose(&self.route_of(group)?, op).await
+    }
+
+    async fn move_record(
+        &self,
+        group: GroupId,
+        id: MoveId,
+    ) -> Result<Option<MoveRecord>, ApiError> {
+        let r = self.route_of(group)?;
+        Ok(answer_of!(self, &r, Query::MoveRecord { move_id: id }, MoveRecord)?.map(|r| *r))
+    }
+
+    async fn outgoing_moves(
+        &self,
+        group: GroupId,
+    ) -> Result<Vec<(MoveId, u32, BucketSet)>, ApiError> {
+        answer_of!(
+            self,
+            &self.route_of(group)?,
+            Query::OutgoingMoves,
+            OutgoingMoves
+        )
+    }
+
+    async fn shard_map(&self) -> Result<ShardMap, ApiError> {
+        let meta = self.route_of(META_GROUP)?;
+        let r = self.query(&meta, Query::ShardMap).await?;
+        match r {
+            crate::route::Answer::ShardMap(Some(m)) => Ok(*m),
+            crate::route::Answer::ShardMap(None) => Err(ApiError::new(
+                503,
+                "unavailable",
+                "the shard map is not set yet",
+            )),
+            _ => Err(crate::route::unexpected("ShardMap")),
+        }
+    }
+}
+
+impl Service {
     /// The shard map and each group's ownership, read from their leaders.
     pub async fn shard_view(&self, creds: &Credentials) -> Result<ShardView, ApiError> {
         self.require_admin(creds, "reading the shard map")?;
-        let map = self.current_map().await?;
+        let map = self.shard_map().await?;
         let mut groups = Vec::new();
         for g in self.lock_group_ids() {
             let own = answer_of!(self, &self.route_of(g)?, Query::Ownership, Ownership)?;
@@ -108,147 +177,141 @@ impl Service {
         if buckets.is_empty() {
             return Err(ApiError::bad_request("buckets: no bucket given"));
         }
-        let started = Instant::now();
-        let mut sum = MoveSummary::default();
-        self.resume_moves(&mut sum).await?;
-        let map = self.current_map().await?;
-        for from in groups.iter().copied().filter(|g| *g != to) {
-            let mine: Vec<u16> = buckets
-                .iter()
-                .filter(|b| map.groups[*b as usize] == from)
-                .collect();
-            for chunk in mine.chunks(CHUNK_BUCKETS) {
-                let chunk: BucketSet = chunk.iter().copied().collect();
-                let id: MoveId = (rand::random::<u64>() >> 1).max(1);
-                let Reply::BucketsFrozen {
-                    locks,
-                    holders,
-                    waits_ended,
-                } = self
-                    .propose(
-                        &self.route_of(from)?,
-                        Op::FreezeBuckets {
-                            move_id: id,
-                            to_group: to,
-                            buckets: chunk.clone(),
-                        },
-                    )
-                    .await?
-                else {
-                    return Err(unexpected("freeze"));
-                };
-                tracing::info!(move_id = id, from, to, buckets = %chunk, locks, "buckets frozen");
-                sum.chunks += 1;
-                sum.locks += locks;
-                sum.holders += holders;
-                sum.waits_requeued += waits_ended;
-                if self.finish_move(from, id, to, &chunk).await? {
-                    sum.buckets += chunk.len() as u32;
-                }
+        move_buckets(self, buckets, to).await
+    }
+}
+
+/// Moves `buckets` to lock group `to` (which must exist), in chunks of [`CHUNK_BUCKETS`],
+/// finishing any interrupted move first; buckets already in `to` are skipped.
+pub async fn move_buckets<H: MoveHost>(
+    h: &H,
+    buckets: &BucketSet,
+    to: GroupId,
+) -> Result<MoveSummary, ApiError> {
+    let started = Instant::now();
+    let mut sum = MoveSummary::default();
+    resume_moves(h, &mut sum).await?;
+    let map = h.shard_map().await?;
+    for from in h.lock_groups().into_iter().filter(|g| *g != to) {
+        let mine: Vec<u16> = buckets
+            .iter()
+            .filter(|b| map.groups[*b as usize] == from)
+            .collect();
+        for chunk in mine.chunks(CHUNK_BUCKETS) {
+            let chunk: BucketSet = chunk.iter().copied().collect();
+            let id = h.new_move_id();
+            let freeze = Op::FreezeBuckets {
+                move_id: id,
+                to_group: to,
+                buckets: chunk.clone(),
+            };
+            let Reply::BucketsFrozen {
+                locks,
+                holders,
+                waits_ended,
+            } = h.propose_on(from, freeze).await?
+            else {
+                return Err(unexpected("freeze"));
+            };
+            tracing::info!(move_id = id, from, to, buckets = %chunk, locks, "buckets frozen");
+            sum.chunks += 1;
+            sum.locks += locks;
+            sum.holders += holders;
+            sum.waits_requeued += waits_ended;
+            if finish_move(h, from, id, to, &chunk).await? {
+                sum.buckets += chunk.len() as u32;
             }
         }
-        sum.map_version = self.current_map().await?.version;
-        sum.elapsed_ms = started.elapsed().as_millis() as u64;
-        Ok(sum)
     }
+    sum.map_version = h.shard_map().await?.version;
+    sum.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(sum)
+}
 
-    /// Finishes every move some group still has frozen (a mover that stopped half-way).
-    async fn resume_moves(&self, sum: &mut MoveSummary) -> Result<(), ApiError> {
-        for from in self.lock_group_ids() {
-            let pending = answer_of!(
-                self,
-                &self.route_of(from)?,
-                Query::OutgoingMoves,
-                OutgoingMoves
-            )?;
-            for (id, to, buckets) in pending {
-                tracing::warn!(move_id = id, from, to, %buckets, "finishing an interrupted bucket move");
-                self.finish_move(from, id, to, &buckets).await?;
-                sum.resumed += 1;
-            }
+/// Finishes every move some group still has frozen (a mover that stopped half-way).
+pub async fn resume_moves<H: MoveHost>(h: &H, sum: &mut MoveSummary) -> Result<(), ApiError> {
+    for from in h.lock_groups() {
+        for (id, to, buckets) in h.outgoing_moves(from).await? {
+            tracing::warn!(move_id = id, from, to, %buckets, "finishing an interrupted bucket move");
+            finish_move(h, from, id, to, &buckets).await?;
+            sum.resumed += 1;
         }
-        Ok(())
     }
+    Ok(())
+}
 
-    /// Steps 2–4 of move `id` (frozen in `from`): import into `to`, flip the map, drop from
-    /// `from`. Each is idempotent. Returns false if the import had been cancelled, in which
-    /// case the buckets are thawed in `from` instead (the abort rolls back, never forward).
-    async fn finish_move(
-        &self,
-        from: GroupId,
-        id: MoveId,
-        to: GroupId,
-        buckets: &BucketSet,
-    ) -> Result<bool, ApiError> {
-        let (a, b) = (self.route_of(from)?, self.route_of(to)?);
-        let record = answer_of!(self, &a, Query::MoveRecord { move_id: id }, MoveRecord)?;
-        let export = match record.map(|r| *r) {
-            Some(MoveRecord::Outgoing { export, .. }) => export,
-            Some(MoveRecord::Dropped { .. }) => return Ok(true),
-            other => {
-                return Err(ApiError::new(
-                    409,
-                    "move_conflict",
-                    format!("bucket move {id}: group {from} records it as {other:?}"),
-                ))
-            }
-        };
-        let next_version = self.current_map().await?.version + 1;
-        let import = Op::ImportBuckets {
-            move_id: id,
-            from_group: from,
-            buckets: buckets.clone(),
-            map_version: next_version,
-            export,
-        };
-        match self.propose(&b, import).await {
-            Ok(_) => {}
-            Err(e) if e.code == "move_conflict" && e.message.contains("cancelled") => {
-                self.propose(&a, Op::ThawBuckets { move_id: id }).await?;
-                tracing::warn!(move_id = id, "the import was cancelled: buckets thawed");
-                return Ok(false);
-            }
+/// Steps 2–4 of move `id` (frozen in `from`): import into `to`, flip the map, drop from
+/// `from`. Each is idempotent. Returns false if the import had been cancelled, in which case
+/// the buckets are thawed in `from` instead (the abort rolls back, never forward).
+pub async fn finish_move<H: MoveHost>(
+    h: &H,
+    from: GroupId,
+    id: MoveId,
+    to: GroupId,
+    buckets: &BucketSet,
+) -> Result<bool, ApiError> {
+    let export = match h.move_record(from, id).await? {
+        Some(MoveRecord::Outgoing { export, .. }) => export,
+        Some(MoveRecord::Dropped { .. }) => return Ok(true),
+        other => {
+            return Err(ApiError::new(
+                409,
+                "move_conflict",
+                format!("bucket move {id}: group {from} records it as {other:?}"),
+            ))
+        }
+    };
+    let next_version = h.shard_map().await?.version + 1;
+    let import = Op::ImportBuckets {
+        move_id: id,
+        from_group: from,
+        buckets: buckets.clone(),
+        map_version: next_version,
+        export,
+    };
+    match h.propose_on(to, import).await {
+        Ok(_) => {}
+        Err(e) if e.code == "move_conflict" && e.message.contains("cancelled") => {
+            h.propose_on(from, Op::ThawBuckets { move_id: id }).await?;
+            tracing::warn!(move_id = id, "the import was cancelled: buckets thawed");
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    }
+    let version = flip_map(h, buckets, to).await?;
+    let drop = Op::DropBuckets {
+        move_id: id,
+        map_version: version,
+    };
+    h.propose_on(from, drop).await?;
+    Ok(true)
+}
+
+/// Points `buckets` at `to` in the shard map (a compare-and-set on the map's version, retried
+/// if another change got in first). Returns the map version that does.
+async fn flip_map<H: MoveHost>(h: &H, buckets: &BucketSet, to: GroupId) -> Result<u64, ApiError> {
+    for _ in 0..20 {
+        let mut map = h.shard_map().await?;
+        if buckets.iter().all(|b| map.groups[b as usize] == to) {
+            return Ok(map.version);
+        }
+        for b in buckets.iter() {
+            map.groups[b as usize] = to;
+        }
+        map.version += 1;
+        let version = map.version;
+        match h.propose_on(META_GROUP, Op::PutShardMap { map }).await {
+            Ok(_) => return Ok(version),
+            Err(e) if e.code == "invalid_shard_map" => continue, // another change first
             Err(e) => return Err(e),
         }
-        let version = self.flip_map(buckets, to).await?;
-        self.propose(
-            &a,
-            Op::DropBuckets {
-                move_id: id,
-                map_version: version,
-            },
-        )
-        .await?;
-        Ok(true)
     }
-
-    /// Points `buckets` at `to` in the shard map (a compare-and-set on the map's version,
-    /// retried if another change got in first). Returns the map version that does.
-    async fn flip_map(&self, buckets: &BucketSet, to: GroupId) -> Result<u64, ApiError> {
-        let meta = self.route_of(META_GROUP)?;
-        for _ in 0..20 {
-            let mut map = self.current_map().await?;
-            if buckets.iter().all(|b| map.groups[b as usize] == to) {
-                return Ok(map.version);
-            }
-            for b in buckets.iter() {
-                map.groups[b as usize] = to;
-            }
-            map.version += 1;
-            let version = map.version;
-            match self.propose(&meta, Op::PutShardMap { map }).await {
-                Ok(_) => return Ok(version),
-                Err(e) if e.code == "invalid_shard_map" => continue, // another change first
-                Err(e) => return Err(e),
-            }
-        }
-        Err(ApiError::new(
-            503,
-            "unavailable",
-            "the shard map kept changing under the move; retry",
-        )
-        .retry_after(1_000))
-    }
+    Err(ApiError::new(
+        503,
+        "unavailable",
+        "the shard map kept changing under the move; retry",
+    )
+    .retry_after(1_000))
 }
 
 fn unexpected(step: &str) -> ApiError {

@@ -56,6 +56,10 @@ pub(crate) enum Query {
     HasNamespace {
         namespace: Namespace,
     },
+    ShardMap,
+    IsRetired {
+        node: u64,
+    },
 }
 
 /// The answer to a [`Query`] (the variant of the same name).
@@ -69,6 +73,8 @@ pub(crate) enum Answer {
     OutgoingMoves(Vec<(MoveId, u32, BucketSet)>),
     MoveRecord(Option<Box<MoveRecord>>),
     HasNamespace(bool),
+    ShardMap(Option<Box<lockd_core::ShardMap>>),
+    IsRetired(bool),
 }
 
 impl Query {
@@ -93,6 +99,8 @@ impl Query {
             Query::HasNamespace { namespace } => {
                 Answer::HasNamespace(t.namespaces().any(|n| n == namespace))
             }
+            Query::ShardMap => Answer::ShardMap(t.shard_map().cloned().map(Box::new)),
+            Query::IsRetired { node } => Answer::IsRetired(t.is_retired(*node)),
         }
     }
 }

@@ -121,6 +121,8 @@ pub struct Service {
     pub election_timeout_max_ms: u64,
     /// SHA-256 of the admin bearer token; `None` = no admin credential, admin calls refused.
     admin_sha256: Option<String>,
+    /// This node's Raft timing, checked against the cluster's at start (`None`: not checked).
+    pub timing: Option<lockd_core::ClusterTiming>,
 }
 
 /// A wait's outcome (with the holder, on a timeout) as the caller gets it; `Ok(None)`: the
@@ -154,6 +156,7 @@ impl Service {
             buckets: Mutex::default(),
             election_timeout_max_ms: 0,
             admin_sha256: None,
+            timing: None,
         }
     }
 
@@ -367,24 +370,19 @@ impl Service {
         session: SessionId,
         creds: &Credentials,
     ) -> Result<(), ApiError> {
-        // Every lock group knows the session: a group with a replica here answers from memory,
-        // else any group is asked.
+        // Every lock group knows the session: a replica here answers from memory. One that has
+        // not applied the open yet (a follower a moment behind), or no replica here at all, is
+        // no answer: then a linearizable read decides, so a live session never gets a 404.
         let mut namespace = None;
-        let mut asked = false;
         for g in self.lock_group_ids() {
-            match self.route_of(g)? {
-                Route::Local(group) => {
-                    asked = true;
-                    namespace =
-                        group.read_local(|t| t.session_namespace(session).map(str::to_string));
+            if let Route::Local(group) = self.route_of(g)? {
+                namespace = group.read_local(|t| t.session_namespace(session).map(str::to_string));
+                if namespace.is_some() {
+                    break;
                 }
-                Route::Remote(_) => continue,
-            }
-            if namespace.is_some() {
-                break;
             }
         }
-        if !asked {
+        if namespace.is_none() {
             let any = self.route_of(1)?;
             namespace = answer_of!(
                 self,
@@ -881,17 +879,35 @@ impl Service {
     /// Makes the replicated configuration match this node's: the shard map in the meta group and
     /// every namespace in every group. Idempotent; all nodes may run it at start.
     pub async fn bootstrap(&self, namespaces: &[Namespace]) -> Result<(), ApiError> {
-        let meta = self.group(META_GROUP)?;
-        if meta.read(|t| t.shard_map().is_none()).await? {
-            match self
-                .propose(
-                    &Route::Local(meta.clone()),
-                    Op::PutShardMap {
-                        map: ShardMap::initial(self.lock_groups),
-                    },
-                )
-                .await
-            {
+        // A joiner's meta replica is not a member yet: this reaches the meta group wherever it is.
+        let meta = self.route_of(META_GROUP)?;
+        // The cluster's Raft timing: the first node records its own; any other node, a joiner
+        // above all, must match it (the lease hand-over needs one election bound), or it stops
+        // (`lockd-core/src/cluster.rs`).
+        if let Some(timing) = self.timing {
+            match self.propose(&meta, Op::SetClusterTiming { timing }).await {
+                Ok(_) => {}
+                Err(e)
+                    if e.code == "cluster_timing_mismatch"
+                        || e.code == "invalid_cluster_timing" =>
+                {
+                    self.node.refuse_to_serve(META_GROUP, e.message.clone());
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let shard_map = || async {
+            match self.query(&meta, Query::ShardMap).await? {
+                crate::route::Answer::ShardMap(m) => Ok(m.map(|m| *m)),
+                _ => Err(crate::route::unexpected("ShardMap")),
+            }
+        };
+        if shard_map().await?.is_none() {
+            let op = Op::PutShardMap {
+                map: ShardMap::initial(self.lock_groups),
+            };
+            match self.propose(&meta, op).await {
                 Ok(_) => {}
                 Err(e) if e.code == "invalid_shard_map" => {} // another node set it first
                 Err(e) => return Err(e),
@@ -899,8 +915,7 @@ impl Service {
         }
         // Each lock group learns its buckets from the map once; from then on it refuses names
         // of other buckets, so no stale route can make two groups grant one name.
-        let map = meta
-            .read(|t| t.shard_map().cloned())
+        let map = shard_map()
             .await?
             .ok_or_else(|| ApiError::new(503, "unavailable", "the shard map is not set yet"))?;
         for g in self.lock_group_ids() {

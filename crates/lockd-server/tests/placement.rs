@@ -215,3 +215,117 @@ async fn a_stream_on_a_node_without_the_group_gets_its_grant_pushed() {
     drop(up);
     c.stop_all().await;
 }
+
+/// Starts node `id` as a joiner of `c` (`--initial-cluster-state existing`), with `timing` as
+/// (heartbeat, election min, election max).
+async fn joiner(
+    c: &Cluster,
+    id: u64,
+    timing: (u64, u64, u64),
+) -> (lockd_server::Running, tempfile::TempDir) {
+    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+    let (http, grpc, peer) = (
+        bind().await.unwrap(),
+        bind().await.unwrap(),
+        bind().await.unwrap(),
+    );
+    let mut peers: std::collections::BTreeMap<u64, String> = c
+        .nodes
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| (i as u64 + 1, r.peer_addr.to_string()))
+        .collect();
+    peers.insert(id, peer.local_addr().unwrap().to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = lockd_raft::NodeConfig::new(id, dir.path(), peers);
+    node.lock_groups = 1;
+    node.join_existing = true;
+    node.heartbeat_ms = timing.0;
+    node.election_timeout_ms = (timing.1, timing.2);
+    let running = lockd_server::start(lockd_server::ServerConfig {
+        node,
+        http,
+        grpc,
+        peer,
+        namespaces: namespaces(),
+        audit_log: None,
+        admin_token: Some(ADMIN_TOKEN.into()),
+    })
+    .await
+    .unwrap();
+    (running, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_with_other_raft_timing_is_refused_naming_both() {
+    let mut c = cluster(3, 1).await;
+    // The cluster runs lockd's defaults (heartbeat 100 ms, election 400..800 ms).
+    let (j, _dir) = joiner(&c, 4, (100, 300, 600)).await;
+    let failure = tokio::time::timeout(Duration::from_secs(20), j.service.node.fatal())
+        .await
+        .expect("the joiner was not refused within 20 s");
+    let msg = failure.to_string();
+    assert!(
+        msg.contains("300..600") && msg.contains("400..800"),
+        "{msg}"
+    );
+    j.stop().await;
+    // The same timing is accepted: the joiner keeps running.
+    let (ok, _dir) = joiner(&c, 5, (100, 400, 800)).await;
+    let refused = tokio::time::timeout(Duration::from_secs(3), ok.service.node.fatal()).await;
+    assert!(
+        refused.is_err(),
+        "a joiner with the cluster's timing was refused: {refused:?}"
+    );
+    ok.stop().await;
+    c.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_id_that_left_every_group_is_never_added_again() {
+    let mut c = cluster(3, 1).await;
+    let (j, _dir) = joiner(&c, 4, (100, 400, 800)).await;
+    let admin = Http::new(c.url(0, "")).admin();
+    let add = json!({"node_id": 4, "peer_addr": j.peer_addr.to_string()});
+    let r = admin.post("/v1/admin/members", add.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Leaving one group of two does not retire it; leaving the last one does.
+    let r = admin.delete("/v1/admin/members/4?groups=1").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = admin
+        .post(
+            "/v1/admin/members",
+            json!({"node_id": 4, "peer_addr": j.peer_addr.to_string(), "groups": [1]}),
+        )
+        .await;
+    assert_eq!(
+        r.status, 200,
+        "not retired while still in group 0: {}",
+        r.body
+    );
+    let r = admin.delete("/v1/admin/members/4").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = admin.post("/v1/admin/members", add).await;
+    assert_eq!(
+        (r.status, &r.body["error"]["code"]),
+        (409, &json!("node_retired")),
+        "{}",
+        r.body
+    );
+    let msg = r.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("node id 4") && msg.contains("new --node-id"),
+        "{msg}"
+    );
+    j.stop().await;
+    // Removing an id that never was a member retires nothing: node 9 joins afterwards.
+    let r = admin.delete("/v1/admin/members/9").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (nine, _dir9) = joiner(&c, 9, (100, 400, 800)).await;
+    let body = json!({"node_id": 9, "peer_addr": nine.peer_addr.to_string()});
+    let r = admin.post("/v1/admin/members", body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    nine.stop().await;
+    c.stop_all().await;
+}

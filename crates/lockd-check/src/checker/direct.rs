@@ -56,6 +56,11 @@ enum Svc<'a> {
     Expired {
         session: &'a str,
     },
+    MovedIn {
+        name: &'a str,
+        token: u64,
+        limit: u32,
+    },
 }
 
 pub fn run(h: &History, ops: &[Operation]) -> DirectFindings {
@@ -208,6 +213,23 @@ fn service_checks(h: &History, f: &mut DirectFindings) {
                 session,
                 ..
             } => recs.push((*group, *seq, i, Svc::Expired { session })),
+            Record::SvcMovedIn {
+                seq,
+                group,
+                name,
+                token,
+                limit,
+                ..
+            } => recs.push((
+                *group,
+                *seq,
+                i,
+                Svc::MovedIn {
+                    name,
+                    token: *token,
+                    limit: *limit,
+                },
+            )),
             _ => {}
         }
     }
@@ -250,6 +272,21 @@ fn service_checks(h: &History, f: &mut DirectFindings) {
                          {token} to {session:?}, expired earlier"
                     ));
                 }
+            }
+            Svc::MovedIn { name, token, limit } => {
+                // The same hold in a new group: it must fit beside the holders there (S1), but
+                // its token was minted before, so it is not a new grant for S2 or S4.
+                let holds = held.entry((*group, name)).or_default();
+                if !holds.contains(token) && holds.len() >= (*limit).max(1) as usize {
+                    f.double_grants += 1;
+                    f.note(format!(
+                        "double grant: group {group} seq {seq} took in {name:?} token {token} \
+                         with a bucket move while held by token(s) {holds:?}"
+                    ));
+                }
+                holds.insert(*token);
+                let m = max_token.entry((*group, name)).or_insert(*token);
+                *m = (*m).max(*token);
             }
             Svc::Release { name, token } => {
                 if let Some(holds) = held.get_mut(&(*group, *name)) {

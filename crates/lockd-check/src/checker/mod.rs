@@ -68,6 +68,11 @@ pub enum Signature {
     GrantWhileBelieved,
     /// A linearizable read missed a grant acknowledged before it began.
     StaleRead,
+    /// A name's token did not rise (S2), also across groups.
+    TokenRegression,
+    /// Two holders of one exclusive name at once in the service's own records (S1), also in
+    /// two groups.
+    DoubleGrant,
 }
 
 impl std::fmt::Display for Signature {
@@ -77,6 +82,8 @@ impl std::fmt::Display for Signature {
             Signature::BeliefOverlap => "belief-overlap",
             Signature::GrantWhileBelieved => "grant-while-believed",
             Signature::StaleRead => "stale-read",
+            Signature::TokenRegression => "token-regression",
+            Signature::DoubleGrant => "double-grant",
         })
     }
 }
@@ -228,6 +235,12 @@ impl Report {
         }
         if d.belief_overlaps > 0 {
             v.push(Signature::BeliefOverlap);
+        }
+        if d.token_regressions > 0 {
+            v.push(Signature::TokenRegression);
+        }
+        if d.double_grants > 0 {
+            v.push(Signature::DoubleGrant);
         }
         v
     }

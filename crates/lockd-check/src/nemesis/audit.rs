@@ -93,7 +93,8 @@ pub fn merge(paths: &[impl AsRef<Path>]) -> anyhow::Result<Merged> {
             divergent.push(format!("group {group} index {index}: {versions:?}"));
         }
         for (k, l) in longest.into_iter().enumerate() {
-            let seq = index * 1000 + k as u64;
+            // An import's entry carries one event per moved holder: room for 2^20 of them.
+            let seq = (index << 20) + k as u64;
             let session = session_name(l.session);
             let rec = match (l.event.as_str(), l.name, l.token) {
                 ("grant", Some(name), Some(token)) => Record::SvcGrant {
@@ -103,6 +104,23 @@ pub fn merge(paths: &[impl AsRef<Path>]) -> anyhow::Result<Merged> {
                     token,
                     session,
                     limit: l.limit.unwrap_or(1),
+                    time_ms: l.time_ms,
+                },
+                ("moved_in", Some(name), Some(token)) => Record::SvcMovedIn {
+                    seq,
+                    group,
+                    name,
+                    token,
+                    session,
+                    limit: l.limit.unwrap_or(1),
+                    time_ms: l.time_ms,
+                },
+                ("moved_out", Some(name), Some(token)) => Record::SvcRelease {
+                    seq,
+                    group,
+                    name,
+                    token,
+                    cause: "moved".into(),
                     time_ms: l.time_ms,
                 },
                 ("release", Some(name), Some(token)) => Record::SvcRelease {
@@ -139,6 +157,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_bucket_move_ends_a_hold_in_one_group_and_carries_it_into_another() {
+        let dir = std::env::temp_dir().join(format!("lockd-check-moves-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = dir.join("a.jsonl");
+        let lines = [
+            r#"{"group":1,"index":3,"time_ms":5,"event":"grant","name":"x","session":7,"token":3,"limit":1}"#,
+            r#"{"group":1,"index":4,"time_ms":6,"event":"moved_out","name":"x","session":7,"token":3}"#,
+            r#"{"group":2,"index":9,"time_ms":6,"event":"moved_in","name":"x","session":7,"token":3,"limit":1}"#,
+        ];
+        std::fs::write(&a, lines.join("\n")).unwrap();
+        let m = merge(&[&a]).unwrap();
+        assert_eq!(m.records.len(), 3);
+        assert!(
+            matches!(&m.records[1], Record::SvcRelease { group: 1, token: 3, cause, .. } if cause == "moved")
+        );
+        assert!(matches!(
+            &m.records[2],
+            Record::SvcMovedIn {
+                group: 2,
+                token: 3,
+                limit: 1,
+                ..
+            }
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn merges_replays_and_flags_divergence() {
         let dir = std::env::temp_dir().join(format!("lockd-check-audit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -160,7 +206,7 @@ mod tests {
         assert_eq!(m.records.len(), 3);
         assert!(matches!(
             m.records[2],
-            Record::SvcSessionExpired { seq: 4001, .. }
+            Record::SvcSessionExpired { seq, .. } if seq == (4 << 20) + 1
         ));
         // A replay right after the entry it repeats (killed just after writing it) is a second
         // version of the entry, not a longer entry with every event twice.

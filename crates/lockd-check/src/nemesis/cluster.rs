@@ -18,6 +18,9 @@ use super::proxy::Link;
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// How the nodes are started.
+/// The admin bearer token of the nodes the nemesis starts.
+pub const ADMIN_TOKEN: &str = "lockd-check-nemesis-admin";
+
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
     pub lockd_bin: PathBuf,
@@ -109,6 +112,9 @@ impl Cluster {
         std::fs::create_dir_all(&cfg.dir)?;
         let config_path = cfg.dir.join("namespaces.toml");
         std::fs::write(&config_path, &cfg.config_toml)?;
+        // The admin credential, for the topology faults (bucket moves).
+        let admin_path = cfg.dir.join("admin-token");
+        std::fs::write(&admin_path, ADMIN_TOKEN)?;
         let ids: Vec<u64> = (1..=cfg.nodes).collect();
         let mut grpc = BTreeMap::new();
         let mut http = BTreeMap::new();
@@ -171,6 +177,8 @@ impl Cluster {
                 config_path.display().to_string(),
                 "--audit-log".into(),
                 audit.display().to_string(),
+                "--admin-token-file".into(),
+                admin_path.display().to_string(),
             ];
             args.extend(cfg.extra_args.iter().cloned());
             let faketime_file = cfg.dir.join(format!("node{id}.faketime"));

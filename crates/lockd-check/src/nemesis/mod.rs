@@ -45,6 +45,9 @@ pub enum FaultKind {
     PauseClient,
     Partition,
     Clock,
+    /// A topology change: the bucket of a worker's name moves to another lock group while in
+    /// use (through the admin API of a random node, concurrent with the next faults).
+    Move,
 }
 
 impl FaultKind {
@@ -55,6 +58,7 @@ impl FaultKind {
             FaultKind::PauseNode | FaultKind::PauseClient => "pause",
             FaultKind::Partition => "partition",
             FaultKind::Clock => "clock",
+            FaultKind::Move => "move",
         }
     }
 }
@@ -136,6 +140,9 @@ pub struct Progress {
     /// `None`: external cluster, or a node did not answer its status call.
     pub max_apply_lag: Option<u64>,
     pub faults_injected: u64,
+    /// Bucket moves that completed, and that stopped half-way (finished by a later one).
+    pub moves_ok: u64,
+    pub moves_failed: u64,
     pub missing_in_audit: u64,
 }
 
@@ -166,7 +173,8 @@ impl Outcome {
         format!(
             "{line} replica_divergence={} audit_entries={}{snapshots} workers_failed={} {nodes} \
              acked_grants={} fenced_adds={} unfenced_lost={} missing_in_audit={} \
-             progress_failures={} duration_s={} seed={} sabotage={} violations={}",
+             moves_ok={} moves_failed={} progress_failures={} duration_s={} seed={} sabotage={} \
+             violations={}",
             self.replica_divergence,
             self.audit_entries,
             p.workers_failed,
@@ -174,6 +182,8 @@ impl Outcome {
             d.acked_adds_fenced,
             d.lost_updates_unfenced.unwrap_or(0),
             p.missing_in_audit,
+            p.moves_ok,
+            p.moves_failed,
             self.progress_failures.len(),
             cfg.duration.as_secs(),
             cfg.seed,
@@ -198,6 +208,71 @@ enum Undo {
     Heal(u64),
     Restart(u64),
     Clock(u64),
+    Nothing,
+}
+
+/// The names the workers lock: a move fault moves one of their buckets.
+fn worker_names() -> Vec<String> {
+    let mut v: Vec<String> = MUTEX_NAMES.iter().map(|n| n.to_string()).collect();
+    v.push(worker::set_lock(SET_FENCED));
+    v.push(worker::set_lock(SET_UNFENCED));
+    v
+}
+
+/// Moves the bucket of `name` to the next lock group (of `groups`) through the admin API at
+/// `endpoint`; `Ok(summary)` or why not. A move that fails half-way is finished by the next
+/// one (every move call first resumes interrupted moves).
+async fn move_bucket(endpoint: String, name: String, groups: u32) -> Result<String, String> {
+    use lockd_client::proto::admin_client::AdminClient;
+    use lockd_client::proto::{MoveBucketsRequest, ShardMapRequest};
+    let call = async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        let token: tonic::metadata::MetadataValue<_> = format!("Bearer {}", cluster::ADMIN_TOKEN)
+            .parse()
+            .map_err(|_| "bad token".to_string())?;
+        let mut admin = AdminClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", token.clone());
+            Ok(r)
+        });
+        let map = admin
+            .shard_map(ShardMapRequest {})
+            .await
+            .map_err(|s| s.message().to_string())?
+            .into_inner();
+        let bucket = lockd_core::bucket_of(&name);
+        let from = lockd_core::ShardMap::initial(groups).group_of(&name);
+        let from = map
+            .groups
+            .iter()
+            .find(|g| {
+                g.buckets
+                    .parse::<lockd_core::BucketSet>()
+                    .is_ok_and(|b| b.contains(bucket))
+            })
+            .map_or(from, |g| g.group);
+        let to = from % groups + 1;
+        let r = admin
+            .move_buckets(MoveBucketsRequest {
+                buckets: bucket.to_string(),
+                to_group: to,
+            })
+            .await
+            .map_err(|s| format!("{name} {from}->{to}: {}", s.message()))?
+            .into_inner();
+        Ok::<_, String>(format!(
+            "{name} {from}->{to}: {} bucket(s), {} holder(s), {} resumed",
+            r.buckets_moved, r.holders, r.resumed
+        ))
+    };
+    match tokio::time::timeout(Duration::from_secs(30), call).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("{name}: no answer in 30 s")),
+    }
 }
 
 /// Runs the whole thing.
@@ -338,6 +413,9 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     let ttl_ms = cfg.ttl.as_millis() as u64;
     let mut probes = tokio::task::JoinSet::new();
     let mut faults_done = 0u64;
+    let groups = cfg.lock_groups;
+    let mut moves = tokio::task::JoinSet::new();
+    let moves_log: Arc<Mutex<Vec<Result<String, String>>>> = Arc::default();
     let faults: Vec<FaultKind> = if cluster.is_external() {
         let only = [FaultKind::PauseClient];
         cfg.faults
@@ -348,12 +426,19 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     } else {
         cfg.faults.clone()
     };
+    let mut bag: Vec<FaultKind> = Vec::new();
     while Instant::now() < end && !faults.is_empty() {
         tokio::time::sleep(Duration::from_millis(rng.u64(1000..=3000))).await;
         if Instant::now() >= end {
             break;
         }
-        let kind = faults[rng.usize(..faults.len())];
+        // Every kind once per round of draws, in a seeded order: a run of a minute still
+        // injects each kind (a run where one never came up would prove nothing about it).
+        if bag.is_empty() {
+            bag = faults.clone();
+            rng.shuffle(&mut bag);
+        }
+        let kind = bag.pop().expect("refilled");
         let leaders = if cluster.is_external() {
             BTreeMap::new()
         } else {
@@ -438,6 +523,27 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
                     rng.u64(2 * ttl_ms..=5 * ttl_ms),
                 )
             }
+            FaultKind::Move => {
+                if cfg.lock_groups < 2 {
+                    continue;
+                }
+                let names = worker_names();
+                let name = names[rng.usize(..names.len())].clone();
+                let ids = cluster.ids();
+                let endpoint = cluster.endpoints_from(rng.usize(..ids.len().max(1)))[0].clone();
+                let log = moves_log.clone();
+                moves.spawn(async move {
+                    let r = move_bucket(endpoint, name, groups).await;
+                    eprintln!("nemesis: move {r:?}");
+                    log.lock().expect("moves log").push(r);
+                });
+                (
+                    "bucket".to_string(),
+                    true,
+                    Undo::Nothing,
+                    rng.u64(500..=2000),
+                )
+            }
             FaultKind::Clock => {
                 let offset = rng.i64(3600..=30 * 86_400);
                 cluster.set_clock_offset(node, offset)?;
@@ -484,12 +590,26 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             Undo::Heal(id) => cluster.isolate(id, false),
             Undo::Restart(id) => cluster.restart(id)?,
             Undo::Clock(id) => cluster.set_clock_offset(id, 0)?,
+            Undo::Nothing => {}
         }
     }
     cluster.restore()?;
     for (_, pid, _, _) in &workers {
         let _ = cluster::resume(*pid);
     }
+    while moves.join_next().await.is_some() {}
+    if faults.contains(&FaultKind::Move) && groups >= 2 {
+        // A move cut short by a fault leaves frozen buckets: the next move call finishes it,
+        // so make one more on the healed cluster (not counted: it runs after the faults).
+        let endpoint = cluster.endpoints_from(0)[0].clone();
+        let done = move_bucket(endpoint, MUTEX_NAMES[0].to_string(), groups).await;
+        eprintln!("nemesis: final move (finishes interrupted ones) {done:?}");
+    }
+    let (moves_ok, moves_failed) = {
+        let l = moves_log.lock().expect("moves log");
+        let ok = l.iter().filter(|r| r.is_ok()).count() as u64;
+        (ok, l.len() as u64 - ok)
+    };
     eprintln!("nemesis: {faults_done} faults injected; healing, waiting for workers");
 
     // Workers stop on their own after `duration`, finishing their round (bounded by the TTL).
@@ -497,6 +617,8 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     let mut worker_files = Vec::new();
     let mut progress = Progress {
         faults_injected: faults_done,
+        moves_ok,
+        moves_failed,
         ..Progress::default()
     };
     for (id, pid, mut child, file) in workers {
@@ -652,6 +774,12 @@ fn progress_failures(cfg: &NemesisConfig, out: &Outcome, has_audit: bool) -> Vec
     }
     if !cfg.faults.is_empty() && p.faults_injected == 0 {
         f.push("faults=0: no fault was injected".into());
+    }
+    if cfg.faults.contains(&FaultKind::Move) && cfg.lock_groups >= 2 && p.moves_ok == 0 {
+        f.push(format!(
+            "moves_ok=0 (of {}): no bucket move completed, so no name was checked across groups",
+            p.moves_failed
+        ));
     }
     if cfg.lockset_workers > 0 && d.lost_updates_unfenced.unwrap_or(0) == 0 {
         f.push(format!(
@@ -828,9 +956,16 @@ mod tests {
                 nodes: Some((1, 3)),
                 max_apply_lag: Some(MAX_APPLY_LAG + 1),
                 faults_injected: 0,
+                moves_ok: 0,
+                moves_failed: 3,
                 missing_in_audit: 4,
             },
             progress_failures: Vec::new(),
+        };
+        let cfg = || NemesisConfig {
+            lock_groups: 2,
+            faults: vec![FaultKind::Kill, FaultKind::Move],
+            ..cfg()
         };
         let f = progress_failures(&cfg(), &out, true);
         for key in [
@@ -843,23 +978,25 @@ mod tests {
             "acked_grants=0",
             "fenced_adds=0",
             "faults=0",
+            "moves_ok=0 (of 3)",
             "unfenced_lost=0",
         ] {
             assert!(f.iter().any(|l| l.starts_with(key)), "{key} not in {f:?}");
         }
-        assert_eq!(f.len(), 10, "{f:?}");
+        assert_eq!(f.len(), 11, "{f:?}");
         out.progress_failures = f;
         let line = out.result_line(&cfg());
         assert!(line.contains(" workers_failed=2 nodes_dead=1 node_panics=3 max_apply_lag=1001 "));
         assert!(
             line.ends_with(
-                " progress_failures=10 duration_s=1 seed=1 sabotage=none violations=false"
+                " moves_ok=0 moves_failed=3 progress_failures=11 duration_s=1 seed=1 \
+                 sabotage=none violations=false"
             ),
             "{line}"
         );
         // An external cluster: no node checks, reported as such.
         out.progress.nodes = None;
         assert!(out.result_line(&cfg()).contains(" nodes=external "));
-        assert_eq!(progress_failures(&cfg(), &out, true).len(), 6);
+        assert_eq!(progress_failures(&cfg(), &out, true).len(), 7);
     }
 }

@@ -1,7 +1,7 @@
-//! `lockd-check sim`: a deterministic in-process simulation of a real lockd Raft group.
+//! `lockd-check sim`: a deterministic in-process simulation of a real lockd cluster.
 //!
 //! Per seed, one current-thread tokio runtime with paused (virtual) time runs 3 or 5 real
-//! `lockd_raft::Node`s (openraft + lockd-core) of one lock group (plus the meta group), wired
+//! `lockd_raft::Node`s (openraft + lockd-core) of two lock groups (plus the meta group), wired
 //! through lockd-raft's seams: a simulated network (`net`), in-memory storage with a modelled
 //! fsync (`lockd_raft::MemStorage`), a per-node clock rate and a seeded openraft RNG. Only the
 //! network, the disk and the clock are simulated.
@@ -11,7 +11,10 @@
 //! keepalive + TTL − TTL/5) and write to a fenced store only while they believe they hold the
 //! lock. A seeded nemesis injects message loss and delay bursts, partitions (also isolating the
 //! leader), crashes with restart, node and client pauses longer than the TTL, and clock-rate
-//! skew within ±5 %.
+//! skew within ±5 %, and topology faults: a name's bucket moves to the other group while in
+//! use (lockd-server's own mover, which finishes what an earlier interrupted move left), or a
+//! move is aborted after the freeze. Clients route as a node does (the home node's shard map,
+//! re-read on `wrong_group` / `bucket_moving`).
 //!
 //! Checked online: lockd-core's invariants after every apply on every replica (S1, ...), tokens
 //! per name strictly rising (S2), identical entry and state hash for every replica at the same
@@ -39,8 +42,12 @@ use crate::checker::{self, Budget, Report, Signature};
 use crate::history::{Call, History, Outcome, ProcessId, Record, StoreOp};
 use net::SimNet;
 
-/// The lock group the clients use.
-const GROUP: GroupId = 1;
+/// The lock groups. Names start where the initial shard map puts them and move between the
+/// groups (nemesis `move`), so S1 and S2 are checked per name across groups.
+const GROUPS: [GroupId; 2] = [1, 2];
+/// The group of the service records (`SvcGrant`, ...) the checker reads: one for every group,
+/// so that its per-(group, name) checks follow a name across groups.
+const NAME_VIEW: u64 = 1;
 /// Session TTL of every client.
 const TTL: Duration = Duration::from_secs(5);
 /// Names the clients contend for.
@@ -63,6 +70,12 @@ pub enum Sabotage {
     StoreFence,
     /// Reads answer from the local replica without a ReadIndex round.
     StaleRead,
+    /// The mover does not carry the sending group's revision to the receiving one, so the
+    /// receiving group mints tokens of moved names from its own, lower revision (S2).
+    RevisionFloor,
+    /// Lock groups serve names of buckets they do not own (no ownership check), so a node
+    /// with a stale map sends a name to a group that has given it away (S1).
+    Ownership,
 }
 
 impl Sabotage {
@@ -73,6 +86,8 @@ impl Sabotage {
             Sabotage::LeaderLease => Signature::GrantWhileBelieved,
             Sabotage::StoreFence => Signature::StaleWrite,
             Sabotage::StaleRead => Signature::StaleRead,
+            Sabotage::RevisionFloor => Signature::TokenRegression,
+            Sabotage::Ownership => Signature::DoubleGrant,
         }
     }
 
@@ -83,6 +98,8 @@ impl Sabotage {
             Sabotage::LeaderLease => "leader-lease",
             Sabotage::StoreFence => "store-fence",
             Sabotage::StaleRead => "stale-read",
+            Sabotage::RevisionFloor => "revision-floor",
+            Sabotage::Ownership => "ownership",
         }
     }
 
@@ -93,6 +110,8 @@ impl Sabotage {
             Sabotage::LeaderLease,
             Sabotage::StoreFence,
             Sabotage::StaleRead,
+            Sabotage::RevisionFloor,
+            Sabotage::Ownership,
         ]
         .into_iter()
         .find(|k| k.name() == s)
@@ -215,12 +234,19 @@ struct Store {
 /// same (S9).
 #[derive(Default)]
 struct Audit {
-    first: BTreeMap<(u64, usize), (u64, u64)>,
-    /// Current holder of each name: (token, session), from the service's view.
-    holds: BTreeMap<String, (u64, SessionId)>,
+    first: BTreeMap<(GroupId, u64, usize), (u64, u64)>,
+    /// Current holder of each name: (token, session, group), from the service's view. The
+    /// group is 0 while a move carries the hold from one group to another.
+    holds: BTreeMap<String, (u64, SessionId, GroupId)>,
     last_token: BTreeMap<String, u64>,
-    /// Every grant in the committed log: (name, token) -> index.
-    grants: BTreeMap<(String, u64), u64>,
+    /// Every grant in the committed log: (name, token) -> (group, index).
+    grants: BTreeMap<(String, u64), (GroupId, u64)>,
+    /// Sessions by the groups that have them open (a session expired in every group is gone).
+    open_in: BTreeMap<SessionId, std::collections::BTreeSet<GroupId>>,
+    /// Frozen moves: id -> (sending group, buckets).
+    moves: BTreeMap<lockd_core::MoveId, (GroupId, lockd_core::BucketSet)>,
+    /// Service records in first-apply order (log order within each group).
+    seq: u64,
     applies: u64,
 }
 
@@ -233,14 +259,15 @@ struct World {
     records: Mutex<Vec<Record>>,
     digest: Mutex<DefaultHasher>,
     audit: Mutex<Audit>,
-    /// Ended waits seen by each node's sink: (node, waiter) -> token if granted.
-    waits: Mutex<BTreeMap<(NodeId, u64), Option<u64>>>,
+    /// Ended waits seen by each node's sink: (node, group, waiter) -> token if granted.
+    waits: Mutex<BTreeMap<(NodeId, GroupId, u64), Option<u64>>>,
     wait_notify: Notify,
     store: Mutex<Store>,
     violations: Mutex<Vec<String>>,
     signatures: Mutex<std::collections::BTreeSet<Signature>>,
     holds: Mutex<Vec<Hold>>,
-    acked_grants: Mutex<Vec<(String, u64)>>,
+    /// Acknowledged grants: (name, token, group that granted it).
+    acked_grants: Mutex<Vec<(String, u64, GroupId)>>,
     faults: Mutex<BTreeMap<String, u64>>,
     ops: AtomicU64,
     reads: AtomicU64,
@@ -344,11 +371,12 @@ impl World {
         });
     }
 
-    /// One command applied on `node` at `(index, slot)`: the `slot`th command of the log entry
-    /// at `index` (the audit hook of its sink).
+    /// One command applied on `node` to group `group` at `(index, slot)`: the `slot`th command
+    /// of the log entry at `index` (the audit hook of its sink).
     fn audited(
         &self,
         node: NodeId,
+        group: GroupId,
         (index, slot): (u64, usize),
         cmd: &Command,
         applied: &Applied,
@@ -356,7 +384,7 @@ impl World {
     ) {
         if let Err(v) = t.check_invariants() {
             self.violation(format!(
-                "invariant broken on node {node} at index {index}: {v:?}"
+                "invariant broken on node {node} group {group} at index {index}: {v:?}"
             ));
         }
         if slot >= 256 {
@@ -367,35 +395,112 @@ impl World {
             applied.reply, applied.effects
         ));
         let state = t.state_hash();
-        lock(&self.digest).write_u64(hash_of(&(node, index, slot, entry, state, self.now_ns())));
+        lock(&self.digest).write_u64(hash_of(&(
+            node,
+            group,
+            index,
+            slot,
+            entry,
+            state,
+            self.now_ns(),
+        )));
         self.trace(format!(
-            "{} node {node} applied {index}.{slot}: {cmd:?} -> {:?} state {state:x}",
+            "{} node {node} group {group} applied {index}.{slot}: {cmd:?} -> {:?} state {state:x}",
             self.now_ns(),
             applied.reply
         ));
         let mut a = lock(&self.audit);
         a.applies += 1;
-        if let Some(&(e0, s0)) = a.first.get(&(index, slot)) {
+        if let Some(&(e0, s0)) = a.first.get(&(group, index, slot)) {
             if (e0, s0) != (entry, state) {
                 drop(a);
                 self.violation(format!(
                     "S9: node {node} applied a different command or reached a different state \
-                     at index {index} slot {slot}"
+                     in group {group} at index {index} slot {slot}"
                 ));
             }
             return;
         }
-        a.first.insert((index, slot), (entry, state));
-        // Service records, from the first replica to apply this command, numbered in log
-        // order: at most 256 commands per entry, and far fewer than 4,096 records per command.
-        let seq0 = (index * 256 + slot as u64) * 4096;
-        let mut k = 0;
+        a.first.insert((group, index, slot), (entry, state));
+        if group == lockd_raft::META_GROUP {
+            return;
+        }
+        // Service records, from the first replica to apply this command, in first-apply order
+        // over every group (each group's log order), all under one group (NAME_VIEW) so that
+        // the checker follows a name that moves between groups.
         let mut recs = Vec::new();
-        let mut seq = || {
-            k += 1;
-            seq0 + k
-        };
         let time_ms = cmd.now_ms;
+        let mut s2 = Vec::new();
+        let mut s1 = Vec::new();
+        match (&cmd.op, &applied.reply) {
+            (Op::OpenSession { session, .. }, Ok(Reply::SessionOpened { .. })) => {
+                a.open_in.entry(*session).or_default().insert(group);
+            }
+            (
+                Op::FreezeBuckets {
+                    move_id, buckets, ..
+                },
+                Ok(Reply::BucketsFrozen { .. }),
+            ) => {
+                // The holds leave this group's table for the move's export.
+                for (n, h) in a.holds.iter_mut() {
+                    if h.2 == group && buckets.contains(lockd_core::bucket_of(n)) {
+                        h.2 = 0;
+                    }
+                }
+                a.moves
+                    .entry(*move_id)
+                    .or_insert_with(|| (group, buckets.clone()));
+            }
+            (Op::ThawBuckets { move_id }, Ok(Reply::BucketsThawed { .. })) => {
+                // The holds come back, but a holder whose session ended meanwhile does not.
+                if let Some((from, buckets)) = a.moves.remove(move_id) {
+                    let back: Vec<String> = a
+                        .holds
+                        .iter()
+                        .filter(|(n, h)| h.2 == 0 && buckets.contains(lockd_core::bucket_of(n)))
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    for n in back {
+                        let token = a.holds[&n].0;
+                        let kept = t
+                            .lock_info(&n, cmd.now_ms)
+                            .is_some_and(|i| i.holders.iter().any(|h| h.token == token));
+                        if kept {
+                            if let Some(h) = a.holds.get_mut(&n) {
+                                h.2 = from;
+                            }
+                        } else {
+                            a.holds.remove(&n);
+                            recs.push(Record::SvcRelease {
+                                seq: 0,
+                                group: NAME_VIEW,
+                                name: n,
+                                token,
+                                cause: "thaw-dropped".into(),
+                                time_ms,
+                            });
+                        }
+                    }
+                }
+            }
+            (
+                Op::ImportBuckets {
+                    move_id, export, ..
+                },
+                Ok(Reply::BucketsImported { .. }),
+            ) => {
+                a.moves.remove(move_id);
+                for l in &export.locks {
+                    for h in &l.holders {
+                        a.holds
+                            .insert(l.name.to_string(), (h.token, h.session, group));
+                        a.open_in.entry(h.session).or_default().insert(group);
+                    }
+                }
+            }
+            _ => {}
+        }
         if let Ok(Reply::SessionsExpired { expired }) = &applied.reply {
             // C1 directly: a session must not expire while its client's own deadline, set by
             // the keepalives a leader acknowledged, still runs.
@@ -405,21 +510,13 @@ impl World {
                     self.violation_of(
                         Signature::GrantWhileBelieved,
                         format!(
-                            "C1: session {s} expired at {:.3}s while its client's deadline ran to \
-                         {:.3}s",
+                            "C1: session {s} expired in group {group} at {:.3}s while its \
+                             client's deadline ran to {:.3}s",
                             self.now_ns() as f64 / 1e9,
                             self.ns(d) as f64 / 1e9
                         ),
                     );
                 }
-            }
-            for s in expired {
-                recs.push(Record::SvcSessionExpired {
-                    seq: seq(),
-                    group: GROUP as u64,
-                    session: s.to_string(),
-                    time_ms,
-                });
             }
         }
         if let (Op::Release { name, token, .. }, Ok(Reply::Released { remaining: 0 })) =
@@ -427,8 +524,8 @@ impl World {
         {
             a.holds.remove(name);
             recs.push(Record::SvcRelease {
-                seq: seq(),
-                group: GROUP as u64,
+                seq: 0,
+                group: NAME_VIEW,
                 name: name.clone(),
                 token: *token,
                 cause: "release".into(),
@@ -443,17 +540,30 @@ impl World {
                 let ended: Vec<String> = a
                     .holds
                     .iter()
-                    .filter(|(_, (_, s))| s == session)
+                    .filter(|(_, (_, s, g))| s == session && *g == group)
                     .map(|(n, _)| n.clone())
                     .collect();
                 for n in ended {
                     let token = a.holds.remove(&n).map_or(0, |h| h.0);
                     recs.push(Record::SvcRelease {
-                        seq: seq(),
-                        group: GROUP as u64,
+                        seq: 0,
+                        group: NAME_VIEW,
                         name: n,
                         token,
                         cause: format!("{reason:?}").to_lowercase(),
+                        time_ms,
+                    });
+                }
+                // Expired in its last group: from now on no group may grant to it.
+                let gone = a.open_in.get_mut(session).is_some_and(|gs| {
+                    gs.remove(&group);
+                    gs.is_empty()
+                });
+                if gone && *reason == lockd_core::SessionEndReason::Expired {
+                    recs.push(Record::SvcSessionExpired {
+                        seq: 0,
+                        group: NAME_VIEW,
+                        session: session.to_string(),
                         time_ms,
                     });
                 }
@@ -476,20 +586,26 @@ impl World {
                 grants.push((name.to_string(), *token, *session));
             }
         }
-        let mut s2 = Vec::new();
         for (name, token, session) in grants {
             let last = a.last_token.get(&name).copied().unwrap_or(0);
             if token <= last {
                 s2.push(format!(
-                    "S2: token {token} for {name} at index {index} after {last}"
+                    "S2: group {group} granted {name} token {token} at index {index} after token \
+                     {last}"
+                ));
+            }
+            if let Some((held, _, g)) = a.holds.get(&name).filter(|h| h.2 != group) {
+                s1.push(format!(
+                    "S1: group {group} granted {name} token {token} at index {index} while \
+                     group {g} held it with token {held}"
                 ));
             }
             a.last_token.insert(name.clone(), token);
-            a.holds.insert(name.clone(), (token, session));
-            a.grants.insert((name.clone(), token), index);
+            a.holds.insert(name.clone(), (token, session, group));
+            a.grants.insert((name.clone(), token), (group, index));
             recs.push(Record::SvcGrant {
-                seq: seq(),
-                group: GROUP as u64,
+                seq: 0,
+                group: NAME_VIEW,
                 name,
                 token,
                 session: session.to_string(),
@@ -497,9 +613,21 @@ impl World {
                 time_ms,
             });
         }
+        for r in &mut recs {
+            a.seq += 1;
+            match r {
+                Record::SvcGrant { seq, .. }
+                | Record::SvcRelease { seq, .. }
+                | Record::SvcSessionExpired { seq, .. } => *seq = a.seq,
+                _ => {}
+            }
+        }
         drop(a);
         for v in s2 {
-            self.violation(v);
+            self.violation_of(Signature::TokenRegression, v);
+        }
+        for v in s1 {
+            self.violation_of(Signature::DoubleGrant, v);
         }
         for r in recs {
             self.push(r);
@@ -592,7 +720,7 @@ impl EffectSink for SimSink {
         let Some(w) = self.world.upgrade() else {
             return;
         };
-        if group != GROUP {
+        if group == lockd_raft::META_GROUP {
             return;
         }
         let mut any = false;
@@ -605,7 +733,7 @@ impl EffectSink for SimSink {
                 }
                 Effect::SessionEnded { .. } | Effect::SessionAdopted { .. } => continue,
             };
-            lock(&w.waits).insert((self.node, *waiter), token);
+            lock(&w.waits).insert((self.node, group, *waiter), token);
             any = true;
         }
         if any {
@@ -622,11 +750,8 @@ impl EffectSink for SimSink {
         applied: &Applied,
         table: &LockTable,
     ) {
-        if group != GROUP {
-            return;
-        }
         if let Some(w) = self.world.upgrade() {
-            w.audited(self.node, (index, slot), cmd, applied, table);
+            w.audited(self.node, group, (index, slot), cmd, applied, table);
         }
     }
 }
@@ -641,7 +766,9 @@ async fn start_node(w: &Arc<World>, id: NodeId) -> anyhow::Result<()> {
     let mut cfg = NodeConfig::new(id, "/nonexistent/lockd-sim", peers);
     cfg.storage = Storage::Memory(w.disks[&id].clone());
     cfg.snapshot_every = 200;
+    cfg.lock_groups = GROUPS.len() as u32;
     cfg.skip_leader_lease_check = w.cfg.sabotage == Some(Sabotage::LeaderLease);
+    cfg.skip_ownership_check = w.cfg.sabotage == Some(Sabotage::Ownership);
     // Clock-rate skew within ±5 %, drawn per incarnation.
     let skew = (w.rand_u64(0..10_001) as f64 - 5_000.0) / 100_000.0;
     cfg.clock_rate = 1.0 + skew;
@@ -669,11 +796,11 @@ async fn crash_node(w: &Arc<World>, id: NodeId) {
     }
 }
 
-fn leader_of(w: &World) -> Option<NodeId> {
+fn leader_of(w: &World, group: GroupId) -> Option<NodeId> {
     (1..=w.cfg.replicas).find(|id| {
         w.net
             .node(*id)
-            .and_then(|(_, n)| n.group(GROUP))
+            .and_then(|(_, n)| n.group(group))
             .is_some_and(|g| g.is_leader())
     })
 }
@@ -681,8 +808,13 @@ fn leader_of(w: &World) -> Option<NodeId> {
 // ------------------------------------------------------------------------------------------
 // Clients
 
-/// One call through a client's home node; `None` if it did not answer in time.
-async fn client_call<T, F, Fut>(w: &World, home: NodeId, f: F) -> Option<Result<T, GroupError>>
+/// One call on `group` through a client's home node; `None` if it did not answer in time.
+async fn client_call<T, F, Fut>(
+    w: &World,
+    home: NodeId,
+    group: GroupId,
+    f: F,
+) -> Option<Result<T, GroupError>>
 where
     F: FnOnce(Arc<lockd_raft::Group>) -> Fut,
     Fut: std::future::Future<Output = Result<T, GroupError>>,
@@ -698,9 +830,62 @@ where
     let Some((_, node)) = w.net.node(home) else {
         return Some(Err(GroupError::Unavailable("node down".into())));
     };
-    let group = node.group(GROUP)?;
+    let group = node.group(group)?;
     drop(node);
     tokio::time::timeout_at(deadline, f(group)).await.ok()
+}
+
+/// The group `name` routes to by `home`'s replica of the meta group (the node's own view, as
+/// a lockd node routes); `fresh`: by the meta leader's map (after a refusal). Falls back to
+/// the initial map while none is set.
+async fn route(w: &World, home: NodeId, name: &str, fresh: bool) -> GroupId {
+    let initial = || lockd_core::ShardMap::initial(GROUPS.len() as u32).group_of(name);
+    let Some((_, node)) = w.net.node(home) else {
+        return initial();
+    };
+    let Some(meta) = node.group(lockd_raft::META_GROUP) else {
+        return initial();
+    };
+    drop(node);
+    let owned = name.to_string();
+    let g = if fresh {
+        let read = meta.read(move |t| t.shard_map().map(|m| m.group_of(&owned)));
+        tokio::time::timeout(CALL_TIMEOUT, read)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+    } else {
+        meta.read_local(|t| t.shard_map().map(|m| m.group_of(&owned)))
+    };
+    g.unwrap_or_else(initial)
+}
+
+/// Proposes `op` on `name` to the group that serves it, re-routing (with a fresh map) while
+/// groups answer `wrong_group` or `bucket_moving`, as a lockd node does. Returns the group
+/// last asked and its answer.
+async fn propose_on_name(
+    w: &World,
+    home: NodeId,
+    name: &str,
+    op: Op,
+) -> (GroupId, Option<lockd_raft::ProposeResult>) {
+    let mut group = route(w, home, name, false).await;
+    for round in 1..=20u64 {
+        let attempt = op.clone();
+        let r = client_call(w, home, group, |g| async move { g.propose(attempt).await }).await;
+        match &r {
+            Some(Ok(Err(
+                lockd_core::Rejection::WrongGroup { .. }
+                | lockd_core::Rejection::BucketMoving { .. },
+            ))) if round < 20 => {
+                tokio::time::sleep(Duration::from_millis(10 * round)).await;
+                group = route(w, home, name, true).await;
+            }
+            _ => return (group, r),
+        }
+    }
+    unreachable!("the last round returns")
 }
 
 struct Session {
@@ -725,17 +910,36 @@ async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut home: Node
         }
         let sent = Instant::now();
         let sid = s.id;
-        match client_call(&w, home, |g| async move { g.keepalive(sid).await }).await {
-            Some(Ok(ttl_ms)) => {
+        // The session lives in every group; a keepalive counts once every group took it
+        // (lockd's rule: the lease is the shortest of the groups').
+        let answers =
+            futures_util::future::join_all(
+                GROUPS.iter().map(|&g| {
+                    let w = &w;
+                    async move {
+                        client_call(w, home, g, |g| async move { g.keepalive(sid).await }).await
+                    }
+                }),
+            )
+            .await;
+        if answers
+            .iter()
+            .any(|a| matches!(a, Some(Err(GroupError::SessionNotFound))))
+        {
+            s.gone.store(true, Ordering::Relaxed);
+            return;
+        }
+        let ttls: Option<Vec<u64>> = answers
+            .into_iter()
+            .map(|a| a.and_then(Result::ok))
+            .collect();
+        match ttls.and_then(|t| t.into_iter().min()) {
+            Some(ttl_ms) => {
                 let d = sent + Duration::from_millis(ttl_ms) - margin();
                 let mut cur = lock(&s.deadline);
                 *cur = (*cur).max(d);
             }
-            Some(Err(GroupError::SessionNotFound)) => {
-                s.gone.store(true, Ordering::Relaxed);
-                return;
-            }
-            _ => home = w.rand_u64(1..w.cfg.replicas + 1),
+            None => home = w.rand_u64(1..w.cfg.replicas + 1),
         }
     }
 }
@@ -755,14 +959,30 @@ async fn client(w: Arc<World>, idx: u64) {
             ttl_ms: TTL.as_millis() as u64,
             namespace: String::new(),
         };
-        let ttl = match client_call(&w, home, |g| async move { g.propose(open).await }).await {
-            Some(Ok(Ok(Reply::SessionOpened { ttl_ms, .. }))) => Duration::from_millis(ttl_ms),
-            _ => {
-                home = w.rand_u64(1..w.cfg.replicas + 1);
-                tokio::time::sleep(w.rand_ms(50, 300)).await;
-                continue;
-            }
+        let opens =
+            futures_util::future::join_all(
+                GROUPS.iter().map(|&g| {
+                    let (w, open) = (&w, open.clone());
+                    async move {
+                        client_call(w, home, g, |g| async move { g.propose(open).await }).await
+                    }
+                }),
+            )
+            .await;
+        let ttls: Option<Vec<u64>> = opens
+            .into_iter()
+            .map(|r| match r {
+                Some(Ok(Ok(Reply::SessionOpened { ttl_ms, .. }))) => Some(ttl_ms),
+                _ => None,
+            })
+            .collect();
+        // Opened in every group, or given up (a half-open session just expires).
+        let Some(ttl) = ttls.and_then(|t| t.into_iter().min()) else {
+            home = w.rand_u64(1..w.cfg.replicas + 1);
+            tokio::time::sleep(w.rand_ms(50, 300)).await;
+            continue;
         };
+        let ttl = Duration::from_millis(ttl);
         let s = Arc::new(Session {
             id: sid,
             deadline: Mutex::new(sent + ttl - margin()),
@@ -812,13 +1032,14 @@ async fn session_ops(
             reentrant: false,
         };
         let node = *home;
-        let r = client_call(w, node, |g| async move { g.propose(acquire).await }).await;
+        let (group, r) = propose_on_name(w, node, &name, acquire).await;
         let outcome = match r {
             Some(Ok(Ok(Reply::Acquired { token, .. }))) => Outcome::Granted { token },
             Some(Ok(Ok(Reply::Queued { waiter, .. }))) => {
                 wait_for(
                     w,
                     node,
+                    group,
                     waiter,
                     Duration::from_millis(wait_ms) + CALL_TIMEOUT,
                 )
@@ -840,7 +1061,7 @@ async fn session_ops(
                 continue;
             }
         };
-        lock(&w.acked_grants).push((name.clone(), token));
+        lock(&w.acked_grants).push((name.clone(), token, group));
         let from = Instant::now();
         let mut lost = None;
         // Mostly short holds; some long ones (a holder that outlives a leader change).
@@ -903,7 +1124,7 @@ async fn session_ops(
             name,
             token,
         };
-        let r = client_call(w, *home, |g| async move { g.propose(release).await }).await;
+        let (_, r) = propose_on_name(w, *home, &name_for_lost, release).await;
         let outcome = match r {
             Some(Ok(Ok(Reply::Released { .. }))) => Outcome::Ok,
             Some(Ok(Err(_))) => Outcome::Refused,
@@ -940,12 +1161,14 @@ async fn reader(w: Arc<World>, idx: u64) {
     let mut home = 1 + idx % w.cfg.replicas;
     while !w.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(w.rand_ms(5, 150)).await;
+        let group = GROUPS[w.rand_u64(0..GROUPS.len() as u64) as usize];
         let floor = lock(&w.acked_grants)
             .iter()
-            .map(|(_, t)| *t)
+            .filter(|(_, _, g)| *g == group)
+            .map(|(_, t, _)| *t)
             .max()
             .unwrap_or(0);
-        let r = client_call(&w, home, |g| async move {
+        let r = client_call(&w, home, group, |g| async move {
             if sabotage {
                 Ok(g.read_local(|t| t.revision()))
             } else {
@@ -960,8 +1183,8 @@ async fn reader(w: Arc<World>, idx: u64) {
                     w.violation_of(
                         Signature::StaleRead,
                         format!(
-                            "stale read: node {home} answered revision {revision} after token \
-                         {floor} was acknowledged"
+                            "stale read: node {home} answered group {group}'s revision \
+                             {revision} after token {floor} was acknowledged"
                         ),
                     );
                 }
@@ -972,11 +1195,11 @@ async fn reader(w: Arc<World>, idx: u64) {
 }
 
 /// Waits for a queued acquire's end as seen by `node`'s applies.
-async fn wait_for(w: &World, node: NodeId, waiter: u64, max: Duration) -> Outcome {
+async fn wait_for(w: &World, node: NodeId, group: GroupId, waiter: u64, max: Duration) -> Outcome {
     let deadline = Instant::now() + max;
     loop {
         let notified = w.wait_notify.notified();
-        if let Some(r) = lock(&w.waits).remove(&(node, waiter)) {
+        if let Some(r) = lock(&w.waits).remove(&(node, group, waiter)) {
             return match r {
                 Some(token) => Outcome::Granted { token },
                 None => Outcome::NotGranted,
@@ -1000,10 +1223,17 @@ async fn nemesis(w: Arc<World>) {
         if Instant::now() + Duration::from_secs(1) >= end {
             return;
         }
-        match w.rand_u64(0..8) {
+        match w.rand_u64(0..10) {
+            8 | 9 => {
+                // A topology change: move a name's bucket to the other group while it is in
+                // use (sometimes aborted after the freeze), concurrent with every other fault.
+                let w2 = w.clone();
+                tokio::spawn(async move { move_fault(&w2).await });
+            }
             0 | 1 => {
                 // Isolate the leader (or a random node) from every other node.
-                let target = leader_of(&w).unwrap_or_else(|| w.rand_u64(1..n + 1));
+                let g = GROUPS[w.rand_u64(0..GROUPS.len() as u64) as usize];
+                let target = leader_of(&w, g).unwrap_or_else(|| w.rand_u64(1..n + 1));
                 let pairs: Vec<_> = (1..=n)
                     .filter(|o| *o != target)
                     .flat_map(|o| [(o, target), (target, o)])
@@ -1053,7 +1283,7 @@ async fn nemesis(w: Arc<World>) {
                     continue;
                 }
                 let target = if w.chance(0.5) {
-                    leader_of(&w).unwrap_or(1)
+                    leader_of(&w, GROUPS[0]).unwrap_or(1)
                 } else {
                     w.rand_u64(1..n + 1)
                 };
@@ -1072,7 +1302,7 @@ async fn nemesis(w: Arc<World>) {
             }
             4 => {
                 let target = if w.chance(0.5) {
-                    leader_of(&w).unwrap_or(1)
+                    leader_of(&w, GROUPS[1]).unwrap_or(1)
                 } else {
                     w.rand_u64(1..n + 1)
                 };
@@ -1126,6 +1356,194 @@ async fn nemesis(w: Arc<World>) {
             }
         }
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// Topology: the shard map, bucket ownership and moves, driven by lockd-server's own mover.
+
+/// The mover's view of the simulated cluster: each call goes to a live node and is retried
+/// there while no leader answers, as a node's service would.
+struct SimMover<'a> {
+    w: &'a Arc<World>,
+}
+
+fn api_error(e: GroupError) -> lockd_server::error::ApiError {
+    e.into()
+}
+
+impl SimMover<'_> {
+    async fn on_group<T, F, Fut>(
+        &self,
+        group: GroupId,
+        f: F,
+    ) -> Result<T, lockd_server::error::ApiError>
+    where
+        F: Fn(Arc<lockd_raft::Group>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, GroupError>>,
+    {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let mut last = GroupError::NoLeader { retry_after_ms: 0 };
+        while Instant::now() < give_up {
+            let home = leader_of(self.w, group)
+                .unwrap_or_else(|| self.w.rand_u64(1..self.w.cfg.replicas + 1));
+            match client_call(self.w, home, group, &f).await {
+                Some(Ok(v)) => return Ok(v),
+                Some(Err(e @ (GroupError::NoLeader { .. } | GroupError::ShuttingDown))) => last = e,
+                Some(Err(e)) => return Err(api_error(e)),
+                None => last = GroupError::Timeout,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(api_error(last))
+    }
+}
+
+impl lockd_server::moves::MoveHost for SimMover<'_> {
+    fn lock_groups(&self) -> Vec<GroupId> {
+        GROUPS.to_vec()
+    }
+
+    async fn propose_on(
+        &self,
+        group: GroupId,
+        op: Op,
+    ) -> Result<Reply, lockd_server::error::ApiError> {
+        let mut op = op;
+        if let (Some(Sabotage::RevisionFloor), Op::ImportBuckets { export, .. }) =
+            (self.w.cfg.sabotage, &mut op)
+        {
+            export.revision = 0; // SABOTAGE: the floor is not carried over
+        }
+        let r = self
+            .on_group(group, |g| {
+                let op = op.clone();
+                async move { g.propose(op).await }
+            })
+            .await?;
+        Ok(r?)
+    }
+
+    async fn move_record(
+        &self,
+        group: GroupId,
+        id: lockd_core::MoveId,
+    ) -> Result<Option<lockd_core::MoveRecord>, lockd_server::error::ApiError> {
+        self.on_group(group, |g| async move {
+            g.read(move |t| t.move_record(id).cloned()).await
+        })
+        .await
+    }
+
+    async fn outgoing_moves(
+        &self,
+        group: GroupId,
+    ) -> Result<Vec<(lockd_core::MoveId, u32, lockd_core::BucketSet)>, lockd_server::error::ApiError>
+    {
+        self.on_group(
+            group,
+            |g| async move { g.read(|t| t.outgoing_moves()).await },
+        )
+        .await
+    }
+
+    async fn shard_map(&self) -> Result<lockd_core::ShardMap, lockd_server::error::ApiError> {
+        let map = self
+            .on_group(lockd_raft::META_GROUP, |g| async move {
+                g.read(|t| t.shard_map().cloned()).await
+            })
+            .await?;
+        map.ok_or_else(|| {
+            lockd_server::error::ApiError::new(503, "unavailable", "the shard map is not set")
+        })
+    }
+
+    fn new_move_id(&self) -> lockd_core::MoveId {
+        self.w.rand_u64(1..u64::MAX >> 1)
+    }
+}
+
+/// Sets the shard map and each group's buckets, as `lockd_server`'s bootstrap does.
+async fn bootstrap(w: &Arc<World>) -> anyhow::Result<()> {
+    let mover = SimMover { w };
+    let map = lockd_core::ShardMap::initial(GROUPS.len() as u32);
+    let put = Op::PutShardMap { map: map.clone() };
+    let r = mover
+        .on_group(lockd_raft::META_GROUP, |g| {
+            let put = put.clone();
+            async move { g.propose(put).await }
+        })
+        .await;
+    anyhow::ensure!(
+        matches!(r, Ok(Ok(_))),
+        "setting the shard map failed: {r:?}"
+    );
+    for g in GROUPS {
+        let buckets: lockd_core::BucketSet = (0..lockd_core::BUCKETS)
+            .filter(|b| map.groups[*b as usize] == g)
+            .collect();
+        let op = Op::AssignBuckets {
+            buckets,
+            map_version: map.version,
+        };
+        let r = mover
+            .on_group(g, |grp| {
+                let op = op.clone();
+                async move { grp.propose(op).await }
+            })
+            .await;
+        anyhow::ensure!(
+            matches!(r, Ok(Ok(_))),
+            "assigning group {g}'s buckets failed: {r:?}"
+        );
+    }
+    Ok(())
+}
+
+/// One topology fault: a name's bucket moves to the other group, through lockd-server's mover
+/// (which first finishes any move an earlier fault left half done). One in four is aborted
+/// after the freeze instead: the receiving group refuses the import for good, and the next
+/// move call thaws the bucket in the sending group.
+async fn move_fault(w: &Arc<World>) {
+    use lockd_server::moves::MoveHost;
+    let mover = SimMover { w };
+    let name = NAMES[w.rand_u64(0..NAMES.len() as u64) as usize];
+    let bucket = lockd_core::bucket_of(name);
+    let Ok(map) = mover.shard_map().await else {
+        return;
+    };
+    let from = map.groups[bucket as usize];
+    let to = GROUPS.into_iter().find(|g| *g != from).unwrap_or(GROUPS[0]);
+    let buckets: lockd_core::BucketSet = [bucket].into_iter().collect();
+    if w.chance(0.25) {
+        let id = mover.new_move_id();
+        let freeze = Op::FreezeBuckets {
+            move_id: id,
+            to_group: to,
+            buckets,
+        };
+        if matches!(
+            mover.propose_on(from, freeze).await,
+            Ok(Reply::BucketsFrozen { .. })
+        ) {
+            let cancel = mover.propose_on(to, Op::CancelImport { move_id: id }).await;
+            w.fault(
+                "move_abort",
+                format!("{name} {from}->{to}: {:?}", cancel.map(|_| ())),
+            );
+            let mut sum = lockd_server::moves::MoveSummary::default();
+            let _ = lockd_server::moves::resume_moves(&mover, &mut sum).await;
+        }
+        return;
+    }
+    let r = lockd_server::moves::move_buckets(&mover, &buckets, to).await;
+    let what = match &r {
+        Ok(s) => format!(
+            "{} bucket(s), {} holder(s), {} resumed",
+            s.buckets, s.holders, s.resumed
+        ),
+        Err(e) => format!("stopped: {}", e.message),
+    };
+    w.fault("move", format!("{name} {from}->{to}: {what}"));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1183,6 +1601,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     for id in (1..=w.cfg.replicas).rev() {
         start_node(&w, id).await?;
     }
+    bootstrap(&w).await?;
     let nem = tokio::spawn(nemesis(w.clone()));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|i| tokio::spawn(client(w.clone(), i)))
@@ -1253,61 +1672,73 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     })
 }
 
-/// Waits until every replica applied the same index (a write on the leader first, so the
-/// last entries commit). Returns the per-node (applied index, state hash).
-async fn converge(w: &World) -> Option<BTreeMap<NodeId, (u64, u64)>> {
+/// Waits until, in every group, every replica applied the same index (a write on each leader
+/// first, so the last entries commit). Returns per (group, node): (applied index, state hash).
+async fn converge(w: &World) -> Option<BTreeMap<(GroupId, NodeId), (u64, u64)>> {
     let give_up = Instant::now() + Duration::from_secs(30);
-    // Commit something of the current term so every earlier entry is committed too.
-    loop {
-        if let Some(l) = leader_of(w) {
-            if let Some((_, node)) = w.net.node(l) {
-                if let Some(g) = node.group(GROUP) {
-                    if g.propose(Op::Tick).await.is_ok() {
-                        break;
+    let mut out = BTreeMap::new();
+    for group in std::iter::once(lockd_raft::META_GROUP).chain(GROUPS) {
+        // Commit something of the current term so every earlier entry is committed too.
+        loop {
+            if let Some(l) = leader_of(w, group) {
+                if let Some((_, node)) = w.net.node(l) {
+                    if let Some(g) = node.group(group) {
+                        if g.propose(Op::Tick).await.is_ok() {
+                            break;
+                        }
                     }
                 }
             }
+            if Instant::now() >= give_up {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        if Instant::now() >= give_up {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    loop {
-        let mut seen = BTreeMap::new();
-        for id in 1..=w.cfg.replicas {
-            if let Some((_, n)) = w.net.node(id) {
-                if let Some(g) = n.group(GROUP) {
-                    seen.insert(id, (g.status().applied_index, g.state_hash()));
+        loop {
+            let mut seen = BTreeMap::new();
+            for id in 1..=w.cfg.replicas {
+                if let Some((_, n)) = w.net.node(id) {
+                    if let Some(g) = n.group(group) {
+                        seen.insert(id, (g.status().applied_index, g.state_hash()));
+                    }
                 }
             }
+            let first = seen.values().next().copied();
+            if seen.len() as u64 == w.cfg.replicas && seen.values().all(|v| Some(*v) == first) {
+                out.extend(seen.into_iter().map(|(id, v)| ((group, id), v)));
+                break;
+            }
+            if Instant::now() >= give_up {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let first = seen.values().next().copied();
-        if seen.len() as u64 == w.cfg.replicas && seen.values().all(|v| Some(*v) == first) {
-            return Some(seen);
-        }
-        if Instant::now() >= give_up {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    Some(out)
 }
 
-fn final_checks(w: &World, converged: Option<BTreeMap<NodeId, (u64, u64)>>) {
+fn final_checks(w: &World, converged: Option<BTreeMap<(GroupId, NodeId), (u64, u64)>>) {
     let Some(final_state) = converged else {
         w.violation("replicas did not converge within 30 s after healing".into());
         return;
     };
-    let applied = final_state.values().next().map_or(0, |v| v.0);
-    // S3: every acknowledged grant is in the committed log, applied on every replica.
+    let applied = |group: GroupId| {
+        final_state
+            .iter()
+            .find(|((g, _), _)| *g == group)
+            .map_or(0, |(_, v)| v.0)
+    };
+    // S3: every acknowledged grant is in the committed log of the group that granted it,
+    // applied on every replica.
     let acked = lock(&w.acked_grants).clone();
     let audit = lock(&w.audit);
-    for (name, token) in &acked {
+    for (name, token, group) in &acked {
         match audit.grants.get(&(name.clone(), *token)) {
-            Some(index) if *index <= applied => {}
-            Some(index) => w.violation(format!(
-                "S3: acknowledged grant {name}/{token} at index {index} beyond the final applied \
-                 index {applied}"
+            Some((g, index)) if g == group && *index <= applied(*g) => {}
+            Some((g, index)) => w.violation(format!(
+                "S3: acknowledged grant {name}/{token} of group {group} is at group {g} index \
+                 {index}, beyond its final applied index {}",
+                applied(*g)
             )),
             None => w.violation(format!(
                 "S3: acknowledged grant {name}/{token} is not in the committed log"
@@ -1441,15 +1872,17 @@ pub struct SimArgs {
     /// First seed (alone, with --seeds 1, it replays that seed).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Replicas of the lock group: 3 or 5.
+    /// Replicas of each lock group: 3 or 5.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=5))]
     pub replicas: u64,
     /// NEGATIVE CONTROL: client-deadline (signature: two clients believed they held a name at
     /// once), leader-lease (a session expired while its client still believed, within the
     /// deadline the service had extended), store-fence (the store accepted a stale write) or
-    /// stale-read (a read missed an acknowledged grant). The run then passes only if some seed
-    /// shows that signature violation; other failures do not count.
-    #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence", "stale-read"])]
+    /// stale-read (a read missed an acknowledged grant), revision-floor (a bucket move does not
+    /// carry the sending group's revision: a name's token falls) or ownership (groups serve
+    /// names they do not own: two groups grant one name). The run then passes only if some
+    /// seed shows that signature violation; other failures do not count.
+    #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence", "stale-read", "revision-floor", "ownership"])]
     pub sabotage: Option<String>,
     /// Simulated seconds of faults per seed.
     #[arg(long, default_value_t = 20)]

@@ -1,0 +1,141 @@
+//! What the meta group records about the cluster itself: the Raft timing every node must share,
+//! and the node ids that have left for good.
+//!
+//! **Timing.** The lease hand-over rests on it: a new leader gives every session the election
+//! timeout's upper bound as slack, which covers the old leader's lease only if every node uses
+//! the same bound. So the timing is a cluster setting, not a per-node guess: the first node to
+//! start records its own, and a node whose flags differ is refused at start with both values.
+//!
+//! **Retired ids.** A node id is never reused (openraft's rule: a wiped node that came back
+//! under its old id could vote twice in one term). Once a node has left every group its id is
+//! recorded here, and adding it again is refused.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::machine::LockTable;
+use crate::types::{Rejection, Reply};
+
+/// The Raft timing of every node of a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClusterTiming {
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    /// The leader lease, and the slack a new leader gives every session.
+    pub election_max_ms: u64,
+}
+
+impl std::fmt::Display for ClusterTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "heartbeat {} ms, election timeout {}..{} ms",
+            self.heartbeat_ms, self.election_min_ms, self.election_max_ms
+        )
+    }
+}
+
+/// The meta group's record of the cluster (empty in lock groups).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ClusterRecord {
+    pub timing: Option<ClusterTiming>,
+    pub retired: BTreeSet<u64>,
+}
+
+impl LockTable {
+    /// The cluster's Raft timing, once a node has recorded it.
+    pub fn cluster_timing(&self) -> Option<ClusterTiming> {
+        self.cluster.timing
+    }
+
+    /// Whether node `id` has left the cluster for good (its id may not come back).
+    pub fn is_retired(&self, id: u64) -> bool {
+        self.cluster.retired.contains(&id)
+    }
+
+    /// Every retired node id, ascending.
+    pub fn retired_nodes(&self) -> Vec<u64> {
+        self.cluster.retired.iter().copied().collect()
+    }
+
+    /// Records the cluster's timing; the same again is a no-op, another one is refused.
+    pub(crate) fn set_cluster_timing(&mut self, t: ClusterTiming) -> Result<Reply, Rejection> {
+        if !(0 < t.heartbeat_ms && t.heartbeat_ms < t.election_min_ms)
+            || t.election_min_ms >= t.election_max_ms
+        {
+            return Err(Rejection::InvalidClusterTiming { given: t });
+        }
+        match self.cluster.timing {
+            Some(have) if have != t => Err(Rejection::ClusterTimingMismatch {
+                cluster: have,
+                given: t,
+            }),
+            _ => {
+                self.cluster.timing = Some(t);
+                Ok(Reply::ClusterTimingSet { timing: t })
+            }
+        }
+    }
+
+    /// Retires node `id` for good; idempotent. (Node ids are checked, 1 and up, where they
+    /// enter: the admin API.)
+    pub(crate) fn retire_node(&mut self, id: u64) -> Result<Reply, Rejection> {
+        self.cluster.retired.insert(id);
+        Ok(Reply::NodeRetired { node: id })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Command, Op};
+
+    fn timing(max: u64) -> ClusterTiming {
+        ClusterTiming {
+            heartbeat_ms: 100,
+            election_min_ms: 400,
+            election_max_ms: max,
+        }
+    }
+
+    fn apply(t: &mut LockTable, op: Op) -> Result<Reply, Rejection> {
+        t.apply(&Command { now_ms: 1, op }).reply
+    }
+
+    #[test]
+    fn the_first_timing_stands_and_another_is_refused_naming_both() {
+        let mut t = LockTable::new();
+        assert_eq!(t.cluster_timing(), None);
+        let set = |m| Op::SetClusterTiming { timing: timing(m) };
+        assert!(apply(&mut t, set(600)).is_ok());
+        assert!(apply(&mut t, set(600)).is_ok(), "the same again is a no-op");
+        let e = apply(&mut t, set(900)).unwrap_err();
+        assert_eq!(e.code(), "cluster_timing_mismatch");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("400..600") && msg.contains("400..900"),
+            "{msg}"
+        );
+        assert_eq!(t.cluster_timing(), Some(timing(600)));
+        let bad = ClusterTiming {
+            heartbeat_ms: 500,
+            ..timing(600)
+        };
+        let e = apply(&mut t, Op::SetClusterTiming { timing: bad }).unwrap_err();
+        assert_eq!(e.code(), "invalid_cluster_timing");
+        let before = t.snapshot();
+        let restored = LockTable::restore(&before).unwrap();
+        assert_eq!(restored.cluster_timing(), Some(timing(600)));
+    }
+
+    #[test]
+    fn a_retired_id_stays_retired_across_a_snapshot() {
+        let mut t = LockTable::new();
+        assert!(apply(&mut t, Op::RetireNode { node: 3 }).is_ok());
+        assert!(apply(&mut t, Op::RetireNode { node: 3 }).is_ok());
+        let restored = LockTable::restore(&t.snapshot()).unwrap();
+        assert!(restored.is_retired(3) && !restored.is_retired(2));
+        assert_eq!(restored.retired_nodes(), vec![3]);
+    }
+}
