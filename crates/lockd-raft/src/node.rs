@@ -1,8 +1,9 @@
-//! A node: every group's replica on this process, their leader duties, and the peer service.
+//! A node: the replicas of the groups placed on this process, their leader duties, a handle on
+//! every other group, and the peer service.
 //!
-//! `start` opens each group's data (snapshot + log replay), starts its Raft instance and its
-//! leader-duty task, and — on the node with the lowest id, for groups that have no membership
-//! yet — makes all configured peers the voters, so a fresh cluster comes up by itself.
+//! `start` opens each hosted group's data (snapshot + log replay), starts its Raft instance and
+//! its leader-duty task, and — on the lowest-id node a group is placed on, for groups that have
+//! no membership yet — makes the placed nodes its voters, so a fresh cluster comes up by itself.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

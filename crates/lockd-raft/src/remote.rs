@@ -24,6 +24,14 @@ use crate::raft::{MemberError, Membership};
 use crate::wire::WireReply;
 use crate::{GroupError, GroupId, MemberCall, NodeId, ProposeResult};
 
+/// What one attempt at a candidate came to.
+enum Attempt<T> {
+    /// The answer (or a failure that must not be repeated).
+    Done(Result<T, GroupError>),
+    /// This candidate did nothing: try the next.
+    Next,
+}
+
 /// A group hosted elsewhere.
 pub struct RemoteGroup {
     id: GroupId,
@@ -85,6 +93,28 @@ impl RemoteGroup {
         }
     }
 
+    /// Tries the candidates, starting with the last one that answered, moving on while
+    /// `attempt` says [`Attempt::Next`] and pausing after each full round, until the retry
+    /// budget is spent: then `NoLeader`.
+    async fn over_candidates<T, F, Fut>(&self, mut attempt: F) -> Result<T, GroupError>
+    where
+        F: FnMut(NodeId) -> Fut,
+        Fut: std::future::Future<Output = Attempt<T>>,
+    {
+        let give_up = Instant::now() + self.timing.retry_budget;
+        let mut tried = 0;
+        loop {
+            let i = self.next.load(Ordering::Relaxed);
+            if let Attempt::Done(r) = attempt(self.candidates[i % self.candidates.len()]).await {
+                return r;
+            }
+            if Instant::now() >= give_up {
+                return Err(self.no_leader());
+            }
+            self.rotate(i, &mut tried).await;
+        }
+    }
+
     /// Sends `req` to the group's leader. `idempotent`: a call whose delivery is unknown may be
     /// repeated (a keepalive); otherwise its outcome is reported as unknown (a proposal).
     async fn on_leader<Req: Serialize, Resp: DeserializeOwned>(
@@ -93,35 +123,26 @@ impl RemoteGroup {
         req: &Req,
         idempotent: bool,
     ) -> Result<Resp, GroupError> {
-        let give_up = Instant::now() + self.timing.retry_budget;
-        let mut tried = 0;
-        loop {
-            let i = self.next.load(Ordering::Relaxed);
-            let target = self.candidates[i % self.candidates.len()];
-            let timeout = self.timing.propose_timeout;
-            let res = self
+        let timeout = self.timing.propose_timeout;
+        self.over_candidates(|target| async move {
+            match self
                 .peers
                 .forward::<Req, Resp>(target, method, self.id, req, timeout)
-                .await;
-            match res {
-                Ok(Err(GroupError::NoLeader { .. } | GroupError::ShuttingDown)) => {}
-                Ok(r) => return r,
-                Err(st) if not_served(&st) || idempotent => {}
-                Err(st) => {
-                    return Err(GroupError::Unavailable(format!(
-                        "forwarding to node {target}, leader of group {}, failed ({}: {}); the \
-                         outcome is unknown",
-                        self.id,
-                        st.code(),
-                        st.message()
-                    )))
-                }
+                .await
+            {
+                Ok(Err(GroupError::NoLeader { .. } | GroupError::ShuttingDown)) => Attempt::Next,
+                Ok(r) => Attempt::Done(r),
+                Err(st) if not_served(&st) || idempotent => Attempt::Next,
+                Err(st) => Attempt::Done(Err(GroupError::Unavailable(format!(
+                    "forwarding to node {target}, leader of group {}, failed ({}: {}); the \
+                     outcome is unknown",
+                    self.id,
+                    st.code(),
+                    st.message()
+                )))),
             }
-            if Instant::now() >= give_up {
-                return Err(self.no_leader());
-            }
-            self.rotate(i, &mut tried).await;
-        }
+        })
+        .await
     }
 
     /// [`crate::Group::propose`] for a group hosted elsewhere: sent to its leader.
@@ -148,32 +169,24 @@ impl RemoteGroup {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, GroupError> {
-        let give_up = Instant::now() + self.timing.retry_budget;
-        let mut tried = 0;
-        loop {
-            let i = self.next.load(Ordering::Relaxed);
-            let target = self.candidates[i % self.candidates.len()];
+        let payload = &payload;
+        self.over_candidates(|target| async move {
             match self
                 .peers
                 .call(target, Method::App, self.id, payload.clone(), timeout)
                 .await
             {
-                Ok(reply) => return Ok(reply),
-                Err(st) if not_served(&st) => {}
-                Err(st) => {
-                    return Err(GroupError::Unavailable(format!(
-                        "the call to node {target} for group {} failed ({}: {})",
-                        self.id,
-                        st.code(),
-                        st.message()
-                    )))
-                }
+                Ok(reply) => Attempt::Done(Ok(reply)),
+                Err(st) if not_served(&st) => Attempt::Next,
+                Err(st) => Attempt::Done(Err(GroupError::Unavailable(format!(
+                    "the call to node {target} for group {} failed ({}: {})",
+                    self.id,
+                    st.code(),
+                    st.message()
+                )))),
             }
-            if Instant::now() >= give_up {
-                return Err(self.no_leader());
-            }
-            self.rotate(i, &mut tried).await;
-        }
+        })
+        .await
     }
 
     /// A membership call on this group's leader (every one is idempotent, so a call whose

@@ -216,47 +216,6 @@ async fn a_stream_on_a_node_without_the_group_gets_its_grant_pushed() {
     c.stop_all().await;
 }
 
-/// Starts node `id` as a joiner of `c` (`--initial-cluster-state existing`), with `timing` as
-/// (heartbeat, election min, election max).
-async fn joiner(
-    c: &Cluster,
-    id: u64,
-    timing: (u64, u64, u64),
-) -> (lockd_server::Running, tempfile::TempDir) {
-    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
-    let (http, grpc, peer) = (
-        bind().await.unwrap(),
-        bind().await.unwrap(),
-        bind().await.unwrap(),
-    );
-    let mut peers: std::collections::BTreeMap<u64, String> = c
-        .nodes
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, r)| (i as u64 + 1, r.peer_addr.to_string()))
-        .collect();
-    peers.insert(id, peer.local_addr().unwrap().to_string());
-    let dir = tempfile::tempdir().unwrap();
-    let mut node = lockd_raft::NodeConfig::new(id, dir.path(), peers);
-    node.lock_groups = 1;
-    node.join_existing = true;
-    node.heartbeat_ms = timing.0;
-    node.election_timeout_ms = (timing.1, timing.2);
-    let running = lockd_server::start(lockd_server::ServerConfig {
-        node,
-        http,
-        grpc,
-        peer,
-        namespaces: namespaces(),
-        audit_log: None,
-        admin_token: Some(ADMIN_TOKEN.into()),
-    })
-    .await
-    .unwrap();
-    (running, dir)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joiner_with_other_raft_timing_is_refused_naming_both() {
     let mut c = cluster(3, 1).await;

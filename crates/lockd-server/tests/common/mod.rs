@@ -84,24 +84,61 @@ pub async fn placed_cluster(n: usize, lock_groups: u32, replicas: usize) -> Clus
         node.lock_groups = lock_groups;
         node.replicas = replicas;
         dirs.push(dir);
-        starts.push(lockd_server::start(ServerConfig {
-            node,
-            http,
-            grpc,
-            peer,
-            namespaces: namespaces(),
-            audit_log: None,
-            admin_token: Some(ADMIN_TOKEN.into()),
-        }));
+        starts.push(start_node(node, http, grpc, peer));
     }
     let nodes = futures::future::join_all(starts)
         .await
         .into_iter()
-        .map(|r| Some(r.unwrap()))
+        .map(Some)
         .collect();
     let c = Cluster { nodes, dirs };
     c.wait_ready().await;
     c
+}
+
+/// One node with the test namespaces and the admin token, on the given listeners.
+pub async fn start_node(
+    node: NodeConfig,
+    http: TcpListener,
+    grpc: TcpListener,
+    peer: TcpListener,
+) -> Running {
+    lockd_server::start(ServerConfig {
+        node,
+        http,
+        grpc,
+        peer,
+        namespaces: namespaces(),
+        audit_log: None,
+        admin_token: Some(ADMIN_TOKEN.into()),
+    })
+    .await
+    .unwrap()
+}
+
+/// Starts node `id` as a joiner of `c` (`--initial-cluster-state existing`, one lock group),
+/// with Raft timing `(heartbeat, election min, election max)`.
+pub async fn joiner(c: &Cluster, id: u64, timing: (u64, u64, u64)) -> (Running, tempfile::TempDir) {
+    let bind = || TcpListener::bind("127.0.0.1:0");
+    let (http, grpc, peer) = (
+        bind().await.unwrap(),
+        bind().await.unwrap(),
+        bind().await.unwrap(),
+    );
+    let mut peers: BTreeMap<u64, String> = c
+        .nodes
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| (i as u64 + 1, r.peer_addr.to_string()))
+        .collect();
+    peers.insert(id, peer.local_addr().unwrap().to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = NodeConfig::new(id, dir.path(), peers);
+    node.join_existing = true;
+    node.heartbeat_ms = timing.0;
+    node.election_timeout_ms = (timing.1, timing.2);
+    (start_node(node, http, grpc, peer).await, dir)
 }
 
 impl Cluster {
