@@ -190,6 +190,13 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
     });
 
+    // Moves a crashed mover left half done are finished, so their buckets do not stay frozen.
+    let svc = service.clone();
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        tokio::select! { _ = moves::resume_janitor(svc) => {}, _ = stopped(rx) => {} }
+    });
+
     // Grants nobody waits for any more go back.
     let svc = service.clone();
     let rx = stop_rx.clone();

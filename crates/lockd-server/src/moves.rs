@@ -17,6 +17,54 @@ use crate::error::ApiError;
 use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
+/// How often a node that leads the meta group looks for moves left half done.
+pub const RESUME_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One look for moves a mover left half done (its node crashed, its call timed out): those
+/// already under way at the previous look (`seen`, updated here) are finished or rolled back,
+/// so that their buckets do not stay frozen until someone moves buckets again. A move is left
+/// alone at its first sighting, so a live mover is not raced without need (and if it is, every
+/// step is idempotent). Returns how many were finished.
+pub async fn resume_round<H: MoveHost>(h: &H, seen: &mut Vec<MoveId>) -> Result<u32, ApiError> {
+    let mut pending = Vec::new();
+    for g in h.lock_groups() {
+        pending.extend(h.outgoing_moves(g).await?.into_iter().map(|(id, ..)| id));
+    }
+    let stale = pending.iter().any(|id| seen.contains(id));
+    *seen = pending;
+    if !stale {
+        return Ok(0);
+    }
+    let mut sum = MoveSummary::default();
+    resume_moves(h, &mut sum).await?;
+    seen.clear();
+    Ok(sum.resumed)
+}
+
+/// Every node runs this; it acts only while the node leads the meta group, so a healthy
+/// cluster has one janitor at a time.
+pub async fn resume_janitor(svc: std::sync::Arc<Service>) {
+    let mut seen = Vec::new();
+    loop {
+        tokio::time::sleep(RESUME_EVERY).await;
+        let leads_meta = svc
+            .node
+            .group(META_GROUP)
+            .is_some_and(|g| g.status().is_leader);
+        if !leads_meta {
+            seen.clear();
+            continue;
+        }
+        match resume_round(&*svc, &mut seen).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(resumed = n, "finished bucket moves left half done"),
+            Err(e) => {
+                tracing::warn!(error = %e, "a bucket move left half done is not finished yet")
+            }
+        }
+    }
+}
+
 /// Buckets per move step: a step freezes its buckets for about three commits (import, map,
 /// drop), and its export rides one log entry (~100 bytes per held lock).
 pub const CHUNK_BUCKETS: usize = 16;

@@ -254,3 +254,43 @@ async fn an_interrupted_move_is_finished_or_rolled_back_by_the_next_call() {
     }
     c.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_left_half_done_is_finished_without_another_call() {
+    // Nobody calls move again: the meta leader's janitor finishes the move on its second look
+    // (every 2 s), so the name does not stay frozen.
+    let mut c = cluster(3, 2).await;
+    let h = Http::new(c.url(0, ""));
+    let admin = h.admin();
+    let map = ShardMap::initial(2);
+    let name = (0..)
+        .map(|i| format!("search/shard-{i}"))
+        .find(|n| map.group_of(n) == 1)
+        .unwrap();
+    let s = h.session("holder", 30).await;
+    let r = h.acquire(&name, json!({"session_id": s})).await;
+    let token = r.body["token"].as_u64().unwrap();
+    let freeze = lockd_core::Op::FreezeBuckets {
+        move_id: 21,
+        to_group: 2,
+        buckets: std::iter::once(bucket_of(&name)).collect(),
+    };
+    let g1 = c.node(0).service.node.group(1).unwrap();
+    assert!(g1.propose(freeze).await.unwrap().is_ok());
+    // A release meanwhile waits inside the node (it retries `bucket_moving` for 5 s) and
+    // succeeds once the janitor has finished the move; without it, it would answer 503.
+    let r = h.release(&name, &s, token).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let view = admin.get("/v1/admin/buckets").await.body;
+    assert_eq!(view["groups"][0]["frozen"], "(none)", "{view}");
+    let owned2: lockd_core::BucketSet = view["groups"][1]["owned"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        owned2.contains(bucket_of(&name)),
+        "the move was finished: {view}"
+    );
+    c.stop_all().await;
+}

@@ -1127,6 +1127,12 @@ async fn session_ops(
         let (_, r) = propose_on_name(w, *home, &name_for_lost, release).await;
         let outcome = match r {
             Some(Ok(Ok(Reply::Released { .. }))) => Outcome::Ok,
+            // Still routing after its budget (a move under way): the service did nothing, but
+            // it did not say the hold is gone either; the client gives the session up.
+            Some(Ok(Err(
+                lockd_core::Rejection::WrongGroup { .. }
+                | lockd_core::Rejection::BucketMoving { .. },
+            ))) => Outcome::Unknown,
             Some(Ok(Err(_))) => Outcome::Refused,
             _ => Outcome::Unknown,
         };
@@ -1499,6 +1505,20 @@ async fn bootstrap(w: &Arc<World>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What every lockd node runs (`lockd_server::moves::resume_janitor`): a move left half done by
+/// a crash is finished (or rolled back) without waiting for the next move call, so its buckets
+/// do not stay frozen.
+async fn move_janitor(w: Arc<World>) {
+    let mut seen = Vec::new();
+    while !w.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(lockd_server::moves::RESUME_EVERY).await;
+        let r = lockd_server::moves::resume_round(&SimMover { w: &w }, &mut seen).await;
+        if let Ok(n @ 1..) = r {
+            w.fault("move_resumed", format!("{n} move(s)"));
+        }
+    }
+}
+
 /// One topology fault: a name's bucket moves to the other group, through lockd-server's mover
 /// (which first finishes any move an earlier fault left half done). One in four is aborted
 /// after the freeze instead: the receiving group refuses the import for good, and the next
@@ -1603,6 +1623,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     }
     bootstrap(&w).await?;
     let nem = tokio::spawn(nemesis(w.clone()));
+    let janitor = tokio::spawn(move_janitor(w.clone()));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|i| tokio::spawn(client(w.clone(), i)))
         .chain((0..READERS).map(|i| tokio::spawn(reader(w.clone(), i))))
@@ -1610,6 +1631,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     tokio::time::sleep(w.cfg.run_for).await;
     w.stop.store(true, Ordering::Relaxed);
     let _ = nem.await;
+    let _ = janitor.await;
     for c in clients {
         if tokio::time::timeout(Duration::from_secs(30), c)
             .await
