@@ -245,6 +245,8 @@ struct Audit {
     open_in: BTreeMap<SessionId, std::collections::BTreeSet<GroupId>>,
     /// Frozen moves: id -> (sending group, buckets).
     moves: BTreeMap<lockd_core::MoveId, (GroupId, lockd_core::BucketSet)>,
+    /// Moves already imported (a repeated import changes nothing).
+    imported: std::collections::BTreeSet<lockd_core::MoveId>,
     /// Service records in first-apply order (log order within each group).
     seq: u64,
     applies: u64,
@@ -489,7 +491,9 @@ impl World {
                     move_id, export, ..
                 },
                 Ok(Reply::BucketsImported { .. }),
-            ) => {
+            ) if a.imported.insert(*move_id) => {
+                // The first import only: a repeat (a second mover finishing the same move) is
+                // a no-op in the group, and the holds may have changed hands since.
                 a.moves.remove(move_id);
                 for l in &export.locks {
                     for h in &l.holders {
