@@ -49,18 +49,7 @@ async fn buckets_move_between_groups_with_their_holders_and_waiters() {
         })
     };
     // Let the waiter queue in group 1.
-    let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    while admin.inspect(&contended).await["waiters"]
-        .as_array()
-        .map_or(0, Vec::len)
-        == 0
-    {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "the waiter never queued"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_queued(&admin, &contended).await;
 
     let before = admin.get("/v1/admin/buckets").await;
     assert_eq!(before.status, 200, "{}", before.body);

@@ -103,18 +103,7 @@ async fn every_node_serves_names_of_groups_it_does_not_host() {
             .await
         })
     };
-    let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    while near.admin().inspect(&g1[1]).await["waiters"]
-        .as_array()
-        .map_or(0, Vec::len)
-        == 0
-    {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "the waiter never queued"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_queued(&near.admin(), &g1[1]).await;
     assert_eq!(near.release(&g1[1], &holder, t2).await.status, 200);
     let got = waiter.await.unwrap();
     assert_eq!(

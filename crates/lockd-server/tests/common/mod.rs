@@ -325,6 +325,22 @@ impl Http {
 }
 
 /// Percent-encodes a lock name for a path segment.
+/// Waits (up to 10 s) until `name` has a queued waiter, as `admin` (an admin client) sees it.
+pub async fn wait_until_queued(admin: &Http, name: &str) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while admin.inspect(name).await["waiters"]
+        .as_array()
+        .map_or(0, Vec::len)
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "no waiter of {name} queued in 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub fn enc(name: &str) -> String {
     let mut out = String::new();
     for b in name.bytes() {
