@@ -123,6 +123,21 @@ enum BucketsCmd {
 }
 
 #[derive(Subcommand)]
+enum GroupsCmd {
+    /// Every lock group: the nodes it was placed on, its birth epoch, whether it is ready.
+    List,
+    /// Create lock group ID on running nodes (each already in the meta group, group 0), and
+    /// wait until it is ready. It owns no bucket until `lockctl buckets move` sends it some.
+    /// Running it again is safe, and finishes a creation left half done.
+    Create {
+        id: u32,
+        /// The node ids to place it on (3 or 5 survive a failure), e.g. 4,5,6.
+        #[arg(long, value_delimiter = ',', required = true)]
+        nodes: Vec<u64>,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Every node's groups: leader, term, members, applied index, revision.
     Status,
@@ -145,6 +160,11 @@ enum Cmd {
     Buckets {
         #[command(subcommand)]
         cmd: BucketsCmd,
+    },
+    /// Lock groups: list them, or create one on running nodes (needs --admin-token-file).
+    Groups {
+        #[command(subcommand)]
+        cmd: GroupsCmd,
     },
     /// List live sessions (a page), or show one session's holds and waits.
     Sessions {
@@ -346,6 +366,7 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
         }
         Cmd::Members { cmd } => members(cli, out, cmd).await,
         Cmd::Buckets { cmd } => buckets(cli, out, cmd).await,
+        Cmd::Groups { cmd } => groups(cli, out, cmd).await,
         Cmd::Sessions {
             session,
             after,
@@ -656,6 +677,46 @@ async fn buckets(cli: &Cli, out: &Out, cmd: &BucketsCmd) -> Result<(), Fail> {
                     )
                 },
             );
+        }
+    }
+    Ok(())
+}
+
+async fn groups(cli: &Cli, out: &Out, cmd: &GroupsCmd) -> Result<(), Fail> {
+    let group_json = |g: &proto::LockGroup| json!({"group": g.group, "nodes": g.nodes, "born_epoch": g.born_epoch, "ready": g.ready});
+    let row = |g: &proto::LockGroup| {
+        let nodes: Vec<String> = g.nodes.iter().map(u64::to_string).collect();
+        let state = if g.ready { "ready" } else { "being created" };
+        format!(
+            "{:>5}  {:>5}  {:<13}  {}",
+            g.group,
+            g.born_epoch,
+            state,
+            nodes.join(",")
+        )
+    };
+    const HEAD: &str = "group  epoch  state          nodes";
+    match cmd {
+        GroupsCmd::List => {
+            let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+            let r = c.list_groups().await?;
+            let groups: Vec<Value> = r.groups.iter().map(group_json).collect();
+            out.print(json!({ "groups": groups }), || {
+                let mut t = HEAD.to_string();
+                for g in &r.groups {
+                    t.push('\n');
+                    t.push_str(&row(g));
+                }
+                t
+            });
+        }
+        GroupsCmd::Create { id, nodes } => {
+            // The call waits for the new group to elect a leader (up to a minute).
+            let mut opts = options(cli, Duration::from_secs(15));
+            opts.request_timeout = opts.request_timeout.max(Duration::from_secs(90));
+            let c = Client::lazy(endpoints(cli), opts)?;
+            let g = c.create_group(*id, nodes).await?;
+            out.print(group_json(&g), || format!("{HEAD}\n{}", row(&g)));
         }
     }
     Ok(())

@@ -157,6 +157,12 @@ struct NemesisArgs {
         default_value = "kill,pause-node,pause-client,partition,clock,move"
     )]
     faults: Vec<nemesis::FaultKind>,
+    /// Run a scripted topology scenario instead of the random faults (`grow`: 3 nodes and one
+    /// lock group; join 3 nodes, create group 2 on them, move half the buckets, replace a
+    /// SIGKILLed node by a new id, restart every node in turn). Needs --groups 1 and a
+    /// --duration long enough for the script (90 s or more).
+    #[arg(long, value_enum)]
+    scenario: Option<nemesis::Scenario>,
     /// NEGATIVE CONTROL: break one safety mechanism; the run then passes only if its signature
     /// violation is found: store-fence -> a stale write accepted / fenced update lost;
     /// client-deadline and leader-lease -> a belief overlap (a grant while another worker
@@ -235,6 +241,7 @@ fn run_nemesis(a: NemesisArgs) -> anyhow::Result<ExitCode> {
         lock_groups: a.groups.clamp(1, 16),
         snapshot_every: a.snapshot_every.max(10),
         faults,
+        scenario: a.scenario,
         sabotage: a.sabotage,
         faketime: !a.no_faketime,
         budget: a.budget.budget(),

@@ -318,6 +318,29 @@ impl Client {
             .await
     }
 
+    /// Creates lock group `group` on `nodes` (each already in the meta group) and waits until
+    /// it is ready; it owns no bucket until buckets move to it. Idempotent; needs the admin
+    /// token.
+    pub async fn create_group(&self, group: u32, nodes: &[u64]) -> Result<pb::LockGroup, Error> {
+        let req = pb::CreateGroupRequest {
+            group,
+            nodes: nodes.to_vec(),
+        };
+        self.core
+            .admin(|mut c| {
+                let req = req.clone();
+                async move { c.create_group(req).await }
+            })
+            .await
+    }
+
+    /// Every lock group as the meta group records it; needs the admin token.
+    pub async fn list_groups(&self) -> Result<pb::ListGroupsResponse, Error> {
+        self.core
+            .admin(|mut c| async move { c.list_groups(pb::ListGroupsRequest {}).await })
+            .await
+    }
+
     /// Adds node `node_id` (peer address `peer_addr`) to `groups` (empty = every group): a
     /// learner first, promoted once caught up. Idempotent; needs the admin token.
     pub async fn add_member(

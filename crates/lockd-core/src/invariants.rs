@@ -42,6 +42,7 @@ impl LockTable {
     pub fn check_invariants(&self) -> Result<(), Violation> {
         self.check_config()?;
         self.check_ownership()?;
+        self.check_topology()?;
         let mut waiter_ids = HashSet::new();
         let mut holds = 0u64;
         let mut waiter_count = 0usize;
@@ -385,6 +386,46 @@ impl LockTable {
                     format!("'{name}' is stored, but its bucket {b} is not served here"),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Group records: one group at most is being created, epochs are distinct and founding
+    /// groups ready; a lock group's adopted sessions are older than it.
+    fn check_topology(&self) -> Result<(), Violation> {
+        let t = &self.topology;
+        let mut epochs = BTreeSet::new();
+        let mut creating = 0;
+        for (g, r) in &t.groups {
+            let sorted = r.replicas.windows(2).all(|w| w[0] < w[1]);
+            if *g == 0 || r.replicas.is_empty() || !sorted || r.replicas.len() > 7 {
+                return fail(
+                    "topology",
+                    format!("group {g}'s record {r:?} breaks a rule"),
+                );
+            }
+            if r.born_epoch > 0 && !epochs.insert(r.born_epoch) {
+                return fail("topology", format!("epoch {} recorded twice", r.born_epoch));
+            }
+            creating += usize::from(!r.ready);
+            if r.born_epoch == 0 && !r.ready {
+                return fail("topology", format!("founding group {g} is not ready"));
+            }
+        }
+        if creating > 1 {
+            return fail(
+                "topology",
+                format!("{creating} groups are being created at once"),
+            );
+        }
+        if let Some(s) = t.adopted.iter().find(|s| s.epoch() >= self.birth_epoch()) {
+            return fail(
+                "topology",
+                format!(
+                    "adopted session {s} is not older than the group's epoch {}",
+                    self.birth_epoch()
+                ),
+            );
         }
         Ok(())
     }

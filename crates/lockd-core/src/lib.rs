@@ -34,6 +34,7 @@ mod machine;
 mod ownership;
 mod query;
 mod snapshot;
+mod topology;
 mod types;
 
 pub use bucket::{bucket_of, ShardMap, BUCKETS};
@@ -46,4 +47,5 @@ pub use ownership::{
 };
 pub use query::{HolderInfo, LockInfo, SessionInfo, SessionSummary, WaiterInfo};
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT};
+pub use topology::{GroupRecord, Presence, MAX_EPOCH, MAX_GROUP_REPLICAS};
 pub use types::*;

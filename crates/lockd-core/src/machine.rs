@@ -190,6 +190,8 @@ pub struct LockTable {
     pub(crate) ownership: Ownership,
     /// Meta group only: the cluster's timing and retired node ids (`cluster.rs`).
     pub(crate) cluster: crate::cluster::ClusterRecord,
+    /// Group records (meta), or this group's birth and adopted sessions (`topology.rs`).
+    pub(crate) topology: crate::topology::Topology,
 }
 
 /// The counters a grant moves, apart from the maps so a grant can borrow a lock mutably.
@@ -303,6 +305,7 @@ impl LockTable {
             shard_map: None,
             ownership: Ownership::default(),
             cluster: Default::default(),
+            topology: Default::default(),
         }
     }
 
@@ -458,6 +461,20 @@ impl LockTable {
             } => self.drop_buckets(*move_id, *map_version),
             Op::SetClusterTiming { timing } => self.set_cluster_timing(*timing),
             Op::RetireNode { node } => self.retire_node(*node),
+            Op::RecordGroups { groups } => self.record_groups(groups),
+            Op::CreateGroup { group, replicas } => self.create_group(*group, replicas),
+            Op::GroupReady { group } => self.group_ready(*group),
+            Op::FoundGroup {
+                born_epoch,
+                map_version,
+            } => self.found_group(*born_epoch, *map_version),
+            Op::AdoptSession {
+                session,
+                client,
+                ttl_ms,
+                namespace,
+            } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut effects),
+            Op::SetGroupReplicas { group, replicas } => self.set_group_replicas(*group, replicas),
         };
         if reply.is_ok() {
             self.now_ms = now;
@@ -517,6 +534,34 @@ impl LockTable {
             },
         );
         Ok(Reply::SessionOpened { session, ttl_ms })
+    }
+
+    /// [`Op::AdoptSession`]: opens an older session here with the values it was opened with.
+    fn adopt_session(
+        &mut self,
+        now: u64,
+        session: SessionId,
+        client: &str,
+        ttl_ms: u64,
+        namespace: &str,
+        effects: &mut Vec<Effect>,
+    ) -> Result<Reply, Rejection> {
+        match self.session_presence(session) {
+            crate::Presence::Live => {
+                let ttl_ms = self.sessions[&session].ttl_ms;
+                Ok(Reply::SessionOpened { session, ttl_ms })
+            }
+            crate::Presence::Ended => Err(Rejection::UnknownSession { session }),
+            crate::Presence::NotHere => {
+                let r = self.open_session(now, session, client, ttl_ms, namespace)?;
+                self.note_arrival(session);
+                if let Reply::SessionOpened { ttl_ms, .. } = r {
+                    // Its lease here starts now, as an imported session's does.
+                    effects.push(Effect::SessionAdopted { session, ttl_ms });
+                }
+                Ok(r)
+            }
+        }
     }
 
     fn close_session(
@@ -682,7 +727,7 @@ impl LockTable {
         let sess = self
             .sessions
             .get(&session)
-            .ok_or(Rejection::UnknownSession { session })?;
+            .ok_or_else(|| self.absent_session(session))?;
         if !sess.namespace.is_empty() && *sess.namespace != *ns.name {
             return Err(Rejection::WrongNamespace {
                 session_namespace: sess.namespace.to_string(),
@@ -909,13 +954,16 @@ impl LockTable {
     ) -> Result<(&Lock, usize), Rejection> {
         check_name(name)?;
         self.check_serves(name)?;
-        if !self.sessions.contains_key(&session) {
-            return Err(Rejection::UnknownSession { session });
-        }
         let not_holder = || Rejection::NotHolder {
             session,
             name: name.to_string(),
         };
+        match self.session_presence(session) {
+            crate::Presence::Live => {}
+            // Open elsewhere, never here: it holds nothing here.
+            crate::Presence::NotHere => return Err(not_holder()),
+            crate::Presence::Ended => return Err(Rejection::UnknownSession { session }),
+        }
         let lock = self.locks.get(name).ok_or_else(not_holder)?;
         match lock
             .holders

@@ -673,6 +673,7 @@ impl LockTable {
                     waits: Default::default(),
                 },
             );
+            self.note_arrival(s.id);
             effects.push(Effect::SessionAdopted {
                 session: s.id,
                 ttl_ms: s.ttl_ms,

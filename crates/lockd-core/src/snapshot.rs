@@ -18,11 +18,12 @@ use crate::types::{Namespace, SessionId};
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
+/// - 5: group records (meta), a lock group's birth and adopted sessions (`topology.rs`).
 /// - 4: the meta group's cluster record (timing, retired node ids).
 /// - 3: the group's bucket ownership and its moves.
 /// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 4;
+pub const SNAPSHOT_FORMAT: u32 = 5;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -43,6 +44,7 @@ struct ImageRef<'a> {
     shard_map: Option<&'a ShardMap>,
     ownership: &'a Ownership,
     cluster: &'a crate::cluster::ClusterRecord,
+    topology: &'a crate::topology::Topology,
 }
 
 /// Why a snapshot could not be restored.
@@ -102,6 +104,7 @@ impl LockTable {
             shard_map: self.shard_map.as_ref(),
             ownership: &self.ownership,
             cluster: &self.cluster,
+            topology: &self.topology,
         }
     }
 
@@ -192,6 +195,7 @@ const IMAGE_FIELDS: &[&str] = &[
     "shard_map",
     "ownership",
     "cluster",
+    "topology",
 ];
 
 impl<'de> DeserializeSeed<'de> for ImageSeed<'_> {
@@ -267,6 +271,9 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         }
         if format >= 4 {
             self.t.cluster = field(&mut seq, 8)?;
+        }
+        if format >= 5 {
+            self.t.topology = field(&mut seq, 9)?;
         }
         Ok(())
     }

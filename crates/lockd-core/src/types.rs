@@ -225,6 +225,28 @@ pub enum Op {
     SetClusterTiming { timing: crate::ClusterTiming },
     /// Meta group: node `node` has left every group; its id may never come back.
     RetireNode { node: u64 },
+    /// Meta group: the founding lock groups and the nodes each is placed on (once; later a
+    /// no-op). See `topology.rs`.
+    RecordGroups {
+        groups: std::collections::BTreeMap<u32, Vec<u64>>,
+    },
+    /// Meta group: a lock group created on a running cluster, placed on `replicas`.
+    CreateGroup { group: u32, replicas: Vec<u64> },
+    /// Meta group: a created group has been founded; it is served from now on.
+    GroupReady { group: u32 },
+    /// Lock group, first command of one created on a running cluster: born at `born_epoch`,
+    /// owning no bucket as of shard map `map_version`.
+    FoundGroup { born_epoch: u64, map_version: u64 },
+    /// A session opened before this group was born, first used here: open it with the values
+    /// it was opened with elsewhere. A no-op if it is open here; refused if it ended here.
+    AdoptSession {
+        session: SessionId,
+        client: String,
+        ttl_ms: u64,
+        namespace: String,
+    },
+    /// Meta group: lock group `group` is now on `replicas` (a member was added or removed).
+    SetGroupReplicas { group: u32, replicas: Vec<u64> },
 }
 
 /// The holder of a lock as callers see it.
@@ -324,6 +346,16 @@ pub enum Reply {
     },
     NodeRetired {
         node: u64,
+    },
+    GroupsRecorded {
+        groups: u32,
+    },
+    GroupRecorded {
+        group: u32,
+        record: crate::GroupRecord,
+    },
+    GroupFounded {
+        born_epoch: u64,
     },
 }
 
@@ -498,6 +530,28 @@ pub enum Rejection {
     NodeRetired {
         node: u64,
     },
+    /// The session was opened before this group was born and never came here: adopt it here
+    /// (`Op::AdoptSession`) and repeat the command. The service does this by itself.
+    SessionNotHere {
+        session: SessionId,
+    },
+    /// The group exists already with another placement.
+    GroupExists {
+        group: u32,
+        replicas: Vec<u64>,
+    },
+    /// Another group's creation is not finished: groups are created one at a time.
+    GroupBeingCreated {
+        group: u32,
+    },
+    /// No lock group has this id.
+    UnknownGroup {
+        group: u32,
+    },
+    /// A group creation or founding that breaks a rule.
+    InvalidGroup {
+        reason: String,
+    },
 }
 
 impl Rejection {
@@ -530,6 +584,11 @@ impl Rejection {
             Rejection::ClusterTimingMismatch { .. } => "cluster_timing_mismatch",
             Rejection::InvalidClusterTiming { .. } => "invalid_cluster_timing",
             Rejection::NodeRetired { .. } => "node_retired",
+            Rejection::SessionNotHere { .. } => "session_not_here",
+            Rejection::GroupExists { .. } => "group_exists",
+            Rejection::GroupBeingCreated { .. } => "group_creation_in_progress",
+            Rejection::UnknownGroup { .. } => "group_not_found",
+            Rejection::InvalidGroup { .. } => "invalid_group",
         }
     }
 }
@@ -655,6 +714,21 @@ impl fmt::Display for Rejection {
                 "node id {node} left this cluster for good, and a node id is never reused: start \
                  the node with a new --node-id and an empty data dir"
             ),
+            Rejection::SessionNotHere { session } => write!(
+                f,
+                "session {session} is older than this group and has not been used here yet"
+            ),
+            Rejection::GroupExists { group, replicas } => write!(
+                f,
+                "group {group} exists already, placed on nodes {replicas:?}"
+            ),
+            Rejection::GroupBeingCreated { group } => write!(
+                f,
+                "group {group} is still being created (groups are created one at a time): \
+                 finish it by repeating its create call, then create the next"
+            ),
+            Rejection::UnknownGroup { group } => write!(f, "there is no lock group {group}"),
+            Rejection::InvalidGroup { reason } => write!(f, "invalid group: {reason}"),
         }
     }
 }

@@ -363,7 +363,13 @@ impl Model {
             | Op::ThawBuckets { .. }
             | Op::DropBuckets { .. }
             | Op::SetClusterTiming { .. }
-            | Op::RetireNode { .. } => {
+            | Op::RetireNode { .. }
+            | Op::RecordGroups { .. }
+            | Op::CreateGroup { .. }
+            | Op::GroupReady { .. }
+            | Op::FoundGroup { .. }
+            | Op::AdoptSession { .. }
+            | Op::SetGroupReplicas { .. } => {
                 unreachable!("not generated (tests/moves.rs covers moves, cluster.rs the rest)")
             }
         }

@@ -22,6 +22,9 @@ pub enum GroupError {
     Timeout,
     /// This node is shutting down. Retry on another node.
     ShuttingDown,
+    /// The session is older than this group and was never used here (`lockd-core`'s
+    /// `topology.rs`): not ended, just not here. A keepalive leaves this group out.
+    SessionNotHere,
 }
 
 impl GroupError {
@@ -56,6 +59,9 @@ impl fmt::Display for GroupError {
             }
             GroupError::ShuttingDown => {
                 f.write_str("this node is shutting down; retry on another node")
+            }
+            GroupError::SessionNotHere => {
+                f.write_str("the session is older than this group and was never used here")
             }
         }
     }

@@ -258,7 +258,13 @@ impl Group {
         {
             Ok(ttl_ms) => Ok(ttl_ms),
             Err(KeepaliveRefused::NotActive) => Err(self.no_leader()),
-            Err(KeepaliveRefused::NotFound) => Err(GroupError::SessionNotFound),
+            Err(KeepaliveRefused::NotFound) => {
+                match self.replica.read(|t| t.session_presence(session)) {
+                    // The leader has applied its whole log (its lease holds), so this is current.
+                    lockd_core::Presence::NotHere => Err(GroupError::SessionNotHere),
+                    _ => Err(GroupError::SessionNotFound),
+                }
+            }
         }
     }
 

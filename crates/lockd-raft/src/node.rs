@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use crate::watch;
@@ -19,7 +19,9 @@ use crate::peer::{Method, PeerPool, PeerServer, PeerService, PeerTransport, Peer
 use crate::raft::{MemberError, Membership, RaftGroup};
 use crate::remote::RemoteGroup;
 use crate::replica::Replica;
-use crate::{AppHandler, EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError};
+use crate::{
+    AppHandler, EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError, META_GROUP,
+};
 
 /// How long [`Node::member_call`] waits for a group to have a leader it can reach.
 const MEMBER_CALL_LEADER_WAIT: Duration = Duration::from_secs(10);
@@ -75,12 +77,24 @@ impl Route {
     }
 }
 
+/// What opening one more group's replica takes (groups created on a running cluster).
+struct Maker {
+    cfg: NodeConfig,
+    sink: Arc<dyn EffectSink>,
+    clock: NodeClock,
+    pool: Peers,
+    timing: Timing,
+    /// One group is opened at a time.
+    opening: tokio::sync::Mutex<()>,
+}
+
 /// Every group hosted by this process.
 pub struct Node {
     node_id: NodeId,
-    groups: BTreeMap<GroupId, Arc<Group>>,
+    groups: RwLock<BTreeMap<GroupId, Arc<Group>>>,
     /// A handle on every group of the cluster, for when this node has no member replica of it.
-    remotes: BTreeMap<GroupId, Arc<RemoteGroup>>,
+    remotes: RwLock<BTreeMap<GroupId, Arc<RemoteGroup>>>,
+    maker: Maker,
     /// Serves [`crate::PeerMethod::App`] calls (set once by the embedding server).
     app: OnceLock<Arc<dyn AppHandler>>,
     duties: Mutex<Vec<JoinHandle<()>>>,
@@ -180,17 +194,7 @@ impl Node {
             // until a membership call adds it.
             let has_data = matches!(cfg.storage, crate::Storage::Disk) && dir.exists();
             if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
-                let replica = Arc::new(Replica::new(
-                    id,
-                    sink.clone(),
-                    clock,
-                    cfg.skip_ownership_check,
-                ));
-                let raft = RaftGroup::start(&cfg, id, &dir, replica.clone(), pool.clone()).await?;
-                groups.insert(
-                    id,
-                    Arc::new(Group::new(id, raft, replica, pool.clone(), timing)),
-                );
+                groups.insert(id, open_group(&cfg, id, &sink, clock, &pool, timing).await?);
             }
             let mut candidates = placed.clone();
             candidates.extend(founders.iter().filter(|n| !placed.contains(n)));
@@ -202,10 +206,19 @@ impl Node {
                 );
             }
         }
+        // Groups created on the running cluster (not in the founding placement) that this node
+        // has data of: host them again at once (the meta group's records list them too).
+        if matches!(cfg.storage, crate::Storage::Disk) {
+            for id in created_group_dirs(&cfg.data_dir, &placement) {
+                groups.insert(id, open_group(&cfg, id, &sink, clock, &pool, timing).await?);
+            }
+        }
         if !cfg.join_existing {
             for (id, g) in &groups {
+                let Some(placed) = placement.get(id) else {
+                    continue;
+                };
                 // Each group is initialised by the lowest-id node it is placed on.
-                let placed = &placement[id];
                 if placed.first() != Some(&cfg.node_id) {
                     continue;
                 }
@@ -250,8 +263,16 @@ impl Node {
         info!(node = cfg.node_id, groups = groups.len(), "node started");
         Ok(Arc::new(Node {
             node_id: cfg.node_id,
-            groups,
-            remotes,
+            groups: RwLock::new(groups),
+            remotes: RwLock::new(remotes),
+            maker: Maker {
+                cfg,
+                sink,
+                clock,
+                pool,
+                timing,
+                opening: tokio::sync::Mutex::new(()),
+            },
             app: OnceLock::new(),
             duties: Mutex::new(duties),
             stop,
@@ -283,15 +304,116 @@ impl Node {
     /// This node's replica of group `id`, if it hosts one (it may not be a member yet: a
     /// joiner's empty replica; [`Node::route`] tells).
     pub fn group(&self, id: GroupId) -> Option<Arc<Group>> {
-        self.groups.get(&id).cloned()
+        self.hosted().get(&id).cloned()
+    }
+
+    fn hosted(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<GroupId, Arc<Group>>> {
+        self.groups.read().expect("groups poisoned")
+    }
+
+    /// Hosts a replica of group `id` (a group created on the running cluster and placed here),
+    /// if it does not yet: opens its data, starts Raft and the leader duties. With
+    /// `initialise`, makes `members` (node id → peer address) its voters if it has no
+    /// membership yet. Idempotent.
+    pub async fn host_group(
+        &self,
+        id: GroupId,
+        members: &BTreeMap<NodeId, String>,
+        initialise: bool,
+    ) -> Result<(), StartError> {
+        let _one = self.maker.opening.lock().await;
+        if self.is_shutting_down() {
+            return Err(StartError::Config("the node is stopping".into()));
+        }
+        let g = match self.group(id) {
+            Some(g) => g,
+            None => {
+                let m = &self.maker;
+                let g = open_group(&m.cfg, id, &m.sink, m.clock, &m.pool, m.timing).await?;
+                let mut duties = self.duties.lock().expect("duties poisoned");
+                duties.push(tokio::spawn(crate::leader::run(
+                    g.clone(),
+                    self.stop.subscribe(),
+                )));
+                duties.push(tokio::spawn(crate::fatal::watch_group(
+                    g.clone(),
+                    self.failed.clone(),
+                )));
+                drop(duties);
+                self.groups
+                    .write()
+                    .expect("groups poisoned")
+                    .insert(id, g.clone());
+                info!(
+                    node = self.node_id,
+                    group = id,
+                    "hosting a replica of a new group"
+                );
+                g
+            }
+        };
+        if initialise {
+            for (n, addr) in members {
+                self.maker.pool.learn_addr(*n, addr);
+            }
+            let fresh = g
+                .raft()
+                .initialize(members)
+                .await
+                .map_err(|message| StartError::Raft { group: id, message })?;
+            if fresh {
+                info!(group = id, members = ?members.keys(), "initialised group membership");
+            }
+        }
+        Ok(())
+    }
+
+    /// The lock groups this cluster was founded with and the nodes each was placed on; `None`
+    /// on a node that joined an existing cluster (it does not know how that was founded).
+    pub fn founding_placement(&self) -> Option<BTreeMap<GroupId, Vec<NodeId>>> {
+        let cfg = &self.maker.cfg;
+        if cfg.join_existing {
+            return None;
+        }
+        let founders: Vec<NodeId> = cfg.peers.keys().copied().collect();
+        let mut p = crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas);
+        p.remove(&META_GROUP);
+        Some(p)
+    }
+
+    /// Records node `id`'s peer address (as a membership has it), unless one is known.
+    pub fn learn_addr(&self, id: NodeId, addr: &str) {
+        self.maker.pool.learn_addr(id, addr);
+    }
+
+    /// Knows group `id` as placed on `candidates` (tried first, in order, then `others`), for
+    /// when this node has no member replica of it. Replaces what it knew.
+    pub fn know_group(&self, id: GroupId, candidates: &[NodeId], others: &[NodeId]) {
+        let mut order: Vec<NodeId> = candidates.to_vec();
+        order.extend(others.iter().filter(|n| !candidates.contains(n)));
+        order.retain(|n| *n != self.node_id);
+        if order.is_empty() {
+            return;
+        }
+        let mut remotes = self.remotes.write().expect("remotes poisoned");
+        if remotes.get(&id).is_some_and(|r| r.candidates() == order) {
+            return;
+        }
+        let r = RemoteGroup::new(id, order, self.maker.pool.clone(), self.maker.timing);
+        remotes.insert(id, Arc::new(r));
     }
 
     /// How to reach group `id`: the local replica if it is a member, else the remote handle.
     /// `None` for a group the cluster does not have (or a one-node cluster's missing group).
     pub fn route(&self, id: GroupId) -> Option<Route> {
-        match self.groups.get(&id) {
-            Some(g) if g.raft().is_member(self.node_id) => Some(Route::Local(g.clone())),
-            _ => self.remotes.get(&id).map(|r| Route::Remote(r.clone())),
+        match self.group(id) {
+            Some(g) if g.raft().is_member(self.node_id) => Some(Route::Local(g)),
+            _ => self
+                .remotes
+                .read()
+                .expect("remotes poisoned")
+                .get(&id)
+                .map(|r| Route::Remote(r.clone())),
         }
     }
 
@@ -315,15 +437,16 @@ impl Node {
 
     /// The groups this node hosts a replica of (a joiner's may not be members yet).
     pub fn group_ids(&self) -> Vec<GroupId> {
-        self.groups.keys().copied().collect()
+        self.hosted().keys().copied().collect()
     }
 
     /// Every group of the cluster, hosted here or not.
     pub fn all_group_ids(&self) -> Vec<GroupId> {
+        let remotes = self.remotes.read().expect("remotes poisoned");
         let mut ids: Vec<GroupId> = self
-            .groups
+            .hosted()
             .keys()
-            .chain(self.remotes.keys())
+            .chain(remotes.keys())
             .copied()
             .collect();
         ids.sort_unstable();
@@ -337,15 +460,14 @@ impl Node {
 
     /// Every hosted group's membership, as this node's replica sees it.
     pub fn memberships(&self) -> BTreeMap<GroupId, Membership> {
-        self.groups
+        self.hosted()
             .iter()
             .map(|(id, g)| (*id, g.raft().membership()))
             .collect()
     }
 
-    fn member_group(&self, group: GroupId) -> Result<&Arc<Group>, MemberError> {
-        self.groups
-            .get(&group)
+    fn member_group(&self, group: GroupId) -> Result<Arc<Group>, MemberError> {
+        self.group(group)
             .ok_or_else(|| MemberError::Refused(format!("this node hosts no group {group}")))
     }
 
@@ -513,7 +635,8 @@ impl Node {
         let started = tokio::time::Instant::now();
         let mut moving = Vec::new();
         let mut left = 0;
-        for g in self.groups.values() {
+        let hosted: Vec<Arc<Group>> = self.hosted().values().cloned().collect();
+        for g in &hosted {
             let raft = g.raft();
             // A follower has nothing to hand over, nor a leader that is the only voter.
             if !raft.role().is_leader || raft.membership().voters.len() < 2 {
@@ -556,7 +679,7 @@ impl Node {
     /// On group `group`'s leader: hands it to voter `to` (openraft's TransferLeader). Ignored
     /// on a follower; the outcome shows as the next role change.
     pub async fn hand_over_group(&self, group: GroupId, to: NodeId) {
-        if let Some(g) = self.groups.get(&group) {
+        if let Some(g) = self.group(group) {
             g.raft().transfer_leader(to).await;
         }
     }
@@ -572,9 +695,53 @@ impl Node {
             d.abort();
             let _ = d.await;
         }
-        for g in self.groups.values() {
+        let _one = self.maker.opening.lock().await;
+        let hosted: Vec<Arc<Group>> = self.hosted().values().cloned().collect();
+        for g in hosted {
             g.shutdown().await;
         }
         info!(node = self.node_id, "node stopped");
     }
+}
+
+async fn open_group(
+    cfg: &NodeConfig,
+    id: GroupId,
+    sink: &Arc<dyn EffectSink>,
+    clock: NodeClock,
+    pool: &Peers,
+    timing: Timing,
+) -> Result<Arc<Group>, StartError> {
+    let dir = cfg.data_dir.join(format!("group-{id}"));
+    let replica = Arc::new(Replica::new(
+        id,
+        sink.clone(),
+        clock,
+        cfg.skip_ownership_check,
+    ));
+    let raft = RaftGroup::start(cfg, id, &dir, replica.clone(), pool.clone()).await?;
+    Ok(Arc::new(Group::new(
+        id,
+        raft,
+        replica,
+        pool.clone(),
+        timing,
+    )))
+}
+
+/// The `group-<id>` dirs under `data_dir` of groups outside the founding placement.
+fn created_group_dirs(
+    data_dir: &std::path::Path,
+    placement: &BTreeMap<GroupId, Vec<NodeId>>,
+) -> Vec<GroupId> {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<GroupId> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("group-")?.parse().ok())
+        .filter(|id| !placement.contains_key(id))
+        .collect();
+    ids.sort_unstable();
+    ids
 }

@@ -93,6 +93,11 @@ impl RemoteGroup {
         }
     }
 
+    /// The nodes this handle asks, in order.
+    pub fn candidates(&self) -> &[NodeId] {
+        &self.candidates
+    }
+
     /// Tries the candidates, starting with the last one that answered, moving on while
     /// `attempt` says [`Attempt::Next`] and pausing after each full round, until the retry
     /// budget is spent: then `NoLeader`.

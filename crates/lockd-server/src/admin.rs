@@ -96,6 +96,10 @@ impl Service {
         if answer_of!(self, &meta, Query::IsRetired { node: id }, IsRetired)? {
             return Err(lockd_core::Rejection::NodeRetired { node: id }.into());
         }
+        // The new member hosts a replica of each group the meta group places on it.
+        for &g in &groups {
+            self.place_member(g, id, true).await?;
+        }
         let call = MemberCall::Add {
             id,
             addr: peer_addr.to_string(),
@@ -120,6 +124,11 @@ impl Service {
         let out = self
             .member_calls(&groups, MemberCall::Remove { id })
             .await?;
+        for g in &out {
+            if !members(&g.membership).contains(&id) {
+                self.place_member(g.group, id, false).await?;
+            }
+        }
         // Gone from every group (this call's and the others'): retire the id for good, so
         // that no later add can bring it back (a wiped node rejoins under a new id).
         if was && !is_member(&self.member_calls(&all, MemberCall::Describe).await?) {

@@ -74,11 +74,18 @@ impl From<Rejection> for ApiError {
             Rejection::UnknownMove { .. } => 404,
             Rejection::ClusterTimingMismatch { .. } | Rejection::NodeRetired { .. } => 409,
             Rejection::InvalidClusterTiming { .. } => 400,
+            // The service adopts the session and repeats the call; a caller sees this only if
+            // the name moved again meanwhile.
+            Rejection::SessionNotHere { .. } => 503,
+            Rejection::GroupExists { .. } | Rejection::GroupBeingCreated { .. } => 409,
+            Rejection::UnknownGroup { .. } => 404,
+            Rejection::InvalidGroup { .. } => 400,
         };
         let retry = match &r {
             Rejection::QueueFull { retry_after_ms, .. } => Some(*retry_after_ms),
             Rejection::TooManyLocks { .. } => Some(1_000),
             Rejection::WrongGroup { .. } | Rejection::BucketMoving { .. } => Some(100),
+            Rejection::SessionNotHere { .. } => Some(100),
             _ => None,
         };
         ApiError {

@@ -830,4 +830,44 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         .await;
         self.api.finish("move_buckets", start, out)
     }
+
+    async fn create_group(
+        &self,
+        req: Request<pb::CreateGroupRequest>,
+    ) -> Result<Response<pb::LockGroup>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let r = req.into_inner();
+        let out = async {
+            let record = self.api.svc.create_group(&c, r.group, &r.nodes).await?;
+            Ok(lock_group(r.group, record))
+        }
+        .await;
+        self.api.finish("create_group", start, out)
+    }
+
+    async fn list_groups(
+        &self,
+        req: Request<pb::ListGroupsRequest>,
+    ) -> Result<Response<pb::ListGroupsResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let out = async {
+            let groups = self.api.svc.list_groups(&c).await?;
+            Ok(pb::ListGroupsResponse {
+                groups: groups.into_iter().map(|(g, r)| lock_group(g, r)).collect(),
+            })
+        }
+        .await;
+        self.api.finish("list_groups", start, out)
+    }
+}
+
+fn lock_group(group: u32, r: lockd_core::GroupRecord) -> pb::LockGroup {
+    pb::LockGroup {
+        group,
+        nodes: r.replicas,
+        born_epoch: r.born_epoch,
+        ready: r.ready,
+    }
 }

@@ -44,6 +44,8 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("delete", "/v1/admin/members/{id}"),
     ("get", "/v1/admin/buckets"),
     ("post", "/v1/admin/buckets:move"),
+    ("get", "/v1/admin/groups"),
+    ("post", "/v1/admin/groups"),
 ];
 
 pub fn router(svc: Arc<Service>) -> Router {
@@ -63,6 +65,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         )
         .route("/v1/admin/buckets", get(shard_view))
         .route("/v1/admin/buckets:move", post(move_buckets))
+        .route("/v1/admin/groups", get(list_groups).post(create_group))
         .route("/metrics", get(metrics))
         .fallback(|| async {
             error_response(ApiError::new(
@@ -688,4 +691,45 @@ async fn move_buckets(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Bo
     }
     .await;
     finish(&svc, "move_buckets", start, r)
+}
+
+fn group_json(group: u32, r: &lockd_core::GroupRecord) -> Value {
+    json!({
+        "group": group,
+        "nodes": r.replicas,
+        "born_epoch": r.born_epoch,
+        "ready": r.ready,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateGroupBody {
+    group: u32,
+    nodes: Vec<u64>,
+}
+
+async fn create_group(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        svc.require_admin(&creds, "creating a group")?;
+        let b: CreateGroupBody = body(b).await?;
+        let record = svc.create_group(&creds, b.group, &b.nodes).await?;
+        Ok(group_json(b.group, &record))
+    }
+    .await;
+    finish(&svc, "create_group", start, r)
+}
+
+async fn list_groups(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        let groups = svc.list_groups(&creds).await?;
+        let groups: Vec<Value> = groups.iter().map(|(g, r)| group_json(*g, r)).collect();
+        Ok(json!({ "groups": groups }))
+    }
+    .await;
+    finish(&svc, "list_groups", start, r)
 }

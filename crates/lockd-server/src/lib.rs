@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod moves;
 mod route;
 pub mod service;
+pub mod topology;
 pub mod waits;
 
 use std::net::SocketAddr;
@@ -186,6 +187,21 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
             tracing::info!("shard map and namespaces are in place");
+        };
+        tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
+    });
+
+    // Groups created on the running cluster: host those placed here, know where the others are.
+    let svc = service.clone();
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        let work = async {
+            loop {
+                if let Err(e) = svc.reconcile_topology().await {
+                    tracing::debug!(error = %e, "could not read the group records yet");
+                }
+                tokio::time::sleep(topology::RECONCILE_EVERY).await;
+            }
         };
         tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
     });

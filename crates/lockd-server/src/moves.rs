@@ -216,7 +216,12 @@ impl Service {
         to: GroupId,
     ) -> Result<MoveSummary, ApiError> {
         self.require_admin(creds, "moving buckets")?;
-        let groups = self.lock_group_ids();
+        let mut groups = self.lock_group_ids();
+        if !groups.contains(&to) {
+            // A group created a moment ago, through another node: read the records first.
+            let _ = self.reconcile_topology().await;
+            groups = self.lock_group_ids();
+        }
         if !groups.contains(&to) {
             return Err(ApiError::bad_request(format!(
                 "to_group: there is no lock group {to} (lock groups are {groups:?})"

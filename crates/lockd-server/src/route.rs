@@ -60,6 +60,14 @@ pub(crate) enum Query {
     IsRetired {
         node: u64,
     },
+    /// What a session was opened with: (client, TTL, namespace), to adopt it elsewhere.
+    SessionOpening {
+        session: SessionId,
+    },
+    /// The meta group's record of every lock group.
+    Groups,
+    /// Every namespace the group has.
+    Namespaces,
 }
 
 /// The answer to a [`Query`] (the variant of the same name).
@@ -75,6 +83,9 @@ pub(crate) enum Answer {
     HasNamespace(bool),
     ShardMap(Option<Box<lockd_core::ShardMap>>),
     IsRetired(bool),
+    SessionOpening(Option<(String, u64, String)>),
+    Groups(std::collections::BTreeMap<GroupId, lockd_core::GroupRecord>),
+    Namespaces(Vec<Namespace>),
 }
 
 impl Query {
@@ -101,6 +112,14 @@ impl Query {
             }
             Query::ShardMap => Answer::ShardMap(t.shard_map().cloned().map(Box::new)),
             Query::IsRetired { node } => Answer::IsRetired(t.is_retired(*node)),
+            Query::SessionOpening { session } => {
+                Answer::SessionOpening(t.session_info(*session).map(|i| {
+                    let ns = t.session_namespace(*session).unwrap_or_default();
+                    (i.client, i.ttl_ms, ns.to_string())
+                }))
+            }
+            Query::Groups => Answer::Groups(t.group_records().clone()),
+            Query::Namespaces => Answer::Namespaces(t.namespaces().cloned().collect()),
         }
     }
 }
@@ -147,6 +166,11 @@ pub(crate) use answer_of;
 impl Service {
     /// How this node reaches group `id`.
     pub(crate) fn route_of(&self, id: GroupId) -> Result<Route, ApiError> {
+        if let Some(r) = self.node.route(id) {
+            return Ok(r);
+        }
+        // A group created since this node last looked (`topology.rs`) is known at once.
+        self.know_recorded_group(id);
         self.node.route(id).ok_or_else(|| {
             ApiError::new(
                 503,

@@ -115,7 +115,11 @@ pub struct Service {
     pub node: Arc<Node>,
     pub waits: Arc<Waits>,
     pub metrics: Arc<Metrics>,
-    lock_groups: u32,
+    /// The founding lock groups' count (`--groups`).
+    pub(crate) lock_groups: u32,
+    /// The meta group's group records as this node last read them (`topology.rs`).
+    pub(crate) records:
+        std::sync::RwLock<std::collections::BTreeMap<GroupId, lockd_core::GroupRecord>>,
     buckets: Mutex<HashMap<String, Bucket>>,
     /// The grace a new leader adds to every lease (reported to session streams).
     pub election_timeout_max_ms: u64,
@@ -153,6 +157,7 @@ impl Service {
             waits,
             metrics,
             lock_groups,
+            records: Default::default(),
             buckets: Mutex::default(),
             election_timeout_max_ms: 0,
             admin_sha256: None,
@@ -202,11 +207,6 @@ impl Service {
             ApiError::new(503, "unavailable", format!("group {id} is not hosted here"))
                 .retry_after(1_000)
         })
-    }
-
-    /// The lock groups (1..=G).
-    pub(crate) fn lock_group_ids(&self) -> Vec<GroupId> {
-        (1..=self.lock_groups).collect()
     }
 
     /// Name → bucket → group, from the meta group's shard map (the initial map until it is set).
@@ -383,7 +383,8 @@ impl Service {
             }
         }
         if namespace.is_none() {
-            let any = self.route_of(1)?;
+            let home = self.session_groups(session).first().copied().unwrap_or(1);
+            let any = self.route_of(home)?;
             namespace = answer_of!(
                 self,
                 &any,
@@ -421,7 +422,8 @@ impl Service {
     ) -> Result<SessionOpened, ApiError> {
         let ns = self.namespace_named(namespace)?;
         self.authorize(&ns, creds)?;
-        let session = SessionId(rand::random::<u64>() | 1);
+        // The id carries the group-set epoch: groups born later know it is not theirs yet.
+        let session = SessionId::with_epoch(self.session_epoch(), rand::random::<u64>());
         let op = Op::OpenSession {
             session,
             client: client.to_string(),
@@ -475,15 +477,24 @@ impl Service {
         let groups = self.lock_groups_all()?;
         let results = futures::future::join_all(groups.iter().map(|g| g.keepalive(session))).await;
         let mut ttl = 0;
+        let mut alive = false;
         for r in results {
             match r {
-                Ok(t) => ttl = ttl.max(t),
+                Ok(t) => {
+                    ttl = ttl.max(t);
+                    alive = true;
+                }
+                // Older than that group and never used there: nothing of it to keep alive.
+                Err(GroupError::SessionNotHere) => {}
                 Err(GroupError::SessionNotFound) => {
                     let _ = self.end_session(session).await;
                     return Err(GroupError::SessionNotFound.into());
                 }
                 Err(e) => return Err(e.into()),
             }
+        }
+        if !alive {
+            return Err(GroupError::SessionNotFound.into());
         }
         Ok(ttl)
     }
@@ -552,7 +563,15 @@ impl Service {
             wait_ms: req.wait_ms,
             reentrant: req.reentrant,
         };
-        let (group, reply) = self.propose_for_name(&req.name, op).await?;
+        let (group, reply) = match self.propose_for_name(&req.name, op.clone()).await {
+            // The session is older than the name's group and new to it: adopt it there.
+            Err(e) if e.code == "session_not_here" => {
+                self.adopt_session(&self.route(&req.name)?, req.session)
+                    .await?;
+                self.propose_for_name(&req.name, op).await?
+            }
+            r => r?,
+        };
         match reply {
             Reply::Acquired {
                 token,
@@ -896,6 +915,12 @@ impl Service {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        // The founding lock groups, so that groups created later get the next epochs
+        // (`topology.rs`); once recorded, this is a no-op.
+        if let Some(founding) = self.node.founding_placement() {
+            self.propose(&meta, Op::RecordGroups { groups: founding })
+                .await?;
         }
         let shard_map = || async {
             match self.query(&meta, Query::ShardMap).await? {

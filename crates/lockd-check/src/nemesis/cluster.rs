@@ -38,6 +38,10 @@ struct NodeProc {
     id: u64,
     http: SocketAddr,
     grpc: SocketAddr,
+    /// Its own peer listener (the others reach a founder through proxies).
+    peer: SocketAddr,
+    /// Replaced for good (`Cluster::retire`): never restarted, not counted as dead.
+    retired: bool,
     args: Vec<String>,
     child: Option<tokio::process::Child>,
     pid: u32,
@@ -187,6 +191,8 @@ impl Cluster {
                 id,
                 http: http[&id],
                 grpc: grpc[&id],
+                peer: peer[&id],
+                retired: false,
                 args,
                 child: None,
                 pid: 0,
@@ -258,8 +264,128 @@ impl Cluster {
         Ok(())
     }
 
+    /// The nodes of the cluster (not the retired ones).
     pub fn ids(&self) -> Vec<u64> {
-        self.nodes.iter().map(|n| n.id).collect()
+        self.nodes
+            .iter()
+            .filter(|n| !n.retired)
+            .map(|n| n.id)
+            .collect()
+    }
+
+    /// Starts node `id` (the next id) as a joiner of the running cluster: `--initial-cluster-state
+    /// existing`, peers reached directly (no proxy: the topology scenario cuts no link to it).
+    /// Returns its peer address, for the admin call that adds it.
+    pub async fn add_joiner(&mut self, id: u64) -> anyhow::Result<SocketAddr> {
+        anyhow::ensure!(
+            id as usize == self.nodes.len() + 1,
+            "node ids are added in order"
+        );
+        let mut rng = fastrand::Rng::new();
+        let taken: Vec<SocketAddr> = self
+            .nodes
+            .iter()
+            .flat_map(|n| [n.http, n.grpc, n.peer])
+            .collect();
+        let mut pick = || loop {
+            let a = free_port(&mut rng)?;
+            if !taken.contains(&a) {
+                return anyhow::Ok(a);
+            }
+        };
+        let (grpc, mut http, mut peer) = (pick()?, pick()?, pick()?);
+        while http == grpc {
+            http = pick()?;
+        }
+        while peer == grpc || peer == http {
+            peer = pick()?;
+        }
+        let mut peers: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| !n.retired)
+            .map(|n| format!("{}={}", n.id, n.peer))
+            .collect();
+        peers.push(format!("{id}={peer}"));
+        let template = &self.nodes[0].args;
+        let flag = |name: &str| {
+            let i = template
+                .iter()
+                .position(|a| a == name)
+                .expect("a founder flag");
+            template[i + 1].clone()
+        };
+        let data = self.cfg.dir.join(format!("node{id}"));
+        let audit = self.cfg.dir.join(format!("node{id}.audit.jsonl"));
+        let mut args = vec![
+            "serve".to_string(),
+            "--node-id".into(),
+            id.to_string(),
+            "--initial-cluster-state".into(),
+            "existing".into(),
+            "--peers".into(),
+            peers.join(","),
+            "--http".into(),
+            http.to_string(),
+            "--grpc".into(),
+            grpc.to_string(),
+            "--data-dir".into(),
+            data.display().to_string(),
+            "--groups".into(),
+            self.cfg.lock_groups.to_string(),
+            "--config".into(),
+            flag("--config"),
+            "--audit-log".into(),
+            audit.display().to_string(),
+            "--admin-token-file".into(),
+            flag("--admin-token-file"),
+        ];
+        args.extend(self.cfg.extra_args.iter().cloned());
+        let faketime_file = self.cfg.dir.join(format!("node{id}.faketime"));
+        std::fs::write(&faketime_file, "+0\n")?;
+        self.nodes.push(NodeProc {
+            id,
+            http,
+            grpc,
+            peer,
+            retired: false,
+            args,
+            child: None,
+            pid: 0,
+            faketime_file,
+            log: self.cfg.dir.join(format!("node{id}.log")),
+            audit,
+        });
+        self.spawn(self.nodes.len() - 1)?;
+        // Up once its HTTP port answers.
+        let until = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(http).await.is_err() {
+            anyhow::ensure!(Instant::now() < until, "joiner {id} did not come up");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(peer)
+    }
+
+    /// Marks a node (killed, and removed from every group) as gone for good.
+    pub fn retire(&mut self, id: u64) {
+        self.nodes[(id - 1) as usize].retired = true;
+    }
+
+    /// SIGTERM (the graceful leave), then wait for the process to exit (SIGKILL after 30 s).
+    pub async fn terminate(&mut self, id: u64) -> anyhow::Result<()> {
+        let n = &mut self.nodes[(id - 1) as usize];
+        if let Some(mut child) = n.child.take() {
+            signal(n.pid, Signal::TERM)?;
+            if tokio::time::timeout(Duration::from_secs(30), child.wait())
+                .await
+                .is_err()
+            {
+                signal(n.pid, Signal::KILL)?;
+                let _ = child.wait().await;
+                bail!("node {id} did not stop within 30 s of SIGTERM");
+            }
+        }
+        Ok(())
     }
 
     fn node(&self, id: u64) -> &NodeProc {
@@ -274,7 +400,12 @@ impl Cluster {
     pub fn endpoints_from(&self, first: usize) -> Vec<String> {
         let all: Vec<String> = match &self.external {
             Some((e, _)) => e.clone(),
-            None => self.nodes.iter().map(|n| n.grpc.to_string()).collect(),
+            None => self
+                .nodes
+                .iter()
+                .filter(|n| !n.retired)
+                .map(|n| n.grpc.to_string())
+                .collect(),
         };
         let n = all.len().max(1);
         (0..all.len())
@@ -285,7 +416,7 @@ impl Cluster {
     pub fn endpoints_except(&self, id: u64) -> Vec<String> {
         self.nodes
             .iter()
-            .filter(|n| n.id != id)
+            .filter(|n| n.id != id && !n.retired)
             .map(|n| n.grpc.to_string())
             .collect()
     }
@@ -337,7 +468,7 @@ impl Cluster {
     /// Nodes not running at the end: never restarted, or exited on their own.
     pub fn dead_nodes(&mut self) -> Vec<u64> {
         let mut dead = Vec::new();
-        for n in &mut self.nodes {
+        for n in self.nodes.iter_mut().filter(|n| !n.retired) {
             let alive = n
                 .child
                 .as_mut()
@@ -364,7 +495,10 @@ impl Cluster {
     /// applied index of that group; `None` if a node did not answer its status call.
     pub async fn max_apply_lag(&self) -> Option<u64> {
         let mut applied: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-        for n in &self.nodes {
+        // How many nodes are members of each group (placement: not every node hosts every
+        // group, and a joiner's replica of a group it was not added to is empty).
+        let mut members: BTreeMap<u32, usize> = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| !n.retired) {
             let c = Client::lazy(
                 [n.grpc.to_string()],
                 ClientOptions {
@@ -377,14 +511,15 @@ impl Cluster {
                 .await
                 .ok()?
                 .ok()?;
-            for g in &st.groups {
+            for g in st.groups.iter().filter(|g| g.members.contains(&n.id)) {
                 applied.entry(g.id).or_default().push(g.applied_index);
+                members.insert(g.id, g.members.len());
             }
         }
-        let n = self.nodes.len();
         applied
-            .values()
-            .map(|v| {
+            .iter()
+            .map(|(g, v)| {
+                let n = members[g];
                 let max = v.iter().copied().max().unwrap_or(0);
                 // A node missing a group lags by all of it.
                 let min = if v.len() < n {
@@ -457,7 +592,7 @@ impl Cluster {
     /// Who leads each lock group (group 0, the meta group, included), asking any live node.
     pub async fn leaders(&self) -> BTreeMap<u32, u64> {
         for n in &self.nodes {
-            if n.child.is_none() || proc_state(n.pid) == Some('T') {
+            if n.retired || n.child.is_none() || proc_state(n.pid) == Some('T') {
                 continue;
             }
             let Ok(c) = Client::lazy(
@@ -493,7 +628,7 @@ impl Cluster {
         let until = Instant::now() + within;
         let want = self.cfg.lock_groups as usize + 1;
         while Instant::now() < until {
-            if self.leaders().await.len() == want {
+            if self.leaders().await.len() >= want {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -509,6 +644,9 @@ impl Cluster {
         self.heal_all();
         for i in 0..self.nodes.len() {
             let id = self.nodes[i].id;
+            if self.nodes[i].retired {
+                continue;
+            }
             self.set_clock_offset(id, 0)?;
             if self.nodes[i].child.is_some() {
                 let _ = resume(self.nodes[i].pid);

@@ -63,6 +63,15 @@ impl FaultKind {
     }
 }
 
+/// A scripted topology run in place of the random fault schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Start with 3 nodes and one lock group; join nodes 4-6, create group 2 on them, move half
+    /// the buckets to it, SIGKILL node 5 and replace it by a new node 7, then restart every
+    /// node in turn (SIGTERM, start again, wait until caught up), all under the workers' load.
+    Grow,
+}
+
 /// A negative control: a deliberately broken safety mechanism the run must catch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Sabotage {
@@ -106,6 +115,8 @@ pub struct NemesisConfig {
     /// `lockd serve --snapshot-every` for the nodes the nemesis starts.
     pub snapshot_every: u64,
     pub faults: Vec<FaultKind>,
+    /// A scripted topology run instead of `faults` (see [`Scenario`]).
+    pub scenario: Option<Scenario>,
     pub sabotage: Option<Sabotage>,
     pub faketime: bool,
     /// See `WorkerConfig::self_pause`.
@@ -426,6 +437,17 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     } else {
         cfg.faults.clone()
     };
+    if cfg.scenario == Some(Scenario::Grow) {
+        faults_done += grow(&mut cluster, &rec, cfg.ttl).await?;
+        while Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let faults = if cfg.scenario.is_some() {
+        Vec::new()
+    } else {
+        faults
+    };
     let mut bag: Vec<FaultKind> = Vec::new();
     while Instant::now() < end && !faults.is_empty() {
         tokio::time::sleep(Duration::from_millis(rng.u64(1000..=3000))).await;
@@ -719,6 +741,112 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     Ok(out)
 }
 
+/// The [`Scenario::Grow`] script; returns the number of steps done. Each step is recorded as a
+/// fault (`join`, `create-group`, `move`, `replace`, `restart`), so the RESULT line counts them.
+async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::Result<u64> {
+    use lockd_client::{Client, ClientOptions};
+    let admin = |c: &Cluster| {
+        Client::lazy(
+            c.endpoints_from(0),
+            ClientOptions {
+                auth_token: Some(cluster::ADMIN_TOKEN.to_string()),
+                request_timeout: Duration::from_secs(120),
+                ..ClientOptions::default()
+            },
+        )
+    };
+    let mut steps = 0u64;
+    let mut step = |kind: &str, target: String| {
+        rec.push(Record::Fault {
+            kind: kind.into(),
+            at_ns: rec.now_ns(),
+            target: target.clone(),
+            verified: true,
+        });
+        eprintln!(
+            "nemesis: t={:>5.1}s {kind} {target}",
+            rec.now_ns() as f64 / 1e9
+        );
+        steps += 1;
+    };
+    // Calls that wait for a leader can meet an election a step caused: repeat them (every admin
+    // call is idempotent) for up to a minute.
+    async fn again<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, lockd_client::Error>>,
+    {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(e) if Instant::now() < until => {
+                    eprintln!("nemesis: {what}: {e}; repeating");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(anyhow::anyhow!("{what}: {e}")),
+            }
+        }
+    }
+    let settle = || tokio::time::sleep(3 * ttl);
+    settle().await;
+
+    // Three nodes join the meta group.
+    for id in 4..=6u64 {
+        let peer = cluster.add_joiner(id).await?.to_string();
+        let c = admin(cluster)?;
+        again("add member", || c.add_member(id, &peer, &[0])).await?;
+        step("join", format!("node{id}"));
+    }
+    // A second lock group on them, and half the buckets.
+    let c = admin(cluster)?;
+    again("create group", || c.create_group(2, &[4, 5, 6])).await?;
+    step("create-group", "group2 on nodes 4,5,6".into());
+    settle().await;
+    let m = again("move buckets", || c.move_buckets("0-2047", 2)).await?;
+    step(
+        "move",
+        format!(
+            "buckets 0-2047 to group2 ({} holders kept their tokens)",
+            m.holders
+        ),
+    );
+    settle().await;
+
+    // Node 5 dies with its disk: a new node 7 takes its place in every group it was in.
+    cluster.kill(5).await?;
+    let peer = cluster.add_joiner(7).await?.to_string();
+    let c = admin(cluster)?;
+    again("add node 7", || c.add_member(7, &peer, &[0, 2])).await?;
+    again("remove node 5", || c.remove_member(5, &[])).await?;
+    cluster.retire(5);
+    step("replace", "node5 by node7 (SIGKILL, new id)".into());
+    settle().await;
+
+    // A rolling restart: each node in turn stops gracefully, starts again, and catches up.
+    for id in cluster.ids() {
+        cluster.terminate(id).await?;
+        cluster.restart(id)?;
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if cluster
+                .max_apply_lag()
+                .await
+                .is_some_and(|l| l <= MAX_APPLY_LAG)
+            {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < until,
+                "node {id} did not catch up within 60 s"
+            );
+        }
+        step("restart", format!("node{id} (SIGTERM, start, caught up)"));
+    }
+    Ok(steps)
+}
+
 /// Waits a few seconds for the healed nodes to catch up, then measures their apply lag.
 async fn settled_apply_lag(cluster: &Cluster) -> Option<u64> {
     let mut lag = None;
@@ -772,7 +900,7 @@ fn progress_failures(cfg: &NemesisConfig, out: &Outcome, has_audit: bool) -> Vec
     if cfg.lockset_workers > 0 && d.acked_adds_fenced == 0 {
         f.push("fenced_adds=0: no fenced lock-set addition was acknowledged".into());
     }
-    if !cfg.faults.is_empty() && p.faults_injected == 0 {
+    if (!cfg.faults.is_empty() || cfg.scenario.is_some()) && p.faults_injected == 0 {
         f.push("faults=0: no fault was injected".into());
     }
     if cfg.faults.contains(&FaultKind::Move) && cfg.lock_groups >= 2 && p.moves_ok == 0 {
@@ -934,6 +1062,7 @@ mod tests {
             lock_groups: 1,
             snapshot_every: 50,
             faults: vec![FaultKind::Kill],
+            scenario: None,
             sabotage: None,
             faketime: false,
             self_pause: 0.0,

@@ -416,6 +416,36 @@ class Error(_message.Message):
     retry_after_ms: int
     def __init__(self, status: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
+class CreateGroupRequest(_message.Message):
+    __slots__ = ("group", "nodes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    nodes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[int] = ..., nodes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class LockGroup(_message.Message):
+    __slots__ = ("group", "nodes", "born_epoch", "ready")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    BORN_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    nodes: _containers.RepeatedScalarFieldContainer[int]
+    born_epoch: int
+    ready: bool
+    def __init__(self, group: _Optional[int] = ..., nodes: _Optional[_Iterable[int]] = ..., born_epoch: _Optional[int] = ..., ready: bool = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[LockGroup]
+    def __init__(self, groups: _Optional[_Iterable[_Union[LockGroup, _Mapping]]] = ...) -> None: ...
+
 class ShardMapRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -1,0 +1,326 @@
+//! Lock groups created on a running cluster (`lockd-core`'s `topology.rs` has the rules).
+//!
+//! - **The node's view.** Each node reads the meta group's group records every
+//!   [`RECONCILE_EVERY`] (and right after a create call it serves): it hosts a replica of each
+//!   created group placed on it (the lowest-id node placed on it initialises its membership),
+//!   and knows where the others are. Sessions, keepalives and buckets go to *ready* groups only.
+//! - **Creating a group** ([`Service::create_group`]): record it in the meta group (not ready),
+//!   wait until its replicas have elected a leader, found it (born at its epoch, owning no
+//!   bucket, with the meta group's namespaces), then mark it ready. Every step is idempotent,
+//!   so repeating the call after a failure finishes it. Buckets then move to it by moves.
+//! - **Sessions older than a group** are adopted there on their first acquire
+//!   ([`Service::adopt_session`]) with the values they were opened with.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lockd_core::{GroupRecord, Op, Reply, SessionId};
+use lockd_raft::{GroupId, MemberCall, NodeId, Route, META_GROUP};
+use tokio::time::Instant;
+
+use crate::error::ApiError;
+use crate::route::{answer_of, unexpected, Query};
+use crate::service::{Credentials, Service};
+
+/// How often a node reads the meta group's group records.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
+/// How long a create call waits for the new group to elect a leader.
+const FOUND_WAIT: Duration = Duration::from_secs(60);
+
+impl Service {
+    /// The lock groups sessions, keepalives and buckets go to: the ready ones (before the
+    /// founding groups are recorded, 1..=G).
+    pub(crate) fn lock_group_ids(&self) -> Vec<GroupId> {
+        let records = self.records.read().expect("records poisoned");
+        if records.is_empty() {
+            return (1..=self.lock_groups).collect();
+        }
+        records
+            .iter()
+            .filter(|(_, r)| r.ready)
+            .map(|(g, _)| *g)
+            .collect()
+    }
+
+    /// The epoch a session opened now carries: the newest ready group's birth epoch.
+    pub(crate) fn session_epoch(&self) -> u64 {
+        let records = self.records.read().expect("records poisoned");
+        records
+            .values()
+            .filter(|r| r.ready)
+            .map(|r| r.born_epoch)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The groups a live `session` is certainly open in: the ready ones born at or before its
+    /// epoch (it may be in later ones too, if it was adopted there).
+    pub(crate) fn session_groups(&self, session: SessionId) -> Vec<GroupId> {
+        let records = self.records.read().expect("records poisoned");
+        if records.is_empty() {
+            return (1..=self.lock_groups).collect();
+        }
+        records
+            .iter()
+            .filter(|(_, r)| r.ready && r.born_epoch <= session.epoch())
+            .map(|(g, _)| *g)
+            .collect()
+    }
+
+    /// Every node this one knows of in the cluster (the meta group's members), with their
+    /// addresses learnt: calls to a created group go to nodes this one may never have called.
+    fn cluster_nodes(&self) -> Vec<NodeId> {
+        let addrs = self
+            .node
+            .memberships()
+            .remove(&META_GROUP)
+            .map(|m| m.addrs)
+            .unwrap_or_default();
+        for (n, a) in &addrs {
+            self.node.learn_addr(*n, a);
+        }
+        addrs.into_keys().collect()
+    }
+
+    /// Learns where group `id` is from the records (the local meta replica's, else the last
+    /// ones read), if they have it.
+    pub(crate) fn know_recorded_group(&self, id: GroupId) {
+        let local = self
+            .node
+            .group(META_GROUP)
+            .and_then(|m| m.read_local(|t| t.group_records().get(&id).cloned()));
+        let record = local.or_else(|| {
+            self.records
+                .read()
+                .expect("records poisoned")
+                .get(&id)
+                .cloned()
+        });
+        if let Some(r) = record {
+            self.node.know_group(id, &r.replicas, &self.cluster_nodes());
+        }
+    }
+
+    /// Reads the meta group's records and acts on them (see the module doc).
+    pub async fn reconcile_topology(&self) -> Result<(), ApiError> {
+        let meta = self.route_of(META_GROUP)?;
+        let records = match &meta {
+            Route::Local(g) => g.read_local(|t| t.group_records().clone()),
+            Route::Remote(_) => answer_of!(self, &meta, Query::Groups, Groups)?,
+        };
+        let me = self.node.node_id();
+        for (&id, r) in &records {
+            // The founding groups are hosted from the founding placement (`Node::start`).
+            if r.born_epoch == 0 {
+                continue;
+            }
+            if !r.replicas.contains(&me) {
+                self.node.know_group(id, &r.replicas, &self.cluster_nodes());
+                continue;
+            }
+            let initialiser = r.replicas.first() == Some(&me) && !r.ready;
+            let member = matches!(self.node.route(id), Some(Route::Local(_)));
+            if self.node.group(id).is_some() && (member || !initialiser) {
+                continue;
+            }
+            let members = if initialiser {
+                self.addresses(&r.replicas).await?
+            } else {
+                BTreeMap::new()
+            };
+            self.node
+                .host_group(id, &members, initialiser)
+                .await
+                .map_err(|e| ApiError::new(503, "unavailable", e.to_string()))?;
+            // Calls to it from here go to the other replicas until this one is a member.
+            self.node.know_group(id, &r.replicas, &self.cluster_nodes());
+        }
+        *self.records.write().expect("records poisoned") = records;
+        Ok(())
+    }
+
+    /// The peer address of each of `nodes`, from the meta group's membership.
+    async fn addresses(&self, nodes: &[NodeId]) -> Result<BTreeMap<NodeId, String>, ApiError> {
+        let mut addrs = self
+            .node
+            .memberships()
+            .remove(&META_GROUP)
+            .map(|m| m.addrs)
+            .unwrap_or_default();
+        if nodes.iter().any(|n| !addrs.contains_key(n)) {
+            addrs = self
+                .node
+                .member_call(META_GROUP, MemberCall::Describe)
+                .await?
+                .addrs;
+        }
+        nodes
+            .iter()
+            .map(|n| {
+                let a = addrs.get(n).cloned().ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "nodes: node {n} is not in the cluster (add it to the meta group with \
+                         `lockctl members add {n} ADDR --groups 0` first); the cluster's nodes are {:?}",
+                        addrs.keys().collect::<Vec<_>>()
+                    ))
+                })?;
+                Ok((*n, a))
+            })
+            .collect()
+    }
+
+    /// `POST /v1/admin/groups`: creates lock group `group` on `nodes` and waits until it is
+    /// ready (module doc). Idempotent: the same call again answers the record, and finishes a
+    /// creation an earlier call left half done.
+    pub async fn create_group(
+        &self,
+        creds: &Credentials,
+        group: GroupId,
+        nodes: &[NodeId],
+    ) -> Result<GroupRecord, ApiError> {
+        self.require_admin(creds, "creating a group")?;
+        if group == 0 {
+            return Err(ApiError::bad_request(
+                "group: 0 is the meta group; lock groups are 1 and up",
+            ));
+        }
+        if nodes.is_empty() || nodes.len() > lockd_core::MAX_GROUP_REPLICAS {
+            return Err(ApiError::bad_request(format!(
+                "nodes: a group needs 1..={} nodes (3 or 5 survive a failure), {} given",
+                lockd_core::MAX_GROUP_REPLICAS,
+                nodes.len()
+            )));
+        }
+        // Every node must be in the cluster: the new group's members are reached at the
+        // addresses the meta group has for them.
+        self.addresses(nodes).await?;
+        let meta = self.route_of(META_GROUP)?;
+        let create = Op::CreateGroup {
+            group,
+            replicas: nodes.to_vec(),
+        };
+        let record = recorded(self.propose(&meta, create).await?)?;
+        if record.ready {
+            return Ok(record);
+        }
+        let _ = self.reconcile_topology().await;
+        let map_version =
+            answer_of!(self, &meta, Query::ShardMap, ShardMap)?.map_or(1, |m| m.version);
+        let namespaces = answer_of!(self, &meta, Query::Namespaces, Namespaces)?;
+        let found = Op::FoundGroup {
+            born_epoch: record.born_epoch,
+            map_version,
+        };
+        let deadline = Instant::now() + FOUND_WAIT;
+        // The new group elects a leader once its replicas have started it (each node reads
+        // the records every second); until then proposals to it are refused as unavailable.
+        loop {
+            let r = async {
+                let g = self.route_of(group)?;
+                self.propose(&g, found.clone()).await?;
+                for ns in &namespaces {
+                    let op = Op::PutNamespace {
+                        namespace: ns.clone(),
+                    };
+                    self.propose(&g, op).await?;
+                }
+                Ok::<_, ApiError>(())
+            }
+            .await;
+            match r {
+                Ok(()) => break,
+                Err(e) if e.status == 503 && Instant::now() < deadline => {
+                    tracing::debug!(group, error = %e, "the new group is not up yet");
+                    let _ = self.reconcile_topology().await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let record = recorded(self.propose(&meta, Op::GroupReady { group }).await?)?;
+        let _ = self.reconcile_topology().await;
+        tracing::info!(group, nodes = ?record.replicas, epoch = record.born_epoch, "lock group created");
+        Ok(record)
+    }
+
+    /// Records in the meta group that node `id` joins (`add`) or leaves lock group `group`, so
+    /// that a node added to a created group hosts a replica of it (its reconcile reads the
+    /// record) and every node knows where the group is. A no-op when the record already says so.
+    pub(crate) async fn place_member(
+        &self,
+        group: GroupId,
+        id: NodeId,
+        add: bool,
+    ) -> Result<(), ApiError> {
+        if group == META_GROUP {
+            return Ok(());
+        }
+        let meta = self.route_of(META_GROUP)?;
+        let records = answer_of!(self, &meta, Query::Groups, Groups)?;
+        let Some(r) = records.get(&group) else {
+            return Ok(());
+        };
+        let mut replicas = r.replicas.clone();
+        replicas.retain(|n| *n != id);
+        if add {
+            replicas.push(id);
+        }
+        replicas.sort_unstable();
+        if replicas == r.replicas || replicas.is_empty() {
+            return Ok(());
+        }
+        self.propose(&meta, Op::SetGroupReplicas { group, replicas })
+            .await?;
+        Ok(())
+    }
+
+    /// `GET /v1/admin/groups`: the meta group's record of every lock group.
+    pub async fn list_groups(
+        &self,
+        creds: &Credentials,
+    ) -> Result<BTreeMap<GroupId, GroupRecord>, ApiError> {
+        self.require_admin(creds, "listing groups")?;
+        let meta = self.route_of(META_GROUP)?;
+        answer_of!(self, &meta, Query::Groups, Groups)
+    }
+
+    /// Opens `session`, older than `group`, there with the values it was opened with (read
+    /// from a group it is certainly open in). 404 if it is open nowhere any more.
+    pub(crate) async fn adopt_session(
+        &self,
+        group: &Route,
+        session: SessionId,
+    ) -> Result<(), ApiError> {
+        let mut opening = None;
+        for g in self.session_groups(session) {
+            let q = Query::SessionOpening { session };
+            opening = answer_of!(self, &self.route_of(g)?, q, SessionOpening)?;
+            if opening.is_some() {
+                break;
+            }
+        }
+        let Some((client, ttl_ms, namespace)) = opening else {
+            return Err(ApiError::new(
+                404,
+                "session_not_found",
+                format!("session {session} does not exist or has expired"),
+            ));
+        };
+        let op = Op::AdoptSession {
+            session,
+            client,
+            ttl_ms,
+            namespace,
+        };
+        self.propose(group, op).await?;
+        tracing::debug!(%session, group = group.id(), "adopted an older session");
+        Ok(())
+    }
+}
+
+fn recorded(reply: Reply) -> Result<GroupRecord, ApiError> {
+    match reply {
+        Reply::GroupRecorded { record, .. } => Ok(record),
+        _ => Err(unexpected("a group record")),
+    }
+}

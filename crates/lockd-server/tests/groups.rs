@@ -1,0 +1,239 @@
+//! A lock group created on a running cluster: three founders with one group, three nodes join,
+//! group 2 is created on them, half the buckets move to it. Sessions opened before the group
+//! existed keep working (adopted there on first use), sessions opened after carry its epoch,
+//! and group 2 is hosted only by the nodes it was placed on, across a restart.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockd_core::{bucket_of, SessionId};
+use serde_json::json;
+
+fn session_id(s: &str) -> SessionId {
+    SessionId::parse(s).expect("a session id")
+}
+
+/// The first name `prefix-<i>` whose bucket is below 2048 (one that moves to group 2).
+fn moved_name(prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| bucket_of(n) < 2048)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_created_on_joined_nodes_takes_half_the_buckets_under_use() {
+    let mut c = cluster(3, 1).await;
+    let admin = Http::new(c.url(0, "")).admin();
+    let near = Http::new(c.url(0, ""));
+
+    // Held before anything changes: names in both halves of the buckets.
+    let old = near.session("old", 30).await;
+    assert_eq!(session_id(&old).epoch(), 0);
+    let quiet = near.session("quiet", 30).await;
+    let names: Vec<String> = (0..40).map(|i| format!("payouts/m-{i}")).collect();
+    let mut tokens = Vec::new();
+    for n in &names {
+        let r = near
+            .acquire(n, json!({"session_id": old, "owner": "old"}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        tokens.push(r.body["token"].as_u64().unwrap());
+    }
+    let top = *tokens.iter().max().unwrap();
+
+    // Three nodes join the meta group only.
+    let mut joined = Vec::new();
+    for id in 4..=6 {
+        let (j, dir) = joiner(&c, id, (100, 400, 800)).await;
+        let body = json!({"node_id": id, "peer_addr": j.peer_addr.to_string(), "groups": [0]});
+        let r = admin.post("/v1/admin/members", body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        joined.push((j, dir));
+    }
+
+    // Refusals first: each names the field and changes nothing.
+    let r = admin
+        .post("/v1/admin/groups", json!({"group": 2, "nodes": [4, 5, 9]}))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("nodes: node 9"), "{msg}");
+    let r = admin
+        .post("/v1/admin/groups", json!({"group": 0, "nodes": [4]}))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = near
+        .post("/v1/admin/groups", json!({"group": 2, "nodes": [4, 5, 6]}))
+        .await;
+    assert_eq!(r.status, 401, "no admin token: {}", r.body);
+    let r = admin.get("/v1/admin/groups").await;
+    assert_eq!(r.body["groups"].as_array().unwrap().len(), 1, "{}", r.body);
+
+    // Create group 2 on the three new nodes: ready, born at epoch 1.
+    let r = admin
+        .post("/v1/admin/groups", json!({"group": 2, "nodes": [6, 5, 4]}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.body,
+        json!({"group": 2, "nodes": [4, 5, 6], "born_epoch": 1, "ready": true})
+    );
+    let again = admin
+        .post("/v1/admin/groups", json!({"group": 2, "nodes": [4, 5, 6]}))
+        .await;
+    assert_eq!(
+        (again.status, &again.body),
+        (200, &r.body),
+        "a repeat is a no-op"
+    );
+    let r = admin
+        .post("/v1/admin/groups", json!({"group": 2, "nodes": [1, 2, 3]}))
+        .await;
+    assert_eq!(
+        (r.status, &r.body["error"]["code"]),
+        (409, &json!("group_exists"))
+    );
+    let r = admin.get("/v1/admin/groups").await;
+    assert_eq!(r.body["groups"].as_array().unwrap().len(), 2, "{}", r.body);
+    assert_eq!(r.body["groups"][0]["born_epoch"], 0);
+
+    // Only the nodes it was placed on host it.
+    for (i, dir) in c.dirs.iter().enumerate() {
+        assert!(
+            !dir.path().join("group-2").exists(),
+            "founder {} hosts group 2",
+            i + 1
+        );
+    }
+    for (j, dir) in &joined {
+        assert!(dir.path().join("group-2").exists());
+        assert_eq!(j.service.node.group(2).unwrap().status().members.len(), 3);
+    }
+
+    // Move half the buckets (0-2047) while the names are held.
+    let r = admin
+        .post(
+            "/v1/admin/buckets:move",
+            json!({"buckets": "0-2047", "to_group": 2}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let moved = names.iter().filter(|n| bucket_of(n) < 2048).count();
+    assert!(moved > 0 && moved < names.len());
+    assert_eq!(r.body["holders"], moved, "{}", r.body);
+    // Holders keep their tokens, wherever their name went; every node sees them.
+    let far = Http::new(c.url(1, ""));
+    for (i, n) in names.iter().enumerate() {
+        let v = far.inspect(n).await;
+        assert_eq!(v["holders"][0]["token"], tokens[i], "{n}: {v}");
+    }
+
+    // The old session keeps living (group 2 knows it from the move), and takes a name of a
+    // moved bucket it never held: the group adopts it, with a token above every earlier one.
+    let r = near
+        .post(&format!("/v1/sessions/{old}:keepalive"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let fresh = moved_name("payouts/new");
+    let r = far
+        .acquire(&fresh, json!({"session_id": old, "owner": "old"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body["token"].as_u64().unwrap() > top, "{}", r.body);
+
+    // A session older than group 2 that never touched it is not ended by it: keepalives
+    // leave the group out.
+    // Sessions opened once the node has read the new record carry epoch 1.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let new = Http::new(c.url(2, "")).session("new", 30).await;
+    assert_eq!(session_id(&new).epoch(), 1);
+    for s in [&old, &quiet, &new] {
+        let r = far
+            .post(&format!("/v1/sessions/{s}:keepalive"), json!({}))
+            .await;
+        assert_eq!(r.status, 200, "{s}: {}", r.body);
+    }
+    let r = near
+        .acquire(&fresh, json!({"session_id": new, "owner": "new"}))
+        .await;
+    assert_eq!(
+        r.body["acquired"], false,
+        "held by the old session: {}",
+        r.body
+    );
+
+    // The quiet session's first name in group 2: the group adopts it then.
+    let g2 = |s: &str| {
+        let n = &joined[0].0.service.node;
+        n.group(2)
+            .unwrap()
+            .read_local(|t| t.session_presence(session_id(s)))
+    };
+    assert_eq!(g2(&quiet), lockd_core::Presence::NotHere);
+    let r = far
+        .acquire(
+            &moved_name("payouts/quiet"),
+            json!({"session_id": quiet, "owner": "q"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while g2(&quiet) != lockd_core::Presence::Live {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not adopted on node 4"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = near.delete(&format!("/v1/sessions/{quiet}")).await;
+    assert_eq!(
+        (r.status, &r.body["released"]),
+        (200, &json!(1)),
+        "{}",
+        r.body
+    );
+    let r = far
+        .post(&format!("/v1/sessions/{quiet}:keepalive"), json!({}))
+        .await;
+    assert_eq!(r.status, 404, "closed is closed: {}", r.body);
+
+    // Closing the old session frees its holds in both groups.
+    let r = near.delete(&format!("/v1/sessions/{old}")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["released"], names.len() + 1, "{}", r.body);
+    let r = near
+        .acquire(&fresh, json!({"session_id": new, "owner": "new"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // A restarted replica hosts group 2 again from its data dir.
+    let (five, dir5) = joined.remove(1);
+    let peers = five.service.node.memberships()[&0].addrs.clone();
+    let peer_addr = five.peer_addr;
+    five.stop().await;
+    let bind = |a: String| tokio::net::TcpListener::bind(a);
+    let peer = bind(peer_addr.to_string()).await.unwrap();
+    let http = bind("127.0.0.1:0".into()).await.unwrap();
+    let grpc = bind("127.0.0.1:0".into()).await.unwrap();
+    let mut cfg = lockd_raft::NodeConfig::new(5, dir5.path(), peers);
+    cfg.join_existing = true;
+    let five = start_node(cfg, http, grpc, peer).await;
+    assert!(
+        five.service.node.group(2).is_some(),
+        "group 2 hosted again after a restart"
+    );
+    let later = moved_name("payouts/later");
+    let r = Http::new(format!("http://{}", five.http_addr))
+        .acquire(&later, json!({"session_id": new, "owner": "new"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    five.stop().await;
+    for (j, _) in joined {
+        j.stop().await;
+    }
+    c.stop_all().await;
+}
