@@ -96,7 +96,8 @@ enum MembersCmd {
         groups: Vec<u32>,
     },
     /// Replace a node (e.g. one whose disk died) by a new node id: add NEW first, then remove
-    /// OLD, group by group, so no group is ever short of a replica. Node ids are never reused.
+    /// OLD, group by group, so no group is ever short of a replica. Without --groups: every
+    /// group OLD is a member of. Node ids are never reused.
     Replace {
         old_id: u64,
         new_id: u64,
@@ -573,8 +574,26 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
                 );
                 return Err(Fail::Code(2));
             }
-            c.add_member(*new_id, peer_addr, groups).await?;
-            c.remove_member(*old_id, groups).await?
+            // By default the new node takes the old one's place: the groups it is a member of
+            // (with groups placed on some nodes only, not every group).
+            let groups: Vec<u32> = if groups.is_empty() {
+                let all = c.list_members().await?;
+                let of_old: Vec<u32> = all
+                    .groups
+                    .iter()
+                    .filter(|g| g.members.iter().any(|m| m.node_id == *old_id))
+                    .map(|g| g.group)
+                    .collect();
+                if of_old.is_empty() {
+                    eprintln!("lockctl: error: node {old_id} is a member of no group");
+                    return Err(Fail::Code(2));
+                }
+                of_old
+            } else {
+                groups.clone()
+            };
+            c.add_member(*new_id, peer_addr, &groups).await?;
+            c.remove_member(*old_id, &groups).await?
         }
     };
     let groups: Vec<Value> = r

@@ -119,5 +119,30 @@ async fn members_grow_and_a_dead_node_is_replaced_by_a_new_id_under_a_held_lock(
     let next = client.acquire("fast/kept").await.unwrap();
     assert!(next.token() > first, "{} after {first}", next.token());
     next.release().await.unwrap();
+
+    // A third lock group on nodes 3, 4 and 5, and buckets for it; the client's session (older
+    // than the group) takes a name there (the group adopts it).
+    let created = admin_json(&c, &["groups", "create", "3", "--nodes", "5,4,3"]).await;
+    assert_eq!(
+        created,
+        serde_json::json!({"group": 3, "nodes": [3, 4, 5], "born_epoch": 1, "ready": true})
+    );
+    let listed = admin_json(&c, &["groups", "list"]).await;
+    let ids: Vec<u64> = listed["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["group"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![1, 2, 3], "{listed}");
+    let moved = admin_json(&c, &["buckets", "move", "0-99", "--to", "3"]).await;
+    assert_eq!(moved["buckets_moved"], 100, "{moved}");
+    let name = (0..)
+        .map(|i| format!("fast/g3-{i}"))
+        .find(|n| lockd_core::bucket_of(n) < 100)
+        .unwrap();
+    let there = client.acquire(&name).await.unwrap();
+    assert!(!there.is_lost());
+    there.release().await.unwrap();
     client.close().await.unwrap();
 }
