@@ -76,7 +76,17 @@ pub struct Group {
     peers: Peers,
     timing: Timing,
     stopping: AtomicBool,
+    /// Since when this replica has known no leader, or led without a quorum (`stranded`).
+    adrift_since: std::sync::Mutex<Option<Instant>>,
+    /// Since when the leader this replica names has refused every forwarded call as not
+    /// leading (a hint left over from before the replica was cut off or removed).
+    hint_refused_since: std::sync::Mutex<Option<(NodeId, Instant)>>,
+    /// When the leader last said this node is not a member (its forwarded read's answer).
+    removed_seen: std::sync::Mutex<Option<Instant>>,
 }
+
+/// How long a replica may know no usable leader before calls through it go elsewhere.
+const STRANDED_AFTER_ELECTIONS: u32 = 4;
 
 /// The answer to a proposal: the core's reply (or rejection), or why there is none.
 pub type ProposeResult = Result<Result<Reply, Rejection>, GroupError>;
@@ -96,6 +106,9 @@ impl Group {
             peers,
             timing,
             stopping: AtomicBool::new(false),
+            adrift_since: std::sync::Mutex::new(None),
+            hint_refused_since: std::sync::Mutex::new(None),
+            removed_seen: std::sync::Mutex::new(None),
         }
     }
 
@@ -175,7 +188,10 @@ impl Group {
             )
             .await
         {
-            Ok(r) => r.map(|w| w.0),
+            Ok(r) => {
+                self.note_hint(leader, matches!(r, Err(GroupError::NoLeader { .. })));
+                r.map(|w| w.0)
+            }
             // The connection could not be made, so nothing was sent: safe to retry.
             Err(st) if never_sent(&st) => Err(self.no_leader()),
             Err(st) => Err(GroupError::Unavailable(format!(
@@ -296,12 +312,30 @@ impl Group {
                 _ if status.is_leader => self.read_index_on_leader().await,
                 Some(leader) => {
                     let timeout = self.timing.retry_budget;
+                    let me = self.raft.node_id();
                     match self
                         .peers
-                        .forward(leader, Method::ReadIndex, self.id, &(), timeout)
+                        .forward::<_, (u64, Vec<NodeId>)>(
+                            leader,
+                            Method::ReadIndex,
+                            self.id,
+                            &(),
+                            timeout,
+                        )
                         .await
                     {
-                        Ok(r) => r,
+                        // The leader's members leave this node out: it was removed, and its
+                        // replica would never apply the index. Fail at once; calls through
+                        // this node go elsewhere for a while (`is_stranded`).
+                        Ok(Ok((_, members))) if !members.contains(&me) => {
+                            *self.removed_seen.lock().expect("removed poisoned") =
+                                Some(Instant::now());
+                            return Err(GroupError::Unavailable(format!(
+                                "node {me} is no longer a member of group {}",
+                                self.id
+                            )));
+                        }
+                        Ok(r) => r.map(|(index, _)| index),
                         Err(_) => Err(self.no_leader()),
                     }
                 }
@@ -314,6 +348,14 @@ impl Group {
                 other => return other,
             }
         }
+    }
+
+    /// The leader's side of a forwarded read: the read index, and the members as this leader
+    /// has them (so a removed node learns it).
+    pub(crate) async fn read_index_for_peer(&self) -> Result<(u64, Vec<NodeId>), GroupError> {
+        let index = self.read_index_on_leader().await?;
+        let m = self.raft.membership();
+        Ok((index, m.voters.into_iter().chain(m.learners).collect()))
     }
 
     pub(crate) async fn read_index_on_leader(&self) -> Result<u64, GroupError> {
@@ -340,6 +382,61 @@ impl Group {
 
     pub fn is_leader(&self) -> bool {
         self.raft.role().is_leader
+    }
+
+    /// Whether this replica has known no leader, or has led without a quorum's acknowledgement,
+    /// for several election timeouts: an election elsewhere would have ended that by now, so
+    /// this replica is cut off from its group, or left behind by it. A replica removed from
+    /// its group while unreachable is the lasting case: nobody contacts it again, and a leader
+    /// caught half-way through handing the group over (openraft then sends no heartbeats) never
+    /// steps down. Calls through such a replica go to the group's other nodes instead
+    /// (`Node::route`).
+    pub fn is_stranded(&self) -> bool {
+        let role = self.raft.role();
+        let adrift = role.leader.is_none()
+            || (role.is_leader
+                && !self.timing.skip_leader_lease_check
+                && self.raft.membership().voters.len() > 1
+                && !self.raft.lease_valid());
+        let limit = STRANDED_AFTER_ELECTIONS * self.timing.election_max;
+        // Told it was removed, recently: at once (a member again is told nothing of the kind).
+        if self
+            .removed_seen
+            .lock()
+            .expect("removed poisoned")
+            .is_some_and(|at| at.elapsed() < limit)
+        {
+            return true;
+        }
+        // Only while this replica still names that node as the leader.
+        let refused = !role.is_leader
+            && self
+                .hint_refused_since
+                .lock()
+                .expect("hint poisoned")
+                .is_some_and(|(l, at)| role.leader == Some(l) && at.elapsed() >= limit);
+        let mut since = self.adrift_since.lock().expect("adrift poisoned");
+        if !adrift {
+            *since = None;
+            return refused;
+        }
+        let at = *since.get_or_insert_with(Instant::now);
+        refused || at.elapsed() >= limit
+    }
+
+    /// Whether this replica leads with a quorum's recent acknowledgement (its keepalive lease).
+    pub fn lease_held(&self) -> bool {
+        self.raft.lease_valid()
+    }
+
+    /// Notes how the leader this replica names answered a forwarded call.
+    fn note_hint(&self, leader: NodeId, refused: bool) {
+        let mut since = self.hint_refused_since.lock().expect("hint poisoned");
+        match (refused, *since) {
+            (true, Some((l, _))) if l == leader => {}
+            (true, _) => *since = Some((leader, Instant::now())),
+            (false, _) => *since = None,
+        }
     }
 
     pub fn status(&self) -> GroupStatus {

@@ -202,7 +202,13 @@ impl Node {
             if !candidates.is_empty() {
                 remotes.insert(
                     id,
-                    Arc::new(RemoteGroup::new(id, candidates, pool.clone(), timing)),
+                    Arc::new(RemoteGroup::new(
+                        id,
+                        cfg.node_id,
+                        candidates,
+                        pool.clone(),
+                        timing,
+                    )),
                 );
             }
         }
@@ -399,21 +405,33 @@ impl Node {
         if remotes.get(&id).is_some_and(|r| r.candidates() == order) {
             return;
         }
-        let r = RemoteGroup::new(id, order, self.maker.pool.clone(), self.maker.timing);
+        let r = RemoteGroup::new(
+            id,
+            self.node_id,
+            order,
+            self.maker.pool.clone(),
+            self.maker.timing,
+        );
         remotes.insert(id, Arc::new(r));
     }
 
     /// How to reach group `id`: the local replica if it is a member, else the remote handle.
     /// `None` for a group the cluster does not have (or a one-node cluster's missing group).
     pub fn route(&self, id: GroupId) -> Option<Route> {
-        match self.group(id) {
-            Some(g) if g.raft().is_member(self.node_id) => Some(Route::Local(g)),
-            _ => self
-                .remotes
+        let remote = || {
+            self.remotes
                 .read()
                 .expect("remotes poisoned")
                 .get(&id)
-                .map(|r| Route::Remote(r.clone())),
+                .map(|r| Route::Remote(r.clone()))
+        };
+        match self.group(id) {
+            // A stranded replica (`Group::is_stranded`) sends its calls to the other nodes.
+            Some(g) if g.raft().is_member(self.node_id) => match g.is_stranded() {
+                true => remote().or(Some(Route::Local(g))),
+                false => Some(Route::Local(g)),
+            },
+            _ => remote(),
         }
     }
 

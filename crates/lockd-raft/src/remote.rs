@@ -35,6 +35,10 @@ enum Attempt<T> {
 /// A group hosted elsewhere.
 pub struct RemoteGroup {
     id: GroupId,
+    /// This node (never asked).
+    me: NodeId,
+    /// Asked first, in order; then every other node the transport knows of (a member added
+    /// since this handle was made: a replacement, a joiner).
     candidates: Vec<NodeId>,
     /// Index into `candidates` of the node tried first: the last one that answered as leader.
     next: AtomicUsize,
@@ -53,6 +57,7 @@ fn not_served(st: &tonic::Status) -> bool {
 impl RemoteGroup {
     pub(crate) fn new(
         id: GroupId,
+        me: NodeId,
         candidates: Vec<NodeId>,
         peers: Peers,
         timing: Timing,
@@ -60,6 +65,7 @@ impl RemoteGroup {
         assert!(!candidates.is_empty(), "a remote group needs a node to ask");
         RemoteGroup {
             id,
+            me,
             candidates,
             next: AtomicUsize::new(0),
             peers,
@@ -73,7 +79,19 @@ impl RemoteGroup {
 
     /// The node a call goes to first (the group's leader, as far as this node knows).
     pub fn leader_hint(&self) -> NodeId {
-        self.candidates[self.next.load(Ordering::Relaxed) % self.candidates.len()]
+        let order = self.order();
+        order[self.next.load(Ordering::Relaxed) % order.len()]
+    }
+
+    /// The nodes to ask, in order: the candidates, then every other node the transport knows.
+    fn order(&self) -> Vec<NodeId> {
+        let mut order = self.candidates.clone();
+        for n in self.peers.known_nodes() {
+            if n != self.me && !order.contains(&n) {
+                order.push(n);
+            }
+        }
+        order
     }
 
     fn no_leader(&self) -> GroupError {
@@ -83,12 +101,12 @@ impl RemoteGroup {
     }
 
     /// Moves past candidate `i` (unless another call already did); pauses after a full round.
-    async fn rotate(&self, i: usize, tried: &mut usize) {
+    async fn rotate(&self, i: usize, tried: &mut usize, of: usize) {
         let _ = self
             .next
             .compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
         *tried += 1;
-        if (*tried).is_multiple_of(self.candidates.len()) {
+        if (*tried).is_multiple_of(of) {
             tokio::time::sleep(self.timing.retry_pause).await;
         }
     }
@@ -110,13 +128,14 @@ impl RemoteGroup {
         let mut tried = 0;
         loop {
             let i = self.next.load(Ordering::Relaxed);
-            if let Attempt::Done(r) = attempt(self.candidates[i % self.candidates.len()]).await {
+            let order = self.order();
+            if let Attempt::Done(r) = attempt(order[i % order.len()]).await {
                 return r;
             }
             if Instant::now() >= give_up {
                 return Err(self.no_leader());
             }
-            self.rotate(i, &mut tried).await;
+            self.rotate(i, &mut tried, order.len()).await;
         }
     }
 
@@ -209,7 +228,8 @@ impl RemoteGroup {
         let mut last;
         loop {
             let i = self.next.load(Ordering::Relaxed);
-            let target = self.candidates[i % self.candidates.len()];
+            let order = self.order();
+            let target = order[i % order.len()];
             match self
                 .peers
                 .call(target, Method::Member, self.id, payload.clone(), timeout)
@@ -222,9 +242,9 @@ impl RemoteGroup {
                         })?;
                     match r {
                         Err(MemberError::NotLeader { leader: Some(l) })
-                            if self.candidates.contains(&l) && l != target =>
+                            if order.contains(&l) && l != target =>
                         {
-                            let at = self.candidates.iter().position(|c| *c == l);
+                            let at = order.iter().position(|c| *c == l);
                             self.next.store(at.unwrap_or(0), Ordering::Relaxed);
                             continue;
                         }
@@ -244,7 +264,7 @@ impl RemoteGroup {
             if Instant::now() >= give_up {
                 return Err(last);
             }
-            self.rotate(i, &mut tried).await;
+            self.rotate(i, &mut tried, order.len()).await;
         }
     }
 }

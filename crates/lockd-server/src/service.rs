@@ -318,12 +318,11 @@ impl Service {
     /// The group of `name` by the shard map as the meta group's leader has it now (a route
     /// found stale by a group's refusal).
     async fn route_fresh(&self, name: &str) -> Result<Route, ApiError> {
-        let meta = self.group(META_GROUP)?;
-        let owned = name.to_string();
-        let g = meta
-            .read(move |t| t.shard_map().map(|m| m.group_of(&owned)))
-            .await?;
-        self.mapped_group(g, name)
+        // Through the meta group's route: a stranded local replica (`Group::is_stranded`),
+        // one left behind by a member change above all, would never answer.
+        let meta = self.route_of(META_GROUP)?;
+        let map = answer_of!(self, &meta, crate::route::Query::ShardMap, ShardMap)?;
+        self.mapped_group(map.map(|m| m.group_of(name)), name)
     }
 
     /// Runs `attempt` on the group that owns `name`'s bucket. Every group refuses a name it

@@ -9,7 +9,7 @@
 //!   bucket, with the meta group's namespaces), then mark it ready. Every step is idempotent,
 //!   so repeating the call after a failure finishes it. Buckets then move to it by moves.
 //! - **Sessions older than a group** are adopted there on their first acquire
-//!   ([`Service::adopt_session`]) with the values they were opened with.
+//!   (`Service::adopt_session`) with the values they were opened with.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -13,7 +13,9 @@
 //! leader), crashes with restart, node and client pauses longer than the TTL, and clock-rate
 //! skew within ±5 %, and topology faults: a name's bucket moves to the other group while in
 //! use (lockd-server's own mover, which finishes what an earlier interrupted move left), or a
-//! move is aborted after the freeze. Clients route as a node does (the home node's shard map,
+//! move is aborted after the freeze; and membership changes of any group (meta included): a
+//! node joins (learner, then voter) and a voter leaves, the leader too. A spare node, started
+//! as a joiner, gives the changes somewhere to go, so replica sets wander over the nodes. Clients route as a node does (the home node's shard map,
 //! re-read on `wrong_group` / `bucket_moving`).
 //!
 //! Checked online: lockd-core's invariants after every apply on every replica (S1, ...), tokens
@@ -58,6 +60,9 @@ const CLIENTS: u64 = 4;
 const READERS: u64 = 2;
 /// Bound on one client call (propose, keepalive) before its outcome is unknown.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Nodes beyond the founding replicas: started as joiners (members of no group), they enter
+/// groups by the nemesis' member changes, as others leave.
+const SPARE_NODES: u64 = 1;
 
 /// A deliberate bug, to show the simulation catches it (negative control).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -284,6 +289,18 @@ struct World {
     trace: Mutex<Option<Vec<String>>>,
     /// Every session a client opened, with its local deadline (checked when it expires: C1).
     sessions: Mutex<BTreeMap<SessionId, Arc<Session>>>,
+}
+
+impl World {
+    /// Every node of the simulation: the founders, then the spares.
+    fn node_count(&self) -> u64 {
+        self.cfg.replicas + SPARE_NODES
+    }
+
+    /// A random node id.
+    fn any_node(&self) -> NodeId {
+        self.rand_u64(1..self.node_count() + 1)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -764,10 +781,14 @@ impl EffectSink for SimSink {
 // Nodes
 
 async fn start_node(w: &Arc<World>, id: NodeId) -> anyhow::Result<()> {
+    // The founders know each other; a spare knows them and itself, and joins no group by
+    // itself (`--initial-cluster-state existing`).
     let peers: BTreeMap<NodeId, String> = (1..=w.cfg.replicas)
+        .chain((id > w.cfg.replicas).then_some(id))
         .map(|i| (i, format!("sim-node-{i}")))
         .collect();
     let mut cfg = NodeConfig::new(id, "/nonexistent/lockd-sim", peers);
+    cfg.join_existing = id > w.cfg.replicas;
     cfg.storage = Storage::Memory(w.disks[&id].clone());
     cfg.snapshot_every = 200;
     cfg.lock_groups = GROUPS.len() as u32;
@@ -800,13 +821,17 @@ async fn crash_node(w: &Arc<World>, id: NodeId) {
     }
 }
 
+/// The leader of `group`: of the replicas that think they lead, the one of the newest term (a
+/// replica cut off, or removed from the group while cut off, may still think it leads).
 fn leader_of(w: &World, group: GroupId) -> Option<NodeId> {
-    (1..=w.cfg.replicas).find(|id| {
-        w.net
-            .node(*id)
-            .and_then(|(_, n)| n.group(group))
-            .is_some_and(|g| g.is_leader())
-    })
+    (1..=w.node_count())
+        .filter_map(|id| {
+            let g = w.net.node(id)?.1.group(group)?;
+            let st = g.status();
+            st.is_leader.then_some((st.term, id))
+        })
+        .max()
+        .map(|(_, id)| id)
 }
 
 // ------------------------------------------------------------------------------------------
@@ -847,10 +872,19 @@ async fn route(w: &World, home: NodeId, name: &str, fresh: bool) -> GroupId {
     let Some((_, node)) = w.net.node(home) else {
         return initial();
     };
-    let Some(meta) = node.group(lockd_raft::META_GROUP) else {
+    let Some(mut meta) = node.group(lockd_raft::META_GROUP) else {
         return initial();
     };
     drop(node);
+    // A stranded replica sends its reads elsewhere, as a node's route does: here, the leader's.
+    if fresh && meta.is_stranded() {
+        if let Some(g) = leader_of(w, lockd_raft::META_GROUP)
+            .and_then(|l| w.net.node(l))
+            .and_then(|(_, n)| n.group(lockd_raft::META_GROUP))
+        {
+            meta = g;
+        }
+    }
     let owned = name.to_string();
     let g = if fresh {
         let read = meta.read(move |t| t.shard_map().map(|m| m.group_of(&owned)));
@@ -943,7 +977,7 @@ async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut home: Node
                 let mut cur = lock(&s.deadline);
                 *cur = (*cur).max(d);
             }
-            None => home = w.rand_u64(1..w.cfg.replicas + 1),
+            None => home = w.any_node(),
         }
     }
 }
@@ -951,7 +985,7 @@ async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut home: Node
 async fn client(w: Arc<World>, idx: u64) {
     let sabotage = w.cfg.sabotage == Some(Sabotage::ClientDeadline);
     let mut pid: ProcessId = idx * 100_000;
-    let mut home = 1 + idx % w.cfg.replicas;
+    let mut home = 1 + idx % w.node_count();
     while !w.stop.load(Ordering::Relaxed) {
         pid += 1;
         w.pause_point(idx).await;
@@ -982,7 +1016,7 @@ async fn client(w: Arc<World>, idx: u64) {
             .collect();
         // Opened in every group, or given up (a half-open session just expires).
         let Some(ttl) = ttls.and_then(|t| t.into_iter().min()) else {
-            home = w.rand_u64(1..w.cfg.replicas + 1);
+            home = w.any_node();
             tokio::time::sleep(w.rand_ms(50, 300)).await;
             continue;
         };
@@ -1059,7 +1093,7 @@ async fn session_ops(
             Outcome::Unknown => return,
             _ => {
                 if !matches!(r, Some(Ok(_))) {
-                    *home = w.rand_u64(1..w.cfg.replicas + 1);
+                    *home = w.any_node();
                 }
                 tokio::time::sleep(w.rand_ms(20, 300)).await;
                 continue;
@@ -1168,7 +1202,7 @@ async fn session_ops(
 /// Readers run often and side by side, so reads share rounds and batches.
 async fn reader(w: Arc<World>, idx: u64) {
     let sabotage = w.cfg.sabotage == Some(Sabotage::StaleRead);
-    let mut home = 1 + idx % w.cfg.replicas;
+    let mut home = 1 + idx % w.node_count();
     while !w.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(w.rand_ms(5, 150)).await;
         let group = GROUPS[w.rand_u64(0..GROUPS.len() as u64) as usize];
@@ -1199,7 +1233,7 @@ async fn reader(w: Arc<World>, idx: u64) {
                     );
                 }
             }
-            _ => home = w.rand_u64(1..w.cfg.replicas + 1),
+            _ => home = w.any_node(),
         }
     }
 }
@@ -1226,7 +1260,7 @@ async fn wait_for(w: &World, node: NodeId, group: GroupId, waiter: u64, max: Dur
 
 async fn nemesis(w: Arc<World>) {
     let end = w.t0 + w.cfg.run_for;
-    let n = w.cfg.replicas;
+    let n = w.node_count();
     let crashed = Arc::new(Mutex::new(Vec::<NodeId>::new()));
     loop {
         tokio::time::sleep(w.rand_ms(500, 2_500)).await;
@@ -1234,11 +1268,16 @@ async fn nemesis(w: Arc<World>) {
             return;
         }
         match w.rand_u64(0..10) {
-            8 | 9 => {
+            8 => {
                 // A topology change: move a name's bucket to the other group while it is in
                 // use (sometimes aborted after the freeze), concurrent with every other fault.
                 let w2 = w.clone();
                 tokio::spawn(async move { move_fault(&w2).await });
+            }
+            9 => {
+                // A membership change: a node joins a group, or one leaves (replace).
+                let w2 = w.clone();
+                tokio::spawn(async move { member_fault(&w2).await });
             }
             0 | 1 => {
                 // Isolate the leader (or a random node) from every other node.
@@ -1394,8 +1433,7 @@ impl SimMover<'_> {
         let give_up = Instant::now() + Duration::from_secs(10);
         let mut last = GroupError::NoLeader { retry_after_ms: 0 };
         while Instant::now() < give_up {
-            let home = leader_of(self.w, group)
-                .unwrap_or_else(|| self.w.rand_u64(1..self.w.cfg.replicas + 1));
+            let home = leader_of(self.w, group).unwrap_or_else(|| self.w.any_node());
             match client_call(self.w, home, group, &f).await {
                 Some(Ok(v)) => return Ok(v),
                 Some(Err(e @ (GroupError::NoLeader { .. } | GroupError::ShuttingDown))) => last = e,
@@ -1573,9 +1611,84 @@ async fn move_fault(w: &Arc<World>) {
 // ------------------------------------------------------------------------------------------
 // One seed
 
+/// A membership change through a random live node (which sends it to the group's leader): in
+/// a group of no more voters than founders, a node that is not a member joins (learner, then
+/// voter) and then a voter leaves (a replace); in one with an extra voter, a voter leaves. The
+/// leader itself may be the one to leave (it hands the group over first). Under every other
+/// fault, so a change may stop half-way; the next one, or the leader, finishes it.
+async fn member_fault(w: &Arc<World>) {
+    use lockd_raft::MemberCall;
+    let groups: Vec<GroupId> = std::iter::once(lockd_raft::META_GROUP)
+        .chain(GROUPS)
+        .collect();
+    let group = groups[w.rand_u64(0..groups.len() as u64) as usize];
+    let Some(m) = leader_of(w, group)
+        .and_then(|l| w.net.node(l))
+        .and_then(|(_, n)| n.memberships().remove(&group))
+    else {
+        return;
+    };
+    if m.joint {
+        return; // a change is half done: leave it to its leader
+    }
+    let mut calls = Vec::new();
+    if m.voters.len() as u64 <= w.cfg.replicas {
+        let outside: Vec<NodeId> = (1..=w.node_count())
+            .filter(|n| !m.voters.contains(n))
+            .collect();
+        if outside.is_empty() {
+            return;
+        }
+        let id = outside[w.rand_u64(0..outside.len() as u64) as usize];
+        calls.push(MemberCall::Add {
+            id,
+            addr: format!("sim-node-{id}"),
+        });
+        let stay: Vec<NodeId> = m.voters.clone();
+        calls.push(MemberCall::Remove {
+            id: stay[w.rand_u64(0..stay.len() as u64) as usize],
+        });
+    } else {
+        calls.push(MemberCall::Remove {
+            id: m.voters[w.rand_u64(0..m.voters.len() as u64) as usize],
+        });
+    }
+    for call in calls {
+        let via = w.any_node();
+        let Some((_, node)) = w.net.node(via) else {
+            w.fault(
+                "member_change",
+                format!("group {group} {call:?}: node {via} is down"),
+            );
+            return;
+        };
+        let kind = match call {
+            MemberCall::Add { .. } => "member_add",
+            _ => "member_remove",
+        };
+        let r = tokio::time::timeout(
+            Duration::from_secs(15),
+            node.member_call(group, call.clone()),
+        )
+        .await;
+        let outcome = match &r {
+            Ok(Ok(m)) => format!("ok, voters {:?}", m.voters),
+            Ok(Err(e)) => format!("refused: {e}"),
+            Err(_) => "no answer in 15 s".into(),
+        };
+        w.fault(
+            kind,
+            format!("group {group} {call:?} via node {via}: {outcome}"),
+        );
+        if !matches!(r, Ok(Ok(_))) {
+            return;
+        }
+    }
+}
+
 async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     let seed = cfg.seed;
-    let disks = (1..=cfg.replicas)
+    let disks = (1..=cfg.replicas + SPARE_NODES)
         .map(|id| {
             let d = MemStorage::new(
                 seed.wrapping_mul(31).wrapping_add(id),
@@ -1621,8 +1734,8 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
             value: String::new(),
         });
     }
-    // The lowest id initialises the groups, so start it last.
-    for id in (1..=w.cfg.replicas).rev() {
+    // The lowest id initialises the groups, so start it last (the spares first).
+    for id in (1..=w.node_count()).rev() {
         start_node(&w, id).await?;
     }
     bootstrap(&w).await?;
@@ -1649,14 +1762,15 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     lock(&w.client_pause).clear();
     lock(&w.pending_pause).clear();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    for id in 1..=w.cfg.replicas {
+    for id in 1..=w.node_count() {
         if w.net.node(id).is_none() {
             start_node(&w, id).await?;
         }
     }
     let converged = converge(&w).await;
     final_checks(&w, converged);
-    for id in 1..=w.cfg.replicas {
+    every_node_serves(&w).await;
+    for id in 1..=w.node_count() {
         if let Some(node) = w.net.down(id) {
             node.shutdown().await;
         }
@@ -1700,7 +1814,10 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
 
 /// Waits until, in every group, every replica applied the same index (a write on each leader
 /// first, so the last entries commit). Returns per (group, node): (applied index, state hash).
-async fn converge(w: &World) -> Option<BTreeMap<(GroupId, NodeId), (u64, u64)>> {
+/// Per (group, node): (applied index, state hash), once every member agrees.
+type Converged = BTreeMap<(GroupId, NodeId), (u64, u64)>;
+
+async fn converge(w: &World) -> Result<Converged, String> {
     let give_up = Instant::now() + Duration::from_secs(30);
     let mut out = BTreeMap::new();
     for group in std::iter::once(lockd_raft::META_GROUP).chain(GROUPS) {
@@ -1716,13 +1833,31 @@ async fn converge(w: &World) -> Option<BTreeMap<(GroupId, NodeId), (u64, u64)>> 
                 }
             }
             if Instant::now() >= give_up {
-                return None;
+                let views: Vec<String> = (1..=w.node_count())
+                    .filter_map(|id| {
+                        let (_, n) = w.net.node(id)?;
+                        let st = n.group(group)?.status();
+                        Some(format!(
+                            "node {id}: leader {:?} term {} members {:?}",
+                            st.leader, st.term, st.members
+                        ))
+                    })
+                    .collect();
+                return Err(format!(
+                    "group {group}: no leader committed an entry; {views:?}"
+                ));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         loop {
+            // The members as the leader has them (member changes moved replicas around).
+            let members: Vec<NodeId> = leader_of(w, group)
+                .and_then(|l| w.net.node(l))
+                .and_then(|(_, n)| n.memberships().remove(&group))
+                .map(|m| m.voters.into_iter().chain(m.learners).collect())
+                .unwrap_or_default();
             let mut seen = BTreeMap::new();
-            for id in 1..=w.cfg.replicas {
+            for &id in &members {
                 if let Some((_, n)) = w.net.node(id) {
                     if let Some(g) = n.group(group) {
                         seen.insert(id, (g.status().applied_index, g.state_hash()));
@@ -1730,23 +1865,88 @@ async fn converge(w: &World) -> Option<BTreeMap<(GroupId, NodeId), (u64, u64)>> 
                 }
             }
             let first = seen.values().next().copied();
-            if seen.len() as u64 == w.cfg.replicas && seen.values().all(|v| Some(*v) == first) {
+            if !members.is_empty()
+                && seen.len() == members.len()
+                && seen.values().all(|v| Some(*v) == first)
+            {
                 out.extend(seen.into_iter().map(|(id, v)| ((group, id), v)));
                 break;
             }
             if Instant::now() >= give_up {
-                return None;
+                return Err(format!(
+                    "group {group}: members {members:?} (leader {:?}), (applied, hash) {seen:?}",
+                    leader_of(w, group)
+                ));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    Some(out)
+    Ok(out)
 }
 
-fn final_checks(w: &World, converged: Option<BTreeMap<(GroupId, NodeId), (u64, u64)>>) {
-    let Some(final_state) = converged else {
-        w.violation("replicas did not converge within 30 s after healing".into());
-        return;
+/// After healing, a call through any node reaches every group, whatever replica that node
+/// holds of it (none, a member's, or a stranded one left behind by a member change).
+async fn every_node_serves(w: &World) {
+    for id in 1..=w.node_count() {
+        let Some((_, node)) = w.net.node(id) else {
+            continue;
+        };
+        for group in std::iter::once(lockd_raft::META_GROUP).chain(GROUPS) {
+            let served = async {
+                loop {
+                    if let Some(route) = node.route(group) {
+                        if matches!(route.propose(Op::Tick).await, Ok(Ok(_))) {
+                            return;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            };
+            if tokio::time::timeout(Duration::from_secs(20), served)
+                .await
+                .is_err()
+            {
+                let route = match node.route(group) {
+                    Some(lockd_raft::Route::Local(_)) => "local",
+                    Some(lockd_raft::Route::Remote(_)) => "remote",
+                    None => "none",
+                };
+                let here = node.group(group).map(|g| {
+                    let st = g.status();
+                    format!(
+                        "leader {:?} term {} members {:?} stranded {} lease {}",
+                        st.leader,
+                        st.term,
+                        st.members,
+                        g.is_stranded(),
+                        g.lease_held()
+                    )
+                });
+                let real = leader_of(w, group).and_then(|l| {
+                    let m = w.net.node(l)?.1.memberships().remove(&group)?;
+                    Some(format!(
+                        "node {l}: voters {:?} learners {:?}",
+                        m.voters, m.learners
+                    ))
+                });
+                w.violation(format!(
+                    "liveness: node {id} could not reach group {group} 20 s after healing \
+                     (route {route}; its replica: {here:?}; leader {real:?})"
+                ));
+            }
+        }
+    }
+}
+
+fn final_checks(w: &World, converged: Result<Converged, String>) {
+    let final_state = match converged {
+        Ok(s) => s,
+        Err(why) => {
+            w.violation(format!(
+                "replicas did not converge within 30 s after healing: {why}"
+            ));
+            return;
+        }
     };
     let applied = |group: GroupId| {
         final_state

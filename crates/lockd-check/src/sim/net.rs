@@ -240,4 +240,8 @@ impl PeerTransport for Link {
                 .deliver(self.from, target, method, group, payload, timeout),
         )
     }
+
+    fn known_nodes(&self) -> Vec<NodeId> {
+        self.net.lock().nodes.keys().copied().collect()
+    }
 }

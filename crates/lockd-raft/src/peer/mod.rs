@@ -109,6 +109,11 @@ pub trait PeerTransport: Send + Sync + 'static {
     fn learn_addr(&self, id: NodeId, addr: &str) {
         let _ = (id, addr);
     }
+
+    /// Every node this transport can reach by id (default: none beyond those it is asked for).
+    fn known_nodes(&self) -> Vec<NodeId> {
+        Vec::new()
+    }
 }
 
 /// The node's handle on its transport, with the typed forwarding helper (forwarded calls go
@@ -142,6 +147,10 @@ impl Peers {
 
     pub(crate) fn learn_addr(&self, id: NodeId, addr: &str) {
         self.transport.learn_addr(id, addr)
+    }
+
+    pub(crate) fn known_nodes(&self) -> Vec<NodeId> {
+        self.transport.known_nodes()
     }
 
     /// A forwarded call: typed request, typed `Result<_, GroupError>` reply, sent in a batch
@@ -295,6 +304,18 @@ impl PeerTransport for PeerPool {
     fn learn_addr(&self, id: NodeId, addr: &str) {
         self.set_addr(id, addr)
     }
+
+    fn known_nodes(&self) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = self
+            .addrs
+            .read()
+            .expect("peer addrs poisoned")
+            .keys()
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
 }
 
 /// The server half of the peer service; build it with [`Node::peer_service`].
@@ -406,7 +427,7 @@ async fn dispatch_one(
             )
         }
         Method::Keepalive => keepalive(node, group_id, payload),
-        Method::ReadIndex => reply(&group.read_index_on_leader().await),
+        Method::ReadIndex => reply(&group.read_index_for_peer().await),
         // Served only if this node leads (no re-forwarding).
         Method::Member => {
             let call: crate::MemberCall = decode(payload)?;

@@ -644,6 +644,11 @@ impl RaftGroup {
     /// The membership this replica has (the last one in its log, committed or not).
     /// Whether node `id` is a member (voter or learner) of the membership this replica knows:
     /// cheap (no copy), for routing on every call.
+    /// This replica's node id.
+    pub(crate) fn node_id(&self) -> crate::NodeId {
+        self.raft.server_metrics().borrow_watched().id
+    }
+
     pub(crate) fn is_member(&self, id: crate::NodeId) -> bool {
         let metrics = self.raft.server_metrics();
         let m = metrics.borrow_watched();
