@@ -101,3 +101,70 @@ impl NodeConfig {
         NodeConfig::new(1, data_dir, BTreeMap::from([(1, addr.into())]))
     }
 }
+
+/// Checks a peer address: `HOST:PORT`, where HOST is an IPv4 address, a bracketed IPv6 address
+/// or a DNS name (resolved each time a connection is made, so a StatefulSet pod's name follows
+/// it to a new IP). The error says what is wrong.
+pub fn check_peer_addr(addr: &str) -> Result<(), String> {
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let bad = |why: &str| Err(format!("'{addr}' is not HOST:PORT ({why})"));
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return bad("no port");
+    };
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return bad("the port must be 1-65535");
+    }
+    if host.starts_with('[') || host.parse::<std::net::Ipv4Addr>().is_ok() {
+        return bad("not a valid IP address");
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return bad("the host is neither an IP address nor a DNS name");
+    }
+    if name.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return bad("not a valid IP address");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod addr_tests {
+    use super::check_peer_addr;
+
+    #[test]
+    fn peer_addresses_are_ips_or_dns_names_with_a_port() {
+        for ok in [
+            "10.0.0.1:7270",
+            "[::1]:7270",
+            "localhost:7270",
+            "lockd-0.lockd.prod.svc.cluster.local:7270",
+            "node-2.:1",
+        ] {
+            assert_eq!(check_peer_addr(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "10.0.0.1",
+            "lockd-0",
+            "host:0",
+            "host:70000",
+            ":7270",
+            "-host:7270",
+            "ho_st:7270",
+            "[::1:7270",
+            "300.1.1.1:7270",
+            "a..b:7270",
+        ] {
+            let e = check_peer_addr(bad).unwrap_err();
+            assert!(e.contains(bad) && e.contains("HOST:PORT"), "{bad}: {e}");
+        }
+    }
+}

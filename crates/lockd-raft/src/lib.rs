@@ -43,7 +43,7 @@ mod wire;
 
 pub use audit::AuditEvent;
 pub use clock::NodeClock;
-pub use config::{NodeConfig, Storage};
+pub use config::{check_peer_addr, NodeConfig, Storage};
 pub use error::{GroupError, StartError};
 pub use fatal::GroupFailure;
 pub use group::{Group, GroupStatus, ProposeResult};

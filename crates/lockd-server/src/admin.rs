@@ -2,8 +2,6 @@
 //! gRPC both call these. Each reaches every named group's leader wherever it is
 //! (`Node::member_call` forwards over the peer port) and is idempotent.
 
-use std::net::SocketAddr;
-
 use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId, META_GROUP};
 
 use crate::error::ApiError;
@@ -85,9 +83,9 @@ impl Service {
     ) -> Result<Vec<GroupMembers>, ApiError> {
         self.require_admin(creds, "adding a member")?;
         check_node_id(id)?;
-        if peer_addr.parse::<SocketAddr>().is_err() {
+        if let Err(e) = lockd_raft::check_peer_addr(peer_addr) {
             return Err(ApiError::bad_request(format!(
-                "peer_addr '{peer_addr}' is not HOST:PORT with an IP address"
+                "peer_addr: {e}; an IP address or a DNS name"
             )));
         }
         let groups = self.member_groups(groups)?;

@@ -152,8 +152,7 @@ fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
             .parse()
             .with_context(|| format!("peer id '{id}' is not a number"))?;
         let addr = addr.trim();
-        addr.parse::<SocketAddr>()
-            .with_context(|| format!("peer address '{addr}' is not HOST:PORT"))?;
+        lockd_raft::check_peer_addr(addr).map_err(|e| anyhow::anyhow!("peer address {e}"))?;
         if peers.insert(id, addr.to_string()).is_some() {
             bail!("peer id {id} appears twice");
         }
@@ -162,6 +161,33 @@ fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
         bail!("--peers names no member");
     }
     Ok(peers)
+}
+
+/// The address to listen on for this node's own `--peers` entry: as given if it is an IP
+/// address, else its DNS name resolved (retried for a minute: a pod's name may appear in DNS
+/// only once the pod runs).
+async fn resolve_own(addr: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match tokio::net::lookup_host(addr).await {
+            Ok(mut found) => {
+                if let Some(a) = found.next() {
+                    return Ok(a);
+                }
+            }
+            Err(e) if tokio::time::Instant::now() >= until => {
+                return Err(anyhow::anyhow!(
+                    "this node's --peers entry '{addr}' does not resolve ({e}); give --peer \
+                     IP:PORT to listen on"
+                ));
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 /// Reads the admin token from `path`: one line, 16-256 printable ASCII characters.
@@ -504,9 +530,16 @@ async fn run(cli: Cli) -> ExitCode {
                     join_existing: a.initial_cluster_state == "existing",
                     skip_leader_lease_check: a.unsafe_negative_control.is_some(),
                 };
-                let own = peers
-                    .get(&a.node_id)
-                    .and_then(|p| p.parse::<SocketAddr>().ok());
+                let own = match (a.peer, peers.get(&a.node_id)) {
+                    (Some(_), _) | (None, None) => None,
+                    (None, Some(p)) => match resolve_own(p).await {
+                        Ok(addr) => Some(addr),
+                        Err(e) => {
+                            eprintln!("lockd: {e:#}");
+                            return ExitCode::FAILURE;
+                        }
+                    },
+                };
                 let Some(peer) = a.peer.or(own) else {
                     eprintln!(
                         "lockd: --peers has no entry for node {} to listen on (or give --peer)",

@@ -179,3 +179,94 @@ async fn each_group_serves_only_the_buckets_the_map_gives_it() {
     assert_eq!(r.status, 200, "{}", r.body);
     c.stop_all().await;
 }
+
+/// Peers given by DNS name (as a Kubernetes StatefulSet gives them): every node reaches the
+/// others by name, resolved when it connects, and a member added by name joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_named_by_dns_form_a_cluster_and_a_named_member_joins() {
+    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+    let mut listeners = Vec::new();
+    let mut peers = std::collections::BTreeMap::new();
+    for id in 1..=3u64 {
+        let (http, grpc, peer) = (
+            bind().await.unwrap(),
+            bind().await.unwrap(),
+            bind().await.unwrap(),
+        );
+        let port = peer.local_addr().unwrap().port();
+        peers.insert(id, format!("localhost:{port}"));
+        listeners.push((http, grpc, peer));
+    }
+    let mut dirs = Vec::new();
+    let mut starts = Vec::new();
+    for (i, (http, grpc, peer)) in listeners.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = lockd_raft::NodeConfig::new(i as u64 + 1, dir.path(), peers.clone());
+        cfg.lock_groups = 1;
+        dirs.push(dir);
+        starts.push(start_node(cfg, http, grpc, peer));
+    }
+    let nodes: Vec<_> = futures::future::join_all(starts)
+        .await
+        .into_iter()
+        .map(Some)
+        .collect();
+    let mut c = Cluster { nodes, dirs };
+    c.wait_ready().await;
+    let members = c.node(0).service.node.memberships()[&0].addrs.clone();
+    assert!(
+        members.values().all(|a| a.starts_with("localhost:")),
+        "{members:?}"
+    );
+
+    let http = Http::new(c.url(1, ""));
+    let s = http.session("dns", 10).await;
+    let r = http
+        .acquire("payouts/dns", json!({"session_id": s, "owner": "o"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // A joiner added under its DNS name; a malformed name is refused, naming the field.
+    let (j, _dir) = joiner(&c, 4, (100, 400, 800)).await;
+    let admin = Http::new(c.url(0, "")).admin();
+    let bad = admin
+        .post(
+            "/v1/admin/members",
+            json!({"node_id": 4, "peer_addr": "not a host:1"}),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("peer_addr:"));
+    let named = format!("localhost:{}", j.peer_addr.port());
+    let r = admin
+        .post(
+            "/v1/admin/members",
+            json!({"node_id": 4, "peer_addr": named, "groups": [0]}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The leader's view, as the call answered it.
+    let group0 = &r.body["groups"][0]["members"];
+    let four = group0
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["node_id"] == 4);
+    assert_eq!(
+        four.map(|m| m["peer_addr"].clone()),
+        Some(json!(named)),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        four.map(|m| m["role"].clone()),
+        Some(json!("voter")),
+        "{}",
+        r.body
+    );
+    j.stop().await;
+    c.stop_all().await;
+}
