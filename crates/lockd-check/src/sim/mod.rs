@@ -1267,14 +1267,14 @@ async fn nemesis(w: Arc<World>) {
         if Instant::now() + Duration::from_secs(1) >= end {
             return;
         }
-        match w.rand_u64(0..10) {
-            8 => {
+        match w.rand_u64(0..11) {
+            8 | 9 => {
                 // A topology change: move a name's bucket to the other group while it is in
                 // use (sometimes aborted after the freeze), concurrent with every other fault.
                 let w2 = w.clone();
                 tokio::spawn(async move { move_fault(&w2).await });
             }
-            9 => {
+            10 => {
                 // A membership change: a node joins a group, or one leaves (replace).
                 let w2 = w.clone();
                 tokio::spawn(async move { member_fault(&w2).await });
