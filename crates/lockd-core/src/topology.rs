@@ -305,6 +305,15 @@ mod tests {
         t.apply(&Command { now_ms: 1, op }).reply
     }
 
+    fn adopt(session: SessionId) -> Op {
+        Op::AdoptSession {
+            session,
+            client: "c".into(),
+            ttl_ms: 0,
+            namespace: String::new(),
+        }
+    }
+
     fn open(session: SessionId) -> Op {
         Op::OpenSession {
             session,
@@ -459,16 +468,11 @@ mod tests {
             "wrong_group"
         );
 
-        let adopt = Op::AdoptSession {
-            session: old,
-            client: "c".into(),
-            ttl_ms: 0,
-            namespace: String::new(),
-        };
-        assert!(apply(&mut g, adopt.clone()).is_ok());
+        let adopt_old = adopt(old);
+        assert!(apply(&mut g, adopt_old.clone()).is_ok());
         assert_eq!(g.session_presence(old), Presence::Live);
         assert!(
-            apply(&mut g, adopt.clone()).is_ok(),
+            apply(&mut g, adopt_old.clone()).is_ok(),
             "adopting a live session is a no-op"
         );
         assert!(apply(&mut g, Op::CloseSession { session: old }).is_ok());
@@ -478,15 +482,10 @@ mod tests {
             "ended here is ended"
         );
         assert_eq!(
-            apply(&mut g, adopt).unwrap_err().code(),
+            apply(&mut g, adopt_old).unwrap_err().code(),
             "session_not_found"
         );
-        let adopt_new = Op::AdoptSession {
-            session: new,
-            client: "c".into(),
-            ttl_ms: 0,
-            namespace: String::new(),
-        };
+        let adopt_new = adopt(new);
         assert_eq!(
             apply(&mut g, adopt_new).unwrap_err().code(),
             "session_not_found"

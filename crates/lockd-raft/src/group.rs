@@ -76,13 +76,20 @@ pub struct Group {
     peers: Peers,
     timing: Timing,
     stopping: AtomicBool,
-    /// Since when this replica has known no leader, or led without a quorum (`stranded`).
-    adrift_since: std::sync::Mutex<Option<Instant>>,
+    /// What `is_stranded` decides from, behind one lock.
+    drift: std::sync::Mutex<Drift>,
+}
+
+/// Signs that a replica is cut off from its group, or left behind by it.
+#[derive(Default)]
+struct Drift {
+    /// Since when this replica has known no leader, or led without a quorum.
+    adrift_since: Option<Instant>,
     /// Since when the leader this replica names has refused every forwarded call as not
     /// leading (a hint left over from before the replica was cut off or removed).
-    hint_refused_since: std::sync::Mutex<Option<(NodeId, Instant)>>,
+    hint_refused: Option<(NodeId, Instant)>,
     /// When the leader last said this node is not a member (its forwarded read's answer).
-    removed_seen: std::sync::Mutex<Option<Instant>>,
+    removed_seen: Option<Instant>,
 }
 
 /// How long a replica may know no usable leader before calls through it go elsewhere.
@@ -106,9 +113,7 @@ impl Group {
             peers,
             timing,
             stopping: AtomicBool::new(false),
-            adrift_since: std::sync::Mutex::new(None),
-            hint_refused_since: std::sync::Mutex::new(None),
-            removed_seen: std::sync::Mutex::new(None),
+            drift: std::sync::Mutex::default(),
         }
     }
 
@@ -328,8 +333,7 @@ impl Group {
                         // replica would never apply the index. Fail at once; calls through
                         // this node go elsewhere for a while (`is_stranded`).
                         Ok(Ok((_, members))) if !members.contains(&me) => {
-                            *self.removed_seen.lock().expect("removed poisoned") =
-                                Some(Instant::now());
+                            self.drift().removed_seen = Some(Instant::now());
                             return Err(GroupError::Unavailable(format!(
                                 "node {me} is no longer a member of group {}",
                                 self.id
@@ -393,35 +397,29 @@ impl Group {
     /// (`Node::route`).
     pub fn is_stranded(&self) -> bool {
         let role = self.raft.role();
+        // `lease_valid` counts a sole voter as its own quorum.
         let adrift = role.leader.is_none()
-            || (role.is_leader
-                && !self.timing.skip_leader_lease_check
-                && self.raft.membership().voters.len() > 1
-                && !self.raft.lease_valid());
+            || (role.is_leader && !self.timing.skip_leader_lease_check && !self.raft.lease_valid());
         let limit = STRANDED_AFTER_ELECTIONS * self.timing.election_max;
+        let mut d = self.drift();
         // Told it was removed, recently: at once (a member again is told nothing of the kind).
-        if self
-            .removed_seen
-            .lock()
-            .expect("removed poisoned")
-            .is_some_and(|at| at.elapsed() < limit)
-        {
+        if d.removed_seen.is_some_and(|at| at.elapsed() < limit) {
             return true;
         }
         // Only while this replica still names that node as the leader.
         let refused = !role.is_leader
-            && self
-                .hint_refused_since
-                .lock()
-                .expect("hint poisoned")
+            && d.hint_refused
                 .is_some_and(|(l, at)| role.leader == Some(l) && at.elapsed() >= limit);
-        let mut since = self.adrift_since.lock().expect("adrift poisoned");
         if !adrift {
-            *since = None;
+            d.adrift_since = None;
             return refused;
         }
-        let at = *since.get_or_insert_with(Instant::now);
+        let at = *d.adrift_since.get_or_insert_with(Instant::now);
         refused || at.elapsed() >= limit
+    }
+
+    fn drift(&self) -> std::sync::MutexGuard<'_, Drift> {
+        self.drift.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether this replica leads with a quorum's recent acknowledgement (its keepalive lease).
@@ -431,11 +429,11 @@ impl Group {
 
     /// Notes how the leader this replica names answered a forwarded call.
     fn note_hint(&self, leader: NodeId, refused: bool) {
-        let mut since = self.hint_refused_since.lock().expect("hint poisoned");
-        match (refused, *since) {
+        let mut d = self.drift();
+        match (refused, d.hint_refused) {
             (true, Some((l, _))) if l == leader => {}
-            (true, _) => *since = Some((leader, Instant::now())),
-            (false, _) => *since = None,
+            (true, _) => d.hint_refused = Some((leader, Instant::now())),
+            (false, _) => d.hint_refused = None,
         }
     }
 
