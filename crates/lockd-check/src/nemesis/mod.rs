@@ -449,6 +449,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         faults
     };
     let mut bag: Vec<FaultKind> = Vec::new();
+    let mut first_round = true;
     while Instant::now() < end && !faults.is_empty() {
         tokio::time::sleep(Duration::from_millis(rng.u64(1000..=3000))).await;
         if Instant::now() >= end {
@@ -459,6 +460,16 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         if bag.is_empty() {
             bag = faults.clone();
             rng.shuffle(&mut bag);
+            if first_round {
+                // A move first: a short run may end before the round's last draw, and a run
+                // that never moved a bucket checked no name across groups (a progress
+                // failure). Later rounds keep the seeded order, so moves meet other faults.
+                if let Some(i) = bag.iter().position(|k| *k == FaultKind::Move) {
+                    let m = bag.remove(i);
+                    bag.push(m);
+                }
+                first_round = false;
+            }
         }
         let kind = bag.pop().expect("refilled");
         let leaders = if cluster.is_external() {
