@@ -95,6 +95,12 @@ enum MembersCmd {
         #[arg(long, value_delimiter = ',')]
         groups: Vec<u32>,
     },
+    /// Mark node ID draining: leader balancing hands it no group and the groups it leads move
+    /// to other voters (waits up to 20 s for that). It stays a voter and keeps serving; use it
+    /// before maintenance or removal. Idempotent.
+    Drain { node_id: u64 },
+    /// Clear node ID's draining mark: leader balancing may hand it groups again.
+    Undrain { node_id: u64 },
     /// Replace a node (e.g. one whose disk died) by a new node id: add NEW first, then remove
     /// OLD, group by group, so no group is ever short of a replica. Without --groups: every
     /// group OLD is a member of. Node ids are never reused.
@@ -562,6 +568,8 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
             groups,
         } => c.add_member(*node_id, peer_addr, groups).await?,
         MembersCmd::Remove { node_id, groups } => c.remove_member(*node_id, groups).await?,
+        MembersCmd::Drain { node_id } => c.set_draining(*node_id, true).await?,
+        MembersCmd::Undrain { node_id } => c.set_draining(*node_id, false).await?,
         MembersCmd::Replace {
             old_id,
             new_id,
@@ -603,23 +611,24 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
             let members: Vec<Value> = g
                 .members
                 .iter()
-                .map(|m| json!({"node_id": m.node_id, "peer_addr": m.peer_addr, "role": m.role, "leader": m.leader, "lag": m.lag}))
+                .map(|m| json!({"node_id": m.node_id, "peer_addr": m.peer_addr, "role": m.role, "leader": m.leader, "lag": m.lag, "draining": m.draining}))
                 .collect();
             json!({"group": g.group, "leader": g.leader, "joint": g.joint, "members": members})
         })
         .collect();
     out.print(json!({ "groups": groups }), || {
-        let mut t = String::from("group  node  role     leader  lag     peer");
+        let mut t = String::from("group  node  role     leader  lag     draining  peer");
         for g in &r.groups {
             for m in &g.members {
                 let lag = m.lag.map_or("-".to_string(), |l| l.to_string());
                 t.push_str(&format!(
-                    "\n{:>5}  {:>4}  {:<7}  {:<6}  {:<6}  {}",
+                    "\n{:>5}  {:>4}  {:<7}  {:<6}  {:<6}  {:<8}  {}",
                     g.group,
                     m.node_id,
                     m.role,
                     if m.leader { "yes" } else { "" },
                     lag,
+                    if m.draining { "yes" } else { "" },
                     m.peer_addr
                 ));
             }

@@ -38,6 +38,27 @@ fn voters(v: &Value) -> Vec<BTreeSet<u64>> {
         .collect()
 }
 
+/// Group `g`'s leader in a `members` answer.
+fn leader_of(v: &Value, g: u64) -> Option<u64> {
+    v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["group"] == g)
+        .and_then(|x| x["leader"].as_u64())
+}
+
+/// Waits (up to 30 s) until node `want` leads group `g`.
+async fn wait_leader(c: &Cluster, g: u64, want: u64) {
+    for _ in 0..120 {
+        if leader_of(&members(c, &["list"]).await, g) == Some(want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("node {want} never led group {g}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_grow_and_a_dead_node_is_replaced_by_a_new_id_under_a_held_lock() {
     let _serial = SERIAL.lock().await;
@@ -145,4 +166,52 @@ async fn members_grow_and_a_dead_node_is_replaced_by_a_new_id_under_a_held_lock(
     assert!(!there.is_lost());
     there.release().await.unwrap();
     client.close().await.unwrap();
+
+    // Draining. Groups 0-2 are on nodes 1, 3, 4, 5 and prefer the (g mod 4)-th: group 2
+    // prefers node 4, which the balancer hands it.
+    wait_leader(&c, 2, 4).await;
+    let drained = members(&c, &["drain", "4"]).await;
+    for g in drained["groups"].as_array().unwrap() {
+        assert_ne!(g["leader"], 4, "a drained node leads nothing: {g}");
+        for m in g["members"].as_array().unwrap() {
+            assert_eq!(m["draining"], m["node_id"] == 4, "{m}");
+        }
+    }
+    assert_eq!(
+        voters(&drained)[2],
+        BTreeSet::from([1, 3, 4, 5]),
+        "it stays a voter"
+    );
+    // It stays drained: group 2's new leader prefers node 5 now, and would have handed the
+    // group back to node 4 within a few seconds if the mark were ignored.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = members(&c, &["list"]).await;
+    for g in later["groups"].as_array().unwrap() {
+        assert_ne!(g["leader"], 4, "handed back to a draining node: {g}");
+    }
+    // Refusals change nothing: a node that is in no group, and node 0.
+    for bad in ["9", "2", "0"] {
+        let out = lockctl(&c)
+            .arg("--admin-token-file")
+            .arg(c.admin_token_file())
+            .args(["members", "drain", bad])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "drain {bad}");
+        let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+        assert_eq!(err["error"]["code"], "invalid_argument", "{err}");
+        assert!(
+            err["error"]["message"].as_str().unwrap().contains("node"),
+            "{err}"
+        );
+    }
+    // Undrained, it gets its preferred group back.
+    let undrained = members(&c, &["undrain", "4"]).await;
+    assert!(undrained["groups"][0]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["draining"] == false));
+    wait_leader(&c, 2, 4).await;
 }

@@ -381,6 +381,20 @@ impl Client {
             .await
     }
 
+    /// Marks node `node_id` draining (`true`) or not: leader balancing hands it no group, and
+    /// the groups it leads move to other voters (a drain waits up to 20 s for that). It keeps
+    /// its replicas and keeps serving. Idempotent; needs the admin token.
+    pub async fn set_draining(
+        &self,
+        node_id: u64,
+        draining: bool,
+    ) -> Result<pb::ListMembersResponse, Error> {
+        let req = pb::SetDrainingRequest { node_id, draining };
+        self.core
+            .admin(|mut c| async move { c.set_draining(req).await })
+            .await
+    }
+
     /// The status of the node the client currently talks to: its groups, leaders, terms.
     pub async fn status(&self) -> Result<pb::StatusResponse, Error> {
         self.core

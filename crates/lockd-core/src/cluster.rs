@@ -9,6 +9,11 @@
 //! **Retired ids.** A node id is never reused (openraft's rule: a wiped node that came back
 //! under its old id could vote twice in one term). Once a node has left every group its id is
 //! recorded here, and adding it again is refused.
+//!
+//! **Draining nodes.** An operator marks a node draining before taking it away (maintenance,
+//! removal): leader balancing then prefers the other voters of every group, so the groups the
+//! node leads move off it with a hand-off and no group is handed to it. Only leadership moves:
+//! the node stays a voter and keeps serving clients until it is removed or stopped.
 
 use std::collections::BTreeSet;
 
@@ -41,6 +46,9 @@ impl std::fmt::Display for ClusterTiming {
 pub(crate) struct ClusterRecord {
     pub timing: Option<ClusterTiming>,
     pub retired: BTreeSet<u64>,
+    /// In the image as a field of its own (format 6), after the topology.
+    #[serde(skip)]
+    pub draining: BTreeSet<u64>,
 }
 
 impl LockTable {
@@ -57,6 +65,25 @@ impl LockTable {
     /// Every retired node id, ascending.
     pub fn retired_nodes(&self) -> Vec<u64> {
         self.cluster.retired.iter().copied().collect()
+    }
+
+    /// The nodes marked draining, ascending.
+    pub fn draining_nodes(&self) -> Vec<u64> {
+        self.cluster.draining.iter().copied().collect()
+    }
+
+    /// Marks node `node` draining or not; idempotent. A retired id cannot be marked (it is
+    /// gone); unmarking one is a no-op, so the mark never outlives a node's retirement.
+    pub(crate) fn set_draining(&mut self, node: u64, draining: bool) -> Result<Reply, Rejection> {
+        if draining && self.cluster.retired.contains(&node) {
+            return Err(Rejection::NodeRetired { node });
+        }
+        if draining {
+            self.cluster.draining.insert(node);
+        } else {
+            self.cluster.draining.remove(&node);
+        }
+        Ok(Reply::DrainingSet { node, draining })
     }
 
     /// Records the cluster's timing; the same again is a no-op, another one is refused.
@@ -82,6 +109,7 @@ impl LockTable {
     /// enter: the admin API.)
     pub(crate) fn retire_node(&mut self, id: u64) -> Result<Reply, Rejection> {
         self.cluster.retired.insert(id);
+        self.cluster.draining.remove(&id);
         Ok(Reply::NodeRetired { node: id })
     }
 }
@@ -137,5 +165,32 @@ mod tests {
         let restored = LockTable::restore(&t.snapshot()).unwrap();
         assert!(restored.is_retired(3) && !restored.is_retired(2));
         assert_eq!(restored.retired_nodes(), vec![3]);
+    }
+
+    #[test]
+    fn the_draining_mark_is_set_cleared_kept_across_a_snapshot_and_ends_at_retirement() {
+        let mut t = LockTable::new();
+        let set = |node, draining| Op::SetDraining { node, draining };
+        assert!(apply(&mut t, set(2, true)).is_ok());
+        assert!(apply(&mut t, set(2, true)).is_ok(), "idempotent");
+        assert!(apply(&mut t, set(4, true)).is_ok());
+        assert!(apply(&mut t, set(4, false)).is_ok());
+        assert!(
+            apply(&mut t, set(5, false)).is_ok(),
+            "unmarking an unmarked node"
+        );
+        assert_eq!(t.draining_nodes(), vec![2]);
+        let restored = LockTable::restore(&t.snapshot()).unwrap();
+        assert_eq!(restored.draining_nodes(), vec![2]);
+        assert_eq!(restored.snapshot(), t.snapshot());
+        assert!(apply(&mut t, Op::RetireNode { node: 2 }).is_ok());
+        assert_eq!(t.draining_nodes(), Vec::<u64>::new());
+        let e = apply(&mut t, set(2, true)).unwrap_err();
+        assert_eq!(e.code(), "node_retired");
+        assert_eq!(
+            t.draining_nodes(),
+            Vec::<u64>::new(),
+            "a refusal changes nothing"
+        );
     }
 }

@@ -475,6 +475,7 @@ impl LockTable {
                 namespace,
             } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut effects),
             Op::SetGroupReplicas { group, replicas } => self.set_group_replicas(*group, replicas),
+            Op::SetDraining { node, draining } => self.set_draining(*node, *draining),
         };
         if reply.is_ok() {
             self.now_ms = now;

@@ -18,12 +18,13 @@ use crate::types::{Namespace, SessionId};
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
+/// - 6: the meta group's draining nodes (`cluster.rs`).
 /// - 5: group records (meta), a lock group's birth and adopted sessions (`topology.rs`).
 /// - 4: the meta group's cluster record (timing, retired node ids).
 /// - 3: the group's bucket ownership and its moves.
 /// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 5;
+pub const SNAPSHOT_FORMAT: u32 = 6;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -45,6 +46,7 @@ struct ImageRef<'a> {
     ownership: &'a Ownership,
     cluster: &'a crate::cluster::ClusterRecord,
     topology: &'a crate::topology::Topology,
+    draining: &'a std::collections::BTreeSet<u64>,
 }
 
 /// Why a snapshot could not be restored.
@@ -105,6 +107,7 @@ impl LockTable {
             ownership: &self.ownership,
             cluster: &self.cluster,
             topology: &self.topology,
+            draining: &self.cluster.draining,
         }
     }
 
@@ -196,6 +199,7 @@ const IMAGE_FIELDS: &[&str] = &[
     "ownership",
     "cluster",
     "topology",
+    "draining",
 ];
 
 impl<'de> DeserializeSeed<'de> for ImageSeed<'_> {
@@ -274,6 +278,9 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         }
         if format >= 5 {
             self.t.topology = field(&mut seq, 9)?;
+        }
+        if format >= 6 {
+            self.t.cluster.draining = field(&mut seq, 10)?;
         }
         Ok(())
     }

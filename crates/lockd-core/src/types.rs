@@ -247,6 +247,9 @@ pub enum Op {
     },
     /// Meta group: lock group `group` is now on `replicas` (a member was added or removed).
     SetGroupReplicas { group: u32, replicas: Vec<u64> },
+    /// Meta group: mark node `node` draining (or not): leader balancing hands it no group,
+    /// and the groups it leads go to other voters. See `cluster.rs`.
+    SetDraining { node: u64, draining: bool },
 }
 
 /// The holder of a lock as callers see it.
@@ -356,6 +359,10 @@ pub enum Reply {
     },
     GroupFounded {
         born_epoch: u64,
+    },
+    DrainingSet {
+        node: u64,
+        draining: bool,
     },
 }
 

@@ -369,7 +369,8 @@ impl Model {
             | Op::GroupReady { .. }
             | Op::FoundGroup { .. }
             | Op::AdoptSession { .. }
-            | Op::SetGroupReplicas { .. } => {
+            | Op::SetGroupReplicas { .. }
+            | Op::SetDraining { .. } => {
                 unreachable!("not generated (tests/moves.rs covers moves, cluster.rs the rest)")
             }
         }

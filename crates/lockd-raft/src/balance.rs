@@ -9,7 +9,8 @@
 //! lock groups led by node 1, its scheduler thread at 77% while the others idled at 20%).
 //!
 //! The rule, in one place: the preferred leader of group `g` is the `(g mod n)`-th of its `n`
-//! voters in id order. A hand-off is openraft's TransferLeader: the leader stops proposing and
+//! voters in id order, leaving out the nodes marked draining (unless every voter is): a
+//! draining node is handed no group, and hands the groups it leads to the others. A hand-off is openraft's TransferLeader: the leader stops proposing and
 //! tells the voters; the target, once its log has everything the leader had, starts an election
 //! at once and wins it. It is a leader change like any other, so every rule of a new term holds
 //! (a new leader never shortens a lease: each session restarts at TTL + election timeout). If
@@ -17,13 +18,13 @@
 //! crash; a node retries a hand-off that did not happen only after a back-off that doubles.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::Weak;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::group::Group;
+use crate::node::Node;
 use crate::watch;
 use crate::{GroupId, NodeId};
 
@@ -38,16 +39,20 @@ const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// The preferred leader of `group` among `voters` (any order, repeats allowed): the
-/// `(group mod n)`-th of the `n` distinct ids in id order.
+/// `(group mod n)`-th of the `n` distinct ids in id order that are not `draining`, or of all
+/// of them if every one is.
 pub(crate) fn preferred_leader(
     group: GroupId,
     voters: impl IntoIterator<Item = NodeId>,
+    draining: &BTreeSet<NodeId>,
 ) -> Option<NodeId> {
     let voters: BTreeSet<NodeId> = voters.into_iter().collect();
-    if voters.is_empty() {
+    let staying: BTreeSet<NodeId> = voters.difference(draining).copied().collect();
+    let pool = if staying.is_empty() { voters } else { staying };
+    if pool.is_empty() {
         return None;
     }
-    voters.iter().nth(group as usize % voters.len()).copied()
+    pool.iter().nth(group as usize % pool.len()).copied()
 }
 
 /// What this node remembers about one group between checks.
@@ -113,8 +118,9 @@ impl Watch {
     }
 }
 
-/// Runs the balancer of node `me` over `groups` until `stop` changes or is dropped.
-pub(crate) async fn run(me: NodeId, groups: Vec<Arc<Group>>, mut stop: watch::Receiver<bool>) {
+/// Runs the balancer of `node` over the groups it hosts at each check, until `stop` changes,
+/// is dropped, or the node is gone.
+pub(crate) async fn run(node: Weak<Node>, mut stop: watch::Receiver<bool>) {
     let mut watches: BTreeMap<GroupId, Watch> = BTreeMap::new();
     loop {
         tokio::select! {
@@ -122,11 +128,18 @@ pub(crate) async fn run(me: NodeId, groups: Vec<Arc<Group>>, mut stop: watch::Re
             _ = stop.changed() => return,
             _ = tokio::time::sleep(CHECK_EVERY) => {}
         }
+        let Some((me, groups, draining)) = node
+            .upgrade()
+            .map(|n| (n.node_id(), n.hosted_groups(), n.draining()))
+        else {
+            return;
+        };
         let now = Instant::now();
+        watches.retain(|id, _| groups.iter().any(|g| g.id() == *id));
         for g in &groups {
             let raft = g.raft();
             let status = raft.status();
-            let preferred = preferred_leader(g.id(), status.voters.iter().copied());
+            let preferred = preferred_leader(g.id(), status.voters.iter().copied(), &draining);
             let w = watches.entry(g.id()).or_insert_with(|| Watch::new(now));
             let role = status.role;
             let caught_up = |to| raft.has_whole_log(to);
@@ -151,12 +164,25 @@ mod tests {
 
     #[test]
     fn preferred_leaders_spread_over_the_voters_in_id_order() {
+        let none = BTreeSet::new();
         let p: Vec<_> = (0..6)
-            .map(|g| preferred_leader(g, [7, 3, 5, 3]).unwrap())
+            .map(|g| preferred_leader(g, [7, 3, 5, 3], &none).unwrap())
             .collect();
         assert_eq!(p, [3, 5, 7, 3, 5, 7]);
-        assert_eq!(preferred_leader(4, [9]), Some(9));
-        assert_eq!(preferred_leader(1, []), None);
+        assert_eq!(preferred_leader(4, [9], &none), Some(9));
+        assert_eq!(preferred_leader(1, [], &none), None);
+    }
+
+    #[test]
+    fn draining_voters_are_never_preferred_unless_all_are() {
+        let five = BTreeSet::from([5]);
+        let p: Vec<_> = (0..4)
+            .map(|g| preferred_leader(g, [7, 3, 5], &five).unwrap())
+            .collect();
+        assert_eq!(p, [3, 7, 3, 7], "node 5's groups spread over 3 and 7");
+        let all = BTreeSet::from([3, 5, 7]);
+        assert_eq!(preferred_leader(1, [7, 3, 5], &all), Some(5));
+        assert_eq!(preferred_leader(1, [], &five), None);
     }
 
     #[tokio::test(start_paused = true)]

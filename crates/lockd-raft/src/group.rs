@@ -75,6 +75,8 @@ pub struct Group {
     replica: Arc<Replica>,
     peers: Peers,
     timing: Timing,
+    /// The nodes marked draining (the node's set, shared).
+    draining: crate::node::Draining,
     stopping: AtomicBool,
     /// What `is_stranded` decides from, behind one lock.
     drift: std::sync::Mutex<Drift>,
@@ -105,6 +107,7 @@ impl Group {
         replica: Arc<Replica>,
         peers: Peers,
         timing: Timing,
+        draining: crate::node::Draining,
     ) -> Group {
         Group {
             id,
@@ -112,6 +115,7 @@ impl Group {
             replica,
             peers,
             timing,
+            draining,
             stopping: AtomicBool::new(false),
             drift: std::sync::Mutex::default(),
         }
@@ -443,7 +447,10 @@ impl Group {
         let preferred_leader = self
             .timing
             .balance_leaders
-            .then(|| crate::balance::preferred_leader(self.id, s.voters.iter().copied()))
+            .then(|| {
+                let draining = self.draining.read().expect("draining poisoned");
+                crate::balance::preferred_leader(self.id, s.voters.iter().copied(), &draining)
+            })
             .flatten();
         GroupStatus {
             id: self.id,

@@ -5,7 +5,7 @@
 //! its leader-duty task, and — on the lowest-id node a group is placed on, for groups that have
 //! no membership yet — makes the placed nodes its voters, so a fresh cluster comes up by itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
@@ -88,6 +88,9 @@ struct Maker {
     opening: tokio::sync::Mutex<()>,
 }
 
+/// The nodes marked draining, shared by a node and its groups.
+pub(crate) type Draining = Arc<RwLock<BTreeSet<NodeId>>>;
+
 /// Every group hosted by this process.
 pub struct Node {
     node_id: NodeId,
@@ -103,6 +106,10 @@ pub struct Node {
     /// graceful server shutdown would otherwise wait for.
     pipes_closing: watch::Sender<bool>,
     shutting_down: AtomicBool,
+    /// The nodes marked draining in the meta group (set by the server as it reads the mark):
+    /// leader balancing and the hand-over at stop choose other voters first. Shared with the
+    /// groups, whose status names their preferred leader.
+    draining: Draining,
     /// The first group that stopped by itself (`fatal.rs`).
     pub(crate) failed: watch::Sender<Option<crate::GroupFailure>>,
 }
@@ -185,6 +192,7 @@ impl Node {
         let clock = NodeClock::new(cfg.clock_rate);
         let founders: Vec<NodeId> = cfg.peers.keys().copied().collect();
         let placement = crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas);
+        let draining = Draining::default();
         let mut groups = BTreeMap::new();
         let mut remotes = BTreeMap::new();
         for (&id, placed) in &placement {
@@ -194,7 +202,10 @@ impl Node {
             // until a membership call adds it.
             let has_data = matches!(cfg.storage, crate::Storage::Disk) && dir.exists();
             if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
-                groups.insert(id, open_group(&cfg, id, &sink, clock, &pool, timing).await?);
+                groups.insert(
+                    id,
+                    open_group(&cfg, id, &sink, clock, &pool, timing, &draining).await?,
+                );
             }
             let mut candidates = placed.clone();
             candidates.extend(founders.iter().filter(|n| !placed.contains(n)));
@@ -216,7 +227,10 @@ impl Node {
         // has data of: host them again at once (the meta group's records list them too).
         if matches!(cfg.storage, crate::Storage::Disk) {
             for id in created_group_dirs(&cfg.data_dir, &placement) {
-                groups.insert(id, open_group(&cfg, id, &sink, clock, &pool, timing).await?);
+                groups.insert(
+                    id,
+                    open_group(&cfg, id, &sink, clock, &pool, timing, &draining).await?,
+                );
             }
         }
         if !cfg.join_existing {
@@ -258,16 +272,8 @@ impl Node {
                 .values()
                 .map(|g| tokio::spawn(crate::fatal::watch_group(g.clone(), failed.clone()))),
         );
-        if timing.balance_leaders {
-            let all = groups.values().cloned().collect();
-            duties.push(tokio::spawn(crate::balance::run(
-                cfg.node_id,
-                all,
-                stop.subscribe(),
-            )));
-        }
         info!(node = cfg.node_id, groups = groups.len(), "node started");
-        Ok(Arc::new(Node {
+        let node = Arc::new(Node {
             node_id: cfg.node_id,
             groups: RwLock::new(groups),
             remotes: RwLock::new(remotes),
@@ -284,8 +290,37 @@ impl Node {
             stop,
             pipes_closing: watch::channel(false).0,
             shutting_down: AtomicBool::new(false),
+            draining,
             failed,
-        }))
+        });
+        if timing.balance_leaders {
+            // Over the groups hosted at each check, so groups created later are balanced too.
+            let balancer = crate::balance::run(Arc::downgrade(&node), node.stop.subscribe());
+            node.duties
+                .lock()
+                .expect("duties poisoned")
+                .push(tokio::spawn(balancer));
+        }
+        Ok(node)
+    }
+
+    /// Records the nodes marked draining (the meta group's mark, as the server last read it).
+    pub fn set_draining(&self, nodes: BTreeSet<NodeId>) {
+        let mut d = self.draining.write().expect("draining poisoned");
+        if *d != nodes {
+            info!(node = self.node_id, draining = ?nodes, "draining nodes changed");
+            *d = nodes;
+        }
+    }
+
+    /// The nodes marked draining, as last recorded by [`Node::set_draining`].
+    pub fn draining(&self) -> BTreeSet<NodeId> {
+        self.draining.read().expect("draining poisoned").clone()
+    }
+
+    /// Every group replica this node hosts now.
+    pub(crate) fn hosted_groups(&self) -> Vec<Arc<Group>> {
+        self.hosted().values().cloned().collect()
     }
 
     /// The tonic service carrying peer traffic (Raft RPCs and forwarded proposals, keepalives
@@ -335,7 +370,16 @@ impl Node {
             Some(g) => g,
             None => {
                 let m = &self.maker;
-                let g = open_group(&m.cfg, id, &m.sink, m.clock, &m.pool, m.timing).await?;
+                let g = open_group(
+                    &m.cfg,
+                    id,
+                    &m.sink,
+                    m.clock,
+                    &m.pool,
+                    m.timing,
+                    &self.draining,
+                )
+                .await?;
                 let mut duties = self.duties.lock().expect("duties poisoned");
                 duties.push(tokio::spawn(crate::leader::run(
                     g.clone(),
@@ -653,14 +697,15 @@ impl Node {
         let started = tokio::time::Instant::now();
         let mut moving = Vec::new();
         let mut left = 0;
-        let hosted: Vec<Arc<Group>> = self.hosted().values().cloned().collect();
+        let hosted = self.hosted_groups();
+        let draining = self.draining();
         for g in &hosted {
             let raft = g.raft();
             // A follower has nothing to hand over, nor a leader that is the only voter.
             if !raft.role().is_leader || raft.membership().voters.len() < 2 {
                 continue;
             }
-            match raft.handover_target(g.election_timeout_max()) {
+            match raft.handover_target(g.election_timeout_max(), &draining) {
                 Some(to) => {
                     raft.transfer_leader(to).await;
                     moving.push(g.clone());
@@ -729,6 +774,7 @@ async fn open_group(
     clock: NodeClock,
     pool: &Peers,
     timing: Timing,
+    draining: &Draining,
 ) -> Result<Arc<Group>, StartError> {
     let dir = cfg.data_dir.join(format!("group-{id}"));
     let replica = Arc::new(Replica::new(
@@ -744,6 +790,7 @@ async fn open_group(
         replica,
         pool.clone(),
         timing,
+        draining.clone(),
     )))
 }
 

@@ -2,17 +2,24 @@
 //! gRPC both call these. Each reaches every named group's leader wherever it is
 //! (`Node::member_call` forwards over the peer port) and is idempotent.
 
+use std::collections::BTreeSet;
+use std::time::Duration;
+
 use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId, META_GROUP};
 
 use crate::error::ApiError;
 use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
-/// One group's membership, as its leader answered.
+/// One group's membership, as its leader answered, and the nodes marked draining.
 pub struct GroupMembers {
     pub group: GroupId,
     pub membership: Membership,
+    pub draining: BTreeSet<NodeId>,
 }
+
+/// How long a drain call waits for the node to lead no group.
+const DRAIN_WAIT: Duration = Duration::from_secs(20);
 
 impl From<MemberError> for ApiError {
     fn from(e: MemberError) -> ApiError {
@@ -59,11 +66,63 @@ impl Service {
         let mut out = Vec::new();
         // One group at a time: an add waits for the new member to catch up, and doing every
         // group at once would send every snapshot to it at the same moment.
+        let draining = self.node.draining();
         for &group in groups {
             let membership = self.node.member_call(group, call.clone()).await?;
-            out.push(GroupMembers { group, membership });
+            out.push(GroupMembers {
+                group,
+                membership,
+                draining: draining.clone(),
+            });
         }
         Ok(out)
+    }
+
+    /// Marks node `id` draining (or not) in the meta group. Draining: leader balancing hands
+    /// it no group, and the groups it leads go to other voters; the call waits (up to
+    /// [`DRAIN_WAIT`]) until it leads none, and answers every group's membership. The node
+    /// keeps its replicas and keeps serving clients. Idempotent.
+    pub async fn set_draining(
+        &self,
+        creds: &Credentials,
+        id: NodeId,
+        draining: bool,
+    ) -> Result<Vec<GroupMembers>, ApiError> {
+        self.require_admin(
+            creds,
+            if draining {
+                "draining a member"
+            } else {
+                "undraining a member"
+            },
+        )?;
+        check_node_id(id)?;
+        let all = self.member_groups(&[])?;
+        if draining {
+            let now = self.member_calls(&all, MemberCall::Describe).await?;
+            if !now.iter().any(|g| members(&g.membership).contains(&id)) {
+                return Err(ApiError::bad_request(format!(
+                    "node_id: node {id} is not a member of any group"
+                )));
+            }
+        }
+        let meta = self.route_of(META_GROUP)?;
+        self.propose(&meta, lockd_core::Op::SetDraining { node: id, draining })
+            .await?;
+        let marked: BTreeSet<NodeId> = answer_of!(self, &meta, Query::Draining, Draining)?
+            .into_iter()
+            .collect();
+        self.node.set_draining(marked);
+        tracing::info!(node = id, draining, "draining mark set");
+        let started = tokio::time::Instant::now();
+        loop {
+            let out = self.member_calls(&all, MemberCall::Describe).await?;
+            let leads = out.iter().any(|g| g.membership.leader == Some(id));
+            if !draining || !leads || started.elapsed() >= DRAIN_WAIT {
+                return Ok(out);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Every group's membership, from its leader.

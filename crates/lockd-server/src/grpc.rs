@@ -722,6 +722,7 @@ fn members_response(groups: Vec<crate::admin::GroupMembers>) -> pb::ListMembersR
                             role: crate::admin::role(m, id).into(),
                             leader: m.leader == Some(id),
                             lag: m.lag.get(&id).copied().flatten(),
+                            draining: g.draining.contains(&id),
                         })
                         .collect(),
                 }
@@ -772,6 +773,22 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
             .await
             .map(members_response);
         self.api.finish("remove_member", start, out)
+    }
+
+    async fn set_draining(
+        &self,
+        req: Request<pb::SetDrainingRequest>,
+    ) -> Result<Response<pb::ListMembersResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let r = req.into_inner();
+        let out = self
+            .api
+            .svc
+            .set_draining(&c, r.node_id, r.draining)
+            .await
+            .map(members_response);
+        self.api.finish("set_draining", start, out)
     }
 
     async fn shard_map(

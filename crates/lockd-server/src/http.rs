@@ -42,6 +42,8 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("get", "/v1/admin/members"),
     ("post", "/v1/admin/members"),
     ("delete", "/v1/admin/members/{id}"),
+    ("post", "/v1/admin/members/{id}:drain"),
+    ("post", "/v1/admin/members/{id}:undrain"),
     ("get", "/v1/admin/buckets"),
     ("post", "/v1/admin/buckets:move"),
     ("get", "/v1/admin/groups"),
@@ -61,7 +63,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/admin/members", get(list_members).post(add_member))
         .route(
             "/v1/admin/members/{id}",
-            axum::routing::delete(remove_member),
+            axum::routing::delete(remove_member).post(member_verb),
         )
         .route("/v1/admin/buckets", get(shard_view))
         .route("/v1/admin/buckets:move", post(move_buckets))
@@ -480,6 +482,7 @@ fn members_json(groups: Vec<crate::admin::GroupMembers>) -> Value {
                         "role": crate::admin::role(m, id),
                         "leader": m.leader == Some(id),
                         "lag": m.lag.get(&id).copied().flatten(),
+                        "draining": g.draining.contains(&id),
                     })
                 })
                 .collect();
@@ -563,6 +566,41 @@ async fn remove_member(
     }
     .await;
     finish(&svc, "remove_member", start, r)
+}
+
+/// `POST /v1/admin/members/{id}:drain` and `:undrain` (no body).
+async fn member_verb(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(rest): Path<String>,
+) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        svc.require_admin(&creds, "changing a member")?;
+        let (id, verb) = rest.split_once(':').ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "'{rest}': expected /v1/admin/members/ID:drain or ID:undrain"
+            ))
+        })?;
+        let draining = match verb {
+            "drain" => true,
+            "undrain" => false,
+            _ => {
+                return Err(ApiError::new(
+                    404,
+                    "not_found",
+                    format!("no member verb ':{verb}'; the verbs are :drain and :undrain"),
+                ))
+            }
+        };
+        let id: u64 = id
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("node id '{id}' is not a number")))?;
+        Ok(members_json(svc.set_draining(&creds, id, draining).await?))
+    }
+    .await;
+    finish(&svc, "set_draining", start, r)
 }
 
 #[derive(Deserialize)]

@@ -68,6 +68,8 @@ pub(crate) enum Query {
     Groups,
     /// Every namespace the group has.
     Namespaces,
+    /// The meta group's draining nodes.
+    Draining,
 }
 
 /// The answer to a [`Query`] (the variant of the same name).
@@ -86,6 +88,7 @@ pub(crate) enum Answer {
     SessionOpening(Option<(String, u64, String)>),
     Groups(std::collections::BTreeMap<GroupId, lockd_core::GroupRecord>),
     Namespaces(Vec<Namespace>),
+    Draining(Vec<u64>),
 }
 
 impl Query {
@@ -120,6 +123,7 @@ impl Query {
             }
             Query::Groups => Answer::Groups(t.group_records().clone()),
             Query::Namespaces => Answer::Namespaces(t.namespaces().cloned().collect()),
+            Query::Draining => Answer::Draining(t.draining_nodes()),
         }
     }
 }

@@ -104,10 +104,14 @@ impl Service {
     /// Reads the meta group's records and acts on them (see the module doc).
     pub async fn reconcile_topology(&self) -> Result<(), ApiError> {
         let meta = self.route_of(META_GROUP)?;
-        let records = match &meta {
-            Route::Local(g) => g.read_local(|t| t.group_records().clone()),
-            Route::Remote(_) => answer_of!(self, &meta, Query::Groups, Groups)?,
+        let (records, draining) = match &meta {
+            Route::Local(g) => g.read_local(|t| (t.group_records().clone(), t.draining_nodes())),
+            Route::Remote(_) => (
+                answer_of!(self, &meta, Query::Groups, Groups)?,
+                answer_of!(self, &meta, Query::Draining, Draining)?,
+            ),
         };
+        self.node.set_draining(draining.into_iter().collect());
         let me = self.node.node_id();
         for (&id, r) in &records {
             // The founding groups are hosted from the founding placement (`Node::start`).

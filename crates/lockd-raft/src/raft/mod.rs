@@ -368,7 +368,11 @@ impl RaftGroup {
     /// On the leader: the voter to hand the group to when this node leaves: one that has
     /// acknowledged the leader within `fresh` (so it is alive), with the least lag. `None` on a
     /// follower or when no other voter is in touch.
-    pub(crate) fn handover_target(&self, fresh: Duration) -> Option<NodeId> {
+    pub(crate) fn handover_target(
+        &self,
+        fresh: Duration,
+        draining: &std::collections::BTreeSet<NodeId>,
+    ) -> Option<NodeId> {
         let metrics = self.raft.data_metrics();
         let d = metrics.borrow_watched();
         let me = self.raft.server_metrics().borrow_watched().id;
@@ -390,7 +394,8 @@ impl RaftGroup {
                     .get(v)
                     .and_then(|m| m.as_ref())
                     .map_or(0, |l| l.index);
-                last.saturating_sub(at)
+                // A draining voter only if no other is in touch.
+                (draining.contains(v), last.saturating_sub(at))
             })
     }
 

@@ -416,6 +416,14 @@ class Error(_message.Message):
     retry_after_ms: int
     def __init__(self, status: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
+class SetDrainingRequest(_message.Message):
+    __slots__ = ("node_id", "draining")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    draining: bool
+    def __init__(self, node_id: _Optional[int] = ..., draining: bool = ...) -> None: ...
+
 class CreateGroupRequest(_message.Message):
     __slots__ = ("group", "nodes")
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -505,18 +513,20 @@ class ListMembersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("node_id", "peer_addr", "role", "leader", "lag")
+    __slots__ = ("node_id", "peer_addr", "role", "leader", "lag", "draining")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     peer_addr: str
     role: str
     leader: bool
     lag: int
-    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., role: _Optional[str] = ..., leader: bool = ..., lag: _Optional[int] = ...) -> None: ...
+    draining: bool
+    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., role: _Optional[str] = ..., leader: bool = ..., lag: _Optional[int] = ..., draining: bool = ...) -> None: ...
 
 class GroupMembers(_message.Message):
     __slots__ = ("group", "leader", "joint", "members")
