@@ -80,7 +80,7 @@ impl Service {
 
     /// Marks node `id` draining (or not) in the meta group. Draining: leader balancing hands
     /// it no group, and the groups it leads go to other voters; the call waits (up to
-    /// [`DRAIN_WAIT`]) until it leads none, and answers every group's membership. The node
+    /// `DRAIN_WAIT`) until it leads none, and answers every group's membership. The node
     /// keeps its replicas and keeps serving clients. Idempotent.
     pub async fn set_draining(
         &self,
