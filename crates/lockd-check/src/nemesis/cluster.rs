@@ -273,14 +273,26 @@ impl Cluster {
             .collect()
     }
 
+    /// The id a new node gets (ids are never reused).
+    pub fn next_id(&self) -> u64 {
+        self.nodes.len() as u64 + 1
+    }
+
     /// Starts node `id` (the next id) as a joiner of the running cluster: `--initial-cluster-state
-    /// existing`, peers reached directly (no proxy: the topology scenario cuts no link to it).
-    /// Returns its peer address, for the admin call that adds it.
-    pub async fn add_joiner(&mut self, id: u64) -> anyhow::Result<SocketAddr> {
-        anyhow::ensure!(
-            id as usize == self.nodes.len() + 1,
-            "node ids are added in order"
-        );
+    /// existing`. With `in_place_of`, it takes that (dead) node's client ports, as a replacement
+    /// machine behind the same name would, so clients' endpoint lists stay valid.
+    ///
+    /// It reaches the others through a proxy per directed link, as the founders do; the others
+    /// reach it through one inbound proxy (the address they learn from the Raft membership is
+    /// one address for all), so isolating the joiner cuts both ways, while isolating another
+    /// node leaves that node's calls to the joiner up (a partial partition).
+    /// Returns the address the others dial, for the admin call that adds it.
+    pub async fn add_joiner(
+        &mut self,
+        id: u64,
+        in_place_of: Option<u64>,
+    ) -> anyhow::Result<SocketAddr> {
+        anyhow::ensure!(id == self.next_id(), "node ids are added in order");
         let mut rng = fastrand::Rng::new();
         let taken: Vec<SocketAddr> = self
             .nodes
@@ -293,20 +305,32 @@ impl Cluster {
                 return anyhow::Ok(a);
             }
         };
-        let (grpc, mut http, mut peer) = (pick()?, pick()?, pick()?);
+        let (mut grpc, mut http, mut peer) = (pick()?, pick()?, pick()?);
         while http == grpc {
             http = pick()?;
         }
         while peer == grpc || peer == http {
             peer = pick()?;
         }
-        let mut peers: Vec<String> = self
+        if let Some(old) = in_place_of {
+            let old = self.node(old);
+            (grpc, http) = (old.grpc, old.http);
+        }
+        let inbound = Link::start(peer).await?;
+        let dial = inbound.listen;
+        self.links.insert((0, id), inbound);
+        let mut peers = vec![format!("{id}={peer}")];
+        let others: Vec<(u64, SocketAddr)> = self
             .nodes
             .iter()
             .filter(|n| !n.retired)
-            .map(|n| format!("{}={}", n.id, n.peer))
+            .map(|n| (n.id, n.peer))
             .collect();
-        peers.push(format!("{id}={peer}"));
+        for (other, addr) in others {
+            let link = Link::start(addr).await?;
+            peers.push(format!("{other}={}", link.listen));
+            self.links.insert((id, other), link);
+        }
         let template = &self.nodes[0].args;
         let flag = |name: &str| {
             let i = template
@@ -363,7 +387,7 @@ impl Cluster {
             anyhow::ensure!(Instant::now() < until, "joiner {id} did not come up");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(peer)
+        Ok(dial)
     }
 
     /// Marks a node (killed, and removed from every group) as gone for good.

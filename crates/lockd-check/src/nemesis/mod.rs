@@ -18,7 +18,7 @@ pub mod cluster;
 pub mod proxy;
 pub mod worker;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,9 +48,22 @@ pub enum FaultKind {
     /// A topology change: the bucket of a worker's name moves to another lock group while in
     /// use (through the admin API of a random node, concurrent with the next faults).
     Move,
+    /// A graceful leave and return: SIGTERM (the node hands its groups off and stops), then
+    /// start it again on the same data dir.
+    Restart,
+    /// A node dies with its disk: SIGKILL, then a new node id takes its place in every group
+    /// it was in (joined as a learner, promoted) and the dead id is removed for good.
+    Replace,
 }
 
 impl FaultKind {
+    /// Its `--faults` spelling.
+    pub fn name(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |v| v.get_name().to_string())
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -59,6 +72,8 @@ impl FaultKind {
             FaultKind::Partition => "partition",
             FaultKind::Clock => "clock",
             FaultKind::Move => "move",
+            FaultKind::Restart => "restart",
+            FaultKind::Replace => "replace",
         }
     }
 }
@@ -155,6 +170,9 @@ pub struct Progress {
     pub moves_ok: u64,
     pub moves_failed: u64,
     pub missing_in_audit: u64,
+    /// Requested fault kinds of which none was injected (verified): a run too short for a
+    /// full round of draws proves nothing about them.
+    pub kinds_never_injected: Vec<String>,
 }
 
 impl Outcome {
@@ -449,6 +467,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         faults
     };
     let mut bag: Vec<FaultKind> = Vec::new();
+    let mut injected: BTreeSet<FaultKind> = BTreeSet::new();
     let mut first_round = true;
     while Instant::now() < end && !faults.is_empty() {
         tokio::time::sleep(Duration::from_millis(rng.u64(1000..=3000))).await;
@@ -577,6 +596,24 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
                     rng.u64(500..=2000),
                 )
             }
+            FaultKind::Restart => {
+                cluster.terminate(node).await?;
+                (
+                    format!("node{node}"),
+                    true,
+                    Undo::Restart(node),
+                    rng.u64(500..=2000),
+                )
+            }
+            FaultKind::Replace => {
+                let new = replace(&mut cluster, node).await?;
+                (
+                    format!("node{node}->node{new}"),
+                    true,
+                    Undo::Nothing,
+                    rng.u64(500..=2000),
+                )
+            }
             FaultKind::Clock => {
                 let offset = rng.i64(3600..=30 * 86_400);
                 cluster.set_clock_offset(node, offset)?;
@@ -609,6 +646,9 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             verified,
         });
         faults_done += u64::from(verified);
+        if verified {
+            injected.insert(kind);
+        }
         eprintln!(
             "nemesis: t={:>5.1}s {} {target} verified={verified} for {hold} ms",
             at_ns as f64 / 1e9,
@@ -652,6 +692,11 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         faults_injected: faults_done,
         moves_ok,
         moves_failed,
+        kinds_never_injected: faults
+            .iter()
+            .filter(|k| !injected.contains(k) && (**k != FaultKind::Move || groups >= 2))
+            .map(|k| k.name())
+            .collect(),
         ..Progress::default()
     };
     for (id, pid, mut child, file) in workers {
@@ -752,20 +797,63 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     Ok(out)
 }
 
+/// An admin client over every node of `cluster` (membership calls wait for catch-up).
+fn admin(cluster: &Cluster) -> Result<Client, lockd_client::Error> {
+    Client::lazy(
+        cluster.endpoints_from(0),
+        ClientOptions {
+            auth_token: Some(cluster::ADMIN_TOKEN.to_string()),
+            request_timeout: Duration::from_secs(120),
+            ..ClientOptions::default()
+        },
+    )
+}
+
+/// Repeats an admin call (every one is idempotent) for up to a minute: calls that wait for a
+/// leader can meet an election a fault caused.
+async fn again<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, lockd_client::Error>>,
+{
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() < until => {
+                eprintln!("nemesis: {what}: {e}; repeating");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(anyhow::anyhow!("{what}: {e}")),
+        }
+    }
+}
+
+/// The [`FaultKind::Replace`] fault: SIGKILL `dead`, start the next node id on its client
+/// ports, add it to every group `dead` was a member of, remove `dead` from all of them and
+/// retire it. Returns the new id.
+async fn replace(cluster: &mut Cluster, dead: u64) -> anyhow::Result<u64> {
+    let c = admin(cluster)?;
+    let st = again("status", || c.status()).await?;
+    let groups: Vec<u32> = st
+        .groups
+        .iter()
+        .filter(|g| g.members.contains(&dead))
+        .map(|g| g.id)
+        .collect();
+    cluster.kill(dead).await?;
+    let id = cluster.next_id();
+    let dial = cluster.add_joiner(id, Some(dead)).await?.to_string();
+    let c = admin(cluster)?;
+    again("add the replacement", || c.add_member(id, &dial, &groups)).await?;
+    again("remove the dead node", || c.remove_member(dead, &[])).await?;
+    cluster.retire(dead);
+    Ok(id)
+}
+
 /// The [`Scenario::Grow`] script; returns the number of steps done. Each step is recorded as a
 /// fault (`join`, `create-group`, `move`, `replace`, `restart`), so the RESULT line counts them.
 async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::Result<u64> {
-    use lockd_client::{Client, ClientOptions};
-    let admin = |c: &Cluster| {
-        Client::lazy(
-            c.endpoints_from(0),
-            ClientOptions {
-                auth_token: Some(cluster::ADMIN_TOKEN.to_string()),
-                request_timeout: Duration::from_secs(120),
-                ..ClientOptions::default()
-            },
-        )
-    };
     let mut steps = 0u64;
     let mut step = |kind: &str, target: String| {
         rec.push(Record::Fault {
@@ -780,31 +868,12 @@ async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::R
         );
         steps += 1;
     };
-    // Calls that wait for a leader can meet an election a step caused: repeat them (every admin
-    // call is idempotent) for up to a minute.
-    async fn again<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, lockd_client::Error>>,
-    {
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            match call().await {
-                Ok(v) => return Ok(v),
-                Err(e) if Instant::now() < until => {
-                    eprintln!("nemesis: {what}: {e}; repeating");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => return Err(anyhow::anyhow!("{what}: {e}")),
-            }
-        }
-    }
     let settle = || tokio::time::sleep(3 * ttl);
     settle().await;
 
     // Three nodes join the meta group.
     for id in 4..=6u64 {
-        let peer = cluster.add_joiner(id).await?.to_string();
+        let peer = cluster.add_joiner(id, None).await?.to_string();
         let c = admin(cluster)?;
         again("add member", || c.add_member(id, &peer, &[0])).await?;
         step("join", format!("node{id}"));
@@ -826,7 +895,7 @@ async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::R
 
     // Node 5 dies with its disk: a new node 7 takes its place in every group it was in.
     cluster.kill(5).await?;
-    let peer = cluster.add_joiner(7).await?.to_string();
+    let peer = cluster.add_joiner(7, None).await?.to_string();
     let c = admin(cluster)?;
     again("add node 7", || c.add_member(7, &peer, &[0, 2])).await?;
     again("remove node 5", || c.remove_member(5, &[])).await?;
@@ -913,6 +982,13 @@ fn progress_failures(cfg: &NemesisConfig, out: &Outcome, has_audit: bool) -> Vec
     }
     if (!cfg.faults.is_empty() || cfg.scenario.is_some()) && p.faults_injected == 0 {
         f.push("faults=0: no fault was injected".into());
+    }
+    if !p.kinds_never_injected.is_empty() {
+        f.push(format!(
+            "never_injected={}: requested fault kinds that never ran (a longer --duration \
+             gives every kind a turn)",
+            p.kinds_never_injected.join(",")
+        ));
     }
     if cfg.faults.contains(&FaultKind::Move) && cfg.lock_groups >= 2 && p.moves_ok == 0 {
         f.push(format!(
@@ -1099,6 +1175,7 @@ mod tests {
                 moves_ok: 0,
                 moves_failed: 3,
                 missing_in_audit: 4,
+                kinds_never_injected: vec!["restart".into()],
             },
             progress_failures: Vec::new(),
         };
@@ -1118,18 +1195,19 @@ mod tests {
             "acked_grants=0",
             "fenced_adds=0",
             "faults=0",
+            "never_injected=restart",
             "moves_ok=0 (of 3)",
             "unfenced_lost=0",
         ] {
             assert!(f.iter().any(|l| l.starts_with(key)), "{key} not in {f:?}");
         }
-        assert_eq!(f.len(), 11, "{f:?}");
+        assert_eq!(f.len(), 12, "{f:?}");
         out.progress_failures = f;
         let line = out.result_line(&cfg());
         assert!(line.contains(" workers_failed=2 nodes_dead=1 node_panics=3 max_apply_lag=1001 "));
         assert!(
             line.ends_with(
-                " moves_ok=0 moves_failed=3 progress_failures=11 duration_s=1 seed=1 \
+                " moves_ok=0 moves_failed=3 progress_failures=12 duration_s=1 seed=1 \
                  sabotage=none violations=false"
             ),
             "{line}"
@@ -1137,6 +1215,6 @@ mod tests {
         // An external cluster: no node checks, reported as such.
         out.progress.nodes = None;
         assert!(out.result_line(&cfg()).contains(" nodes=external "));
-        assert_eq!(progress_failures(&cfg(), &out, true).len(), 7);
+        assert_eq!(progress_failures(&cfg(), &out, true).len(), 8);
     }
 }
