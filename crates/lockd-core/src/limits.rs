@@ -2,7 +2,7 @@
 //!
 //! A limit exists so that no client can make a replica do unbounded work or hold unbounded memory.
 
-use crate::types::Rejection;
+use crate::types::{LockMode, Rejection};
 
 /// Longest lock name, in bytes.
 pub const MAX_NAME_BYTES: usize = 512;
@@ -79,4 +79,25 @@ pub fn check_optional(field: &'static str, value: &str, max_bytes: usize) -> Res
 /// A lock name: 1..=512 bytes of printable UTF-8.
 pub fn check_name(name: &str) -> Result<(), Rejection> {
     check_printable("name", name, MAX_NAME_BYTES)
+}
+
+/// An acquire's mode and wait: a semaphore's limit within 1..=[`MAX_SEMAPHORE_LIMIT`], a wait
+/// of at most [`MAX_WAIT_MS`]. The state machine and both API front doors call this, so a bad
+/// value gets the same code however it arrives.
+pub fn check_acquire_args(mode: LockMode, wait_ms: u64) -> Result<(), Rejection> {
+    if let LockMode::Semaphore { limit } = mode {
+        if limit == 0 || limit > MAX_SEMAPHORE_LIMIT {
+            return Err(Rejection::InvalidSemaphoreLimit {
+                limit,
+                max: MAX_SEMAPHORE_LIMIT,
+            });
+        }
+    }
+    if wait_ms > MAX_WAIT_MS {
+        return Err(Rejection::WaitTooLong {
+            wait_ms,
+            max_ms: MAX_WAIT_MS,
+        });
+    }
+    Ok(())
 }

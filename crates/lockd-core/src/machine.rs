@@ -710,20 +710,7 @@ impl LockTable {
         check_name(name)?;
         self.check_serves(name)?;
         check_optional("owner", owner, limits::MAX_OWNER_BYTES)?;
-        if let LockMode::Semaphore { limit } = mode {
-            if limit == 0 || limit > limits::MAX_SEMAPHORE_LIMIT {
-                return Err(Rejection::InvalidSemaphoreLimit {
-                    limit,
-                    max: limits::MAX_SEMAPHORE_LIMIT,
-                });
-            }
-        }
-        if wait_ms > limits::MAX_WAIT_MS {
-            return Err(Rejection::WaitTooLong {
-                wait_ms,
-                max_ms: limits::MAX_WAIT_MS,
-            });
-        }
+        limits::check_acquire_args(mode, wait_ms)?;
         let ns = self.namespace_for(name);
         let sess = self
             .sessions

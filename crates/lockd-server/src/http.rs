@@ -4,6 +4,12 @@
 //! `/` (percent-encoded or not) and `:`, so the router captures the rest of the path and splits off
 //! the verb here. Bodies are read with a hard 64 KiB limit and parsed by hand so every error names
 //! its field and limit.
+//!
+//! Every error, on every route, is `{"error": {"code", "message"}}`: the handlers build it, and
+//! [`json_errors`] rewrites what the framework answers by itself (405, a path that is not UTF-8)
+//! into the same shape. A body must be a JSON object sent as `Content-Type: application/json`
+//! (415 otherwise: a browser page on another origin cannot send that without a preflight, which
+//! lockd never grants); `null` on any field means the field is absent.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +29,10 @@ use crate::service::{AcquireOutcome, AcquireRequest, Credentials, Service};
 
 /// Largest request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Longest request target (path and query), far above any valid one (a name is at most
+/// 512 bytes, 1,536 percent-encoded).
+pub const MAX_URI_BYTES: usize = 8 * 1024;
 
 /// Every endpoint, as docs/openapi.yaml names it. A test checks this list against the spec and
 /// that the router answers each one; add a route here and in the spec together.
@@ -77,7 +87,69 @@ pub fn router(svc: Arc<Service>) -> Router {
             ))
         })
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::map_response(json_errors))
+        .layer(axum::middleware::from_fn(uri_limit))
         .with_state(svc)
+}
+
+/// Refuses an over-long request target before routing (414, in the JSON shape).
+async fn uri_limit(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if len > MAX_URI_BYTES {
+        return error_response(ApiError::new(
+            414,
+            "uri_too_long",
+            format!("the request target is {len} bytes; the limit is {MAX_URI_BYTES}"),
+        ));
+    }
+    next.run(req).await
+}
+
+/// Gives an error the framework produced by itself (no JSON body: a 405, a path that does
+/// not decode) the JSON error shape, keeping its status and headers (`Allow` on a 405).
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let (code, message) = match status.as_u16() {
+        405 => (
+            "method_not_allowed",
+            format!(
+                "this path does not take that method; it takes {}",
+                parts
+                    .headers
+                    .get(header::ALLOW)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("none")
+            ),
+        ),
+        400 => (
+            "invalid_argument",
+            format!("invalid request: {}", text.trim()),
+        ),
+        404 => ("not_found", "no such endpoint; see docs/API.md".to_string()),
+        413 => (
+            "body_too_large",
+            format!("the request body exceeds the limit of {MAX_BODY_BYTES} bytes"),
+        ),
+        s => ("internal", format!("HTTP {s}: {}", text.trim())),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let mut out = error_response(ApiError::new(status.as_u16(), code, message));
+    for (k, v) in parts.headers.iter() {
+        if k != header::CONTENT_TYPE {
+            out.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    out
 }
 
 fn error_response(e: ApiError) -> Response {
@@ -117,8 +189,19 @@ fn credentials(headers: &HeaderMap) -> Credentials {
     Credentials { bearer }
 }
 
-/// Reads at most 64 KiB and parses it as `T` (an empty body parses as `{}`).
-async fn body<T: for<'de> Deserialize<'de>>(body: Body) -> Result<T, ApiError> {
+/// Reads at most 64 KiB and parses it as `T`: a JSON object sent as `application/json`, or no
+/// body at all (parsed as `{}`). Errors name the field (`limit: invalid type ...`).
+async fn body<T: for<'de> Deserialize<'de>>(
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("(not text)"));
+    let json = content_type.is_some_and(|t| {
+        let essence = t.split(';').next().unwrap_or("").trim();
+        essence.eq_ignore_ascii_case("application/json")
+    });
     let bytes: Bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| {
@@ -128,13 +211,54 @@ async fn body<T: for<'de> Deserialize<'de>>(body: Body) -> Result<T, ApiError> {
                 format!("the request body exceeds the limit of {MAX_BODY_BYTES} bytes"),
             )
         })?;
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        &bytes
-    };
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    let empty = bytes.iter().all(u8::is_ascii_whitespace);
+    if let (Some(t), false) = (content_type, json) {
+        return Err(ApiError::new(
+            415,
+            "unsupported_media_type",
+            format!("Content-Type '{t}' is not application/json"),
+        ));
+    }
+    if empty {
+        return parse_object(b"{}");
+    }
+    if !json {
+        return Err(ApiError::new(
+            415,
+            "unsupported_media_type",
+            "a request body needs Content-Type: application/json",
+        ));
+    }
+    parse_object(&bytes)
+}
+
+/// Parses a JSON object (not an array or a scalar) as `T`, naming the field on an error.
+fn parse_object<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object ({...})",
+        ));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." {
+            ApiError::bad_request(format!("invalid JSON body: {inner}"))
+        } else {
+            ApiError::bad_request(format!("{path}: {inner}"))
+        }
+    })
+}
+
+/// `null` is the field left out: every optional field reads it as its default.
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 fn parse_session(field: &str, v: &str) -> Result<SessionId, ApiError> {
@@ -143,17 +267,6 @@ fn parse_session(field: &str, v: &str) -> Result<SessionId, ApiError> {
             "{field} '{v}' is not a session id (expected s_ and up to 16 hex digits)"
         ))
     })
-}
-
-/// An integer field within `min..=max`.
-fn ranged(field: &str, v: Option<i64>, default: i64, min: i64, max: i64) -> Result<u64, ApiError> {
-    let v = v.unwrap_or(default);
-    if v < min || v > max {
-        return Err(ApiError::bad_request(format!(
-            "{field} {v} is outside {min}..={max}"
-        )));
-    }
-    Ok(v as u64)
 }
 
 /// Splits `name:verb`; the name is everything before the last `:`.
@@ -170,31 +283,21 @@ fn split_verb(rest: &str) -> Result<(&str, &str), ApiError> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OpenSessionBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     client: String,
-    ttl_s: Option<i64>,
-    #[serde(default)]
+    ttl_s: Option<u64>,
+    #[serde(default, deserialize_with = "null_default")]
     namespace: String,
 }
 
 async fn open_session(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body) -> Response {
     let start = Instant::now();
     let r = async {
-        let b: OpenSessionBody = body(b).await?;
-        let ttl_s = ranged(
-            "ttl_s",
-            b.ttl_s,
-            0,
-            0,
-            (limits::HARD_MAX_TTL_MS / 1000) as i64,
-        )?;
+        let b: OpenSessionBody = body(&headers, b).await?;
+        // Range-checked by the namespace (ttl_out_of_range, as on gRPC); 0 = its default.
+        let ttl_ms = b.ttl_s.unwrap_or(0).saturating_mul(1000);
         let opened = svc
-            .open_session(
-                &b.client,
-                ttl_s * 1000,
-                &b.namespace,
-                &credentials(&headers),
-            )
+            .open_session(&b.client, ttl_ms, &b.namespace, &credentials(&headers))
             .await?;
         let ttl_s = opened.ttl_ms / 1000;
         Ok(json!({
@@ -273,7 +376,7 @@ async fn get_session(
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     after: Option<String>,
-    limit: Option<i64>,
+    limit: Option<u64>,
 }
 
 async fn list_sessions(
@@ -291,9 +394,9 @@ async fn list_sessions(
             .as_deref()
             .map(|a| parse_session("after", a))
             .transpose()?;
-        let limit = ranged("limit", q.limit, 100, 1, 1000)?;
+        let limit = usize::try_from(q.limit.unwrap_or(0)).unwrap_or(usize::MAX);
         let page = svc
-            .list_sessions(after, limit as usize, &credentials(&headers))
+            .list_sessions(after, limit, &credentials(&headers))
             .await?;
         Ok(json!({"sessions": page.iter().map(|s| json!({
             "session_id": s.session.to_string(), "client": s.client, "ttl_ms": s.ttl_ms,
@@ -308,13 +411,13 @@ async fn list_sessions(
 #[serde(deny_unknown_fields)]
 struct AcquireBody {
     session_id: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     owner: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     mode: Option<String>,
-    limit: Option<i64>,
-    wait_ms: Option<i64>,
-    #[serde(default)]
+    limit: Option<u64>,
+    wait_ms: Option<u64>,
+    #[serde(default, deserialize_with = "null_default")]
     reentrant: bool,
 }
 
@@ -325,20 +428,28 @@ struct HoldBody {
     token: u64,
 }
 
-fn parse_mode(mode: Option<&str>, limit: Option<i64>) -> Result<LockMode, ApiError> {
+/// The mode and limit as gRPC's `mode_of` reads them: a semaphore's limit (absent = 0) is
+/// range-checked by `limits::check_acquire_args`, so both transports refuse it with
+/// `invalid_semaphore_limit`.
+fn parse_mode(mode: Option<&str>, limit: Option<u64>) -> Result<LockMode, ApiError> {
     match (mode.unwrap_or("exclusive"), limit) {
-        ("exclusive", None) => Ok(LockMode::Exclusive),
-        ("shared", None) => Ok(LockMode::Shared),
-        ("semaphore", Some(n)) => {
-            let max = limits::MAX_SEMAPHORE_LIMIT as i64;
-            if !(1..=max).contains(&n) {
-                return Err(ApiError::bad_request(format!(
-                    "limit {n} is outside 1..={max}"
-                )));
-            }
-            Ok(LockMode::Semaphore { limit: n as u32 })
+        ("exclusive", None | Some(0)) => Ok(LockMode::Exclusive),
+        ("shared", None | Some(0)) => Ok(LockMode::Shared),
+        ("semaphore", n) => {
+            let n = n.unwrap_or(0);
+            let mode = LockMode::Semaphore {
+                limit: u32::try_from(n).unwrap_or(u32::MAX),
+            };
+            limits::check_acquire_args(mode, 0).map_err(|e| {
+                let mut e = ApiError::from(e);
+                e.message = format!(
+                    "semaphore limit {n} must be within 1..={}",
+                    limits::MAX_SEMAPHORE_LIMIT
+                );
+                e
+            })?;
+            Ok(mode)
         }
-        ("semaphore", None) => Err(ApiError::bad_request("mode semaphore needs a limit")),
         ("exclusive" | "shared", Some(_)) => {
             Err(ApiError::bad_request("limit is only for mode semaphore"))
         }
@@ -363,13 +474,13 @@ async fn lock_verb(
     match verb {
         "acquire" => {
             let r = async {
-                let b: AcquireBody = body(b).await?;
+                let b: AcquireBody = body(&headers, b).await?;
                 let req = AcquireRequest {
                     session: parse_session("session_id", &b.session_id)?,
                     name: name.to_string(),
                     owner: b.owner,
                     mode: parse_mode(b.mode.as_deref(), b.limit)?,
-                    wait_ms: ranged("wait_ms", b.wait_ms, 0, 0, limits::MAX_WAIT_MS as i64)?,
+                    wait_ms: b.wait_ms.unwrap_or(0),
                     reentrant: b.reentrant,
                 };
                 Ok(match svc.acquire(req, &creds).await? {
@@ -389,7 +500,7 @@ async fn lock_verb(
         }
         "release" => {
             let r = async {
-                let b: HoldBody = body(b).await?;
+                let b: HoldBody = body(&headers, b).await?;
                 let session = parse_session("session_id", &b.session_id)?;
                 let remaining = svc.release(session, name, b.token, &creds).await?;
                 Ok(json!({"released": true, "remaining": remaining}))
@@ -399,7 +510,7 @@ async fn lock_verb(
         }
         "extend" => {
             let r = async {
-                let b: HoldBody = body(b).await?;
+                let b: HoldBody = body(&headers, b).await?;
                 let session = parse_session("session_id", &b.session_id)?;
                 let lease_ttl_ms = svc.extend(session, name, b.token, &creds).await?;
                 Ok(json!({"lease_ttl_ms": lease_ttl_ms}))
@@ -508,7 +619,7 @@ async fn list_members(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Re
 struct AddMemberBody {
     node_id: u64,
     peer_addr: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     groups: Vec<u32>,
 }
 
@@ -518,7 +629,7 @@ async fn add_member(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body
         let creds = credentials(&headers);
         // Refuse an unauthenticated caller before telling it anything about the body.
         svc.require_admin(&creds, "adding a member")?;
-        let b: AddMemberBody = body(b).await?;
+        let b: AddMemberBody = body(&headers, b).await?;
         let groups = svc
             .add_member(&creds, b.node_id, &b.peer_addr, &b.groups)
             .await?;
@@ -604,14 +715,19 @@ async fn member_verb(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LeaseExpiredBody {
     name: String,
 }
 
-async fn report_lease_expired(State(svc): State<Arc<Service>>, b: Body) -> Response {
+async fn report_lease_expired(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    b: Body,
+) -> Response {
     let start = Instant::now();
     let r = async {
-        let b: LeaseExpiredBody = body(b).await?;
+        let b: LeaseExpiredBody = body(&headers, b).await?;
         limits::check_name(&b.name).map_err(ApiError::from)?;
         svc.report_lease_expired(&b.name);
         Ok(json!({"recorded": true}))
@@ -658,14 +774,17 @@ mod tests {
             parse_mode(Some("semaphore"), Some(3)).unwrap(),
             LockMode::Semaphore { limit: 3 }
         );
-        assert!(parse_mode(Some("semaphore"), None)
-            .unwrap_err()
-            .message
-            .contains("needs a limit"));
-        assert!(parse_mode(Some("semaphore"), Some(0))
-            .unwrap_err()
-            .message
-            .contains("limit 0"));
+        // No limit is limit 0, as on gRPC; both are the core's invalid_semaphore_limit.
+        for limit in [None, Some(0), Some(10_001), Some(1 << 40)] {
+            let e = parse_mode(Some("semaphore"), limit).unwrap_err();
+            assert_eq!(e.code, "invalid_semaphore_limit", "{limit:?}");
+            let n = limit.unwrap_or(0);
+            assert!(
+                e.message
+                    .contains(&format!("limit {n} must be within 1..=10000")),
+                "{e}"
+            );
+        }
         assert!(parse_mode(Some("shared"), Some(2)).is_err());
         assert!(parse_mode(Some("rw"), None)
             .unwrap_err()
@@ -710,7 +829,7 @@ async fn move_buckets(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Bo
     let r = async {
         let creds = credentials(&headers);
         svc.require_admin(&creds, "moving buckets")?;
-        let b: MoveBucketsBody = body(b).await?;
+        let b: MoveBucketsBody = body(&headers, b).await?;
         let buckets: lockd_core::BucketSet = b
             .buckets
             .parse()
@@ -752,7 +871,7 @@ async fn create_group(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Bo
     let r = async {
         let creds = credentials(&headers);
         svc.require_admin(&creds, "creating a group")?;
-        let b: CreateGroupBody = body(b).await?;
+        let b: CreateGroupBody = body(&headers, b).await?;
         let record = svc.create_group(&creds, b.group, &b.nodes).await?;
         Ok(group_json(b.group, &record))
     }

@@ -546,13 +546,7 @@ impl Service {
         req: AcquireRequest,
         creds: &Credentials,
     ) -> Result<AcquireStart, ApiError> {
-        if req.wait_ms > limits::MAX_WAIT_MS {
-            return Err(lockd_core::Rejection::WaitTooLong {
-                wait_ms: req.wait_ms,
-                max_ms: limits::MAX_WAIT_MS,
-            }
-            .into());
-        }
+        limits::check_acquire_args(req.mode, req.wait_ms)?;
         self.admit_name(&req.name, creds)?;
         let op = Op::Acquire {
             session: req.session,
@@ -806,6 +800,10 @@ impl Service {
 
     /// A page of live sessions (ids above `after`, at most `limit`, at most 1000), merged over
     /// every lock group.
+    /// Sessions per page of `list_sessions`: the default (a limit of 0 or none) and the most.
+    pub const DEFAULT_PAGE: usize = 100;
+    pub const MAX_PAGE: usize = 1000;
+
     pub async fn list_sessions(
         &self,
         after: Option<SessionId>,
@@ -813,7 +811,17 @@ impl Service {
         creds: &Credentials,
     ) -> Result<Vec<SessionSummary>, ApiError> {
         self.require_admin(creds, "listing sessions")?;
-        let limit = if limit == 0 { 100 } else { limit.min(1000) };
+        let limit = match limit {
+            0 => Self::DEFAULT_PAGE,
+            1..=Self::MAX_PAGE => limit,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "limit {limit} is outside 1..={} (0 or absent: {})",
+                    Self::MAX_PAGE,
+                    Self::DEFAULT_PAGE
+                )))
+            }
+        };
         let groups = self.lock_groups_all()?;
         let pages = futures::future::join_all(groups.iter().map(|g| async move {
             answer_of!(self, g, Query::SessionPage { after, limit }, SessionPage)

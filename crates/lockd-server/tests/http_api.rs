@@ -118,7 +118,9 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
         .get(&format!("/v1/sessions?after={}", want[0]))
         .await;
     assert_eq!(r.body["sessions"].as_array().unwrap().len(), 1);
-    assert_eq!(h.admin().get("/v1/sessions?limit=0").await.status, 400);
+    // 0 is the default page, as on gRPC; above 1000 is refused.
+    assert_eq!(h.admin().get("/v1/sessions?limit=0").await.status, 200);
+    assert_eq!(h.admin().get("/v1/sessions?limit=1001").await.status, 400);
     assert_eq!(h.admin().get("/v1/sessions?after=zz").await.status, 400);
     let r = h.release(name, &s1, t1).await;
     assert_eq!(
@@ -404,7 +406,7 @@ async fn every_bad_input_gets_its_error_and_changes_nothing() {
             acq("n"),
             json!({"session_id": s, "wait_ms": 300_001}),
             400,
-            "invalid_argument",
+            "wait_too_long",
         ),
         (
             "negative wait_ms",
@@ -418,7 +420,7 @@ async fn every_bad_input_gets_its_error_and_changes_nothing() {
             acq("n"),
             json!({"session_id": s, "mode": "semaphore"}),
             400,
-            "invalid_argument",
+            "invalid_semaphore_limit",
         ),
         (
             "unknown mode",
@@ -535,7 +537,18 @@ async fn every_bad_input_gets_its_error_and_changes_nothing() {
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("wait_ms 300001 is outside 0..=300000"));
+        .contains("wait_ms 300001 exceeds the limit of 300000"));
+    let r = h
+        .post(&acq("n"), json!({"session_id": s, "wait_ms": -1}))
+        .await;
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("wait_ms: invalid value: integer `-1`"),
+        "{}",
+        r.body
+    );
     let r = h
         .post(
             &acq("n"),
@@ -793,5 +806,158 @@ async fn admin_members_need_the_admin_and_check_their_input() {
         c.hashes(0),
         "no refused call changed the lock state"
     );
+    c.stop_all().await;
+}
+
+/// Every error is the JSON shape, the framework's own (405, a bad path) included; a body must
+/// be a JSON object sent as application/json; `null` is a field left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_is_json_and_bodies_are_json_objects() {
+    let (mut c, h) = single().await;
+    let s = h.session("s", 15).await;
+    let client = reqwest::Client::new();
+    let url = |p: &str| c.url(0, p);
+    let shape = |what: &str, status: u16, want: u16, code: &str, body: &str| {
+        let v: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|_| panic!("{what}: not JSON: {body}"));
+        assert_eq!(
+            (status, v["error"]["code"].as_str().unwrap_or("")),
+            (want, code),
+            "{what}: {body}"
+        );
+        assert!(
+            !v["error"]["message"].as_str().unwrap_or("").is_empty(),
+            "{what}: a message"
+        );
+    };
+
+    // 405 keeps its Allow header.
+    let r = client.put(url("/v1/sessions")).send().await.unwrap();
+    let (st, allow) = (r.status().as_u16(), r.headers().get("allow").cloned());
+    let ct = r.headers().get("content-type").cloned();
+    shape(
+        "405",
+        st,
+        405,
+        "method_not_allowed",
+        &r.text().await.unwrap(),
+    );
+    assert!(allow.is_some(), "405 without Allow");
+    assert!(ct
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with("application/json"));
+    // A path that does not decode to UTF-8.
+    let r = client.get(url("/v1/locks/%FF%FE")).send().await.unwrap();
+    shape(
+        "bad path",
+        r.status().as_u16(),
+        400,
+        "invalid_argument",
+        &r.text().await.unwrap(),
+    );
+    // An over-long request target.
+    let r = client
+        .get(url(&format!("/v1/locks/{}", "a".repeat(9000))))
+        .send()
+        .await
+        .unwrap();
+    shape(
+        "414",
+        r.status().as_u16(),
+        414,
+        "uri_too_long",
+        &r.text().await.unwrap(),
+    );
+    // An unknown path.
+    let r = client.get(url("/v2/nothing")).send().await.unwrap();
+    shape(
+        "404",
+        r.status().as_u16(),
+        404,
+        "not_found",
+        &r.text().await.unwrap(),
+    );
+
+    let before = c.hashes(0);
+    let acquire = url("/v1/locks/j:acquire");
+    let body = format!("{{\"session_id\":\"{s}\"}}");
+    for (what, ct) in [
+        ("text/plain", Some("text/plain")),
+        ("a form", Some("application/x-www-form-urlencoded")),
+        ("no Content-Type", None),
+    ] {
+        let mut rb = client.post(&acquire).body(body.clone());
+        if let Some(ct) = ct {
+            rb = rb.header("content-type", ct);
+        }
+        let r = rb.send().await.unwrap();
+        shape(
+            what,
+            r.status().as_u16(),
+            415,
+            "unsupported_media_type",
+            &r.text().await.unwrap(),
+        );
+    }
+    // An array in place of the object, and a scalar.
+    for raw in [format!("[\"{s}\"]"), "42".to_string()] {
+        let r = client
+            .post(&acquire)
+            .header("content-type", "application/json")
+            .body(raw.clone())
+            .send()
+            .await
+            .unwrap();
+        shape(
+            &raw,
+            r.status().as_u16(),
+            400,
+            "invalid_argument",
+            &r.text().await.unwrap(),
+        );
+    }
+    assert_eq!(before, c.hashes(0), "a refused body changed the state");
+    // A wrong type names its field.
+    let r = h
+        .post(
+            "/v1/locks/j:acquire",
+            json!({"session_id": s, "wait_ms": "soon"}),
+        )
+        .await;
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("wait_ms: invalid type"),
+        "{}",
+        r.body
+    );
+    // `null` is absent, on every optional field.
+    let r = h
+        .post(
+            "/v1/locks/j:acquire",
+            json!({"session_id": s, "owner": null, "mode": null, "limit": null,
+                   "wait_ms": null, "reentrant": null}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["acquired"].as_bool()),
+        (200, Some(true)),
+        "{}",
+        r.body
+    );
+    // The charset parameter is fine; no body at all needs no Content-Type.
+    let r = client
+        .post(url("/v1/sessions"))
+        .header("content-type", "application/json; charset=utf-8")
+        .body("{\"ttl_s\": 15}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = client.post(url("/v1/sessions")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
     c.stop_all().await;
 }
