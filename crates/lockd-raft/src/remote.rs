@@ -28,6 +28,11 @@ use crate::{GroupError, GroupId, MemberCall, NodeId, ProposeResult};
 enum Attempt<T> {
     /// The answer (or a failure that must not be repeated).
     Done(Result<T, GroupError>),
+    /// The call reached this candidate, or may have, and failed there: report it (the call
+    /// must not be repeated), but start the next call at another candidate, so a dead node
+    /// whose failure looks ambiguous (a proxy or a mesh sidecar in front of it accepts the
+    /// connection, then drops it) cannot pin every later call to itself.
+    Failed(GroupError),
     /// This candidate did nothing: try the next.
     Next,
 }
@@ -129,8 +134,15 @@ impl RemoteGroup {
         loop {
             let i = self.next.load(Ordering::Relaxed);
             let order = self.order();
-            if let Attempt::Done(r) = attempt(order[i % order.len()]).await {
-                return r;
+            match attempt(order[i % order.len()]).await {
+                Attempt::Done(r) => return r,
+                Attempt::Failed(e) => {
+                    let _ =
+                        self.next
+                            .compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+                    return Err(e);
+                }
+                Attempt::Next => {}
             }
             if Instant::now() >= give_up {
                 return Err(self.no_leader());
@@ -157,13 +169,13 @@ impl RemoteGroup {
                 Ok(Err(GroupError::NoLeader { .. } | GroupError::ShuttingDown)) => Attempt::Next,
                 Ok(r) => Attempt::Done(r),
                 Err(st) if not_served(&st) || idempotent => Attempt::Next,
-                Err(st) => Attempt::Done(Err(GroupError::Unavailable(format!(
+                Err(st) => Attempt::Failed(GroupError::Unavailable(format!(
                     "forwarding to node {target}, leader of group {}, failed ({}: {}); the \
                      outcome is unknown",
                     self.id,
                     st.code(),
                     st.message()
-                )))),
+                ))),
             }
         })
         .await
@@ -202,12 +214,12 @@ impl RemoteGroup {
             {
                 Ok(reply) => Attempt::Done(Ok(reply)),
                 Err(st) if not_served(&st) => Attempt::Next,
-                Err(st) => Attempt::Done(Err(GroupError::Unavailable(format!(
+                Err(st) => Attempt::Failed(GroupError::Unavailable(format!(
                     "the call to node {target} for group {} failed ({}: {})",
                     self.id,
                     st.code(),
                     st.message()
-                )))),
+                ))),
             }
         })
         .await
@@ -266,5 +278,67 @@ impl RemoteGroup {
             }
             self.rotate(i, &mut tried, order.len()).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use futures_util::future::BoxFuture;
+
+    use super::*;
+    use crate::peer::PeerTransport;
+
+    /// Node 1 is dead behind a proxy (the connection is taken, then dropped: an ambiguous
+    /// failure); node 2 answers. Records whom each call reached.
+    struct DeadBehindProxy {
+        asked: Mutex<Vec<NodeId>>,
+    }
+
+    impl PeerTransport for DeadBehindProxy {
+        fn call(
+            &self,
+            target: NodeId,
+            _method: Method,
+            _group: GroupId,
+            _payload: Vec<u8>,
+            _timeout: Duration,
+        ) -> BoxFuture<'_, Result<Vec<u8>, tonic::Status>> {
+            self.asked.lock().unwrap().push(target);
+            Box::pin(async move {
+                match target {
+                    1 => Err(tonic::Status::unknown("transport error")),
+                    _ => Ok(b"answer".to_vec()),
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ambiguous_failure_is_reported_once_and_the_next_call_goes_elsewhere() {
+        let t = Arc::new(DeadBehindProxy {
+            asked: Mutex::new(Vec::new()),
+        });
+        let timing = Timing {
+            election_max: Duration::from_millis(300),
+            retry_budget: Duration::from_secs(1),
+            retry_pause: Duration::from_millis(10),
+            propose_timeout: Duration::from_secs(1),
+            skip_leader_lease_check: false,
+            balance_leaders: false,
+        };
+        let g = RemoteGroup::new(0, 3, vec![1, 2], Peers::new(t.clone()), timing);
+        // The first call reached node 1 and may have done something there: not repeated.
+        let first = g.app_call(Vec::new(), Duration::from_secs(1)).await;
+        assert!(
+            matches!(first, Err(GroupError::Unavailable(_))),
+            "{first:?}"
+        );
+        // The next one starts at node 2 instead of being pinned to the dead node.
+        let second = g.app_call(Vec::new(), Duration::from_secs(1)).await;
+        assert_eq!(second.unwrap(), b"answer");
+        assert_eq!(*t.asked.lock().unwrap(), vec![1, 2]);
+        assert_eq!(g.leader_hint(), 2);
     }
 }
