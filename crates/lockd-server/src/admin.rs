@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId, META_GROUP};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
@@ -24,13 +24,13 @@ const DRAIN_WAIT: Duration = Duration::from_secs(20);
 impl From<MemberError> for ApiError {
     fn from(e: MemberError) -> ApiError {
         match e {
-            MemberError::Refused(why) => ApiError::new(409, "member_change_refused", why),
+            MemberError::Refused(why) => ApiError::new(ErrorCode::MemberChangeRefused, why),
             e @ MemberError::NotLeader { .. } => {
-                ApiError::new(503, "unavailable", format!("no leader answered: {e}"))
+                ApiError::new(ErrorCode::Unavailable, format!("no leader answered: {e}"))
                     .retry_after(1_000)
             }
             e @ MemberError::Unavailable(_) => {
-                ApiError::new(503, "unavailable", e.to_string()).retry_after(1_000)
+                ApiError::new(ErrorCode::Unavailable, e.to_string()).retry_after(1_000)
             }
         }
     }

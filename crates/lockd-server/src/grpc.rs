@@ -16,7 +16,7 @@ use lockd_proto::v1::lock_server::Lock;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 use crate::service::{AcquireOutcome, AcquireRequest, AcquireStart, Credentials, Service};
 use crate::waits::SessionEvent;
 
@@ -42,16 +42,21 @@ impl GrpcApi {
                 Ok(Response::new(v))
             }
             Err(e) => {
-                self.svc.metrics.record("grpc", op, e.code, start.elapsed());
+                self.svc
+                    .metrics
+                    .record("grpc", op, e.code.name(), start.elapsed());
                 Err(status(e))
             }
         }
     }
 }
 
-/// The gRPC status for an API error; the stable code and retry hint ride in metadata.
+/// The gRPC status for an API error: the stable code as a `google.rpc.ErrorInfo` (domain
+/// "lockd", reason `WAIT_TOO_LONG`) and the retry hint as a `google.rpc.RetryInfo` in the
+/// standard details, so interceptors in any language read them; the same in lockd's metadata.
 pub fn status(e: ApiError) -> Status {
     use tonic::Code;
+    use tonic_types::{ErrorDetails, StatusExt};
     let code = match e.status {
         400 => Code::InvalidArgument,
         401 => Code::Unauthenticated,
@@ -62,8 +67,17 @@ pub fn status(e: ApiError) -> Status {
         503 => Code::Unavailable,
         _ => Code::Internal,
     };
-    let mut s = Status::new(code, e.message);
-    if let Ok(v) = e.code.parse() {
+    let mut details = ErrorDetails::new();
+    details.set_error_info(
+        e.code.reason(),
+        "lockd",
+        std::collections::HashMap::<String, String>::new(),
+    );
+    if let Some(ms) = e.retry_after_ms {
+        details.set_retry_info(Some(std::time::Duration::from_millis(ms)));
+    }
+    let mut s = Status::with_error_details(code, e.message, details);
+    if let Ok(v) = e.code.name().parse() {
         s.metadata_mut().insert("lockd-error-code", v);
     }
     if let Some(ms) = e.retry_after_ms {
@@ -210,9 +224,10 @@ fn lock_state(svc: &Service, name: &str, info: Option<LockInfo>) -> pb::LockStat
 fn error_event(e: ApiError) -> pb::session_event::Kind {
     pb::session_event::Kind::Error(pb::Error {
         status: e.status as u32,
-        code: e.code.to_string(),
+        code: e.code.name().to_string(),
         message: e.message,
         retry_after_ms: e.retry_after_ms.unwrap_or(0),
+        error_code: e.code as i32,
     })
 }
 
@@ -681,7 +696,8 @@ async fn serve_stream_request(
             ev
         }
         Err(e) => {
-            svc.metrics.record("stream", op, e.code, start.elapsed());
+            svc.metrics
+                .record("stream", op, e.code.name(), start.elapsed());
             error_event(e)
         }
     };
@@ -886,5 +902,33 @@ fn lock_group(group: u32, r: lockd_core::GroupRecord) -> pb::LockGroup {
         nodes: r.replicas,
         born_epoch: r.born_epoch,
         ready: r.ready,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+    use tonic_types::StatusExt;
+
+    #[test]
+    fn a_status_carries_error_info_and_retry_info() {
+        let s = status(ApiError::new(ErrorCode::QueueFull, "full").retry_after(1_500));
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        let d = s.get_error_details();
+        let info = d.error_info().expect("ErrorInfo");
+        assert_eq!(
+            (info.reason.as_str(), info.domain.as_str()),
+            ("QUEUE_FULL", "lockd")
+        );
+        assert_eq!(
+            d.retry_info().and_then(|r| r.retry_delay),
+            Some(std::time::Duration::from_millis(1_500))
+        );
+        assert_eq!(s.metadata().get("lockd-error-code").unwrap(), "queue_full");
+        assert_eq!(s.metadata().get("lockd-retry-after-ms").unwrap(), "1500");
+        // No retry hint, no RetryInfo.
+        let s = status(ApiError::bad_request("x"));
+        assert!(s.get_error_details().retry_info().is_none());
     }
 }

@@ -24,7 +24,7 @@ use lockd_core::{limits, LockMode, SessionId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Code, ErrorCode};
 use crate::service::{AcquireOutcome, AcquireRequest, Credentials, Service};
 
 /// Largest request body.
@@ -81,8 +81,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(|| async {
             error_response(ApiError::new(
-                404,
-                "not_found",
+                ErrorCode::NotFound,
                 "no such endpoint; see docs/API.md",
             ))
         })
@@ -97,8 +96,7 @@ async fn uri_limit(req: axum::extract::Request, next: axum::middleware::Next) ->
     let len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     if len > MAX_URI_BYTES {
         return error_response(ApiError::new(
-            414,
-            "uri_too_long",
+            ErrorCode::UriTooLong,
             format!("the request target is {len} bytes; the limit is {MAX_URI_BYTES}"),
         ));
     }
@@ -121,7 +119,7 @@ async fn json_errors(resp: Response) -> Response {
     let text = String::from_utf8_lossy(&text);
     let (code, message) = match status.as_u16() {
         405 => (
-            "method_not_allowed",
+            ErrorCode::MethodNotAllowed,
             format!(
                 "this path does not take that method; it takes {}",
                 parts
@@ -132,18 +130,23 @@ async fn json_errors(resp: Response) -> Response {
             ),
         ),
         400 => (
-            "invalid_argument",
+            ErrorCode::InvalidArgument,
             format!("invalid request: {}", text.trim()),
         ),
-        404 => ("not_found", "no such endpoint; see docs/API.md".to_string()),
+        404 => (
+            ErrorCode::NotFound,
+            "no such endpoint; see docs/API.md".to_string(),
+        ),
         413 => (
-            "body_too_large",
+            ErrorCode::BodyTooLarge,
             format!("the request body exceeds the limit of {MAX_BODY_BYTES} bytes"),
         ),
-        s => ("internal", format!("HTTP {s}: {}", text.trim())),
+        s => (ErrorCode::Internal, format!("HTTP {s}: {}", text.trim())),
     };
     parts.headers.remove(header::CONTENT_LENGTH);
-    let mut out = error_response(ApiError::new(status.as_u16(), code, message));
+    let mut e = ApiError::new(code, message);
+    e.status = status.as_u16();
+    let mut out = error_response(e);
     for (k, v) in parts.headers.iter() {
         if k != header::CONTENT_TYPE {
             out.headers_mut().insert(k.clone(), v.clone());
@@ -156,7 +159,7 @@ fn error_response(e: ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = (
         status,
-        axum::Json(json!({"error": {"code": e.code, "message": e.message}})),
+        axum::Json(json!({"error": {"code": e.code.name(), "message": e.message}})),
     )
         .into_response();
     if let Some(ms) = e.retry_after_ms {
@@ -174,7 +177,8 @@ fn finish(svc: &Service, op: &'static str, start: Instant, r: Result<Value, ApiE
             axum::Json(v).into_response()
         }
         Err(e) => {
-            svc.metrics.record("http", op, e.code, start.elapsed());
+            svc.metrics
+                .record("http", op, e.code.name(), start.elapsed());
             error_response(e)
         }
     }
@@ -206,16 +210,14 @@ async fn body<T: for<'de> Deserialize<'de>>(
         .await
         .map_err(|_| {
             ApiError::new(
-                413,
-                "body_too_large",
+                ErrorCode::BodyTooLarge,
                 format!("the request body exceeds the limit of {MAX_BODY_BYTES} bytes"),
             )
         })?;
     let empty = bytes.iter().all(u8::is_ascii_whitespace);
     if let (Some(t), false) = (content_type, json) {
         return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             format!("Content-Type '{t}' is not application/json"),
         ));
     }
@@ -224,8 +226,7 @@ async fn body<T: for<'de> Deserialize<'de>>(
     }
     if !json {
         return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "a request body needs Content-Type: application/json",
         ));
     }
@@ -273,8 +274,7 @@ fn parse_session(field: &str, v: &str) -> Result<SessionId, ApiError> {
 fn split_verb(rest: &str) -> Result<(&str, &str), ApiError> {
     rest.rsplit_once(':').ok_or_else(|| {
         ApiError::new(
-            404,
-            "not_found",
+            ErrorCode::NotFound,
             format!("'{rest}' has no :verb (e.g. :acquire)"),
         )
     })
@@ -326,8 +326,7 @@ async fn session_verb(
                 Ok(json!({"ttl_s": ttl_ms / 1000, "ttl_ms": ttl_ms}))
             }
             other => Err(ApiError::new(
-                404,
-                "not_found",
+                ErrorCode::NotFound,
                 format!("unknown session verb ':{other}' (use :keepalive)"),
             )),
         }
@@ -523,8 +522,7 @@ async fn lock_verb(
             "unknown",
             start,
             Err(ApiError::new(
-                404,
-                "not_found",
+                ErrorCode::NotFound,
                 format!("unknown lock verb ':{other}' (use :acquire, :release or :extend)"),
             )),
         ),
@@ -699,8 +697,7 @@ async fn member_verb(
             "undrain" => false,
             _ => {
                 return Err(ApiError::new(
-                    404,
-                    "not_found",
+                    ErrorCode::NotFound,
                     format!("no member verb ':{verb}'; the verbs are :drain and :undrain"),
                 ))
             }
@@ -777,7 +774,7 @@ mod tests {
         // No limit is limit 0, as on gRPC; both are the core's invalid_semaphore_limit.
         for limit in [None, Some(0), Some(10_001), Some(1 << 40)] {
             let e = parse_mode(Some("semaphore"), limit).unwrap_err();
-            assert_eq!(e.code, "invalid_semaphore_limit", "{limit:?}");
+            assert_eq!(e.code, ErrorCode::InvalidSemaphoreLimit, "{limit:?}");
             let n = limit.unwrap_or(0);
             assert!(
                 e.message

@@ -13,7 +13,7 @@ use std::time::Instant;
 use lockd_core::{BucketSet, MoveId, MoveRecord, Op, Reply, ShardMap, BUCKETS};
 use lockd_raft::{GroupId, META_GROUP};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
@@ -174,8 +174,7 @@ impl MoveHost for Service {
         match r {
             crate::route::Answer::ShardMap(Some(m)) => Ok(*m),
             crate::route::Answer::ShardMap(None) => Err(ApiError::new(
-                503,
-                "unavailable",
+                ErrorCode::Unavailable,
                 "the shard map is not set yet",
             )),
             _ => Err(crate::route::unexpected("ShardMap")),
@@ -308,8 +307,7 @@ pub async fn finish_move<H: MoveHost>(
         Some(MoveRecord::Dropped { .. }) => return Ok(true),
         other => {
             return Err(ApiError::new(
-                409,
-                "move_conflict",
+                ErrorCode::MoveConflict,
                 format!("bucket move {id}: group {from} records it as {other:?}"),
             ))
         }
@@ -324,7 +322,7 @@ pub async fn finish_move<H: MoveHost>(
     };
     match h.propose_on(to, import).await {
         Ok(_) => {}
-        Err(e) if e.code == "move_conflict" && e.message.contains("cancelled") => {
+        Err(e) if e.code == ErrorCode::MoveConflict && e.message.contains("cancelled") => {
             h.propose_on(from, Op::ThawBuckets { move_id: id }).await?;
             tracing::warn!(move_id = id, "the import was cancelled: buckets thawed");
             return Ok(false);
@@ -355,18 +353,20 @@ async fn flip_map<H: MoveHost>(h: &H, buckets: &BucketSet, to: GroupId) -> Resul
         let version = map.version;
         match h.propose_on(META_GROUP, Op::PutShardMap { map }).await {
             Ok(_) => return Ok(version),
-            Err(e) if e.code == "invalid_shard_map" => continue, // another change first
+            Err(e) if e.code == ErrorCode::InvalidShardMap => continue, // another change first
             Err(e) => return Err(e),
         }
     }
     Err(ApiError::new(
-        503,
-        "unavailable",
+        ErrorCode::Unavailable,
         "the shard map kept changing under the move; retry",
     )
     .retry_after(1_000))
 }
 
 fn unexpected(step: &str) -> ApiError {
-    ApiError::new(503, "unavailable", format!("unexpected reply to {step}"))
+    ApiError::new(
+        ErrorCode::Unavailable,
+        format!("unexpected reply to {step}"),
+    )
 }

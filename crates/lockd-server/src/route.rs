@@ -26,7 +26,7 @@ use lockd_core::{
 use lockd_raft::{AppHandler, GroupError, GroupId, RemoteGroup, Route};
 use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::service::Service;
 use crate::waits::{Orphan, SessionEvent, WaitOutcome};
 
@@ -153,7 +153,10 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, tonic::Status> {
 }
 
 pub(crate) fn unexpected(what: &str) -> ApiError {
-    ApiError::new(503, "unavailable", format!("unexpected answer to {what}"))
+    ApiError::new(
+        ErrorCode::Unavailable,
+        format!("unexpected answer to {what}"),
+    )
 }
 
 /// Pulls the answer of the variant named out of [`Service::query`]'s result.
@@ -177,8 +180,7 @@ impl Service {
         self.know_recorded_group(id);
         self.node.route(id).ok_or_else(|| {
             ApiError::new(
-                503,
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("group {id} is not reachable from here"),
             )
             .retry_after(1_000)
@@ -254,12 +256,16 @@ impl Service {
 }
 
 fn status_error(st: tonic::Status) -> ApiError {
-    ApiError::new(503, "unavailable", st.message().to_string())
+    ApiError::new(ErrorCode::Unavailable, st.message().to_string())
 }
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    postcard::from_bytes(bytes)
-        .map_err(|e| ApiError::new(503, "unavailable", format!("bad answer from a peer: {e}")))
+    postcard::from_bytes(bytes).map_err(|e| {
+        ApiError::new(
+            ErrorCode::Unavailable,
+            format!("bad answer from a peer: {e}"),
+        )
+    })
 }
 
 /// Where a remote wait's outcome goes.

@@ -15,7 +15,7 @@ use lockd_core::{
 use lockd_raft::{Group, GroupError, GroupId, Node, Route, META_GROUP};
 
 use crate::config::token_digest;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::route::{answer_of, Query};
 use crate::waits::{Parked, WaitOutcome, Waits};
@@ -140,8 +140,8 @@ fn wait_outcome(
         Some((WaitOutcome::Granted { token, lease_ttl_ms }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1 })),
         Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None })),
         Some((WaitOutcome::Moved, _)) => Ok(None),
-        Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(404, "session_not_found", "the session ended while waiting")),
-        None => Err(ApiError::new(503, "wait_outcome_unknown", "no committed outcome for this wait yet (no leader?); the wait was abandoned and a late grant will be released").retry_after(1_000)),
+        Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(ErrorCode::SessionNotFound, "the session ended while waiting")),
+        None => Err(ApiError::new(ErrorCode::WaitOutcomeUnknown, "no committed outcome for this wait yet (no leader?); the wait was abandoned and a late grant will be released").retry_after(1_000)),
     }
 }
 
@@ -179,10 +179,7 @@ impl Service {
     /// 403 when the node has no admin credential, 401 without the admin token, 403 with another.
     pub fn require_admin(&self, creds: &Credentials, what: &str) -> Result<(), ApiError> {
         if self.admin_sha256.is_none() {
-            return Err(ApiError::new(
-                403,
-                "admin_disabled",
-                format!("{what} needs the admin credential, and this node has none configured (--admin-token-file)"),
+            return Err(ApiError::new(ErrorCode::AdminDisabled, format!("{what} needs the admin credential, and this node has none configured (--admin-token-file)"),
             ));
         }
         if self.is_admin(creds) {
@@ -190,13 +187,11 @@ impl Service {
         }
         match creds.bearer {
             None => Err(ApiError::new(
-                401,
-                "unauthenticated",
+                ErrorCode::Unauthenticated,
                 format!("{what} needs the admin bearer token"),
             )),
             Some(_) => Err(ApiError::new(
-                403,
-                "permission_denied",
+                ErrorCode::PermissionDenied,
                 format!("{what} needs the admin bearer token; this token is not it"),
             )),
         }
@@ -204,8 +199,11 @@ impl Service {
 
     pub(crate) fn group(&self, id: GroupId) -> Result<Arc<Group>, ApiError> {
         self.node.group(id).ok_or_else(|| {
-            ApiError::new(503, "unavailable", format!("group {id} is not hosted here"))
-                .retry_after(1_000)
+            ApiError::new(
+                ErrorCode::Unavailable,
+                format!("group {id} is not hosted here"),
+            )
+            .retry_after(1_000)
         })
     }
 
@@ -234,8 +232,7 @@ impl Service {
             .read_local(|t| t.namespaces().find(|n| n.name == want).cloned())
             .ok_or_else(|| {
                 ApiError::new(
-                    400,
-                    "namespace_not_found",
+                    ErrorCode::NamespaceNotFound,
                     format!("namespace '{want}' does not exist"),
                 )
             })
@@ -252,8 +249,7 @@ impl Service {
         }
         let Some(bearer) = &creds.bearer else {
             return Err(ApiError::new(
-                401,
-                "unauthenticated",
+                ErrorCode::Unauthenticated,
                 format!("namespace '{}' requires a bearer token", ns.name),
             ));
         };
@@ -267,14 +263,12 @@ impl Service {
         });
         if other {
             Err(ApiError::new(
-                403,
-                "permission_denied",
+                ErrorCode::PermissionDenied,
                 format!("the token is not valid for namespace '{}'", ns.name),
             ))
         } else {
             Err(ApiError::new(
-                401,
-                "unauthenticated",
+                ErrorCode::Unauthenticated,
                 format!("the token is not valid for namespace '{}'", ns.name),
             ))
         }
@@ -296,8 +290,7 @@ impl Service {
         b.rate = rate;
         b.take(now).map_err(|wait_ms| {
             ApiError::new(
-                429,
-                "rate_limited",
+                ErrorCode::RateLimited,
                 format!(
                     "namespace '{}' is over its budget of {} ops/s",
                     ns.name, ns.ops_per_s
@@ -339,10 +332,10 @@ impl Service {
         for round in 1u64.. {
             match attempt(group.clone()).await {
                 Err(e)
-                    if (e.code == "wrong_group" || e.code == "bucket_moving")
+                    if (e.code == ErrorCode::WrongGroup || e.code == ErrorCode::BucketMoving)
                         && Instant::now() < give_up =>
                 {
-                    if e.code == "bucket_moving" {
+                    if e.code == ErrorCode::BucketMoving {
                         tokio::time::sleep(Duration::from_millis((10 * round).min(200))).await;
                     }
                     group = self.route_fresh(name).await?;
@@ -393,8 +386,7 @@ impl Service {
         }
         let Some(namespace) = namespace else {
             return Err(ApiError::new(
-                404,
-                "session_not_found",
+                ErrorCode::SessionNotFound,
                 format!("session {session} does not exist or has expired"),
             ));
         };
@@ -439,8 +431,7 @@ impl Service {
                 Ok(Reply::SessionOpened { ttl_ms, .. }) => ttl = Some(ttl_ms),
                 Ok(other) => {
                     failure = Some(ApiError::new(
-                        503,
-                        "unavailable",
+                        ErrorCode::Unavailable,
                         format!("unexpected reply {other:?}"),
                     ))
                 }
@@ -532,8 +523,7 @@ impl Service {
             Ok(released)
         } else {
             Err(ApiError::new(
-                404,
-                "session_not_found",
+                ErrorCode::SessionNotFound,
                 format!("session {session} does not exist or has expired"),
             ))
         }
@@ -558,7 +548,7 @@ impl Service {
         };
         let (group, reply) = match self.propose_for_name(&req.name, op.clone()).await {
             // The session is older than the name's group and new to it: adopt it there.
-            Err(e) if e.code == "session_not_here" => {
+            Err(e) if e.code == ErrorCode::SessionNotHere => {
                 self.adopt_session(&self.route(&req.name)?, req.session)
                     .await?;
                 self.propose_for_name(&req.name, op).await?
@@ -595,8 +585,7 @@ impl Service {
                 position,
             }),
             other => Err(ApiError::new(
-                503,
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("unexpected reply {other:?}"),
             )),
         }
@@ -645,8 +634,7 @@ impl Service {
             }
         }
         Err(ApiError::new(
-            503,
-            "bucket_moving",
+            ErrorCode::BucketMoving,
             format!("the wait was moved {MAX_REQUEUES} times with the name's bucket; retry"),
         )
         .retry_after(100))
@@ -672,7 +660,8 @@ impl Service {
             }
             Ok(Some(o)) => wait_outcome(Some((o, None)), position),
             Ok(None) => Err(
-                ApiError::new(503, "unavailable", "the node is shutting down").retry_after(1_000),
+                ApiError::new(ErrorCode::Unavailable, "the node is shutting down")
+                    .retry_after(1_000),
             ),
             // Dropping `parked` marks the waiter abandoned: a later grant is released for us.
             Err(_) => wait_outcome(None, position),
@@ -695,8 +684,7 @@ impl Service {
         match self.propose_for_name(name, op).await?.1 {
             Reply::Released { remaining } => Ok(remaining),
             other => Err(ApiError::new(
-                503,
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("unexpected reply {other:?}"),
             )),
         }
@@ -718,8 +706,7 @@ impl Service {
         };
         let (_, Reply::Extended { lease_ttl_ms }) = self.propose_for_name(name, op).await? else {
             return Err(ApiError::new(
-                503,
-                "unavailable",
+                ErrorCode::Unavailable,
                 "unexpected reply to extend",
             ));
         };
@@ -791,8 +778,7 @@ impl Service {
         }
         detail.ok_or_else(|| {
             ApiError::new(
-                404,
-                "session_not_found",
+                ErrorCode::SessionNotFound,
                 format!("session {session} does not exist or has expired"),
             )
         })
@@ -914,8 +900,8 @@ impl Service {
             match self.propose(&meta, Op::SetClusterTiming { timing }).await {
                 Ok(_) => {}
                 Err(e)
-                    if e.code == "cluster_timing_mismatch"
-                        || e.code == "invalid_cluster_timing" =>
+                    if e.code == ErrorCode::ClusterTimingMismatch
+                        || e.code == ErrorCode::InvalidClusterTiming =>
                 {
                     self.node.refuse_to_serve(META_GROUP, e.message.clone());
                     return Err(e);
@@ -941,7 +927,7 @@ impl Service {
             };
             match self.propose(&meta, op).await {
                 Ok(_) => {}
-                Err(e) if e.code == "invalid_shard_map" => {} // another node set it first
+                Err(e) if e.code == ErrorCode::InvalidShardMap => {} // another node set it first
                 Err(e) => return Err(e),
             }
         }
@@ -949,7 +935,7 @@ impl Service {
         // of other buckets, so no stale route can make two groups grant one name.
         let map = shard_map()
             .await?
-            .ok_or_else(|| ApiError::new(503, "unavailable", "the shard map is not set yet"))?;
+            .ok_or_else(|| ApiError::new(ErrorCode::Unavailable, "the shard map is not set yet"))?;
         for g in self.lock_group_ids() {
             let group = self.route_of(g)?;
             if answer_of!(self, &group, Query::Ownership, Ownership)?.map_version != 0 {
@@ -965,7 +951,7 @@ impl Service {
             match self.propose(&group, op).await {
                 Ok(_) => {}
                 // Another node assigned them first (the same buckets: that is a no-op).
-                Err(e) if e.code == "move_conflict" => {
+                Err(e) if e.code == ErrorCode::MoveConflict => {
                     tracing::warn!(group = g, error = %e, "bucket assignment refused");
                 }
                 Err(e) => return Err(e),

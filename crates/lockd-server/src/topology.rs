@@ -18,7 +18,7 @@ use lockd_core::{GroupRecord, Op, Reply, SessionId};
 use lockd_raft::{GroupId, MemberCall, NodeId, Route, META_GROUP};
 use tokio::time::Instant;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::route::{answer_of, unexpected, Query};
 use crate::service::{Credentials, Service};
 
@@ -135,7 +135,7 @@ impl Service {
             self.node
                 .host_group(id, &members, initialiser)
                 .await
-                .map_err(|e| ApiError::new(503, "unavailable", e.to_string()))?;
+                .map_err(|e| ApiError::new(ErrorCode::Unavailable, e.to_string()))?;
             // Calls to it from here go to the other replicas until this one is a member.
             self.node.know_group(id, &r.replicas, &self.cluster_nodes());
         }
@@ -305,8 +305,7 @@ impl Service {
         }
         let Some((client, ttl_ms, namespace)) = opening else {
             return Err(ApiError::new(
-                404,
-                "session_not_found",
+                ErrorCode::SessionNotFound,
                 format!("session {session} does not exist or has expired"),
             ));
         };

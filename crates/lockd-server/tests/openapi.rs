@@ -68,3 +68,28 @@ async fn the_spec_and_the_server_list_the_same_endpoints() {
     }
     c.stop_all().await;
 }
+
+/// The spec's error code enum is the proto's `ErrorCode`, name for name.
+#[test]
+fn the_spec_lists_every_error_code() {
+    use lockd_server::error::{Code, ErrorCode};
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/openapi.yaml"
+    ))
+    .unwrap();
+    let start = text
+        .find("                    enum:\n")
+        .expect("the code enum");
+    let spec: BTreeSet<String> = text[start..]
+        .lines()
+        .skip(1)
+        .map_while(|l| l.strip_prefix("                      - "))
+        .map(str::to_string)
+        .collect();
+    let proto: BTreeSet<String> = (1..=255)
+        .filter_map(|i| ErrorCode::try_from(i).ok())
+        .map(|c| c.name().to_string())
+        .collect();
+    assert_eq!(spec, proto);
+}

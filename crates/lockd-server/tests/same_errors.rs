@@ -10,6 +10,7 @@ use lockd_proto::v1::lock_client::LockClient;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 use tonic::Code;
+use tonic_types::StatusExt;
 
 /// How one bad input is sent on each transport.
 enum Call {
@@ -116,6 +117,24 @@ async fn over_grpc(cl: &mut LockClient<Channel>, call: &Call) -> (Code, String, 
         .get("lockd-error-code")
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_else(|| "(no code)".into());
+    // The standard rich details say the same, for interceptors in other languages.
+    let details = s.get_error_details();
+    let info = details.error_info().expect("a google.rpc.ErrorInfo");
+    assert_eq!(
+        (info.reason.as_str(), info.domain.as_str()),
+        (code.to_ascii_uppercase().as_str(), "lockd")
+    );
+    let retry_ms = s
+        .metadata()
+        .get("lockd-retry-after-ms")
+        .map(|v| v.to_str().unwrap().parse::<u128>().unwrap());
+    assert_eq!(
+        details
+            .retry_info()
+            .and_then(|r| r.retry_delay)
+            .map(|d| d.as_millis()),
+        retry_ms
+    );
     (s.code(), code, s.message().to_string())
 }
 

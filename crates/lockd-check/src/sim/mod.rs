@@ -1501,7 +1501,10 @@ impl lockd_server::moves::MoveHost for SimMover<'_> {
             })
             .await?;
         map.ok_or_else(|| {
-            lockd_server::error::ApiError::new(503, "unavailable", "the shard map is not set")
+            lockd_server::error::ApiError::new(
+                lockd_server::error::ErrorCode::Unavailable,
+                "the shard map is not set",
+            )
         })
     }
 

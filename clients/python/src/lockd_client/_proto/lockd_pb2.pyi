@@ -7,12 +7,107 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_CODE_UNSPECIFIED: _ClassVar[ErrorCode]
+    ERROR_CODE_INVALID_ARGUMENT: _ClassVar[ErrorCode]
+    ERROR_CODE_TTL_OUT_OF_RANGE: _ClassVar[ErrorCode]
+    ERROR_CODE_WAIT_TOO_LONG: _ClassVar[ErrorCode]
+    ERROR_CODE_INVALID_SEMAPHORE_LIMIT: _ClassVar[ErrorCode]
+    ERROR_CODE_NAMESPACE_NOT_FOUND: _ClassVar[ErrorCode]
+    ERROR_CODE_INVALID_NAMESPACE: _ClassVar[ErrorCode]
+    ERROR_CODE_INVALID_SHARD_MAP: _ClassVar[ErrorCode]
+    ERROR_CODE_INVALID_CLUSTER_TIMING: _ClassVar[ErrorCode]
+    ERROR_CODE_INVALID_GROUP: _ClassVar[ErrorCode]
+    ERROR_CODE_UNAUTHENTICATED: _ClassVar[ErrorCode]
+    ERROR_CODE_PERMISSION_DENIED: _ClassVar[ErrorCode]
+    ERROR_CODE_WRONG_NAMESPACE: _ClassVar[ErrorCode]
+    ERROR_CODE_ADMIN_DISABLED: _ClassVar[ErrorCode]
+    ERROR_CODE_NOT_FOUND: _ClassVar[ErrorCode]
+    ERROR_CODE_SESSION_NOT_FOUND: _ClassVar[ErrorCode]
+    ERROR_CODE_MOVE_NOT_FOUND: _ClassVar[ErrorCode]
+    ERROR_CODE_GROUP_NOT_FOUND: _ClassVar[ErrorCode]
+    ERROR_CODE_METHOD_NOT_ALLOWED: _ClassVar[ErrorCode]
+    ERROR_CODE_MODE_CONFLICT: _ClassVar[ErrorCode]
+    ERROR_CODE_SESSION_EXISTS: _ClassVar[ErrorCode]
+    ERROR_CODE_NOT_HOLDER: _ClassVar[ErrorCode]
+    ERROR_CODE_STALE_TOKEN: _ClassVar[ErrorCode]
+    ERROR_CODE_ALREADY_HELD: _ClassVar[ErrorCode]
+    ERROR_CODE_ALREADY_WAITING: _ClassVar[ErrorCode]
+    ERROR_CODE_TOO_MANY_REENTRIES: _ClassVar[ErrorCode]
+    ERROR_CODE_COUNTER_LIMIT: _ClassVar[ErrorCode]
+    ERROR_CODE_MOVE_CONFLICT: _ClassVar[ErrorCode]
+    ERROR_CODE_CLUSTER_TIMING_MISMATCH: _ClassVar[ErrorCode]
+    ERROR_CODE_NODE_RETIRED: _ClassVar[ErrorCode]
+    ERROR_CODE_GROUP_EXISTS: _ClassVar[ErrorCode]
+    ERROR_CODE_GROUP_CREATION_IN_PROGRESS: _ClassVar[ErrorCode]
+    ERROR_CODE_MEMBER_CHANGE_REFUSED: _ClassVar[ErrorCode]
+    ERROR_CODE_BODY_TOO_LARGE: _ClassVar[ErrorCode]
+    ERROR_CODE_URI_TOO_LONG: _ClassVar[ErrorCode]
+    ERROR_CODE_UNSUPPORTED_MEDIA_TYPE: _ClassVar[ErrorCode]
+    ERROR_CODE_QUEUE_FULL: _ClassVar[ErrorCode]
+    ERROR_CODE_TOO_MANY_LOCKS: _ClassVar[ErrorCode]
+    ERROR_CODE_RATE_LIMITED: _ClassVar[ErrorCode]
+    ERROR_CODE_INTERNAL: _ClassVar[ErrorCode]
+    ERROR_CODE_UNAVAILABLE: _ClassVar[ErrorCode]
+    ERROR_CODE_NO_LEADER: _ClassVar[ErrorCode]
+    ERROR_CODE_WRONG_GROUP: _ClassVar[ErrorCode]
+    ERROR_CODE_BUCKET_MOVING: _ClassVar[ErrorCode]
+    ERROR_CODE_SESSION_NOT_HERE: _ClassVar[ErrorCode]
+    ERROR_CODE_WAIT_OUTCOME_UNKNOWN: _ClassVar[ErrorCode]
+
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MODE_UNSPECIFIED: _ClassVar[Mode]
     MODE_EXCLUSIVE: _ClassVar[Mode]
     MODE_SHARED: _ClassVar[Mode]
     MODE_SEMAPHORE: _ClassVar[Mode]
+ERROR_CODE_UNSPECIFIED: ErrorCode
+ERROR_CODE_INVALID_ARGUMENT: ErrorCode
+ERROR_CODE_TTL_OUT_OF_RANGE: ErrorCode
+ERROR_CODE_WAIT_TOO_LONG: ErrorCode
+ERROR_CODE_INVALID_SEMAPHORE_LIMIT: ErrorCode
+ERROR_CODE_NAMESPACE_NOT_FOUND: ErrorCode
+ERROR_CODE_INVALID_NAMESPACE: ErrorCode
+ERROR_CODE_INVALID_SHARD_MAP: ErrorCode
+ERROR_CODE_INVALID_CLUSTER_TIMING: ErrorCode
+ERROR_CODE_INVALID_GROUP: ErrorCode
+ERROR_CODE_UNAUTHENTICATED: ErrorCode
+ERROR_CODE_PERMISSION_DENIED: ErrorCode
+ERROR_CODE_WRONG_NAMESPACE: ErrorCode
+ERROR_CODE_ADMIN_DISABLED: ErrorCode
+ERROR_CODE_NOT_FOUND: ErrorCode
+ERROR_CODE_SESSION_NOT_FOUND: ErrorCode
+ERROR_CODE_MOVE_NOT_FOUND: ErrorCode
+ERROR_CODE_GROUP_NOT_FOUND: ErrorCode
+ERROR_CODE_METHOD_NOT_ALLOWED: ErrorCode
+ERROR_CODE_MODE_CONFLICT: ErrorCode
+ERROR_CODE_SESSION_EXISTS: ErrorCode
+ERROR_CODE_NOT_HOLDER: ErrorCode
+ERROR_CODE_STALE_TOKEN: ErrorCode
+ERROR_CODE_ALREADY_HELD: ErrorCode
+ERROR_CODE_ALREADY_WAITING: ErrorCode
+ERROR_CODE_TOO_MANY_REENTRIES: ErrorCode
+ERROR_CODE_COUNTER_LIMIT: ErrorCode
+ERROR_CODE_MOVE_CONFLICT: ErrorCode
+ERROR_CODE_CLUSTER_TIMING_MISMATCH: ErrorCode
+ERROR_CODE_NODE_RETIRED: ErrorCode
+ERROR_CODE_GROUP_EXISTS: ErrorCode
+ERROR_CODE_GROUP_CREATION_IN_PROGRESS: ErrorCode
+ERROR_CODE_MEMBER_CHANGE_REFUSED: ErrorCode
+ERROR_CODE_BODY_TOO_LARGE: ErrorCode
+ERROR_CODE_URI_TOO_LONG: ErrorCode
+ERROR_CODE_UNSUPPORTED_MEDIA_TYPE: ErrorCode
+ERROR_CODE_QUEUE_FULL: ErrorCode
+ERROR_CODE_TOO_MANY_LOCKS: ErrorCode
+ERROR_CODE_RATE_LIMITED: ErrorCode
+ERROR_CODE_INTERNAL: ErrorCode
+ERROR_CODE_UNAVAILABLE: ErrorCode
+ERROR_CODE_NO_LEADER: ErrorCode
+ERROR_CODE_WRONG_GROUP: ErrorCode
+ERROR_CODE_BUCKET_MOVING: ErrorCode
+ERROR_CODE_SESSION_NOT_HERE: ErrorCode
+ERROR_CODE_WAIT_OUTCOME_UNKNOWN: ErrorCode
 MODE_UNSPECIFIED: Mode
 MODE_EXCLUSIVE: Mode
 MODE_SHARED: Mode
@@ -405,16 +500,18 @@ class SessionEnded(_message.Message):
     def __init__(self, group: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Error(_message.Message):
-    __slots__ = ("status", "code", "message", "retry_after_ms")
+    __slots__ = ("status", "code", "message", "retry_after_ms", "error_code")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     status: int
     code: str
     message: str
     retry_after_ms: int
-    def __init__(self, status: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+    error_code: ErrorCode
+    def __init__(self, status: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ...) -> None: ...
 
 class SetDrainingRequest(_message.Message):
     __slots__ = ("node_id", "draining")
