@@ -7,6 +7,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
     let file = root.join("lockd/v1/lockd.proto");
     println!("cargo:rerun-if-changed={}", file.display());
-    tonic_prost_build::configure().compile_protos(&[file], &[root])?;
+    // The descriptor set serves gRPC reflection (grpcurl and Postman need no .proto file).
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out.join("lockd_descriptor.bin"))
+        .compile_protos(&[file], &[root])?;
     Ok(())
 }

@@ -8,3 +8,7 @@
 pub mod v1 {
     tonic::include_proto!("lockd.v1");
 }
+
+/// The encoded `FileDescriptorSet` of lockd.proto, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/lockd_descriptor.bin"));

@@ -687,11 +687,7 @@ async fn member_verb(
     let r = async {
         let creds = credentials(&headers);
         svc.require_admin(&creds, "changing a member")?;
-        let (id, verb) = rest.split_once(':').ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "'{rest}': expected /v1/admin/members/ID:drain or ID:undrain"
-            ))
-        })?;
+        let (id, verb) = split_verb(&rest)?;
         let draining = match verb {
             "drain" => true,
             "undrain" => false,

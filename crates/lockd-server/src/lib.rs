@@ -58,12 +58,20 @@ pub struct Running {
     pub service: Arc<Service>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
+    /// The standard gRPC health service's statuses (NOT_SERVING once the node is leaving).
+    health: tonic_health::server::HealthReporter,
 }
 
 impl Running {
     /// Hands the groups this node leads to other voters (graceful leave, up to two election
     /// timeouts), stops serving, then shuts the node's groups down.
     pub async fn stop(mut self) {
+        // Load balancers and health checks stop sending new calls first.
+        for name in ["", LOCK_SERVICE, ADMIN_SERVICE] {
+            self.health
+                .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                .await;
+        }
         let limit = Duration::from_millis(2 * self.service.election_timeout_max_ms.max(100));
         self.service.node.hand_over(limit).await;
         let _ = self.stop.send(true);
@@ -76,6 +84,10 @@ impl Running {
         self.service.node.shutdown().await;
     }
 }
+
+/// The gRPC services' full names, as health checks ask for them.
+pub const LOCK_SERVICE: &str = "lockd.v1.Lock";
+pub const ADMIN_SERVICE: &str = "lockd.v1.Admin";
 
 async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
@@ -141,11 +153,30 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let admin =
         lockd_proto::v1::admin_server::AdminServer::new(grpc::AdminApi::new(service.clone()));
     let incoming = nodelay(cfg.grpc);
+    // grpc.health.v1 and server reflection (v1 and v1alpha), so grpcurl, Postman and load
+    // balancers work without the .proto file.
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in [LOCK_SERVICE, ADMIN_SERVICE] {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(lockd_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(lockd_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
     let rx = stop_rx.clone();
     tasks.spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(api)
             .add_service(admin)
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(reflection_alpha)
             .serve_with_incoming_shutdown(incoming, stopped(rx))
             .await;
         if let Err(e) = served {
@@ -252,5 +283,6 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         service,
         stop,
         tasks,
+        health,
     })
 }

@@ -481,3 +481,72 @@ async fn a_half_closed_stream_still_answers_what_it_carried() {
     );
     c.stop_all().await;
 }
+
+/// grpcurl and load balancers work without the .proto: server reflection lists the services,
+/// and the standard health service says SERVING (NOT_SERVING once the node is leaving).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_and_health_answer() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let mut c = cluster(1, 1).await;
+    let channel = Channel::from_shared(format!("http://{}", c.node(0).grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut r = ServerReflectionClient::new(channel.clone());
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = r
+        .server_reflection_info(tokio_stream::iter([req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        answers.message().await.unwrap().unwrap().message_response
+    else {
+        panic!("not a service list")
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for want in ["lockd.v1.Lock", "lockd.v1.Admin", "grpc.health.v1.Health"] {
+        assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
+    }
+    // The descriptor of a message, as grpcurl's `describe` asks for it.
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::FileContainingSymbol(
+            "lockd.v1.AcquireRequest".into(),
+        )),
+    };
+    let mut answers = r
+        .server_reflection_info(tokio_stream::iter([req]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(matches!(
+        answers.message().await.unwrap().unwrap().message_response,
+        Some(MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty()
+    ));
+
+    let mut h = HealthClient::new(channel);
+    for service in ["", "lockd.v1.Lock", "lockd.v1.Admin"] {
+        let st = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(st, ServingStatus::Serving as i32, "{service:?}");
+    }
+    c.stop_all().await;
+}

@@ -93,3 +93,57 @@ fn the_spec_lists_every_error_code() {
         .collect();
     assert_eq!(spec, proto);
 }
+
+/// Every operation has a unique `operationId` and tags; every one that takes a body lists 415
+/// (and 400, 413); every admin operation needs the bearer scheme.
+#[test]
+fn every_operation_is_named_tagged_and_lists_its_statuses() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/openapi.yaml"
+    ))
+    .unwrap();
+    let paths = &text[text.find("\npaths:\n").unwrap()..text.find("\ncomponents:\n").unwrap()];
+    let mut ops: Vec<(String, Vec<&str>)> = Vec::new();
+    let mut path = String::new();
+    for line in paths.lines() {
+        if let Some(p) = line.strip_prefix("  /").and_then(|l| l.strip_suffix(':')) {
+            path = format!("/{p}");
+        } else if let Some(m) = line.strip_prefix("    ").and_then(|l| l.strip_suffix(':')) {
+            if ["get", "post", "delete"].contains(&m) {
+                ops.push((format!("{m} {path}"), Vec::new()));
+            }
+        } else if line.starts_with("      ") {
+            if let Some((_, body)) = ops.last_mut() {
+                body.push(line.trim());
+            }
+        }
+    }
+    assert_eq!(ops.len(), ENDPOINTS.len());
+    let mut ids = BTreeSet::new();
+    for (op, body) in &ops {
+        let id = body
+            .iter()
+            .find_map(|l| l.strip_prefix("operationId: "))
+            .unwrap_or_else(|| panic!("{op}: no operationId"));
+        assert!(ids.insert(id.to_string()), "{op}: operationId {id} twice");
+        assert!(
+            body.iter().any(|l| l.starts_with("tags: [")),
+            "{op}: no tags"
+        );
+        if body.iter().any(|l| l.starts_with("requestBody:")) {
+            for status in ["\"400\":", "\"413\":", "\"415\":"] {
+                assert!(
+                    body.iter().any(|l| l.starts_with(status)),
+                    "{op}: takes a body but does not list {status}"
+                );
+            }
+        }
+        if op.contains("/v1/admin/") {
+            assert!(
+                body.contains(&"security: [{bearer: []}]"),
+                "{op}: an admin call without the bearer scheme"
+            );
+        }
+    }
+}
