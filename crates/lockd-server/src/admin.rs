@@ -101,9 +101,10 @@ impl Service {
         if draining {
             let now = self.member_calls(&all, MemberCall::Describe).await?;
             if !now.iter().any(|g| members(&g.membership).contains(&id)) {
-                return Err(ApiError::bad_request(format!(
-                    "node_id: node {id} is not a member of any group"
-                )));
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("node_id: node {id} is not a member of any group"),
+                ));
             }
         }
         let meta = self.route_of(META_GROUP)?;

@@ -31,7 +31,6 @@ impl Code for ErrorCode {
             | ErrorCode::TtlOutOfRange
             | ErrorCode::WaitTooLong
             | ErrorCode::InvalidSemaphoreLimit
-            | ErrorCode::NamespaceNotFound
             | ErrorCode::InvalidNamespace
             | ErrorCode::InvalidShardMap
             | ErrorCode::InvalidClusterTiming
@@ -42,6 +41,7 @@ impl Code for ErrorCode {
             }
             ErrorCode::NotFound
             | ErrorCode::SessionNotFound
+            | ErrorCode::NamespaceNotFound
             | ErrorCode::MoveNotFound
             | ErrorCode::GroupNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,

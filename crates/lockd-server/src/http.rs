@@ -17,8 +17,9 @@ use std::time::Instant;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use lockd_core::{limits, LockMode, SessionId};
 use serde::Deserialize;
@@ -63,18 +64,12 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
 pub fn router(svc: Arc<Service>) -> Router {
     Router::new()
         .route("/v1/sessions", post(open_session).get(list_sessions))
-        .route(
-            "/v1/sessions/{*rest}",
-            post(session_verb).delete(close_session).get(get_session),
-        )
-        .route("/v1/locks/{*rest}", post(lock_verb).get(inspect))
+        .route("/v1/sessions/{*rest}", any(sessions_under))
+        .route("/v1/locks/{*rest}", any(locks_under))
         .route("/v1/reports/lease-expired", post(report_lease_expired))
         .route("/v1/status", get(status))
         .route("/v1/admin/members", get(list_members).post(add_member))
-        .route(
-            "/v1/admin/members/{id}",
-            axum::routing::delete(remove_member).post(member_verb),
-        )
+        .route("/v1/admin/members/{*rest}", any(members_under))
         .route("/v1/admin/buckets", get(shard_view))
         .route("/v1/admin/buckets:move", post(move_buckets))
         .route("/v1/admin/groups", get(list_groups).post(create_group))
@@ -89,6 +84,117 @@ pub fn router(svc: Arc<Service>) -> Router {
         .layer(axum::middleware::map_response(json_errors))
         .layer(axum::middleware::from_fn(uri_limit))
         .with_state(svc)
+}
+
+/// The verbs of `/v1/locks/{name}:verb`.
+const LOCK_VERBS: &[&str] = &["acquire", "release", "extend"];
+
+/// The path below `prefix`, percent-decoded, and the verb after its last *literal* `:` (one
+/// sent as `%3A` belongs to the name, so a name may end in `:release` if its colon is
+/// encoded).
+fn under<'a>(uri: &'a Uri, prefix: &str) -> Result<(String, Option<&'a str>), ApiError> {
+    let raw = uri.path().strip_prefix(prefix).unwrap_or("");
+    let verb = raw.rsplit_once(':').map(|(_, v)| v);
+    let decoded = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ApiError::bad_request("the path is not UTF-8 once percent-decoded"))?;
+    Ok((decoded.into_owned(), verb))
+}
+
+/// 405 with `Allow` naming exactly the methods this path takes.
+fn not_allowed(allow: &[Method], message: impl Into<String>) -> Response {
+    let mut resp = error_response(ApiError::new(ErrorCode::MethodNotAllowed, message));
+    let list: Vec<&str> = allow.iter().map(Method::as_str).collect();
+    if let Ok(v) = list.join(", ").parse() {
+        resp.headers_mut().insert(header::ALLOW, v);
+    }
+    resp
+}
+
+/// `/v1/locks/{name}` (GET) and `/v1/locks/{name}:acquire|release|extend` (POST).
+async fn locks_under(
+    State(svc): State<Arc<Service>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    b: Body,
+) -> Response {
+    let (rest, verb) = match under(&uri, "/v1/locks/") {
+        Ok(v) => v,
+        Err(e) => return error_response(e),
+    };
+    match (verb.filter(|v| LOCK_VERBS.contains(v)), method) {
+        (Some(_), Method::POST) => lock_verb(State(svc), Path(rest), headers, b).await,
+        (Some(v), m) => not_allowed(&[Method::POST], format!(":{v} takes POST, not {m}")),
+        (None, Method::GET | Method::HEAD) => inspect(State(svc), Path(rest), headers).await,
+        (None, m) => not_allowed(
+            &[Method::GET, Method::HEAD],
+            format!(
+                "a lock takes GET (inspect), not {m}; its verbs are :acquire, :release and \
+                 :extend (send a colon of the name itself as %3A)"
+            ),
+        ),
+    }
+}
+
+/// `/v1/sessions/{id}` (GET, DELETE) and `/v1/sessions/{id}:keepalive` (POST).
+async fn sessions_under(
+    State(svc): State<Arc<Service>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let (rest, verb) = match under(&uri, "/v1/sessions/") {
+        Ok(v) => v,
+        Err(e) => return error_response(e),
+    };
+    match (verb, method) {
+        (Some("keepalive"), Method::POST) => session_verb(State(svc), headers, Path(rest)).await,
+        (Some("keepalive"), m) => {
+            not_allowed(&[Method::POST], format!(":keepalive takes POST, not {m}"))
+        }
+        (Some(other), _) => error_response(ApiError::new(
+            ErrorCode::NotFound,
+            format!("unknown session verb ':{other}' (use :keepalive)"),
+        )),
+        (None, Method::GET | Method::HEAD) => get_session(State(svc), headers, Path(rest)).await,
+        (None, Method::DELETE) => close_session(State(svc), headers, Path(rest)).await,
+        (None, m) => not_allowed(
+            &[Method::GET, Method::HEAD, Method::DELETE],
+            format!("a session takes GET or DELETE, not {m}; POST goes to ID:keepalive"),
+        ),
+    }
+}
+
+/// `/v1/admin/members/{id}` (DELETE) and `/v1/admin/members/{id}:drain|undrain` (POST).
+async fn members_under(
+    State(svc): State<Arc<Service>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    q: Result<axum::extract::Query<GroupsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let (rest, verb) = match under(&uri, "/v1/admin/members/") {
+        Ok(v) => v,
+        Err(e) => return error_response(e),
+    };
+    match (verb, method) {
+        (Some("drain" | "undrain"), Method::POST) => {
+            member_verb(State(svc), headers, Path(rest)).await
+        }
+        (Some(v @ ("drain" | "undrain")), m) => {
+            not_allowed(&[Method::POST], format!(":{v} takes POST, not {m}"))
+        }
+        (Some(other), _) => error_response(ApiError::new(
+            ErrorCode::NotFound,
+            format!("no member verb ':{other}'; the verbs are :drain and :undrain"),
+        )),
+        (None, Method::DELETE) => remove_member(State(svc), headers, Path(rest), q).await,
+        (None, m) => not_allowed(
+            &[Method::DELETE],
+            format!("a member takes DELETE, not {m}; POST goes to ID:drain or ID:undrain"),
+        ),
+    }
 }
 
 /// Refuses an over-long request target before routing (414, in the JSON shape).

@@ -162,11 +162,15 @@ impl Service {
             .iter()
             .map(|n| {
                 let a = addrs.get(n).cloned().ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "nodes: node {n} is not in the cluster (add it to the meta group with \
-                         `lockctl members add {n} ADDR --groups 0` first); the cluster's nodes are {:?}",
-                        addrs.keys().collect::<Vec<_>>()
-                    ))
+                    ApiError::new(
+                        ErrorCode::NotFound,
+                        format!(
+                            "nodes: node {n} is not in the cluster (add it to the meta group with \
+                             `lockctl members add {n} ADDR --groups 0` first); the cluster's nodes \
+                             are {:?}",
+                            addrs.keys().collect::<Vec<_>>()
+                        ),
+                    )
                 })?;
                 Ok((*n, a))
             })

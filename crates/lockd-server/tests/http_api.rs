@@ -493,11 +493,11 @@ async fn every_bad_input_gets_its_error_and_changes_nothing() {
             "wrong_namespace",
         ),
         (
-            "unknown verb",
+            "unknown verb: a name with a colon, which takes GET only",
             "/v1/locks/held:steal".into(),
             json!({}),
-            404,
-            "not_found",
+            405,
+            "method_not_allowed",
         ),
     ];
     for (what, path, body, status, code) in cases {
@@ -848,6 +848,46 @@ async fn every_error_is_json_and_bodies_are_json_objects() {
         .to_str()
         .unwrap()
         .starts_with("application/json"));
+    // Allow names exactly what each shape of path takes; a literal `:` starts a verb, `%3A`
+    // is part of the name.
+    for (method, path, allow) in [
+        (reqwest::Method::GET, "/v1/locks/x:acquire", "POST"),
+        (reqwest::Method::POST, "/v1/locks/x", "GET, HEAD"),
+        (reqwest::Method::DELETE, "/v1/locks/x:release", "POST"),
+        (
+            reqwest::Method::POST,
+            "/v1/sessions/s_1",
+            "GET, HEAD, DELETE",
+        ),
+        (reqwest::Method::GET, "/v1/sessions/s_1:keepalive", "POST"),
+        (reqwest::Method::GET, "/v1/admin/members/4", "DELETE"),
+        (reqwest::Method::DELETE, "/v1/admin/members/4:drain", "POST"),
+    ] {
+        let r = client
+            .request(method.clone(), url(path))
+            .send()
+            .await
+            .unwrap();
+        let got = r
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(got.as_deref(), Some(allow), "{method} {path}");
+        shape(
+            path,
+            r.status().as_u16(),
+            405,
+            "method_not_allowed",
+            &r.text().await.unwrap(),
+        );
+    }
+    let held = h.acquire("job:release", json!({"session_id": s})).await;
+    assert_eq!(held.status, 200, "{}", held.body);
+    let r = h.get("/v1/locks/job%3Arelease").await;
+    assert_eq!(
+        (r.status, r.body["name"].as_str()),
+        (200, Some("job:release"))
+    );
     // A path that does not decode to UTF-8.
     let r = client.get(url("/v1/locks/%FF%FE")).send().await.unwrap();
     shape(

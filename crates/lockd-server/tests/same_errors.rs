@@ -312,7 +312,7 @@ async fn http_and_grpc_refuse_the_same_input_with_the_same_code() {
                 ttl_s: 15,
                 namespace: "nowhere",
             },
-            400,
+            404,
             "namespace_not_found",
         ),
         (
