@@ -6,7 +6,7 @@
 //! its field and limit.
 //!
 //! Every error, on every route, is `{"error": {"code", "message"}}`: the handlers build it, and
-//! [`json_errors`] rewrites what the framework answers by itself (405, a path that is not UTF-8)
+//! `json_errors` rewrites what the framework answers by itself (405, a path that is not UTF-8)
 //! into the same shape. A body must be a JSON object sent as `Content-Type: application/json`
 //! (415 otherwise: a browser page on another origin cannot send that without a preflight, which
 //! lockd never grants); `null` on any field means the field is absent.
