@@ -89,16 +89,30 @@ pub fn router(svc: Arc<Service>) -> Router {
 /// The verbs of `/v1/locks/{name}:verb`.
 const LOCK_VERBS: &[&str] = &["acquire", "release", "extend"];
 
-/// The path below `prefix`, percent-decoded, and the verb after its last *literal* `:` (one
-/// sent as `%3A` belongs to the name, so a name may end in `:release` if its colon is
-/// encoded).
-fn under<'a>(uri: &'a Uri, prefix: &str) -> Result<(String, Option<&'a str>), ApiError> {
+/// A path below a collection, split once, here: the whole of it percent-decoded, and the part
+/// before its last *literal* `:` (decoded) with the verb after it. A `:` sent as `%3A` belongs
+/// to the name, so a name may end in `:release` if its colon is encoded.
+struct Under<'a> {
+    whole: String,
+    verb: Option<(String, &'a str)>,
+}
+
+fn under<'a>(uri: &'a Uri, prefix: &str) -> Result<Under<'a>, ApiError> {
+    let decode = |raw: &str| {
+        percent_encoding::percent_decode_str(raw)
+            .decode_utf8()
+            .map(|d| d.into_owned())
+            .map_err(|_| ApiError::bad_request("the path is not UTF-8 once percent-decoded"))
+    };
     let raw = uri.path().strip_prefix(prefix).unwrap_or("");
-    let verb = raw.rsplit_once(':').map(|(_, v)| v);
-    let decoded = percent_encoding::percent_decode_str(raw)
-        .decode_utf8()
-        .map_err(|_| ApiError::bad_request("the path is not UTF-8 once percent-decoded"))?;
-    Ok((decoded.into_owned(), verb))
+    let verb = match raw.rsplit_once(':') {
+        Some((head, verb)) => Some((decode(head)?, verb)),
+        None => None,
+    };
+    Ok(Under {
+        whole: decode(raw)?,
+        verb,
+    })
 }
 
 /// 405 with `Allow` naming exactly the methods this path takes.
@@ -119,14 +133,14 @@ async fn locks_under(
     headers: HeaderMap,
     b: Body,
 ) -> Response {
-    let (rest, verb) = match under(&uri, "/v1/locks/") {
-        Ok(v) => v,
+    let u = match under(&uri, "/v1/locks/") {
+        Ok(u) => u,
         Err(e) => return error_response(e),
     };
-    match (verb.filter(|v| LOCK_VERBS.contains(v)), method) {
-        (Some(_), Method::POST) => lock_verb(State(svc), Path(rest), headers, b).await,
-        (Some(v), m) => not_allowed(&[Method::POST], format!(":{v} takes POST, not {m}")),
-        (None, Method::GET | Method::HEAD) => inspect(State(svc), Path(rest), headers).await,
+    match (u.verb.filter(|(_, v)| LOCK_VERBS.contains(v)), method) {
+        (Some((name, verb)), Method::POST) => lock_verb(svc, name, verb, headers, b).await,
+        (Some((_, v)), m) => not_allowed(&[Method::POST], format!(":{v} takes POST, not {m}")),
+        (None, Method::GET | Method::HEAD) => inspect(State(svc), Path(u.whole), headers).await,
         (None, m) => not_allowed(
             &[Method::GET, Method::HEAD],
             format!(
@@ -144,21 +158,21 @@ async fn sessions_under(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let (rest, verb) = match under(&uri, "/v1/sessions/") {
-        Ok(v) => v,
+    let u = match under(&uri, "/v1/sessions/") {
+        Ok(u) => u,
         Err(e) => return error_response(e),
     };
-    match (verb, method) {
-        (Some("keepalive"), Method::POST) => session_verb(State(svc), headers, Path(rest)).await,
-        (Some("keepalive"), m) => {
+    match (u.verb, method) {
+        (Some((id, "keepalive")), Method::POST) => keepalive(svc, headers, id).await,
+        (Some((_, "keepalive")), m) => {
             not_allowed(&[Method::POST], format!(":keepalive takes POST, not {m}"))
         }
-        (Some(other), _) => error_response(ApiError::new(
+        (Some((_, other)), _) => error_response(ApiError::new(
             ErrorCode::NotFound,
             format!("unknown session verb ':{other}' (use :keepalive)"),
         )),
-        (None, Method::GET | Method::HEAD) => get_session(State(svc), headers, Path(rest)).await,
-        (None, Method::DELETE) => close_session(State(svc), headers, Path(rest)).await,
+        (None, Method::GET | Method::HEAD) => get_session(State(svc), headers, Path(u.whole)).await,
+        (None, Method::DELETE) => close_session(State(svc), headers, Path(u.whole)).await,
         (None, m) => not_allowed(
             &[Method::GET, Method::HEAD, Method::DELETE],
             format!("a session takes GET or DELETE, not {m}; POST goes to ID:keepalive"),
@@ -174,22 +188,22 @@ async fn members_under(
     headers: HeaderMap,
     q: Result<axum::extract::Query<GroupsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let (rest, verb) = match under(&uri, "/v1/admin/members/") {
-        Ok(v) => v,
+    let u = match under(&uri, "/v1/admin/members/") {
+        Ok(u) => u,
         Err(e) => return error_response(e),
     };
-    match (verb, method) {
-        (Some("drain" | "undrain"), Method::POST) => {
-            member_verb(State(svc), headers, Path(rest)).await
+    match (u.verb, method) {
+        (Some((id, v @ ("drain" | "undrain"))), Method::POST) => {
+            set_draining(svc, headers, id, v == "drain").await
         }
-        (Some(v @ ("drain" | "undrain")), m) => {
+        (Some((_, v @ ("drain" | "undrain"))), m) => {
             not_allowed(&[Method::POST], format!(":{v} takes POST, not {m}"))
         }
-        (Some(other), _) => error_response(ApiError::new(
+        (Some((_, other)), _) => error_response(ApiError::new(
             ErrorCode::NotFound,
             format!("no member verb ':{other}'; the verbs are :drain and :undrain"),
         )),
-        (None, Method::DELETE) => remove_member(State(svc), headers, Path(rest), q).await,
+        (None, Method::DELETE) => remove_member(State(svc), headers, Path(u.whole), q).await,
         (None, m) => not_allowed(
             &[Method::DELETE],
             format!("a member takes DELETE, not {m}; POST goes to ID:drain or ID:undrain"),
@@ -376,16 +390,6 @@ fn parse_session(field: &str, v: &str) -> Result<SessionId, ApiError> {
     })
 }
 
-/// Splits `name:verb`; the name is everything before the last `:`.
-fn split_verb(rest: &str) -> Result<(&str, &str), ApiError> {
-    rest.rsplit_once(':').ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::NotFound,
-            format!("'{rest}' has no :verb (e.g. :acquire)"),
-        )
-    })
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OpenSessionBody {
@@ -417,25 +421,13 @@ async fn open_session(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Bo
     finish(&svc, "open_session", start, r)
 }
 
-async fn session_verb(
-    State(svc): State<Arc<Service>>,
-    headers: HeaderMap,
-    Path(rest): Path<String>,
-) -> Response {
+/// `POST /v1/sessions/{id}:keepalive`.
+async fn keepalive(svc: Arc<Service>, headers: HeaderMap, id: String) -> Response {
     let start = Instant::now();
     let r = async {
-        let (id, verb) = split_verb(&rest)?;
-        let session = parse_session("session id", id)?;
-        match verb {
-            "keepalive" => {
-                let ttl_ms = svc.keepalive(session, &credentials(&headers)).await?;
-                Ok(json!({"ttl_s": ttl_ms / 1000, "ttl_ms": ttl_ms}))
-            }
-            other => Err(ApiError::new(
-                ErrorCode::NotFound,
-                format!("unknown session verb ':{other}' (use :keepalive)"),
-            )),
-        }
+        let session = parse_session("session id", &id)?;
+        let ttl_ms = svc.keepalive(session, &credentials(&headers)).await?;
+        Ok(json!({"ttl_s": ttl_ms / 1000, "ttl_ms": ttl_ms}))
     }
     .await;
     finish(&svc, "keepalive", start, r)
@@ -564,18 +556,17 @@ fn parse_mode(mode: Option<&str>, limit: Option<u64>) -> Result<LockMode, ApiErr
     }
 }
 
+/// `POST /v1/locks/{name}:acquire|release|extend` (the verb is one of [`LOCK_VERBS`]).
 async fn lock_verb(
-    State(svc): State<Arc<Service>>,
-    Path(rest): Path<String>,
+    svc: Arc<Service>,
+    name: String,
+    verb: &str,
     headers: HeaderMap,
     b: Body,
 ) -> Response {
     let start = Instant::now();
     let creds = credentials(&headers);
-    let (name, verb) = match split_verb(&rest) {
-        Ok(v) => v,
-        Err(e) => return finish(&svc, "unknown", start, Err(e)),
-    };
+    let name = name.as_str();
     match verb {
         "acquire" => {
             let r = async {
@@ -784,26 +775,16 @@ async fn remove_member(
 }
 
 /// `POST /v1/admin/members/{id}:drain` and `:undrain` (no body).
-async fn member_verb(
-    State(svc): State<Arc<Service>>,
+async fn set_draining(
+    svc: Arc<Service>,
     headers: HeaderMap,
-    Path(rest): Path<String>,
+    id: String,
+    draining: bool,
 ) -> Response {
     let start = Instant::now();
     let r = async {
         let creds = credentials(&headers);
         svc.require_admin(&creds, "changing a member")?;
-        let (id, verb) = split_verb(&rest)?;
-        let draining = match verb {
-            "drain" => true,
-            "undrain" => false,
-            _ => {
-                return Err(ApiError::new(
-                    ErrorCode::NotFound,
-                    format!("no member verb ':{verb}'; the verbs are :drain and :undrain"),
-                ))
-            }
-        };
         let id: u64 = id
             .parse()
             .map_err(|_| ApiError::bad_request(format!("node id '{id}' is not a number")))?;
@@ -856,13 +837,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn verbs_split_at_the_last_colon() {
+    fn verbs_split_at_the_last_literal_colon() {
+        let split = |path: &str| {
+            let uri: Uri = path.parse().unwrap();
+            let u = under(&uri, "/v1/locks/").unwrap();
+            (u.whole, u.verb.map(|(h, v)| (h, v.to_string())))
+        };
         assert_eq!(
-            split_verb("payouts/m-1:acquire").unwrap(),
-            ("payouts/m-1", "acquire")
+            split("/v1/locks/payouts%2Fm-1:acquire"),
+            (
+                "payouts/m-1:acquire".into(),
+                Some(("payouts/m-1".into(), "acquire".into()))
+            )
         );
-        assert_eq!(split_verb("a:b:release").unwrap(), ("a:b", "release"));
-        assert_eq!(split_verb("plain").unwrap_err().status, 404);
+        assert_eq!(
+            split("/v1/locks/a:b:release").1,
+            Some(("a:b".into(), "release".into()))
+        );
+        // An encoded colon is the name's own.
+        assert_eq!(
+            split("/v1/locks/job%3Arelease"),
+            ("job:release".into(), None)
+        );
+        assert_eq!(split("/v1/locks/plain"), ("plain".into(), None));
+        let bad: Uri = "/v1/locks/%FF:acquire".parse().unwrap();
+        assert_eq!(under(&bad, "/v1/locks/").err().unwrap().status, 400);
     }
 
     #[test]
