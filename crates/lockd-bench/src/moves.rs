@@ -238,7 +238,7 @@ pub async fn run(cluster: &Cluster, a: &MoveArgs) -> Result<()> {
         let r = c
             .inspect(admin(pb::InspectRequest {
                 name: names[*k].clone(),
-                token: String::new(),
+                ..Default::default()
             }))
             .await?
             .into_inner();
@@ -285,7 +285,7 @@ async fn cycle(
         session_id: session.to_string(),
         name: name.to_string(),
         fencing_token: r.fencing_token,
-        token: String::new(),
+        ..Default::default()
     };
     match timeout(OP_TIMEOUT, c.release(req)).await {
         Ok(Ok(_)) => Ok(()),

@@ -239,7 +239,7 @@ impl Client {
     pub async fn inspect(&self, name: &str) -> Result<pb::LockState, Error> {
         let req = pb::InspectRequest {
             name: name.to_string(),
-            token: self.core.opts.auth_token.clone().unwrap_or_default(),
+            ..Default::default()
         };
         self.core
             .unary(|mut c| {
@@ -552,7 +552,7 @@ impl AcquireBuilder {
                 limit,
                 wait_ms,
                 reentrant: self.reentrant,
-                token: c.core.opts.auth_token.clone().unwrap_or_default(),
+                ..Default::default()
             };
             let e = match c.acquire_once(req).await {
                 Ok(g) => return Ok(LockGuard::new(c.clone(), self.name, g)),

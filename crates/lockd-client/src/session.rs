@@ -226,7 +226,7 @@ impl Core {
             session_id: session_id.to_string(),
             name: name.to_string(),
             fencing_token: token,
-            token: self.opts.auth_token.clone().unwrap_or_default(),
+            ..Default::default()
         }
     }
 
@@ -504,7 +504,7 @@ impl Driver {
             client: o.client_name.clone(),
             ttl_ms: o.ttl.as_millis() as u64,
             namespace: o.namespace.clone(),
-            token: o.auth_token.clone().unwrap_or_default(),
+            ..Default::default()
         };
         let mut attempt = 0;
         loop {

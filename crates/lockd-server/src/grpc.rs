@@ -93,6 +93,23 @@ fn session_id(field: &str, v: &str) -> Result<SessionId, ApiError> {
         .ok_or_else(|| ApiError::bad_request(format!("{field} '{v}' is not a session id")))
 }
 
+/// A `session_id` on a request sent down a session stream: empty, or the stream's own session.
+/// Any other value is refused rather than ignored, so a client that meant another session
+/// learns it at once instead of acting for the wrong one.
+fn same_session(v: &str, stream: SessionId) -> Result<(), ApiError> {
+    if v.is_empty() {
+        return Ok(());
+    }
+    let s = session_id("session_id", v)?;
+    if s == stream {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "session_id '{v}' is not this stream's session {stream}; leave it empty on a stream"
+        )))
+    }
+}
+
 /// A request's own token if it carries one, else the stream's (from its metadata).
 fn token_or(token: &str, stream: &Credentials) -> Credentials {
     if token.is_empty() {
@@ -291,6 +308,7 @@ impl Lock for GrpcApi {
         req: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::OpenSessionResponse>, Status> {
         let start = Instant::now();
+        #[allow(deprecated)] // the body token still wins when set (proto header)
         let c = creds(&req.get_ref().token, req.metadata());
         let r = req.into_inner();
         let out = self
@@ -342,6 +360,7 @@ impl Lock for GrpcApi {
         req: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let start = Instant::now();
+        #[allow(deprecated)] // the body token still wins when set (proto header)
         let c = creds(&req.get_ref().token, req.metadata());
         let out = async {
             let r = req.get_ref();
@@ -357,6 +376,7 @@ impl Lock for GrpcApi {
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let start = Instant::now();
+        #[allow(deprecated)] // the body token still wins when set (proto header)
         let c = creds(&req.get_ref().token, req.metadata());
         let out = async {
             let r = req.get_ref();
@@ -374,6 +394,7 @@ impl Lock for GrpcApi {
         req: Request<pb::ExtendRequest>,
     ) -> Result<Response<pb::ExtendResponse>, Status> {
         let start = Instant::now();
+        #[allow(deprecated)] // the body token still wins when set (proto header)
         let c = creds(&req.get_ref().token, req.metadata());
         let out = async {
             let r = req.get_ref();
@@ -391,6 +412,7 @@ impl Lock for GrpcApi {
         req: Request<pb::InspectRequest>,
     ) -> Result<Response<pb::LockState>, Status> {
         let start = Instant::now();
+        #[allow(deprecated)] // the body token still wins when set (proto header)
         let c = creds(&req.get_ref().token, req.metadata());
         let name = req.get_ref().name.clone();
         let out = self
@@ -521,6 +543,8 @@ impl Lock for GrpcApi {
         tokio::spawn(async move {
             let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<SessionEvent>();
             let mut attached: Option<(SessionId, u64)> = None;
+            // The notice of the session's end, sent last, after every answer.
+            let mut ended = None;
             let mut running = FuturesUnordered::new();
             let send =
                 |tx: &mpsc::UnboundedSender<Result<pb::SessionEvent, Status>>, request_id, kind| {
@@ -538,6 +562,7 @@ impl Lock for GrpcApi {
                         use pb::session_event::Kind as Ev;
                         match msg.kind {
                             Some(Kind::Open(o)) if attached.is_none() => {
+                                #[allow(deprecated)] // the body token still wins when set (proto header)
                                 let c = token_or(&o.token, &meta_creds);
                                 match svc.open_session(&o.client, o.ttl_ms, &o.namespace, &c).await {
                                     Ok(s) => {
@@ -577,8 +602,14 @@ impl Lock for GrpcApi {
                                 let closing = matches!(kind, Kind::Close(_));
                                 let req = serve_stream_request(&svc, session, &meta_creds, id, kind);
                                 if closing {
-                                    let _ = out_tx.send(Ok(req.await));
-                                    break;
+                                    let answer = req.await;
+                                    let closed = matches!(answer.kind, Some(Ev::Closed(_)));
+                                    let _ = out_tx.send(Ok(answer));
+                                    if closed {
+                                        ended = Some(session_closed());
+                                        break;
+                                    }
+                                    continue;
                                 }
                                 running.push(req);
                             }
@@ -589,10 +620,19 @@ impl Lock for GrpcApi {
                     }
                     ev = ev_rx.recv() => {
                         let Some(ev) = ev else { break };
-                        let expired = matches!(ev, SessionEvent::Ended { reason: SessionEndReason::Expired, .. });
-                        send(&out_tx, 0, push(ev));
-                        if expired {
-                            break;
+                        match ev {
+                            // Closed (by a unary close) in every group at once: one notice, not
+                            // one per group, and the stream ends.
+                            SessionEvent::Ended { reason: SessionEndReason::Closed, .. } => {
+                                ended = Some(session_closed());
+                                break;
+                            }
+                            // Expired: decided by one group's leader, named in the notice.
+                            SessionEvent::Ended { .. } => {
+                                ended = Some(push(ev));
+                                break;
+                            }
+                            ev => send(&out_tx, 0, push(ev)),
                         }
                     }
                 }
@@ -600,6 +640,9 @@ impl Lock for GrpcApi {
             // Answer what is still running (the client may have closed only its sending side).
             while let Some(ev) = running.next().await {
                 let _ = out_tx.send(Ok(ev));
+            }
+            if let Some(ended) = ended {
+                send(&out_tx, 0, ended);
             }
             if let Some((session, attachment)) = attached {
                 svc.waits.detach_stream(session, attachment);
@@ -609,6 +652,15 @@ impl Lock for GrpcApi {
             tokio_stream::wrappers::UnboundedReceiverStream::new(out_rx),
         )))
     }
+}
+
+/// The notice that ends a stream whose session was closed, by this stream or by a unary close.
+/// A close ends the session in every group at once, so it names none (group 0).
+fn session_closed() -> pb::session_event::Kind {
+    pb::session_event::Kind::SessionEnded(pb::SessionEnded {
+        group: 0,
+        reason: "closed".into(),
+    })
 }
 
 /// An `open` or `attach` on a stream that already carries a session.
@@ -628,15 +680,21 @@ async fn serve_stream_request(
     use pb::session_request::Kind;
     let start = Instant::now();
     let (op, r) = match kind {
-        Kind::Keepalive(_) => (
+        Kind::Keepalive(k) => (
             "keepalive",
-            svc.keepalive_authorized(session)
-                .await
-                .map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms })),
+            match same_session(&k.session_id, session) {
+                Ok(()) => svc
+                    .keepalive_authorized(session)
+                    .await
+                    .map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms })),
+                Err(e) => Err(e),
+            },
         ),
         Kind::Acquire(a) => {
+            #[allow(deprecated)] // the body token still wins when set (proto header)
             let c = token_or(&a.token, meta_creds);
             let r = async {
+                same_session(&a.session_id, session)?;
                 let req = acquire_request(&a, session)?;
                 let wait_ms = req.wait_ms;
                 Ok(match svc.acquire_start(req, &c).await? {
@@ -664,15 +722,20 @@ async fn serve_stream_request(
             ("acquire", r)
         }
         Kind::Release(r) => {
+            #[allow(deprecated)] // the body token still wins when set (proto header)
             let c = token_or(&r.token, meta_creds);
+            let r = async {
+                same_session(&r.session_id, session)?;
+                svc.release(session, &r.name, r.fencing_token, &c).await
+            }
+            .await;
             (
                 "release",
-                svc.release(session, &r.name, r.fencing_token, &c)
-                    .await
-                    .map(|remaining| Ev::Released(pb::ReleaseResponse { remaining })),
+                r.map(|remaining| Ev::Released(pb::ReleaseResponse { remaining })),
             )
         }
         Kind::Inspect(i) => {
+            #[allow(deprecated)] // the body token still wins when set (proto header)
             let c = token_or(&i.token, meta_creds);
             (
                 "inspect",
@@ -681,12 +744,17 @@ async fn serve_stream_request(
                     .map(|s| Ev::State(lock_state(svc, &i.name, s))),
             )
         }
-        Kind::Close(_) => (
-            "close_session",
-            svc.end_session(session)
-                .await
-                .map(|released| Ev::Closed(pb::CloseSessionResponse { released })),
-        ),
+        Kind::Close(c) => {
+            let r = async {
+                same_session(&c.session_id, session)?;
+                svc.end_session(session).await
+            }
+            .await;
+            (
+                "close_session",
+                r.map(|released| Ev::Closed(pb::CloseSessionResponse { released })),
+            )
+        }
         // The stream loop answers these itself; never a second session on one stream.
         Kind::Open(_) | Kind::Attach(_) => ("session", Err(second_session())),
     };

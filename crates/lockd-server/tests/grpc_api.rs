@@ -44,6 +44,14 @@ fn acq(session: &str, name: &str, wait_ms: u64) -> pb::AcquireRequest {
     }
 }
 
+/// `msg` with `token` as its `authorization: Bearer` metadata, the documented way to send it.
+fn bearer<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
 fn code_of(s: &tonic::Status) -> (Code, String) {
     let code = s
         .metadata()
@@ -80,13 +88,17 @@ async fn unary_flows_and_errors() {
     );
 
     // Another holder's session id is the admin's to see.
-    let inspect = |token: &str| pb::InspectRequest {
+    let inspect = || pb::InspectRequest {
         name: "payouts/m-1".into(),
-        token: token.into(),
+        ..Default::default()
     };
-    let state = cl.inspect(inspect("")).await.unwrap().into_inner();
+    let state = cl.inspect(inspect()).await.unwrap().into_inner();
     assert_eq!(state.holders[0].session_id, "");
-    let state = cl.inspect(inspect(ADMIN_TOKEN)).await.unwrap().into_inner();
+    let state = cl
+        .inspect(bearer(inspect(), ADMIN_TOKEN))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(state.holders.len(), 1);
     assert_eq!(
         (
@@ -150,10 +162,7 @@ async fn unary_flows_and_errors() {
         (Code::Unauthenticated, "unauthenticated".into())
     );
     let wrong = cl
-        .acquire(pb::AcquireRequest {
-            token: SECURE_TOKEN.into(),
-            ..acq(&a, "secure/x", 0)
-        })
+        .acquire(bearer(acq(&a, "secure/x", 0), SECURE_TOKEN))
         .await
         .unwrap_err();
     assert_eq!(
@@ -161,21 +170,20 @@ async fn unary_flows_and_errors() {
         (Code::PermissionDenied, "wrong_namespace".into())
     );
     let sec = cl
-        .open_session(pb::OpenSessionRequest {
-            client: "sec".into(),
-            namespace: "secure".into(),
-            token: SECURE_TOKEN.into(),
-            ..Default::default()
-        })
+        .open_session(bearer(
+            pb::OpenSessionRequest {
+                client: "sec".into(),
+                namespace: "secure".into(),
+                ..Default::default()
+            },
+            SECURE_TOKEN,
+        ))
         .await
         .unwrap()
         .into_inner()
         .session_id;
     let ok = cl
-        .acquire(pb::AcquireRequest {
-            token: SECURE_TOKEN.into(),
-            ..acq(&sec, "secure/x", 0)
-        })
+        .acquire(bearer(acq(&sec, "secure/x", 0), SECURE_TOKEN))
         .await
         .unwrap();
     assert!(ok.into_inner().acquired);
@@ -188,12 +196,7 @@ async fn unary_flows_and_errors() {
         code_of(&refused),
         (Code::Unauthenticated, "unauthenticated".into())
     );
-    let mut authed = tonic::Request::new(keep());
-    authed.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {SECURE_TOKEN}").parse().unwrap(),
-    );
-    assert!(cl.keep_alive(authed).await.is_ok());
+    assert!(cl.keep_alive(bearer(keep(), SECURE_TOKEN)).await.is_ok());
 
     // A unary waiting acquire returns when the holder releases.
     let mut cl2 = cl.clone();
@@ -308,6 +311,15 @@ impl Stream {
             .unwrap()
             .unwrap()
     }
+
+    /// The stream's end: no event for 20 s is a failure.
+    async fn end(&mut self) {
+        let next = tokio::time::timeout(Duration::from_secs(20), self.down.message())
+            .await
+            .expect("the end in 20 s")
+            .unwrap();
+        assert!(next.is_none(), "the stream went on with {next:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,7 +385,9 @@ async fn the_session_stream_pushes_wake_ups() {
         (0, q.group, q.waiter, "search/shard-17")
     );
     assert!(g.fencing_token > t);
-    // Reads ride the stream too, and a bad name is refused without ending it.
+    // Reads ride the stream too, and a bad name is refused without ending it. The deprecated
+    // body token still works (and wins over the stream's metadata) for older clients.
+    #[allow(deprecated)]
     let id = s.send(Req::Inspect(pb::InspectRequest {
         name: "search/shard-17".into(),
         token: ADMIN_TOKEN.into(),
@@ -433,11 +447,132 @@ async fn the_session_stream_pushes_wake_ups() {
     };
     assert_eq!((w.name.as_str(), w.reason.as_str()), ("busy", "timed_out"));
 
-    // Closing over the stream releases everything and ends it.
+    // A session_id on a stream request is the stream's own or refused, never silently ignored.
+    let other = open(&mut cl, "other").await;
+    for bad in [other.as_str(), "not-a-session"] {
+        let id = s.send(Req::Acquire(pb::AcquireRequest {
+            session_id: bad.into(),
+            name: "mine".into(),
+            ..Default::default()
+        }));
+        let ev = s.event().await;
+        let Some(Ev::Error(e)) = ev.kind else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(
+            (ev.request_id, e.status, e.code.as_str()),
+            (id, 400, "invalid_argument")
+        );
+        assert!(e.message.contains("session_id"), "{e:?}");
+    }
+    let id = s.send(Req::Keepalive(pb::KeepAliveRequest {
+        session_id: other.clone(),
+    }));
+    let ev = s.event().await;
+    assert!(matches!(ev.kind, Some(Ev::Error(_))), "{ev:?}");
+    assert_eq!(ev.request_id, id);
+    let inspect = || {
+        bearer(
+            pb::InspectRequest {
+                name: "mine".into(),
+                ..Default::default()
+            },
+            ADMIN_TOKEN,
+        )
+    };
+    assert!(
+        cl.inspect(inspect())
+            .await
+            .unwrap()
+            .into_inner()
+            .holders
+            .is_empty(),
+        "a refused acquire took nothing"
+    );
+    let id = s.send(Req::Acquire(pb::AcquireRequest {
+        session_id: me.clone(),
+        name: "mine".into(),
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    assert_eq!(ev.request_id, id);
+    assert!(
+        matches!(&ev.kind, Some(Ev::Acquired(a)) if a.acquired),
+        "{ev:?}"
+    );
+    // A close naming another session closes nothing and keeps the stream.
+    let id = s.send(Req::Close(pb::CloseSessionRequest {
+        session_id: other.clone(),
+    }));
+    let ev = s.event().await;
+    assert!(matches!(ev.kind, Some(Ev::Error(_))), "{ev:?}");
+    assert_eq!(ev.request_id, id);
+
+    // Closing over the stream releases everything, then one session_ended, then the end.
     let id = s.send(Req::Close(pb::CloseSessionRequest::default()));
     let ev = s.event().await;
     assert_eq!(ev.request_id, id);
-    assert!(matches!(ev.kind, Some(Ev::Closed(_))), "{ev:?}");
+    assert_eq!(
+        ev.kind,
+        Some(Ev::Closed(pb::CloseSessionResponse { released: 1 }))
+    );
+    let ev = s.event().await;
+    assert_eq!(
+        (ev.request_id, ev.kind),
+        (
+            0,
+            Some(Ev::SessionEnded(pb::SessionEnded {
+                group: 0,
+                reason: "closed".into()
+            }))
+        )
+    );
+    s.end().await;
+    assert!(cl
+        .inspect(inspect())
+        .await
+        .unwrap()
+        .into_inner()
+        .holders
+        .is_empty());
+    c.stop_all().await;
+}
+
+/// A unary close of the session a stream carries ends that stream with one `session_ended`,
+/// however many groups the session lived in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unary_close_ends_the_stream_with_one_notice() {
+    let mut c = cluster(1, 4).await;
+    let mut cl = client(&c, 0).await;
+    let mut s = Stream::start(&mut cl).await;
+    s.send(Req::Open(pb::OpenSessionRequest {
+        client: "closed-elsewhere".into(),
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    let Some(Ev::Opened(opened)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    let closed = cl
+        .close_session(pb::CloseSessionRequest {
+            session_id: opened.session_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(closed.released, 0);
+    let ev = s.event().await;
+    assert_eq!(
+        (ev.request_id, ev.kind),
+        (
+            0,
+            Some(Ev::SessionEnded(pb::SessionEnded {
+                group: 0,
+                reason: "closed".into()
+            }))
+        )
+    );
+    s.end().await;
     c.stop_all().await;
 }
 

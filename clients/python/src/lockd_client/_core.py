@@ -327,7 +327,7 @@ class Core:
     async def _open(self) -> _Sess:
         o = self.opts
         open_req = pb.OpenSessionRequest(client=o.client_name, ttl_ms=int(o.ttl * 1000),
-                                         namespace=o.namespace, token=o.token or "")
+                                         namespace=o.namespace)
         attempt = 0
         while True:
             if self._closed:
@@ -756,7 +756,7 @@ class Core:
             capped = left is not None and left > MAX_WAIT
             wait_ms = 0 if left is None else int(min(left, MAX_WAIT) * 1000)
             req = pb.AcquireRequest(name=name, owner=own, mode=m.to_pb(), limit=lim,
-                                    wait_ms=wait_ms, reentrant=reentrant, token=self.opts.token or "")
+                                    wait_ms=wait_ms, reentrant=reentrant)
             started = monotonic()
             try:
                 hold = await self._acquire_once(req, m)
@@ -818,8 +818,7 @@ class Core:
         answer does not come in time) by unary calls. A release whose earlier attempt may have
         landed (broken stream, timeout, 503) counts a later ``not_holder``, ``stale_token`` or
         ``session_not_found`` as done: the hold is gone either way."""
-        req = pb.ReleaseRequest(session_id=session_id, name=name, fencing_token=token,
-                                token=self.opts.token or "")
+        req = pb.ReleaseRequest(session_id=session_id, name=name, fencing_token=token)
         landed: List[bool] = []
         s = self._sess
         if self._use_stream and self._conn is not None and s is not None and s.id == session_id:
@@ -860,7 +859,7 @@ class Core:
     async def inspect(self, name: str) -> pb.LockState:
         check_name(name)
         return await self.unary(lambda st: st.Inspect,
-                                pb.InspectRequest(name=name, token=self.opts.token or ""))
+                                pb.InspectRequest(name=name))
 
     async def status(self) -> pb.StatusResponse:
         return await self.unary(lambda st: st.Status, pb.StatusRequest())

@@ -51,7 +51,7 @@ class ClientOptions:
     - ``margin``: how long before the lease's end a lock reports lost. Default ``ttl / 5``.
     - ``namespace``: the namespace whose TTL bounds and token the session uses ("" = default).
     - ``token``: the namespace's bearer token (or the admin token), sent as
-      ``authorization: Bearer <token>`` metadata on every call and in the requests' token field.
+      ``authorization: Bearer <token>`` metadata on every call and on the session stream.
     - ``request_timeout``: how long one request may take before its node counts as unreachable.
     - ``retry``: backoff for retryable errors.
     - ``use_stream``: keep the session over the ``Session`` stream (default). ``False`` uses unary
