@@ -95,3 +95,36 @@ def test_backoff_stays_under_its_ceiling_and_honours_retry_after() -> None:
     for attempt in range(30):
         assert p.delay(attempt) <= min(p.cap, p.base * 2 ** min(attempt, 20))
     assert p.delay(0, 0.7) >= 0.7
+
+
+def test_check_name_is_the_specs_name_pattern() -> None:
+    """The client refuses exactly the names docs/openapi.yaml's Name pattern (the server's rule)
+    refuses: every code point near an edge of an excluded range, and a stride of the rest."""
+    import re
+
+    from lockd_client._core import _NOT_IN_NAMES, check_name
+
+    text = (REPO / "docs" / "openapi.yaml").read_text()
+    schema = text.split("\n    Name:\n      type: string\n", 1)[1]
+    line = next(ln.strip() for ln in schema.splitlines() if ln.strip().startswith('pattern: "'))
+    quoted = line[len('pattern: "'):-1].replace("\\\\", "\\")
+    pattern = re.compile(re.sub(r"\\U([0-9A-Fa-f]{8})", lambda m: chr(int(m.group(1), 16)), quoted))
+    near = {c + d for lo, hi in _NOT_IN_NAMES for c in (lo, hi) for d in (-1, 0, 1)}
+    points = sorted(near | set(range(0, 0x110000, 7)))
+    differ = []
+    for c in points:
+        if not 0 <= c <= 0x10FFFF or 0xD800 <= c <= 0xDFFF:
+            continue
+        spec = pattern.match(chr(c)) is not None
+        try:
+            check_name(chr(c))
+            client = True
+        except errors.InvalidArgument:
+            client = False
+        if spec != client:
+            differ.append(f"U+{c:04X} spec={spec} client={client}")
+    assert not differ, differ[:20]
+    for bad in ("pay\u202eexe.sh", "shard\u200b17", "a\udc00"):
+        with pytest.raises(errors.InvalidArgument, match="U\\+"):
+            check_name(bad)
+    check_name("caf\u00e9/\u65e5\u672c \U0001f512")

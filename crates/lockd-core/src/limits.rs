@@ -81,6 +81,64 @@ pub fn check_name(name: &str) -> Result<(), Rejection> {
     check_printable("name", name, MAX_NAME_BYTES)
 }
 
+/// The rules a name must meet to come in through an API, on top of [`check_name`]: no
+/// invisible or bidirectional-control character ([`is_invisible`]). Names are compared as
+/// bytes and never normalised (docs/API.md says why). Only the front doors call this, never
+/// the apply path: a replica replaying a log written before the rule existed must reach the
+/// same state as the one that wrote it.
+pub fn check_new_name(name: &str) -> Result<(), Rejection> {
+    check_name(name)?;
+    let reason = if let Some(c) = name.chars().find(|&c| is_invisible(c)) {
+        format!(
+            "contains U+{:04X}, an invisible or bidirectional-control character",
+            c as u32
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Rejection::InvalidString {
+        field: "name".into(),
+        reason,
+        max_bytes: MAX_NAME_BYTES,
+    })
+}
+
+/// A character that shows nothing, or reorders what is around it: Unicode's format characters
+/// (category Cf: bidi embeddings, overrides and isolates, zero-width space and joiners, the
+/// byte-order mark, soft hyphen, tags), the line and paragraph separators, and the blank
+/// fillers, selectors and joiner that render as nothing. docs/openapi.yaml's `Name` pattern
+/// excludes the same set (a test compares them code point by code point).
+pub fn is_invisible(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x00AD
+            | 0x034F
+            | 0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x115F..=0x1160
+            | 0x17B4..=0x17B5
+            | 0x180B..=0x180F
+            | 0x200B..=0x200F
+            | 0x2028..=0x202E
+            | 0x2060..=0x206F
+            | 0x3164
+            | 0xFE00..=0xFE0F
+            | 0xFEFF
+            | 0xFFA0
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0000..=0xE0FFF
+    )
+}
+
 /// An acquire's mode and wait: a semaphore's limit within 1..=[`MAX_SEMAPHORE_LIMIT`], a wait
 /// of at most [`MAX_WAIT_MS`]. The state machine and both API front doors call this, so a bad
 /// value gets the same code however it arrives.
@@ -100,4 +158,44 @@ pub fn check_acquire_args(mode: LockMode, wait_ms: u64) -> Result<(), Rejection>
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_readers_can_trust() {
+        for ok in [
+            "payouts/merchant-48213",
+            "search/shard-17",
+            "caf\u{E9}",
+            "cafe\u{301}",
+            "\u{65E5}\u{672C}/\u{30B7}\u{30E3}\u{30FC}\u{30C9}-17",
+            "lock \u{1F512} with an emoji",
+            "job:release",
+        ] {
+            assert_eq!(check_new_name(ok), Ok(()), "{ok:?}");
+        }
+        for (bad, says) in [
+            ("pay\u{202E}hs.exe", "U+202E"),
+            ("a\u{2067}b\u{2069}", "U+2067"),
+            ("shard\u{200B}17", "U+200B"),
+            ("\u{FEFF}bom", "U+FEFF"),
+            ("soft\u{AD}hyphen", "U+00AD"),
+            ("tag\u{E0041}", "U+E0041"),
+            ("line\u{2028}sep", "U+2028"),
+            ("bell\u{7}", "control"),
+        ] {
+            let Err(Rejection::InvalidString { field, reason, .. }) = check_new_name(bad) else {
+                panic!("{bad:?} accepted")
+            };
+            assert_eq!(field, "name");
+            assert!(reason.contains(says), "{bad:?}: {reason}");
+            // The apply path keeps its older rule, so replaying an old log stays deterministic.
+            if says != "control" {
+                assert_eq!(check_name(bad), Ok(()), "{bad:?}");
+            }
+        }
+    }
 }

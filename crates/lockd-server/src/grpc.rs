@@ -525,7 +525,7 @@ impl Lock for GrpcApi {
         req: Request<pb::ReportLeaseExpiredRequest>,
     ) -> Result<Response<pb::ReportLeaseExpiredResponse>, Status> {
         let name = &req.get_ref().name;
-        lockd_core::limits::check_name(name).map_err(|e| status(e.into()))?;
+        lockd_core::limits::check_new_name(name).map_err(|e| status(e.into()))?;
         self.svc.report_lease_expired(name);
         Ok(Response::new(pb::ReportLeaseExpiredResponse {}))
     }

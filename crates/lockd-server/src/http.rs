@@ -808,7 +808,7 @@ async fn report_lease_expired(
     let start = Instant::now();
     let r = async {
         let b: LeaseExpiredBody = body(&headers, b).await?;
-        limits::check_name(&b.name).map_err(ApiError::from)?;
+        limits::check_new_name(&b.name).map_err(ApiError::from)?;
         svc.report_lease_expired(&b.name);
         Ok(json!({"recorded": true}))
     }

@@ -302,7 +302,7 @@ impl Service {
 
     /// Checks a lock name's shape, auth and budget (routing is `on_owner`'s).
     fn admit_name(&self, name: &str, creds: &Credentials) -> Result<(), ApiError> {
-        limits::check_name(name).map_err(ApiError::from)?;
+        limits::check_new_name(name).map_err(ApiError::from)?;
         let ns = self.namespace_for(name)?;
         self.authorize(&ns, creds)?;
         self.admit(&ns)

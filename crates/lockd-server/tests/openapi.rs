@@ -147,3 +147,51 @@ fn every_operation_is_named_tagged_and_lists_its_statuses() {
         }
     }
 }
+
+/// The spec's `Name` pattern and the server's name rule (`limits::check_new_name`) accept the
+/// same characters: every Unicode scalar value is tried as a one-character name against both.
+#[test]
+fn the_name_pattern_is_the_servers_rule() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/openapi.yaml"
+    ))
+    .unwrap();
+    let after = text
+        .split_once("\n    Name:\n      type: string\n")
+        .expect("the Name schema")
+        .1;
+    let quoted = after
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("pattern: \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("a double-quoted pattern");
+    // The YAML escapes the pattern uses: `\\` and `\UXXXXXXXX`.
+    let (mut pattern, mut rest) = (String::new(), quoted);
+    while let Some(i) = rest.find('\\') {
+        pattern.push_str(&rest[..i]);
+        let esc = &rest[i + 1..];
+        if let Some(r) = esc.strip_prefix('\\') {
+            pattern.push('\\');
+            rest = r;
+        } else if let Some(r) = esc.strip_prefix('U') {
+            let c = u32::from_str_radix(&r[..8], 16).unwrap();
+            pattern.push(char::from_u32(c).unwrap());
+            rest = &r[8..];
+        } else {
+            panic!("an unexpected YAML escape in {quoted}");
+        }
+    }
+    pattern.push_str(rest);
+    let re = regex::Regex::new(&pattern).unwrap();
+    let mut differ = Vec::new();
+    for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+        let name = c.to_string();
+        let spec = re.is_match(&name);
+        let server = lockd_core::limits::check_new_name(&name).is_ok();
+        if spec != server {
+            differ.push(format!("U+{:04X} spec={spec} server={server}", c as u32));
+        }
+    }
+    assert!(differ.is_empty(), "{} differ: {:?}", differ.len(), &differ[..differ.len().min(20)]);
+}

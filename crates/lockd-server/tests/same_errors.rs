@@ -234,6 +234,18 @@ async fn http_and_grpc_refuse_the_same_input_with_the_same_code() {
             "invalid_argument",
         ),
         (
+            "a right-to-left override in a name",
+            acquire("pay\u{202E}exe.sh", json!({"session_id": s}), base.clone()),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "a zero-width space in a name",
+            acquire("shard\u{200B}17", json!({"session_id": s}), base.clone()),
+            400,
+            "invalid_argument",
+        ),
+        (
             "malformed session id",
             acquire(
                 "n",

@@ -174,11 +174,32 @@ async def _drain(q: "asyncio.Queue[Optional[pb.SessionRequest]]") -> AsyncIterat
         yield m
 
 
+# Characters a lock name may not hold, as the server's rule (lockd_core::limits::is_invisible)
+# and docs/openapi.yaml's Name pattern have them: controls, then invisible and bidi-control ones.
+_NOT_IN_NAMES = (
+    (0x00, 0x1F), (0x7F, 0x9F), (0xAD, 0xAD), (0x34F, 0x34F), (0x600, 0x605), (0x61C, 0x61C),
+    (0x6DD, 0x6DD), (0x70F, 0x70F), (0x890, 0x891), (0x8E2, 0x8E2), (0x115F, 0x1160),
+    (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F), (0x2028, 0x202E), (0x2060, 0x206F),
+    (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)
+
+
 def check_name(name: str) -> None:
-    n = len(name.encode())
-    if not 1 <= n <= MAX_NAME_BYTES or not name.isprintable():
-        raise InvalidArgument(f"lock name must be 1..={MAX_NAME_BYTES} bytes of printable UTF-8 "
+    """The server's name rule, so a bad name fails before any call. Names are compared as
+    bytes and never normalised: send NFC so that names which look alike are alike."""
+    n = len(name.encode("utf-8", "surrogatepass"))
+    if not 1 <= n <= MAX_NAME_BYTES:
+        raise InvalidArgument(f"lock name must be 1..={MAX_NAME_BYTES} bytes of UTF-8 "
                               f"(got {n} bytes: {name[:40]!r})")
+    for ch in name:
+        c = ord(ch)
+        if 0xD800 <= c <= 0xDFFF:
+            raise InvalidArgument(f"lock name holds an unpaired surrogate U+{c:04X}: {name[:40]!r}")
+        if any(lo <= c <= hi for lo, hi in _NOT_IN_NAMES):
+            raise InvalidArgument(f"lock name holds U+{c:04X}, a control, invisible or "
+                                  f"bidirectional-control character: {name[:40]!r}")
 
 
 def check_owner(owner: str) -> None:
