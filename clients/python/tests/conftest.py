@@ -69,9 +69,10 @@ def proc_state(pid: int) -> str:
 class Cluster:
     """``lockd dev --nodes 3`` on consecutive ports from (http, grpc, peer)."""
 
-    def __init__(self, http: int, grpc: int, peer: int, nodes: int = 3) -> None:
+    def __init__(self, http: int, grpc: int, peer: int, nodes: int = 3, tls: bool = False) -> None:
         self.ports = (http, grpc, peer)
         self.n = nodes
+        self.tls = tls
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="lockd-py-"))
         self.endpoints = [f"127.0.0.1:{grpc + i}" for i in range(nodes)]
         self.node_pids: Dict[int, int] = {}
@@ -86,7 +87,8 @@ class Cluster:
         self.proc = subprocess.Popen(
             [binary, "dev", "--nodes", str(self.n), "--http", f"127.0.0.1:{http}",
              "--grpc", f"127.0.0.1:{grpc}", "--peer", f"127.0.0.1:{peer}",
-             "--data-dir", str(self.dir / "data"), "--config", str(cfg)],
+             "--data-dir", str(self.dir / "data"), "--config", str(cfg)]
+            + (["--tls"] if self.tls else []),
             stdout=subprocess.PIPE, stderr=open(self.dir / "stderr.log", "w"), text=True)
         threading.Thread(target=self._read, daemon=True).start()
         wait_until(lambda: len(self.node_pids) == self.n, 20, "the dev nodes to start")
@@ -105,7 +107,8 @@ class Cluster:
         """Every live node answers and every group has a leader that sits where leader balance
         puts it, so tests start from a settled cluster."""
         live = [i for i in range(self.n) if self.alive(i + 1)]
-        c = Client([self.endpoints[i] for i in live], request_timeout=1.0)
+        c = Client([self.endpoints[i] for i in live], request_timeout=1.0,
+                   ca_file=str(self.ca_file()) if self.tls else None)
         try:
             def settled() -> bool:
                 for i in live:
@@ -131,6 +134,10 @@ class Cluster:
 
     def endpoint_of(self, node: int) -> str:
         return self.endpoints[node - 1]
+
+    def ca_file(self) -> pathlib.Path:
+        """The throwaway CA of ``lockd dev --tls``."""
+        return self.dir / "data" / "tls" / "ca.pem"
 
     def admin_token(self) -> str:
         return (self.dir / "data" / "admin-token").read_text().strip()

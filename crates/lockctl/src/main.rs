@@ -62,6 +62,19 @@ struct Cli {
     /// The admin token read from `--admin-token-file`.
     #[arg(skip)]
     admin_token: Option<String>,
+    /// Speak TLS to the nodes, trusting this CA (PEM); endpoints without a scheme are then
+    /// `https://`. `lockd dev --tls` prints where its CA is.
+    #[arg(long, env = "LOCKD_CA_FILE", global = true)]
+    ca_file: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) for clusters that require one; with --key-file.
+    #[arg(long, env = "LOCKD_CERT_FILE", global = true, requires = "key_file")]
+    cert_file: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --cert-file.
+    #[arg(long, env = "LOCKD_KEY_FILE", global = true, requires = "cert_file")]
+    key_file: Option<std::path::PathBuf>,
+    /// The TLS settings read from the files above.
+    #[arg(skip)]
+    tls: Option<lockd_client::TlsOptions>,
     /// Machine-readable output (one JSON object per line).
     #[arg(long, global = true)]
     json: bool,
@@ -320,6 +333,13 @@ async fn main() -> ExitCode {
             }
         }
     }
+    match tls_options(&cli) {
+        Ok(tls) => cli.tls = tls,
+        Err(e) => {
+            eprintln!("lockctl: error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let conflict = match &cli.cmd {
         Cmd::Acquire { hold, .. } | Cmd::Run { hold, .. } => hold.conflict_exit_code,
         _ => EXIT_NOT_ACQUIRED,
@@ -341,6 +361,26 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The TLS options of `--ca-file`, `--cert-file` and `--key-file` (none of them: plain text,
+/// unless an endpoint says `https://`).
+fn tls_options(cli: &Cli) -> Result<Option<lockd_client::TlsOptions>, String> {
+    let read = |p: &std::path::Path, what: &str| {
+        std::fs::read(p).map_err(|e| format!("reading the {what} {}: {e}", p.display()))
+    };
+    if cli.ca_file.is_none() && cli.cert_file.is_none() {
+        return Ok(None);
+    }
+    let identity = match (&cli.cert_file, &cli.key_file) {
+        (Some(c), Some(k)) => Some((read(c, "certificate")?, read(k, "key")?)),
+        _ => None,
+    };
+    Ok(Some(lockd_client::TlsOptions {
+        ca_pem: cli.ca_file.as_deref().map(|p| read(p, "CA")).transpose()?,
+        identity,
+        domain: None,
+    }))
+}
+
 fn endpoints(cli: &Cli) -> Vec<String> {
     cli.endpoints
         .split(',')
@@ -358,6 +398,7 @@ fn options(cli: &Cli, ttl: Duration) -> ClientOptions {
         // The admin token opens every namespace too.
         auth_token: cli.admin_token.clone().or_else(|| cli.auth_token.clone()),
         request_timeout: cli.request_timeout,
+        tls: cli.tls.clone(),
         ..Default::default()
     }
 }

@@ -34,6 +34,50 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// Backoff for retryable errors.
     pub retry: RetryPolicy,
+    /// TLS for the endpoints: with it, an endpoint without a scheme is dialled as `https://`.
+    /// An `https://` endpoint without it trusts the public web roots (webpki-roots).
+    pub tls: Option<TlsOptions>,
+}
+
+/// How to speak TLS to the nodes: the CA to trust, and a client certificate for clusters that
+/// require one (`lockd serve --tls-client-ca-file`).
+#[derive(Clone, Default)]
+pub struct TlsOptions {
+    /// The CA (PEM) that signed the nodes' certificates; `None`: the public web roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// This client's certificate chain and private key (PEM), both or neither.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to check the node's certificate against, when the endpoint's host is not it
+    /// (an IP address behind a load balancer, say).
+    pub domain: Option<String>,
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("TlsOptions")
+            .field("custom_ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.identity.is_some())
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+impl TlsOptions {
+    fn tonic(&self) -> tonic::transport::ClientTlsConfig {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let mut c = match &self.ca_pem {
+            Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
+            None => ClientTlsConfig::new().with_webpki_roots(),
+        };
+        if let Some((cert, key)) = &self.identity {
+            c = c.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(d) = &self.domain {
+            c = c.domain_name(d.clone());
+        }
+        c
+    }
 }
 
 impl Default for ClientOptions {
@@ -46,6 +90,7 @@ impl Default for ClientOptions {
             auth_token: None,
             request_timeout: Duration::from_secs(2),
             retry: RetryPolicy::default(),
+            tls: None,
         }
     }
 }
@@ -91,17 +136,25 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// `host:port` or `http://host:port`.
-fn endpoint(addr: &str) -> Result<tonic::transport::Endpoint, Error> {
-    let uri = if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
+/// `host:port` (`https://` with TLS options, else `http://`), `http://host:port` or
+/// `https://host:port`.
+fn endpoint(addr: &str, tls: Option<&TlsOptions>) -> Result<tonic::transport::Endpoint, Error> {
+    let uri = match (addr.contains("://"), tls) {
+        (true, _) => addr.to_string(),
+        (false, Some(_)) => format!("https://{addr}"),
+        (false, None) => format!("http://{addr}"),
     };
-    Ok(tonic::transport::Endpoint::from_shared(uri)
-        .map_err(|e| Error::InvalidArgument(format!("endpoint '{addr}': {e}")))?
+    let bad =
+        |e: tonic::transport::Error| Error::InvalidArgument(format!("endpoint '{addr}': {e}"));
+    let mut ep = tonic::transport::Endpoint::from_shared(uri.clone())
+        .map_err(bad)?
         .connect_timeout(Duration::from_secs(1))
-        .tcp_nodelay(true))
+        .tcp_nodelay(true);
+    if uri.starts_with("https://") {
+        let tls = tls.cloned().unwrap_or_default();
+        ep = ep.tls_config(tls.tonic()).map_err(bad)?;
+    }
+    Ok(ep)
 }
 
 impl Client {
@@ -139,7 +192,7 @@ impl Client {
             .into_iter()
             .map(|a| {
                 let a = a.as_ref().trim().to_string();
-                endpoint(&a).map(|e| (a, e.connect_lazy()))
+                endpoint(&a, opts.tls.as_ref()).map(|e| (a, e.connect_lazy()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         if channels.is_empty() {

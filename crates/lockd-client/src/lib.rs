@@ -56,7 +56,7 @@ pub mod fence;
 mod retry;
 mod session;
 
-pub use client::{host_pid, AcquireBuilder, Client, ClientOptions, LockGuard, Mode};
+pub use client::{host_pid, AcquireBuilder, Client, ClientOptions, LockGuard, Mode, TlsOptions};
 pub use election::{Election, Leader, Leadership};
 pub use error::Error;
 pub use lockd_proto::v1 as proto;

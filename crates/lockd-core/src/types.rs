@@ -252,6 +252,19 @@ pub enum Op {
     SetDraining { node: u64, draining: bool },
 }
 
+impl Op {
+    /// Commands only a group's leader proposes, from its own duties (expiry, ticks) or never
+    /// through the shell at all (a bare revision raise): a peer may forward every other command
+    /// to the leader, never one of these. A node that took them from the peer port would let
+    /// anyone who reaches it expire others' sessions or push the revision to wrap.
+    pub fn leader_only(&self) -> bool {
+        matches!(
+            self,
+            Op::Tick | Op::ExpireSessions { .. } | Op::RaiseRevision { .. }
+        )
+    }
+}
+
 /// The holder of a lock as callers see it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderView {

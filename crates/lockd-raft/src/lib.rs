@@ -37,13 +37,14 @@ mod private;
 mod raft;
 mod remote;
 mod replica;
+mod tls_names;
 mod tracker;
 mod watch;
 mod wire;
 
 pub use audit::AuditEvent;
 pub use clock::NodeClock;
-pub use config::{check_peer_addr, NodeConfig, Storage};
+pub use config::{check_peer_addr, peer_dns_name, NodeConfig, PeerTls, Storage};
 pub use error::{GroupError, StartError};
 pub use fatal::GroupFailure;
 pub use group::{Group, GroupStatus, ProposeResult};

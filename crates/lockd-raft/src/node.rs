@@ -153,8 +153,15 @@ impl Node {
         cfg: NodeConfig,
         sink: Arc<dyn EffectSink>,
     ) -> Result<Arc<Node>, StartError> {
-        let pool = Arc::new(PeerPool::new(&cfg.peers));
-        Node::start_with_transport(cfg, sink, pool).await
+        validate(&cfg)?;
+        let pool = PeerPool::new(
+            &cfg.peers,
+            &cfg.cluster_name,
+            cfg.node_id,
+            cfg.peer_tls.as_ref(),
+        )
+        .map_err(StartError::Config)?;
+        Node::start_with_transport(cfg, sink, Arc::new(pool)).await
     }
 
     /// [`Node::start`] with peer calls sent through `transport` instead of the gRPC pool (the
@@ -328,7 +335,12 @@ impl Node {
     /// `Server::builder().add_service(node.peer_service())`. Its address must be the one the
     /// other nodes have for this node in `peers`.
     pub fn peer_service(self: &Arc<Self>) -> PeerServer<PeerService> {
-        PeerService::server(self.clone())
+        let cfg = &self.maker.cfg;
+        PeerService::server(
+            self.clone(),
+            cfg.cluster_name.clone(),
+            cfg.peer_tls.is_some(),
+        )
     }
 
     /// Serves one inbound peer call (`method` for group `group`, postcard `payload`) exactly as

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod moves;
 mod route;
 pub mod service;
+pub mod tls;
 pub mod topology;
 pub mod waits;
 
@@ -48,6 +49,9 @@ pub struct ServerConfig {
     pub audit_log: Option<std::path::PathBuf>,
     /// The admin bearer token (only its digest is kept); `None` refuses every admin call.
     pub admin_token: Option<String>,
+    /// TLS on the client ports (HTTP and gRPC); `None` serves them in plain text. The peer
+    /// port's mutual TLS is `node.peer_tls`.
+    pub tls: Option<tls::ClientTls>,
 }
 
 /// A running node. Dropping it does not stop it: call [`Running::stop`].
@@ -103,6 +107,10 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         anyhow::bail!("the peer listener {peer_addr} must not be a client port");
     }
     let lock_groups = cfg.node.lock_groups;
+    // Built before anything starts, so a bad certificate stops the start with its reason.
+    let http_tls = cfg.tls.as_ref().map(|t| t.rustls()).transpose()?;
+    let grpc_tls = cfg.tls.as_ref().map(|t| t.grpc());
+    let peer_tls = cfg.node.peer_tls.as_ref().map(|t| t.server_config());
     let election_timeout_max_ms = cfg.node.election_timeout_ms.1;
     let timing = lockd_core::ClusterTiming {
         heartbeat_ms: cfg.node.heartbeat_ms,
@@ -138,8 +146,12 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let peer = node.peer_service();
     let incoming = nodelay(cfg.peer);
     let rx = stop_rx.clone();
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(t) = peer_tls {
+        builder = builder.tls_config(t).context("the peer port's TLS")?;
+    }
     tasks.spawn(async move {
-        let served = tonic::transport::Server::builder()
+        let served = builder
             .add_service(peer)
             .serve_with_incoming_shutdown(incoming, stopped(rx))
             .await;
@@ -170,8 +182,12 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let rx = stop_rx.clone();
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(t) = grpc_tls {
+        builder = builder.tls_config(t).context("the gRPC port's TLS")?;
+    }
     tasks.spawn(async move {
-        let served = tonic::transport::Server::builder()
+        let served = builder
             .add_service(api)
             .add_service(admin)
             .add_service(health_service)
@@ -187,20 +203,31 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     // HTTP/JSON.
     let app = http::router(service.clone());
     let rx = stop_rx.clone();
-    tasks.spawn(async move {
-        use axum::serve::ListenerExt;
-        let listener = cfg.http.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "could not set TCP_NODELAY");
-            }
-        });
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stopped(rx))
-            .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
+    match http_tls {
+        Some(t) => {
+            let listener = tls::TlsListener::new(cfg.http, t)?;
+            tasks.spawn(async move {
+                let served = axum::serve(listener, app).with_graceful_shutdown(stopped(rx));
+                if let Err(e) = served.await {
+                    tracing::error!(error = %e, "HTTPS server failed");
+                }
+            });
         }
-    });
+        None => {
+            use axum::serve::ListenerExt;
+            let listener = cfg.http.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::warn!(error = %e, "could not set TCP_NODELAY");
+                }
+            });
+            tasks.spawn(async move {
+                let served = axum::serve(listener, app).with_graceful_shutdown(stopped(rx));
+                if let Err(e) = served.await {
+                    tracing::error!(error = %e, "HTTP server failed");
+                }
+            });
+        }
+    }
 
     // Replicated configuration: shard map and namespaces, retried until a leader takes them.
     let svc = service.clone();

@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use lockd_raft::NodeConfig;
 use lockd_server::config::FileConfig;
+use lockd_server::tls::ClientTls;
 use lockd_server::ServerConfig;
 
 /// mimalloc, built with `no_thp`: it does not `madvise(MADV_HUGEPAGE)` its arenas. With huge
@@ -84,6 +85,56 @@ struct Common {
     /// namespace. Without it they are refused; `lockd dev` makes one in its data dir.
     #[arg(long, env = "LOCKD_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
+    /// Serve the client ports (HTTP and gRPC) over TLS with this certificate chain (PEM). Without
+    /// it they speak plain text: for loopback development only.
+    #[arg(long, env = "LOCKD_TLS_CERT_FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(long, env = "LOCKD_TLS_KEY_FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// Require a client certificate signed by this CA (PEM) on the client ports.
+    #[arg(long, env = "LOCKD_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    tls_client_ca_file: Option<PathBuf>,
+    /// Mutual TLS between nodes: this node's certificate (PEM). It must name `node-<id>.lockd`
+    /// among its DNS names and allow server and client authentication. Without the three
+    /// --peer-*-file flags the peer port speaks plain text.
+    #[arg(long, env = "LOCKD_PEER_CERT_FILE", requires_all = ["peer_key_file", "peer_ca_file"])]
+    peer_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --peer-cert-file.
+    #[arg(long, env = "LOCKD_PEER_KEY_FILE", requires = "peer_cert_file")]
+    peer_key_file: Option<PathBuf>,
+    /// The cluster's CA (PEM): the only issuer whose peers are let in.
+    #[arg(long, env = "LOCKD_PEER_CA_FILE", requires = "peer_cert_file")]
+    peer_ca_file: Option<PathBuf>,
+}
+
+impl Common {
+    /// The client ports' TLS, loaded and checked.
+    fn client_tls(&self) -> anyhow::Result<Option<ClientTls>> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => {
+                ClientTls::load(cert, key, self.tls_client_ca_file.as_deref()).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The peer port's mutual TLS, read.
+    fn peer_tls(&self) -> anyhow::Result<Option<lockd_raft::PeerTls>> {
+        use lockd_server::tls::read_pem;
+        match (
+            &self.peer_cert_file,
+            &self.peer_key_file,
+            &self.peer_ca_file,
+        ) {
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(lockd_raft::PeerTls {
+                cert_pem: read_pem(cert, "peer certificate")?,
+                key_pem: read_pem(key, "peer key")?,
+                ca_pem: read_pem(ca, "peer CA")?,
+            })),
+            _ => Ok(None),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -100,6 +151,10 @@ struct DevArgs {
     /// Start this many nodes as separate OS processes on consecutive ports.
     #[arg(long, default_value_t = 1)]
     nodes: u32,
+    /// Serve every port over TLS with a throwaway CA and certificates made in DATA_DIR/tls (kept
+    /// for restarts): HTTPS and gRPC over TLS for clients, mutual TLS between the nodes.
+    #[arg(long, conflicts_with_all = ["tls_cert_file", "peer_cert_file"])]
+    tls: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -234,6 +289,42 @@ fn dev_admin_token_file(data_dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// `lockd dev --tls`: the throwaway CA and one certificate per node in DATA_DIR/tls, and each
+/// node's `Common` set to serve with them (client ports over TLS, mutual TLS between nodes).
+fn dev_tls(args: &DevArgs) -> anyhow::Result<Vec<Common>> {
+    let ids: Vec<u64> = (1..=u64::from(args.nodes.max(1))).collect();
+    if !args.tls {
+        return Ok(ids.iter().map(|_| args.common.clone()).collect());
+    }
+    let mut ips = vec![
+        std::net::IpAddr::from([127, 0, 0, 1]),
+        std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    ];
+    for ip in [args.http.ip(), args.grpc.ip(), args.peer.ip()] {
+        if !ips.contains(&ip) && !ip.is_unspecified() {
+            ips.push(ip);
+        }
+    }
+    let dir = args.data_dir.join("tls");
+    let (ca, certs) = lockd_server::tls::dev_certificates(&dir, &ids, &ips)?;
+    println!(
+        "TLS: throwaway CA in {} (curl --cacert {0}; lockctl --ca-file {0})",
+        ca.display()
+    );
+    Ok(certs
+        .into_iter()
+        .map(|c| {
+            let mut common = args.common.clone();
+            common.tls_cert_file = Some(c.cert.clone());
+            common.tls_key_file = Some(c.key.clone());
+            common.peer_cert_file = Some(c.cert);
+            common.peer_key_file = Some(c.key);
+            common.peer_ca_file = Some(ca.clone());
+            common
+        })
+        .collect())
+}
+
 /// What only `serve` sets.
 #[derive(Default)]
 struct ServeExtras {
@@ -300,6 +391,8 @@ async fn run_node(
     );
     node.snapshot_every = common.snapshot_every;
     node.balance_leaders = !common.no_leader_balance;
+    node.peer_tls = common.peer_tls()?;
+    let tls = common.client_tls()?;
     if extras.skip_leader_lease_check {
         tracing::warn!("NEGATIVE CONTROL: skip-leader-lease-check; this node is unsafe");
         eprintln!("lockd node {node_id}: NEGATIVE CONTROL skip-leader-lease-check (unsafe)");
@@ -313,16 +406,34 @@ async fn run_node(
         namespaces,
         audit_log: extras.audit_log,
         admin_token,
+        tls: tls.clone(),
     })
     .await?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!(
-        "lockd node {node_id} (pid {}): HTTP http://{} gRPC {} peer {} data {}",
+        "lockd node {node_id} (pid {}): HTTP {scheme}://{} gRPC {scheme}://{} peer {} data {}",
         std::process::id(),
         running.http_addr,
         running.grpc_addr,
         running.peer_addr,
         data_dir.display()
     );
+    match &tls {
+        Some(t) if t.client_ca_pem.is_some() => {
+            eprintln!("lockd node {node_id}: client ports over TLS; client certificates required")
+        }
+        Some(_) => eprintln!("lockd node {node_id}: client ports over TLS"),
+        None => eprintln!(
+            "lockd node {node_id}: client ports in PLAIN TEXT (no --tls-cert-file): bearer \
+             tokens and session ids cross the network in clear; for loopback development only"
+        ),
+    }
+    if common.peer_cert_file.is_none() {
+        eprintln!(
+            "lockd node {node_id}: peer port in PLAIN TEXT (no --peer-cert-file): anything that \
+             reaches it can speak Raft; keep it on loopback or a private network"
+        );
+    }
     match &extras.admin_token_file {
         Some(path) => eprintln!(
             "lockd node {node_id}: admin token in {} (lockctl --admin-token-file)",
@@ -377,11 +488,12 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         Some(p) => p.clone(),
         None => dev_admin_token_file(&args.data_dir)?,
     };
+    let commons = dev_tls(args)?;
     let mut children: Vec<(u32, Child, String)> = Vec::new();
     for i in 0..n {
         let (http, grpc) = (at(args.http, i), at(args.grpc, i));
         let dir = args.data_dir.join(format!("node-{}", i + 1));
-        let c = &args.common;
+        let c = &commons[i as usize];
         let mut cmd = Command::new(&exe);
         cmd.arg("serve")
             .args(["--node-id", &(i + 1).to_string(), "--peers", &peers])
@@ -411,6 +523,19 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         if let Some(cfg) = &c.config {
             cmd.arg("--config").arg(cfg);
         }
+        let files = [
+            ("--tls-cert-file", &c.tls_cert_file),
+            ("--tls-key-file", &c.tls_key_file),
+            ("--tls-client-ca-file", &c.tls_client_ca_file),
+            ("--peer-cert-file", &c.peer_cert_file),
+            ("--peer-key-file", &c.peer_key_file),
+            ("--peer-ca-file", &c.peer_ca_file),
+        ];
+        for (flag, file) in files {
+            if let Some(f) = file {
+                cmd.arg(flag).arg(f);
+            }
+        }
         let line = std::iter::once(cmd.get_program())
             .chain(cmd.get_args())
             .map(|a| a.to_string_lossy().into_owned())
@@ -419,8 +544,13 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         let child = cmd
             .spawn()
             .with_context(|| format!("starting node {}", i + 1))?;
+        let scheme = if c.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         println!(
-            "node {} pid {} http http://{} grpc {} peer {}",
+            "node {} pid {} http {scheme}://{} grpc {scheme}://{} peer {}",
             i + 1,
             child.id(),
             http,
@@ -511,13 +641,13 @@ async fn run(cli: Cli) -> ExitCode {
                 Some(p) => Ok(p.clone()),
                 None => dev_admin_token_file(&a.data_dir),
             };
-            match admin {
-                Ok(admin) => {
+            match admin.and_then(|admin| Ok((admin, dev_tls(a)?))) {
+                Ok((admin, commons)) => {
                     let extras = ServeExtras {
                         admin_token_file: Some(admin),
                         ..ServeExtras::default()
                     };
-                    run_node(1, peers, listen, &a.data_dir, &a.common, extras).await
+                    run_node(1, peers, listen, &a.data_dir, &commons[0], extras).await
                 }
                 Err(e) => Err(e),
             }

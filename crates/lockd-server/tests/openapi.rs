@@ -193,5 +193,10 @@ fn the_name_pattern_is_the_servers_rule() {
             differ.push(format!("U+{:04X} spec={spec} server={server}", c as u32));
         }
     }
-    assert!(differ.is_empty(), "{} differ: {:?}", differ.len(), &differ[..differ.len().min(20)]);
+    assert!(
+        differ.is_empty(),
+        "{} differ: {:?}",
+        differ.len(),
+        &differ[..differ.len().min(20)]
+    );
 }

@@ -222,6 +222,23 @@ def mode_and_limit(mode: Union[Mode, str], limit: Optional[int]) -> Tuple[Mode, 
     return m, 0
 
 
+def _tls_credentials(opts: ClientOptions) -> grpc.ChannelCredentials:
+    """TLS credentials from the option files, read once; a missing file is an error now, not
+    at the first call."""
+    def read(path: Optional[str], what: str) -> Optional[bytes]:
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise InvalidArgument(f"{what} {path!r} cannot be read: {e}") from None
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(opts.ca_file, "ca_file"),
+        private_key=read(opts.key_file, "key_file"),
+        certificate_chain=read(opts.cert_file, "cert_file"))
+
+
 class Core:
     """The engine. Every method runs on one event loop (the one it was created on)."""
 
@@ -236,6 +253,9 @@ class Core:
         self.endpoints = eps
         self.opts = opts
         self._targets = [e.split("://", 1)[-1] for e in eps]
+        tls = opts.ca_file is not None or opts.cert_file is not None or any(
+            e.startswith("https://") for e in eps)
+        self._credentials = _tls_credentials(opts) if tls else None
         self._channels: List[Optional[grpc.aio.Channel]] = [None] * len(eps)
         self._stubs: List[Optional[LockStub]] = [None] * len(eps)
         self.metadata: Optional[Tuple[Tuple[str, str], ...]] = (
@@ -266,11 +286,17 @@ class Core:
     def stub(self, i: int) -> LockStub:
         s = self._stubs[i]
         if s is None:
-            ch = grpc.aio.insecure_channel(self._targets[i], options=[
+            options: List[Tuple[str, Any]] = [
                 ("grpc.max_reconnect_backoff_ms", 1000),
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.enable_retries", 0),
-            ])
+            ]
+            if self._credentials is None:
+                ch = grpc.aio.insecure_channel(self._targets[i], options=options)
+            else:
+                if self.opts.tls_server_name:
+                    options.append(("grpc.ssl_target_name_override", self.opts.tls_server_name))
+                ch = grpc.aio.secure_channel(self._targets[i], self._credentials, options=options)
             self._channels[i] = ch
             s = self._stubs[i] = LockStub(ch)
         return s

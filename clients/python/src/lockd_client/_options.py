@@ -54,6 +54,12 @@ class ClientOptions:
       ``authorization: Bearer <token>`` metadata on every call and on the session stream.
     - ``request_timeout``: how long one request may take before its node counts as unreachable.
     - ``retry``: backoff for retryable errors.
+    - ``ca_file``: speak TLS to the nodes, trusting this CA (PEM); ``lockd dev --tls`` prints
+      its path. An ``https://`` endpoint without it trusts the system's roots. With TLS an
+      endpoint's host must be a name or address the node's certificate carries, or give
+      ``tls_server_name``.
+    - ``cert_file``/``key_file``: a client certificate (PEM), for clusters that require one
+      (``lockd serve --tls-client-ca-file``).
     - ``use_stream``: keep the session over the ``Session`` stream (default). ``False`` uses unary
       ``KeepAlive``/``Acquire``/``Release`` calls; the client also falls back to them by itself
       when a node answers the stream with ``UNIMPLEMENTED`` (e.g. a proxy without bidi streams).
@@ -67,6 +73,10 @@ class ClientOptions:
     request_timeout: float = 2.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     use_stream: bool = True
+    ca_file: Optional[str] = None
+    cert_file: Optional[str] = None
+    key_file: Optional[str] = None
+    tls_server_name: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not (0 < self.ttl <= 3600):
@@ -78,6 +88,8 @@ class ClientOptions:
         if len(self.client_name.encode()) > 256:
             raise InvalidArgument(
                 f"client_name must be at most 256 bytes (got {len(self.client_name.encode())})")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise InvalidArgument("cert_file and key_file go together (a client certificate and its key)")
         if self.token is not None and not (
             self.token and all(33 <= ord(c) <= 126 for c in self.token)
         ):

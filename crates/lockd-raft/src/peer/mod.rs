@@ -22,7 +22,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::raft::RaftRpc;
 use crate::{GroupError, GroupId, Node, NodeId};
@@ -179,22 +180,74 @@ impl Peers {
     }
 }
 
+/// The metadata key naming the caller's cluster on every peer call.
+pub(crate) const CLUSTER_HEADER: &str = "lockd-cluster";
+/// The metadata key naming the calling node's id on every peer call.
+pub(crate) const NODE_HEADER: &str = "lockd-node";
+
+/// Stamps every outbound peer call with who sends it: the cluster's name and this node's id.
+/// The receiver refuses another cluster, and with TLS checks the id against the caller's
+/// certificate ([`PeerService::admit`]).
+#[derive(Clone)]
+pub struct PeerHeaders {
+    cluster: tonic::metadata::AsciiMetadataValue,
+    node: tonic::metadata::AsciiMetadataValue,
+}
+
+impl tonic::service::Interceptor for PeerHeaders {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let md = req.metadata_mut();
+        md.insert(CLUSTER_HEADER, self.cluster.clone());
+        md.insert(NODE_HEADER, self.node.clone());
+        Ok(req)
+    }
+}
+
+/// A channel to one peer node, every call on it stamped by [`PeerHeaders`].
+pub(crate) type PeerChannel = InterceptedService<Channel, PeerHeaders>;
+
 /// The production transport: one tonic channel per peer node, connected on first use, with a
 /// pipe (`pipe.rs`) on it for every call but snapshots and large payloads.
 pub struct PeerPool {
     addrs: RwLock<HashMap<NodeId, String>>,
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
     pipes: Mutex<HashMap<NodeId, (String, Arc<pipe::Pipe>)>>,
+    headers: PeerHeaders,
+    /// The CA and this node's identity; each channel adds the name of the node it dials.
+    tls: Option<ClientTlsConfig>,
 }
 
 impl PeerPool {
-    /// A pool for `peers` (node id -> gRPC address).
-    pub fn new(peers: &BTreeMap<NodeId, String>) -> PeerPool {
-        PeerPool {
+    /// A pool for `peers` (node id -> peer address), sending as node `me` of `cluster`, over
+    /// mutual TLS when `tls` is given.
+    pub fn new(
+        peers: &BTreeMap<NodeId, String>,
+        cluster: &str,
+        me: NodeId,
+        tls: Option<&crate::PeerTls>,
+    ) -> Result<PeerPool, String> {
+        let value = |v: String| {
+            v.parse()
+                .map_err(|_| format!("'{v}' cannot be sent as gRPC metadata"))
+        };
+        let tls = tls.map(|t| {
+            ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(&t.ca_pem))
+                .identity(tonic::transport::Identity::from_pem(
+                    &t.cert_pem,
+                    &t.key_pem,
+                ))
+        });
+        Ok(PeerPool {
             addrs: RwLock::new(peers.iter().map(|(id, a)| (*id, a.clone())).collect()),
             channels: Mutex::new(HashMap::new()),
             pipes: Mutex::new(HashMap::new()),
-        }
+            headers: PeerHeaders {
+                cluster: value(cluster.to_string())?,
+                node: value(me.to_string())?,
+            },
+            tls,
+        })
     }
 
     /// Records a node's address as the Raft membership knows it, unless this node's own
@@ -231,14 +284,24 @@ impl PeerPool {
         Ok(p)
     }
 
-    fn client(&self, target: NodeId) -> Result<PeerClient<Channel>, tonic::Status> {
+    fn client(&self, target: NodeId) -> Result<PeerClient<PeerChannel>, tonic::Status> {
         let addr = self.addr(target)?;
         let mut channels = self.channels.lock().expect("peer channels poisoned");
         let channel = match channels.get(&target) {
             Some((a, ch)) if *a == addr => ch.clone(),
             _ => {
-                let ch = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| tonic::Status::unavailable(format!("bad address {addr}: {e}")))?
+                let bad = |e: tonic::transport::Error| {
+                    tonic::Status::unavailable(format!("bad address {addr}: {e}"))
+                };
+                let scheme = if self.tls.is_some() { "https" } else { "http" };
+                let mut endpoint =
+                    Endpoint::from_shared(format!("{scheme}://{addr}")).map_err(bad)?;
+                if let Some(tls) = &self.tls {
+                    // The node dialled must prove it is `target`, whatever address it has.
+                    let tls = tls.clone().domain_name(crate::peer_dns_name(target));
+                    endpoint = endpoint.tls_config(tls).map_err(bad)?;
+                }
+                let ch = endpoint
                     .connect_timeout(Duration::from_millis(500))
                     .tcp_nodelay(true)
                     .http2_keep_alive_interval(Duration::from_secs(5))
@@ -248,7 +311,7 @@ impl PeerPool {
                 ch
             }
         };
-        Ok(PeerClient::new(channel)
+        Ok(PeerClient::with_interceptor(channel, self.headers.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
@@ -321,13 +384,59 @@ impl PeerTransport for PeerPool {
 /// The server half of the peer service; build it with [`Node::peer_service`].
 pub struct PeerService {
     node: Arc<Node>,
+    cluster: String,
+    /// Whether the peer port is served over mutual TLS: then every caller must have presented
+    /// a certificate of the cluster's CA (the TLS layer checked that) naming the node it claims.
+    tls: bool,
 }
 
 impl PeerService {
-    pub(crate) fn server(node: Arc<Node>) -> PeerServer<PeerService> {
-        PeerServer::new(PeerService { node })
+    pub(crate) fn server(node: Arc<Node>, cluster: String, tls: bool) -> PeerServer<PeerService> {
+        PeerServer::new(PeerService { node, cluster, tls })
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Admits a peer call, or says why not: it must come from this cluster (by name), and under
+    /// TLS from a node whose certificate names the id it claims. Every method and the pipe
+    /// pass here first.
+    fn admit<T>(&self, req: &tonic::Request<T>) -> Result<NodeId, tonic::Status> {
+        let md = req.metadata();
+        let header = |key: &str| md.get(key).and_then(|v| v.to_str().ok());
+        match header(CLUSTER_HEADER) {
+            Some(c) if c == self.cluster => {}
+            Some(c) => {
+                return Err(tonic::Status::permission_denied(format!(
+                    "a peer of cluster '{c}' called cluster '{}'",
+                    self.cluster
+                )))
+            }
+            None => {
+                return Err(tonic::Status::unauthenticated(format!(
+                    "a peer call must name its cluster in '{CLUSTER_HEADER}'"
+                )))
+            }
+        }
+        let Some(from) = header(NODE_HEADER).and_then(|v| v.parse::<NodeId>().ok()) else {
+            return Err(tonic::Status::unauthenticated(format!(
+                "a peer call must name its node id in '{NODE_HEADER}'"
+            )));
+        };
+        if self.tls {
+            let certs = req.peer_certs().ok_or_else(|| {
+                tonic::Status::unauthenticated("the peer port needs a client certificate")
+            })?;
+            let leaf = certs.first().ok_or_else(|| {
+                tonic::Status::unauthenticated("the peer port needs a client certificate")
+            })?;
+            if !crate::tls_names::names(leaf, &crate::peer_dns_name(from)) {
+                return Err(tonic::Status::permission_denied(format!(
+                    "the caller's certificate does not name {} (it claims node {from})",
+                    crate::peer_dns_name(from)
+                )));
+            }
+        }
+        Ok(from)
     }
 
     async fn serve(
@@ -335,6 +444,7 @@ impl PeerService {
         req: tonic::Request<PeerRequest>,
         method: Method,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.admit(&req)?;
         let req = req.into_inner();
         let payload = dispatch(&self.node, method, req.group_id, &req.payload).await?;
         Ok(tonic::Response::new(PeerReply { payload }))
@@ -419,6 +529,12 @@ async fn dispatch_one(
         // re-forwarding).
         Method::Propose => {
             let op: lockd_core::Op = decode(payload)?;
+            if op.leader_only() {
+                return Err(tonic::Status::permission_denied(
+                    "a leader-only command (tick, session expiry, revision raise) is never \
+                     taken from a peer",
+                ));
+            }
             reply(
                 &group
                     .propose_on_leader(op)
@@ -533,6 +649,7 @@ impl pb::peer_server::Peer for PeerService {
         &self,
         req: tonic::Request<tonic::Streaming<pb::PipeRequest>>,
     ) -> Result<tonic::Response<Self::PipeStream>, tonic::Status> {
+        self.admit(&req)?;
         let node = self.node.clone();
         let closed = node.pipes_closed();
         Ok(tonic::Response::new(pipe::serve(

@@ -30,7 +30,6 @@ use std::time::Duration;
 use futures_util::Stream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
-use tonic::transport::Channel;
 
 use super::pb::{peer_client::PeerClient, PipeReply, PipeRequest};
 use super::Method;
@@ -68,7 +67,7 @@ pub(crate) struct Pipe {
 impl Pipe {
     /// Opens a pipe on `client`'s channel. The stream is set up in the background; calls made
     /// meanwhile queue behind it.
-    pub(crate) fn open(client: PeerClient<Channel>) -> Pipe {
+    pub(crate) fn open(client: PeerClient<super::PeerChannel>) -> Pipe {
         let (tx, rx) = mpsc::unbounded_channel();
         let pending = Arc::new(Mutex::new(Pending::default()));
         tokio::spawn(drive(client, rx, pending.clone()));
@@ -135,7 +134,7 @@ impl Pipe {
 /// Runs one pipe's stream: sends what the callers queue, hands each reply to its caller, and
 /// when the stream ends fails every call still waiting with the reason.
 async fn drive(
-    mut client: PeerClient<Channel>,
+    mut client: PeerClient<super::PeerChannel>,
     rx: mpsc::UnboundedReceiver<PipeRequest>,
     pending: Arc<Mutex<Pending>>,
 ) {
@@ -400,7 +399,7 @@ mod tests {
     }
 
     fn pool(addr: SocketAddr) -> PeerPool {
-        PeerPool::new(&BTreeMap::from([(2, addr.to_string())]))
+        PeerPool::new(&BTreeMap::from([(2, addr.to_string())]), "lockd", 1, None).unwrap()
     }
 
     const SECOND: Duration = Duration::from_secs(1);

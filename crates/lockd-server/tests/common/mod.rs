@@ -64,6 +64,43 @@ pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
 
 /// `n` nodes with each lock group placed on `replicas` of them (`lockd_raft::initial_placement`).
 pub async fn placed_cluster(n: usize, lock_groups: u32, replicas: usize) -> Cluster {
+    cluster_with(n, lock_groups, replicas, None).await
+}
+
+/// A throwaway CA and one certificate per node (`lockd dev --tls`'s), for localhost and
+/// 127.0.0.1, each naming `node-<id>.lockd` and usable as server and client.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    pub ca: std::path::PathBuf,
+    pub certs: Vec<lockd_server::tls::DevCert>,
+}
+
+pub fn pki(n: usize) -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<u64> = (1..=n as u64).collect();
+    let (ca, certs) = lockd_server::tls::dev_certificates(
+        &dir.path().join("tls"),
+        &ids,
+        &["127.0.0.1".parse().unwrap()],
+    )
+    .unwrap();
+    Pki { dir, ca, certs }
+}
+
+/// How a test cluster speaks TLS: mutual TLS between the nodes from `pki`, TLS on the client
+/// ports, and client certificates of the same CA required there if `client_certs`.
+pub struct TlsSetup<'a> {
+    pub pki: &'a Pki,
+    pub client_certs: bool,
+}
+
+/// `n` nodes as [`placed_cluster`] makes them, over TLS if `tls` says so.
+pub async fn cluster_with(
+    n: usize,
+    lock_groups: u32,
+    replicas: usize,
+    tls: Option<TlsSetup<'_>>,
+) -> Cluster {
     let mut https = Vec::new();
     let mut grpcs = Vec::new();
     let mut peer_listeners = Vec::new();
@@ -83,8 +120,21 @@ pub async fn placed_cluster(n: usize, lock_groups: u32, replicas: usize) -> Clus
         let mut node = NodeConfig::new(i as u64 + 1, dir.path(), peers.clone());
         node.lock_groups = lock_groups;
         node.replicas = replicas;
+        let mut client_tls = None;
+        if let Some(t) = &tls {
+            let files = &t.pki.certs[i];
+            let read = |p: &std::path::Path| std::fs::read(p).unwrap();
+            node.peer_tls = Some(lockd_raft::PeerTls {
+                ca_pem: read(&t.pki.ca),
+                cert_pem: read(&files.cert),
+                key_pem: read(&files.key),
+            });
+            let ca = t.client_certs.then_some(t.pki.ca.as_path());
+            client_tls =
+                Some(lockd_server::tls::ClientTls::load(&files.cert, &files.key, ca).unwrap());
+        }
         dirs.push(dir);
-        starts.push(start_node(node, http, grpc, peer));
+        starts.push(start_node_tls(node, http, grpc, peer, client_tls));
     }
     let nodes = futures::future::join_all(starts)
         .await
@@ -103,6 +153,17 @@ pub async fn start_node(
     grpc: TcpListener,
     peer: TcpListener,
 ) -> Running {
+    start_node_tls(node, http, grpc, peer, None).await
+}
+
+/// [`start_node`] with TLS on the client ports.
+pub async fn start_node_tls(
+    node: NodeConfig,
+    http: TcpListener,
+    grpc: TcpListener,
+    peer: TcpListener,
+    tls: Option<lockd_server::tls::ClientTls>,
+) -> Running {
     lockd_server::start(ServerConfig {
         node,
         http,
@@ -111,6 +172,7 @@ pub async fn start_node(
         namespaces: namespaces(),
         audit_log: None,
         admin_token: Some(ADMIN_TOKEN.into()),
+        tls,
     })
     .await
     .unwrap()
