@@ -38,8 +38,21 @@ impl HttpConn {
             .await
             .with_context(|| format!("connect {}", self.addr))?;
         stream.set_nodelay(true)?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         // The connection task ends when `sender` is dropped or the server closes.
+        if let Some(tls) = crate::tls::of(self.addr) {
+            let name = rustls::pki_types::ServerName::from(self.addr.ip());
+            let stream = tokio_rustls::TlsConnector::from(tls.rustls)
+                .connect(name, stream)
+                .await
+                .with_context(|| format!("TLS to {}", self.addr))?;
+            let (sender, conn) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            return Ok(sender);
+        }
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });

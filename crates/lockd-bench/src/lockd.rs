@@ -124,6 +124,16 @@ pub struct ServerOpts {
     pub leader_balance: bool,
     /// `--replicas` (0: every group on every node).
     pub replicas: usize,
+    /// TLS on every port: client ports over TLS, mutual TLS between the nodes (certificates as
+    /// `lockd dev --tls` makes them).
+    pub tls: bool,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let addrs: Vec<SocketAddr> = self.nodes.iter().flat_map(|n| [n.http, n.grpc]).collect();
+        crate::tls::unregister(&addrs);
+    }
 }
 
 impl Cluster {
@@ -149,6 +159,17 @@ impl Cluster {
         // An admin credential, for scenarios that call the admin API (bucket moves).
         let token_file = dir.path().join("admin-token");
         std::fs::write(&token_file, ADMIN_TOKEN)?;
+        let certs = if opts.tls {
+            let ids: Vec<u64> = (1..=n as u64).collect();
+            let ips = [std::net::IpAddr::from([127, 0, 0, 1])];
+            let (ca, certs) =
+                lockd_server::tls::dev_certificates(&dir.path().join("tls"), &ids, &ips)?;
+            let addrs: Vec<SocketAddr> = http.iter().chain(grpc).map(|p| loopback(*p)).collect();
+            crate::tls::register(&addrs, std::fs::read(&ca)?)?;
+            Some((ca, certs))
+        } else {
+            None
+        };
         let mut cluster = Cluster {
             nodes: Vec::new(),
             bin: bin.to_owned(),
@@ -189,6 +210,18 @@ impl Cluster {
             }
             if opts.replicas > 0 {
                 args.extend(["--replicas".into(), opts.replicas.to_string()]);
+            }
+            if let Some((ca, certs)) = &certs {
+                let (cert, key) = (certs[i].cert.display(), certs[i].key.display());
+                for (flag, file) in [
+                    ("--tls-cert-file", cert.to_string()),
+                    ("--tls-key-file", key.to_string()),
+                    ("--peer-cert-file", cert.to_string()),
+                    ("--peer-key-file", key.to_string()),
+                    ("--peer-ca-file", ca.display().to_string()),
+                ] {
+                    args.extend([flag.to_string(), file]);
+                }
             }
             cluster.nodes.push(Node {
                 id,
@@ -707,8 +740,15 @@ pub struct UnaryClient {
 }
 
 pub async fn grpc_connect(addr: SocketAddr) -> Result<LockClient<Channel>> {
-    let ch = Endpoint::from_shared(format!("http://{addr}"))?
-        .tcp_nodelay(true)
+    let tls = crate::tls::of(addr);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut ep = Endpoint::from_shared(format!("{scheme}://{addr}"))?.tcp_nodelay(true);
+    if let Some(t) = tls {
+        let cfg = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&*t.ca_pem));
+        ep = ep.tls_config(cfg)?;
+    }
+    let ch = ep
         .connect()
         .await
         .with_context(|| format!("connect gRPC {addr}"))?;

@@ -19,6 +19,7 @@ mod report;
 mod scale;
 mod scenarios;
 mod target;
+mod tls;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -74,6 +75,7 @@ impl LockdArgs {
             threads: self.threads(),
             leader_balance: self.leader_balance,
             replicas: 0,
+            tls: false,
         }
     }
 
@@ -542,7 +544,9 @@ async fn run_lockd(
     } else {
         args.groups
     };
-    let mut cluster = lockd::Cluster::start(bin, &args.data_root(), 3, groups, args.opts()).await?;
+    let mut opts = args.opts();
+    opts.tls = s == SystemKind::LockdTls;
+    let mut cluster = lockd::Cluster::start(bin, &args.data_root(), 3, groups, opts).await?;
     let cx = Ctx {
         system: s.label(),
         plan,
@@ -689,7 +693,8 @@ async fn run_system(
         | SystemKind::LockdUnary
         | SystemKind::LockdHttp
         | SystemKind::LockdLeader
-        | SystemKind::Lockd1g => {
+        | SystemKind::Lockd1g
+        | SystemKind::LockdTls => {
             bail!("{label} runs through run_lockd")
         }
     }

@@ -82,6 +82,9 @@ pub enum SystemKind {
     /// machine: the same cluster otherwise, gRPC session streams spread over the nodes.
     #[value(name = "lockd-1g")]
     Lockd1g,
+    /// `lockd` (the default configuration, gRPC session streams spread over the nodes) with TLS
+    /// on every port: client ports over TLS, mutual TLS between the nodes.
+    LockdTls,
     /// etcd 3.4, 3 members, fsync on; lock = Txn on create_revision with a lease.
     Etcd,
     /// The same cluster setup; lock = etcd's own v3lock Lock/Unlock RPC.
@@ -101,6 +104,7 @@ impl SystemKind {
                 | SystemKind::LockdHttp
                 | SystemKind::LockdLeader
                 | SystemKind::Lockd1g
+                | SystemKind::LockdTls
         )
     }
 
@@ -112,6 +116,7 @@ impl SystemKind {
             SystemKind::LockdHttp => "lockd-http",
             SystemKind::LockdLeader => "lockd-leader",
             SystemKind::Lockd1g => "lockd-1g",
+            SystemKind::LockdTls => "lockd-tls",
             SystemKind::Etcd => "etcd",
             SystemKind::EtcdLock => "etcd-lock",
             SystemKind::RedisAof => "redis-aof",
