@@ -113,6 +113,8 @@ class Cluster:
             def settled() -> bool:
                 for i in live:
                     st = c._run(c._core.status_of(c._core.endpoints.index(self.endpoints[i])))
+                    if not st.serving_names:  # its meta replica has not caught up yet
+                        return False
                     for g in st.groups:
                         if g.leader == 0:
                             return False

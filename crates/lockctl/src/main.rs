@@ -158,6 +158,64 @@ enum GroupsCmd {
 }
 
 #[derive(Subcommand)]
+enum NamespaceCmd {
+    /// Every namespace with its limits, and the namespaces' version.
+    List,
+    /// One namespace's settings.
+    Get { name: String },
+    /// Create a namespace, or change one: settings not given keep their current value (a new
+    /// namespace takes the built-in defaults). Applied only if nobody changed the namespaces
+    /// since they were read (at --expected-version, else at the version read just before).
+    Put {
+        name: String,
+        /// Names starting with this belong here; must end with '/' (required for a new one).
+        #[arg(long)]
+        prefix: Option<String>,
+        #[arg(long, value_parser = parse_duration)]
+        min_ttl: Option<Duration>,
+        #[arg(long, value_parser = parse_duration)]
+        max_ttl: Option<Duration>,
+        #[arg(long, value_parser = parse_duration)]
+        default_ttl: Option<Duration>,
+        /// Waiters one name may queue.
+        #[arg(long)]
+        max_waiters: Option<u32>,
+        /// Locks held plus waits queued by one session.
+        #[arg(long)]
+        max_locks: Option<u32>,
+        /// How long a name stays ungranted after its holder failed (e.g. 10s; 0s for none).
+        #[arg(long, value_parser = parse_duration)]
+        lock_delay: Option<Duration>,
+        /// Requests per second each node accepts for the namespace's names (0 = unlimited).
+        #[arg(long)]
+        ops_per_s: Option<u32>,
+        /// `efficiency` or `correctness` (which needs --fenced-resource).
+        #[arg(long, value_parser = ["efficiency", "correctness"])]
+        safety: Option<String>,
+        /// The resource that checks fencing tokens, and how.
+        #[arg(long)]
+        fenced_resource: Option<String>,
+        /// A file holding the bearer token callers must present from now on (rotation: the
+        /// old token stops working once the change is applied).
+        #[arg(long, conflicts_with = "clear_token")]
+        token_file: Option<std::path::PathBuf>,
+        /// Open the namespace: no token from now on.
+        #[arg(long)]
+        clear_token: bool,
+        /// Apply only if the namespaces are still at this version (from `namespace list`).
+        #[arg(long)]
+        expected_version: Option<u64>,
+    },
+    /// Delete a namespace (not `default`): its names fall into the longest other prefix that
+    /// matches them.
+    Delete {
+        name: String,
+        #[arg(long)]
+        expected_version: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Every node's groups: leader, term, members, applied index, revision.
     Status,
@@ -185,6 +243,12 @@ enum Cmd {
     Groups {
         #[command(subcommand)]
         cmd: GroupsCmd,
+    },
+    /// Namespaces, the cluster's one copy: list, get, put (create or change), delete (needs
+    /// --admin-token-file). A node's config file only seeds a brand-new cluster.
+    Namespace {
+        #[command(subcommand)]
+        cmd: NamespaceCmd,
     },
     /// List live sessions (a page), or show one session's holds and waits.
     Sessions {
@@ -415,6 +479,7 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
         Cmd::Members { cmd } => members(cli, out, cmd).await,
         Cmd::Buckets { cmd } => buckets(cli, out, cmd).await,
         Cmd::Groups { cmd } => groups(cli, out, cmd).await,
+        Cmd::Namespace { cmd } => namespace(cli, out, cmd).await,
         Cmd::Sessions {
             session,
             after,
@@ -791,6 +856,166 @@ async fn groups(cli: &Cli, out: &Out, cmd: &GroupsCmd) -> Result<(), Fail> {
     Ok(())
 }
 
+fn namespace_json(n: &proto::NamespaceSpec) -> Value {
+    json!({
+        "name": n.name, "prefix": n.prefix, "min_ttl_ms": n.min_ttl_ms, "max_ttl_ms": n.max_ttl_ms,
+        "default_ttl_ms": n.default_ttl_ms, "max_waiters_per_name": n.max_waiters_per_name,
+        "max_locks_per_session": n.max_locks_per_session, "lock_delay_ms": n.lock_delay_ms,
+        "ops_per_s": n.ops_per_s, "safety": n.safety,
+        "fenced_resource": (!n.fenced_resource.is_empty()).then_some(&n.fenced_resource),
+        "token_required": n.token_required,
+    })
+}
+
+fn namespace_row(n: &proto::NamespaceSpec) -> String {
+    let prefix = if n.prefix.is_empty() {
+        "\"\""
+    } else {
+        &n.prefix
+    };
+    format!(
+        "{:<12}  {:<12}  {:>6}/{:>6}/{:>6}  {:>7}  {:>5}  {:>8}  {:>6}  {:<11}  {}",
+        n.name,
+        prefix,
+        n.min_ttl_ms,
+        n.default_ttl_ms,
+        n.max_ttl_ms,
+        n.max_waiters_per_name,
+        n.max_locks_per_session,
+        n.lock_delay_ms,
+        n.ops_per_s,
+        n.safety,
+        if n.token_required { "yes" } else { "no" }
+    )
+}
+
+const NAMESPACE_HEAD: &str = "name          prefix        ttl ms min/default/max  waiters  locks  delay ms  ops/s   safety       token";
+
+async fn namespace(cli: &Cli, out: &Out, cmd: &NamespaceCmd) -> Result<(), Fail> {
+    let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+    let ms = |d: &Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    match cmd {
+        NamespaceCmd::List => {
+            let r = c.list_namespaces().await?;
+            let all: Vec<Value> = r.namespaces.iter().map(namespace_json).collect();
+            out.print(json!({"version": r.version, "namespaces": all}), || {
+                let mut t = format!("version {}\n{NAMESPACE_HEAD}", r.version);
+                for n in &r.namespaces {
+                    t.push('\n');
+                    t.push_str(&namespace_row(n));
+                }
+                t
+            });
+        }
+        NamespaceCmd::Get { name } => {
+            let r = c.list_namespaces().await?;
+            let Some(n) = r.namespaces.iter().find(|n| &n.name == name) else {
+                return Err(Error::Api {
+                    status: 404,
+                    code: "namespace_not_found".into(),
+                    message: format!("namespace '{name}' does not exist"),
+                    retry_after: None,
+                }
+                .into());
+            };
+            let mut j = namespace_json(n);
+            j["version"] = json!(r.version);
+            out.print(j, || format!("{NAMESPACE_HEAD}\n{}", namespace_row(n)));
+        }
+        NamespaceCmd::Put {
+            name,
+            prefix,
+            min_ttl,
+            max_ttl,
+            default_ttl,
+            max_waiters,
+            max_locks,
+            lock_delay,
+            ops_per_s,
+            safety,
+            fenced_resource,
+            token_file,
+            clear_token,
+            expected_version,
+        } => {
+            let r = c.list_namespaces().await?;
+            let mut spec = match r.namespaces.iter().find(|n| &n.name == name) {
+                Some(n) => n.clone(),
+                None => proto::NamespaceSpec {
+                    name: name.clone(),
+                    ..Default::default()
+                },
+            };
+            if let Some(p) = prefix {
+                spec.prefix = p.clone();
+            }
+            let set = |v: &Option<Duration>, into: &mut u64| {
+                if let Some(d) = v {
+                    *into = ms(d);
+                }
+            };
+            set(min_ttl, &mut spec.min_ttl_ms);
+            set(max_ttl, &mut spec.max_ttl_ms);
+            set(default_ttl, &mut spec.default_ttl_ms);
+            set(lock_delay, &mut spec.lock_delay_ms);
+            if let Some(v) = max_waiters {
+                spec.max_waiters_per_name = *v;
+            }
+            if let Some(v) = max_locks {
+                spec.max_locks_per_session = *v;
+            }
+            if let Some(v) = ops_per_s {
+                spec.ops_per_s = *v;
+            }
+            if let Some(v) = safety {
+                spec.safety = v.clone();
+                if v == "efficiency" && fenced_resource.is_none() {
+                    spec.fenced_resource.clear();
+                }
+            }
+            if let Some(v) = fenced_resource {
+                spec.fenced_resource = v.clone();
+            }
+            let bearer_token = match token_file {
+                Some(p) => Some(
+                    std::fs::read_to_string(p)
+                        .map_err(|e| {
+                            Error::InvalidArgument(format!("--token-file {}: {e}", p.display()))
+                        })?
+                        .trim()
+                        .to_string(),
+                ),
+                None => None,
+            };
+            let version = c
+                .put_namespace(proto::PutNamespaceRequest {
+                    expected_version: expected_version.unwrap_or(r.version),
+                    namespace: Some(spec),
+                    bearer_token,
+                    clear_token: *clear_token,
+                })
+                .await?;
+            out.print(json!({"version": version}), || {
+                format!("namespace {name} put; namespaces now at version {version}")
+            });
+        }
+        NamespaceCmd::Delete {
+            name,
+            expected_version,
+        } => {
+            let expected = match expected_version {
+                Some(v) => *v,
+                None => c.list_namespaces().await?.version,
+            };
+            let version = c.delete_namespace(expected, name).await?;
+            out.print(json!({"version": version}), || {
+                format!("namespace {name} deleted; namespaces now at version {version}")
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A bucket list for a table row: the first ranges and how many there are (`--json` has all).
 fn abridged(ranges: &str) -> String {
     const SHOWN: usize = 8;
@@ -836,6 +1061,7 @@ fn status_json(ep: &str, s: &proto::StatusResponse) -> Value {
         "endpoint": ep,
         "node_id": s.node_id,
         "pid": s.pid,
+        "serving_names": s.serving_names,
         "groups": s.groups.iter().map(|g| json!({
             "id": g.id, "leader": g.leader, "term": g.term, "members": g.members,
             "applied_index": g.applied_index, "revision": g.revision,
@@ -844,8 +1070,13 @@ fn status_json(ep: &str, s: &proto::StatusResponse) -> Value {
 }
 
 fn status_human(ep: &str, s: &proto::StatusResponse) -> String {
+    let catching_up = if s.serving_names {
+        ""
+    } else {
+        " CATCHING UP: serves no names yet"
+    };
     let mut t = format!(
-        "node {} (pid {}) at {ep}\n  group  leader  term  members   applied  revision",
+        "node {} (pid {}) at {ep}{catching_up}\n  group  leader  term  members   applied  revision",
         s.node_id, s.pid
     );
     for g in &s.groups {

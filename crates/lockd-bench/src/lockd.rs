@@ -93,6 +93,9 @@ pub struct Cluster {
 #[derive(Deserialize, Debug)]
 pub struct Status {
     pub groups: Vec<GroupStatus>,
+    /// Whether the node serves names yet (its meta replica caught up since it started).
+    #[serde(default)]
+    pub serving_names: bool,
 }
 
 #[derive(Deserialize, Debug)]
@@ -320,6 +323,9 @@ impl Cluster {
     pub async fn wait_leaders(&mut self) -> Result<()> {
         let groups = self.groups;
         self.wait_until("every group has a leader", |all| {
+            if let Some((i, _)) = all.iter().find(|(_, s)| !s.serving_names) {
+                bail!("node index {i} does not serve names yet");
+            }
             leaders_of(all, groups).map(|_| ())
         })
         .await
@@ -1008,6 +1014,7 @@ mod tests {
                     preferred_leader: None,
                 })
                 .collect(),
+            serving_names: true,
         };
         assert_eq!(
             leaders_of(&[(0, st(2)), (1, st(2))], 1).unwrap(),

@@ -448,6 +448,43 @@ impl Client {
             .await
     }
 
+    /// Every namespace and the namespaces' version (the meta group's); needs the admin token.
+    pub async fn list_namespaces(&self) -> Result<pb::ListNamespacesResponse, Error> {
+        self.core
+            .admin(|mut c| async move { c.list_namespaces(pb::ListNamespacesRequest {}).await })
+            .await
+    }
+
+    /// Creates or replaces a namespace if the namespaces are still at `req.expected_version`
+    /// (else `namespace_version_conflict`: read them again). Returns the new version. A retry
+    /// after a lost answer may report a conflict for a change that landed: list to see.
+    pub async fn put_namespace(&self, req: pb::PutNamespaceRequest) -> Result<u64, Error> {
+        let r = self
+            .core
+            .admin(|mut c| {
+                let req = req.clone();
+                async move { c.put_namespace(req).await }
+            })
+            .await?;
+        Ok(r.version)
+    }
+
+    /// Deletes namespace `name` if the namespaces are still at `expected_version`.
+    pub async fn delete_namespace(&self, expected_version: u64, name: &str) -> Result<u64, Error> {
+        let req = pb::DeleteNamespaceRequest {
+            expected_version,
+            name: name.to_string(),
+        };
+        let r = self
+            .core
+            .admin(|mut c| {
+                let req = req.clone();
+                async move { c.delete_namespace(req).await }
+            })
+            .await?;
+        Ok(r.version)
+    }
+
     /// The status of the node the client currently talks to: its groups, leaders, terms.
     pub async fn status(&self) -> Result<pb::StatusResponse, Error> {
         self.core

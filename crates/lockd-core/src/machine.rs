@@ -178,6 +178,9 @@ pub struct LockTable {
     pub(crate) mint: Mint,
     /// Namespaces by prefix; the default one (prefix "") is always present.
     pub(crate) namespaces: BTreeMap<String, Namespace>,
+    /// Bumped by every change of `namespaces`: what an admin's compare-and-set compares
+    /// ([`Op::ChangeNamespace`]); 0 until the first change (a seed then applies).
+    pub(crate) namespaces_version: u64,
     pub(crate) sessions: HashMap<SessionId, Session>,
     pub(crate) locks: LockMap,
     /// (deadline, waiter, name) of every queued acquire: what a tick times out.
@@ -298,6 +301,7 @@ impl LockTable {
                 holds: 0,
             },
             namespaces,
+            namespaces_version: 0,
             sessions: HashMap::default(),
             locks: LockMap::default(),
             wait_deadlines: BTreeSet::new(),
@@ -423,6 +427,11 @@ impl LockTable {
             Op::RaiseRevision { floor } => self.raise_revision(*floor),
             Op::PutNamespace { namespace } => self.put_namespace(namespace),
             Op::DeleteNamespace { prefix } => self.delete_namespace(prefix),
+            Op::SeedNamespaces { namespaces } => self.seed_namespaces(namespaces),
+            Op::ChangeNamespace {
+                expected_version,
+                change,
+            } => self.change_namespace(*expected_version, change),
             Op::PutShardMap { map } => map.validate(self.shard_map.as_ref()).map(|()| {
                 self.shard_map = Some(map.clone());
                 Reply::ShardMapPut {
@@ -1056,18 +1065,59 @@ impl LockTable {
 
     fn put_namespace(&mut self, ns: &Namespace) -> Result<Reply, Rejection> {
         validate_namespace(ns)?;
-        if let Some(other) = self.namespaces.values().find(|o| o.name == ns.name) {
-            if other.prefix != ns.prefix {
-                return Err(Rejection::InvalidNamespace {
-                    reason: format!(
-                        "name '{}' is already used by prefix '{}'",
-                        ns.name, other.prefix
-                    ),
-                });
-            }
-        }
+        check_name_unique(&self.namespaces, ns)?;
         self.namespaces.insert(ns.prefix.clone(), ns.clone());
+        self.namespaces_version += 1;
         Ok(Reply::NamespacePut)
+    }
+
+    /// The version of the namespace set (see [`Op::ChangeNamespace`]).
+    pub fn namespaces_version(&self) -> u64 {
+        self.namespaces_version
+    }
+
+    fn seed_namespaces(&mut self, namespaces: &[Namespace]) -> Result<Reply, Rejection> {
+        if self.namespaces_version != 0 {
+            return Ok(Reply::NamespacesAt {
+                version: self.namespaces_version,
+                changed: false,
+            });
+        }
+        // All or nothing: every namespace is checked before any is put, and as a set (two
+        // names for one prefix, or one name for two prefixes, is refused).
+        let mut trial = self.namespaces.clone();
+        for ns in namespaces {
+            validate_namespace(ns)?;
+            check_name_unique(&trial, ns)?;
+            trial.insert(ns.prefix.clone(), ns.clone());
+        }
+        self.namespaces = trial;
+        self.namespaces_version = 1;
+        Ok(Reply::NamespacesAt {
+            version: 1,
+            changed: true,
+        })
+    }
+
+    fn change_namespace(
+        &mut self,
+        expected_version: u64,
+        change: &crate::NamespaceChange,
+    ) -> Result<Reply, Rejection> {
+        if expected_version != self.namespaces_version {
+            return Err(Rejection::NamespaceVersionConflict {
+                expected: expected_version,
+                current: self.namespaces_version,
+            });
+        }
+        match change {
+            crate::NamespaceChange::Put(ns) => self.put_namespace(ns)?,
+            crate::NamespaceChange::Delete { prefix } => self.delete_namespace(prefix)?,
+        };
+        Ok(Reply::NamespacesAt {
+            version: self.namespaces_version,
+            changed: true,
+        })
     }
 
     fn delete_namespace(&mut self, prefix: &str) -> Result<Reply, Rejection> {
@@ -1077,7 +1127,10 @@ impl LockTable {
             });
         }
         match self.namespaces.remove(prefix) {
-            Some(_) => Ok(Reply::NamespaceDeleted),
+            Some(_) => {
+                self.namespaces_version += 1;
+                Ok(Reply::NamespaceDeleted)
+            }
             None => Err(Rejection::UnknownNamespace {
                 name: prefix.to_string(),
             }),
@@ -1095,6 +1148,22 @@ fn check_ttl(ns: &Namespace, ttl_ms: u64) -> Result<(), Rejection> {
         });
     }
     Ok(())
+}
+
+/// One name per namespace: `ns.name` may not name another prefix's namespace.
+fn check_name_unique(
+    namespaces: &BTreeMap<String, Namespace>,
+    ns: &Namespace,
+) -> Result<(), Rejection> {
+    match namespaces.values().find(|o| o.name == ns.name) {
+        Some(other) if other.prefix != ns.prefix => Err(Rejection::InvalidNamespace {
+            reason: format!(
+                "name '{}' is already used by prefix '{}'",
+                ns.name, other.prefix
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The rules a namespace definition must follow.

@@ -18,13 +18,14 @@ use crate::types::{Namespace, SessionId};
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
+/// - 7: the namespaces' version (`Op::ChangeNamespace`).
 /// - 6: the meta group's draining nodes (`cluster.rs`).
 /// - 5: group records (meta), a lock group's birth and adopted sessions (`topology.rs`).
 /// - 4: the meta group's cluster record (timing, retired node ids).
 /// - 3: the group's bucket ownership and its moves.
 /// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 6;
+pub const SNAPSHOT_FORMAT: u32 = 7;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -47,6 +48,7 @@ struct ImageRef<'a> {
     cluster: &'a crate::cluster::ClusterRecord,
     topology: &'a crate::topology::Topology,
     draining: &'a std::collections::BTreeSet<u64>,
+    namespaces_version: u64,
 }
 
 /// Why a snapshot could not be restored.
@@ -108,6 +110,7 @@ impl LockTable {
             cluster: &self.cluster,
             topology: &self.topology,
             draining: &self.cluster.draining,
+            namespaces_version: self.namespaces_version,
         }
     }
 
@@ -200,6 +203,7 @@ const IMAGE_FIELDS: &[&str] = &[
     "cluster",
     "topology",
     "draining",
+    "namespaces_version",
 ];
 
 impl<'de> DeserializeSeed<'de> for ImageSeed<'_> {
@@ -282,6 +286,13 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         if format >= 6 {
             self.t.cluster.draining = field(&mut seq, 10)?;
         }
+        // Before format 7 the version was not kept: an image with namespaces beyond the default
+        // one had them set, so it is not a cluster a seed may still configure.
+        self.t.namespaces_version = if format >= 7 {
+            field(&mut seq, 11)?
+        } else {
+            u64::from(self.t.namespaces.len() > 1)
+        };
         Ok(())
     }
 }

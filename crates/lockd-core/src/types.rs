@@ -250,6 +250,16 @@ pub enum Op {
     /// Meta group: mark node `node` draining (or not): leader balancing hands it no group,
     /// and the groups it leads go to other voters. See `cluster.rs`.
     SetDraining { node: u64, draining: bool },
+    /// Meta group: the namespaces a brand-new cluster starts with (a founder's config file).
+    /// Applied only while the namespaces were never changed (version 0); later a no-op, so a
+    /// node's file never overwrites what the admin API set since.
+    SeedNamespaces { namespaces: Vec<Namespace> },
+    /// Meta group: the admin's change of one namespace, applied only if the namespaces'
+    /// version is still `expected_version` (compare-and-set); every change bumps the version.
+    ChangeNamespace {
+        expected_version: u64,
+        change: NamespaceChange,
+    },
 }
 
 impl Op {
@@ -263,6 +273,15 @@ impl Op {
             Op::Tick | Op::ExpireSessions { .. } | Op::RaiseRevision { .. }
         )
     }
+}
+
+/// One change of the namespace set ([`Op::ChangeNamespace`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NamespaceChange {
+    /// Create or replace the namespace with this prefix.
+    Put(Namespace),
+    /// Remove the namespace with this prefix (not the default one).
+    Delete { prefix: String },
 }
 
 /// The holder of a lock as callers see it.
@@ -376,6 +395,12 @@ pub enum Reply {
     DrainingSet {
         node: u64,
         draining: bool,
+    },
+    /// The namespaces are at `version` now; `changed`: this command changed them (a seed of a
+    /// cluster whose namespaces were set already changes nothing).
+    NamespacesAt {
+        version: u64,
+        changed: bool,
     },
 }
 
@@ -572,6 +597,11 @@ pub enum Rejection {
     InvalidGroup {
         reason: String,
     },
+    /// A namespace change read another version of the namespaces than the current one.
+    NamespaceVersionConflict {
+        expected: u64,
+        current: u64,
+    },
 }
 
 impl Rejection {
@@ -609,6 +639,7 @@ impl Rejection {
             Rejection::GroupBeingCreated { .. } => "group_creation_in_progress",
             Rejection::UnknownGroup { .. } => "group_not_found",
             Rejection::InvalidGroup { .. } => "invalid_group",
+            Rejection::NamespaceVersionConflict { .. } => "namespace_version_conflict",
         }
     }
 }
@@ -749,6 +780,11 @@ impl fmt::Display for Rejection {
             ),
             Rejection::UnknownGroup { group } => write!(f, "there is no lock group {group}"),
             Rejection::InvalidGroup { reason } => write!(f, "invalid group: {reason}"),
+            Rejection::NamespaceVersionConflict { expected, current } => write!(
+                f,
+                "expected_version: the namespaces are at version {current}, not {expected}; \
+                 read them again and retry"
+            ),
         }
     }
 }

@@ -355,6 +355,8 @@ impl Model {
             }
             Op::PutNamespace { .. }
             | Op::DeleteNamespace { .. }
+            | Op::SeedNamespaces { .. }
+            | Op::ChangeNamespace { .. }
             | Op::PutShardMap { .. }
             | Op::AssignBuckets { .. }
             | Op::FreezeBuckets { .. }

@@ -58,7 +58,8 @@ impl Code for ErrorCode {
             | ErrorCode::NodeRetired
             | ErrorCode::GroupExists
             | ErrorCode::GroupCreationInProgress
-            | ErrorCode::MemberChangeRefused => 409,
+            | ErrorCode::MemberChangeRefused
+            | ErrorCode::NamespaceVersionConflict => 409,
             ErrorCode::BodyTooLarge => 413,
             ErrorCode::UriTooLong => 414,
             ErrorCode::UnsupportedMediaType => 415,

@@ -449,6 +449,7 @@ impl Lock for GrpcApi {
             node_id: node.node_id(),
             pid: std::process::id(),
             groups,
+            serving_names: self.svc.meta_caught_up(),
         }))
     }
 
@@ -873,6 +874,64 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
             .await
             .map(members_response);
         self.api.finish("set_draining", start, out)
+    }
+
+    async fn list_namespaces(
+        &self,
+        req: Request<pb::ListNamespacesRequest>,
+    ) -> Result<Response<pb::ListNamespacesResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let out = self
+            .api
+            .svc
+            .namespace_config(&c)
+            .await
+            .map(|(version, all)| pb::ListNamespacesResponse {
+                version,
+                namespaces: all.iter().map(crate::namespaces::spec_of).collect(),
+            });
+        self.api.finish("list_namespaces", start, out)
+    }
+
+    async fn put_namespace(
+        &self,
+        req: Request<pb::PutNamespaceRequest>,
+    ) -> Result<Response<pb::PutNamespaceResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let r = req.into_inner();
+        let out = async {
+            self.api.svc.require_admin(&c, "changing namespaces")?;
+            let token = crate::namespaces::TokenChange::from_fields(r.bearer_token, r.clear_token)?;
+            let spec = r
+                .namespace
+                .ok_or_else(|| ApiError::bad_request("namespace: required"))?;
+            let version = self
+                .api
+                .svc
+                .put_namespace(&c, r.expected_version, spec, token)
+                .await?;
+            Ok(pb::PutNamespaceResponse { version })
+        }
+        .await;
+        self.api.finish("put_namespace", start, out)
+    }
+
+    async fn delete_namespace(
+        &self,
+        req: Request<pb::DeleteNamespaceRequest>,
+    ) -> Result<Response<pb::DeleteNamespaceResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", req.metadata());
+        let r = req.into_inner();
+        let out = self
+            .api
+            .svc
+            .delete_namespace(&c, r.expected_version, &r.name)
+            .await
+            .map(|version| pb::DeleteNamespaceResponse { version });
+        self.api.finish("delete_namespace", start, out)
     }
 
     async fn shard_map(

@@ -59,6 +59,9 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("post", "/v1/admin/buckets:move"),
     ("get", "/v1/admin/groups"),
     ("post", "/v1/admin/groups"),
+    ("get", "/v1/admin/namespaces"),
+    ("post", "/v1/admin/namespaces"),
+    ("post", "/v1/admin/namespaces:delete"),
 ];
 
 pub fn router(svc: Arc<Service>) -> Router {
@@ -73,6 +76,11 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/admin/buckets", get(shard_view))
         .route("/v1/admin/buckets:move", post(move_buckets))
         .route("/v1/admin/groups", get(list_groups).post(create_group))
+        .route(
+            "/v1/admin/namespaces",
+            get(list_namespaces).post(put_namespace),
+        )
+        .route("/v1/admin/namespaces:delete", post(delete_namespace))
         .route("/metrics", get(metrics))
         .fallback(|| async {
             error_response(ApiError::new(
@@ -987,4 +995,131 @@ async fn list_groups(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Res
     }
     .await;
     finish(&svc, "list_groups", start, r)
+}
+
+/// A namespace in a put's body: the fields of the proto's `NamespaceSpec`, each optional (a
+/// missing limit takes the built-in default, as 0 does).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NamespaceBody {
+    name: String,
+    #[serde(default, deserialize_with = "null_default")]
+    prefix: String,
+    #[serde(default, deserialize_with = "null_default")]
+    min_ttl_ms: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    max_ttl_ms: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    default_ttl_ms: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    max_waiters_per_name: u32,
+    #[serde(default, deserialize_with = "null_default")]
+    max_locks_per_session: u32,
+    #[serde(default, deserialize_with = "null_default")]
+    lock_delay_ms: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    ops_per_s: u32,
+    #[serde(default, deserialize_with = "null_default")]
+    safety: String,
+    #[serde(default, deserialize_with = "null_default")]
+    fenced_resource: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutNamespaceBody {
+    expected_version: u64,
+    namespace: NamespaceBody,
+    #[serde(default)]
+    bearer_token: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    clear_token: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteNamespaceBody {
+    expected_version: u64,
+    name: String,
+}
+
+fn namespace_json(spec: &lockd_proto::v1::NamespaceSpec) -> Value {
+    json!({
+        "name": spec.name,
+        "prefix": spec.prefix,
+        "min_ttl_ms": spec.min_ttl_ms,
+        "max_ttl_ms": spec.max_ttl_ms,
+        "default_ttl_ms": spec.default_ttl_ms,
+        "max_waiters_per_name": spec.max_waiters_per_name,
+        "max_locks_per_session": spec.max_locks_per_session,
+        "lock_delay_ms": spec.lock_delay_ms,
+        "ops_per_s": spec.ops_per_s,
+        "safety": spec.safety,
+        "fenced_resource": (!spec.fenced_resource.is_empty()).then_some(&spec.fenced_resource),
+        "token_required": spec.token_required,
+    })
+}
+
+async fn list_namespaces(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let (version, all) = svc.namespace_config(&credentials(&headers)).await?;
+        let all: Vec<Value> = all
+            .iter()
+            .map(|n| namespace_json(&crate::namespaces::spec_of(n)))
+            .collect();
+        Ok(json!({ "version": version, "namespaces": all }))
+    }
+    .await;
+    finish(&svc, "list_namespaces", start, r)
+}
+
+async fn put_namespace(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        svc.require_admin(&creds, "changing namespaces")?;
+        let b: PutNamespaceBody = body(&headers, b).await?;
+        let token = crate::namespaces::TokenChange::from_fields(b.bearer_token, b.clear_token)?;
+        let n = b.namespace;
+        let spec = lockd_proto::v1::NamespaceSpec {
+            name: n.name,
+            prefix: n.prefix,
+            min_ttl_ms: n.min_ttl_ms,
+            max_ttl_ms: n.max_ttl_ms,
+            default_ttl_ms: n.default_ttl_ms,
+            max_waiters_per_name: n.max_waiters_per_name,
+            max_locks_per_session: n.max_locks_per_session,
+            lock_delay_ms: n.lock_delay_ms,
+            ops_per_s: n.ops_per_s,
+            safety: n.safety,
+            fenced_resource: n.fenced_resource,
+            token_required: false,
+        };
+        let version = svc
+            .put_namespace(&creds, b.expected_version, spec, token)
+            .await?;
+        Ok(json!({ "version": version }))
+    }
+    .await;
+    finish(&svc, "put_namespace", start, r)
+}
+
+async fn delete_namespace(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    b: Body,
+) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        svc.require_admin(&creds, "changing namespaces")?;
+        let b: DeleteNamespaceBody = body(&headers, b).await?;
+        let version = svc
+            .delete_namespace(&creds, b.expected_version, &b.name)
+            .await?;
+        Ok(json!({ "version": version }))
+    }
+    .await;
+    finish(&svc, "delete_namespace", start, r)
 }

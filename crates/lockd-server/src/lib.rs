@@ -14,6 +14,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod moves;
+pub mod namespaces;
 mod route;
 pub mod service;
 pub mod tls;
@@ -229,6 +230,16 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         }
     }
 
+    // Fail closed: no name or session is served until the meta replica has caught up.
+    let svc = service.clone();
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            _ = svc.catch_up_meta() => {}
+            _ = stopped(rx) => {}
+        }
+    });
+
     // Replicated configuration: shard map and namespaces, retried until a leader takes them.
     let svc = service.clone();
     let namespaces = cfg.namespaces;
@@ -262,6 +273,13 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
             }
         };
         tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
+    });
+
+    // The lock groups' copies of the namespaces follow the meta group's.
+    let svc = service.clone();
+    let rx = stop_rx.clone();
+    tasks.spawn(async move {
+        tokio::select! { _ = namespaces::sync_loop(svc) => {}, _ = stopped(rx) => {} }
     });
 
     // Moves a crashed mover left half done are finished, so their buckets do not stay frozen.

@@ -70,6 +70,9 @@ pub(crate) enum Query {
     Namespaces,
     /// The meta group's draining nodes.
     Draining,
+    /// Every namespace the group has, with the namespaces' version (one read, so a
+    /// compare-and-set made from it compares what was listed).
+    NamespaceConfig,
 }
 
 /// The answer to a [`Query`] (the variant of the same name).
@@ -89,6 +92,7 @@ pub(crate) enum Answer {
     Groups(std::collections::BTreeMap<GroupId, lockd_core::GroupRecord>),
     Namespaces(Vec<Namespace>),
     Draining(Vec<u64>),
+    NamespaceConfig((u64, Vec<Namespace>)),
 }
 
 impl Query {
@@ -124,6 +128,9 @@ impl Query {
             Query::Groups => Answer::Groups(t.group_records().clone()),
             Query::Namespaces => Answer::Namespaces(t.namespaces().cloned().collect()),
             Query::Draining => Answer::Draining(t.draining_nodes()),
+            Query::NamespaceConfig => {
+                Answer::NamespaceConfig((t.namespaces_version(), t.namespaces().cloned().collect()))
+            }
         }
     }
 }

@@ -127,6 +127,11 @@ pub struct Service {
     admin_sha256: Option<String>,
     /// This node's Raft timing, checked against the cluster's at start (`None`: not checked).
     pub timing: Option<lockd_core::ClusterTiming>,
+    /// Set once this node's meta replica has applied everything the meta leader had committed
+    /// when the node started ([`Service::catch_up_meta`]). Until then the node refuses every
+    /// call that reads a namespace (names, sessions): a replica that slept through a token being
+    /// set would otherwise route a protected name into the open default namespace.
+    meta_caught_up: std::sync::atomic::AtomicBool,
 }
 
 /// A wait's outcome (with the holder, on a timeout) as the caller gets it; `Ok(None)`: the
@@ -162,7 +167,45 @@ impl Service {
             election_timeout_max_ms: 0,
             admin_sha256: None,
             timing: None,
+            meta_caught_up: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Fail closed after start: returns once this node's meta replica has applied the meta
+    /// leader's commit index as of now (a linearizable read), retrying while there is no
+    /// leader or no meta replica here yet (a joiner before it is added). From then on the
+    /// node serves names; its replica follows the log like any other.
+    pub async fn catch_up_meta(&self) {
+        loop {
+            if let Ok(Route::Local(meta)) = self.route_of(META_GROUP) {
+                if meta.read(|_| ()).await.is_ok() {
+                    self.meta_caught_up
+                        .store(true, std::sync::atomic::Ordering::Release);
+                    tracing::info!("caught up with the cluster's configuration; serving names");
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Whether this node serves names yet (see [`Service::catch_up_meta`]).
+    pub fn meta_caught_up(&self) -> bool {
+        self.meta_caught_up
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// 503 until the meta replica has caught up since start.
+    fn serving_names(&self) -> Result<(), ApiError> {
+        if self.meta_caught_up() {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "this node has not yet caught up with the cluster's configuration (namespaces and \
+             their credentials) since it started; it serves no name or session until it has",
+        )
+        .retry_after(500))
     }
 
     /// Sets the admin credential (a bearer token; only its digest is kept).
@@ -221,12 +264,14 @@ impl Service {
 
     /// The namespace of `name` as the meta group stores it.
     fn namespace_for(&self, name: &str) -> Result<Namespace, ApiError> {
+        self.serving_names()?;
         Ok(self
             .group(META_GROUP)?
             .read_local(|t| t.namespace_for(name).clone()))
     }
 
     fn namespace_named(&self, name: &str) -> Result<Namespace, ApiError> {
+        self.serving_names()?;
         let want = if name.is_empty() { "default" } else { name };
         self.group(META_GROUP)?
             .read_local(|t| t.namespaces().find(|n| n.name == want).cloned())
@@ -362,6 +407,7 @@ impl Service {
         session: SessionId,
         creds: &Credentials,
     ) -> Result<(), ApiError> {
+        self.serving_names()?;
         // Every lock group knows the session: a replica here answers from memory. One that has
         // not applied the open yet (a follower a moment behind), or no replica here at all, is
         // no answer: then a linearizable read decides, so a live session never gets a 404.
@@ -394,7 +440,10 @@ impl Service {
         let ns = match self.namespace_named(&namespace) {
             Ok(ns) => ns,
             // Its namespace was deleted: only the admin may still act on it.
-            Err(_) => return self.require_admin(creds, "a session of a deleted namespace"),
+            Err(e) if e.code == ErrorCode::NamespaceNotFound => {
+                return self.require_admin(creds, "a session of a deleted namespace")
+            }
+            Err(e) => return Err(e),
         };
         self.authorize(&ns, creds)
     }
@@ -856,7 +905,12 @@ impl Service {
                 })
             })
             .collect();
-        serde_json::json!({"node_id": self.node.node_id(), "pid": std::process::id(), "groups": groups})
+        serde_json::json!({
+            "node_id": self.node.node_id(),
+            "pid": std::process::id(),
+            "serving_names": self.meta_caught_up(),
+            "groups": groups,
+        })
     }
 
     /// Gives back a grant whose requester went away (see waits.rs); retried while no leader.
@@ -957,27 +1011,9 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
-        for g in std::iter::once(META_GROUP).chain(self.lock_group_ids()) {
-            let group = self.route_of(g)?;
-            for ns in namespaces {
-                let namespace = ns.clone();
-                let current = answer_of!(
-                    self,
-                    &group,
-                    Query::HasNamespace { namespace },
-                    HasNamespace
-                )?;
-                if !current {
-                    self.propose(
-                        &group,
-                        Op::PutNamespace {
-                            namespace: ns.clone(),
-                        },
-                    )
-                    .await?;
-                }
-            }
-        }
+        // Namespaces: the file seeds a new cluster only; the lock groups copy the meta group's.
+        self.seed_namespaces(namespaces).await?;
+        self.sync_namespaces().await?;
         Ok(())
     }
 }

@@ -266,7 +266,10 @@ impl Cluster {
             let settled = |g: &lockd_client::proto::GroupStatus| {
                 g.leader != 0 && (g.preferred_leader == 0 || g.leader == g.preferred_leader)
             };
-            if s.groups.len() != groups as usize + 1 || !s.groups.iter().all(settled) {
+            if !s.serving_names
+                || s.groups.len() != groups as usize + 1
+                || !s.groups.iter().all(settled)
+            {
                 return false;
             }
         }

@@ -222,6 +222,8 @@ impl Cluster {
         loop {
             let mut ready = true;
             for r in self.nodes.iter().flatten() {
+                // A node serves names once its meta replica has caught up (fail closed).
+                ready &= r.service.meta_caught_up();
                 let node = &r.service.node;
                 for g in node.group_ids() {
                     let group = node.group(g).unwrap();

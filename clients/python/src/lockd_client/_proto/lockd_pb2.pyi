@@ -55,6 +55,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_BUCKET_MOVING: _ClassVar[ErrorCode]
     ERROR_CODE_SESSION_NOT_HERE: _ClassVar[ErrorCode]
     ERROR_CODE_WAIT_OUTCOME_UNKNOWN: _ClassVar[ErrorCode]
+    ERROR_CODE_NAMESPACE_VERSION_CONFLICT: _ClassVar[ErrorCode]
 
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -108,6 +109,7 @@ ERROR_CODE_WRONG_GROUP: ErrorCode
 ERROR_CODE_BUCKET_MOVING: ErrorCode
 ERROR_CODE_SESSION_NOT_HERE: ErrorCode
 ERROR_CODE_WAIT_OUTCOME_UNKNOWN: ErrorCode
+ERROR_CODE_NAMESPACE_VERSION_CONFLICT: ErrorCode
 MODE_UNSPECIFIED: Mode
 MODE_EXCLUSIVE: Mode
 MODE_SHARED: Mode
@@ -308,14 +310,16 @@ class GroupStatus(_message.Message):
     def __init__(self, id: _Optional[int] = ..., leader: _Optional[int] = ..., term: _Optional[int] = ..., members: _Optional[_Iterable[int]] = ..., applied_index: _Optional[int] = ..., revision: _Optional[int] = ..., preferred_leader: _Optional[int] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node_id", "pid", "groups")
+    __slots__ = ("node_id", "pid", "groups", "serving_names")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    SERVING_NAMES_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     pid: int
     groups: _containers.RepeatedCompositeFieldContainer[GroupStatus]
-    def __init__(self, node_id: _Optional[int] = ..., pid: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ...) -> None: ...
+    serving_names: bool
+    def __init__(self, node_id: _Optional[int] = ..., pid: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ..., serving_names: bool = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)
@@ -512,6 +516,78 @@ class Error(_message.Message):
     retry_after_ms: int
     error_code: ErrorCode
     def __init__(self, status: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ...) -> None: ...
+
+class NamespaceSpec(_message.Message):
+    __slots__ = ("name", "prefix", "min_ttl_ms", "max_ttl_ms", "default_ttl_ms", "max_waiters_per_name", "max_locks_per_session", "lock_delay_ms", "ops_per_s", "safety", "fenced_resource", "token_required")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    MIN_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAITERS_PER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOCKS_PER_SESSION_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    OPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    SAFETY_FIELD_NUMBER: _ClassVar[int]
+    FENCED_RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    prefix: str
+    min_ttl_ms: int
+    max_ttl_ms: int
+    default_ttl_ms: int
+    max_waiters_per_name: int
+    max_locks_per_session: int
+    lock_delay_ms: int
+    ops_per_s: int
+    safety: str
+    fenced_resource: str
+    token_required: bool
+    def __init__(self, name: _Optional[str] = ..., prefix: _Optional[str] = ..., min_ttl_ms: _Optional[int] = ..., max_ttl_ms: _Optional[int] = ..., default_ttl_ms: _Optional[int] = ..., max_waiters_per_name: _Optional[int] = ..., max_locks_per_session: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., ops_per_s: _Optional[int] = ..., safety: _Optional[str] = ..., fenced_resource: _Optional[str] = ..., token_required: bool = ...) -> None: ...
+
+class ListNamespacesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNamespacesResponse(_message.Message):
+    __slots__ = ("version", "namespaces")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    namespaces: _containers.RepeatedCompositeFieldContainer[NamespaceSpec]
+    def __init__(self, version: _Optional[int] = ..., namespaces: _Optional[_Iterable[_Union[NamespaceSpec, _Mapping]]] = ...) -> None: ...
+
+class PutNamespaceRequest(_message.Message):
+    __slots__ = ("expected_version", "namespace", "bearer_token", "clear_token")
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    BEARER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    expected_version: int
+    namespace: NamespaceSpec
+    bearer_token: str
+    clear_token: bool
+    def __init__(self, expected_version: _Optional[int] = ..., namespace: _Optional[_Union[NamespaceSpec, _Mapping]] = ..., bearer_token: _Optional[str] = ..., clear_token: bool = ...) -> None: ...
+
+class PutNamespaceResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class DeleteNamespaceRequest(_message.Message):
+    __slots__ = ("expected_version", "name")
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    expected_version: int
+    name: str
+    def __init__(self, expected_version: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteNamespaceResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
 
 class SetDrainingRequest(_message.Message):
     __slots__ = ("node_id", "draining")
