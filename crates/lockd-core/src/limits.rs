@@ -16,6 +16,10 @@ pub const MAX_WAIT_MS: u64 = 300_000;
 pub const MAX_SEMAPHORE_LIMIT: u32 = 10_000;
 /// Deepest re-entry.
 pub const MAX_REENTRY: u32 = 1_000_000;
+/// Live sessions one group holds (every lock group holds every session, so this bounds the
+/// cluster's). The design's 20,000 clients are a twelfth of it; a session costs a replica
+/// about 150 bytes, so a full table is ~40 MB per group.
+pub const MAX_SESSIONS: usize = 250_000;
 /// The highest revision, so the highest fencing token, a group ever reaches.
 ///
 /// Grants alone never get near it (2^63 grants at a million a second take 290,000 years); only

@@ -532,6 +532,11 @@ impl LockTable {
         if self.sessions.contains_key(&session) {
             return Err(Rejection::SessionExists { session });
         }
+        if self.sessions.len() >= limits::MAX_SESSIONS {
+            return Err(Rejection::TooManySessions {
+                limit: limits::MAX_SESSIONS,
+            });
+        }
         self.sessions.insert(
             session,
             Session {

@@ -602,6 +602,10 @@ pub enum Rejection {
         expected: u64,
         current: u64,
     },
+    /// The group holds as many live sessions as it may ([`crate::limits::MAX_SESSIONS`]).
+    TooManySessions {
+        limit: usize,
+    },
 }
 
 impl Rejection {
@@ -640,6 +644,7 @@ impl Rejection {
             Rejection::UnknownGroup { .. } => "group_not_found",
             Rejection::InvalidGroup { .. } => "invalid_group",
             Rejection::NamespaceVersionConflict { .. } => "namespace_version_conflict",
+            Rejection::TooManySessions { .. } => "too_many_sessions",
         }
     }
 }
@@ -780,6 +785,11 @@ impl fmt::Display for Rejection {
             ),
             Rejection::UnknownGroup { group } => write!(f, "there is no lock group {group}"),
             Rejection::InvalidGroup { reason } => write!(f, "invalid group: {reason}"),
+            Rejection::TooManySessions { limit } => write!(
+                f,
+                "session: the cluster holds {limit} live sessions, its limit; close idle ones \
+                 (one per process is enough) or retry later"
+            ),
             Rejection::NamespaceVersionConflict { expected, current } => write!(
                 f,
                 "expected_version: the namespaces are at version {current}, not {expected}; \

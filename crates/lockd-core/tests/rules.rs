@@ -1054,6 +1054,48 @@ fn sessions_hold_at_most_their_namespace_limit() {
 }
 
 #[test]
+fn a_group_holds_at_most_max_sessions_live_sessions() {
+    let mut h = H::new();
+    // Straight to the table: checking every invariant after each of 250k opens is quadratic.
+    for id in 1..=limits::MAX_SESSIONS as u64 {
+        let out = h.t.apply(&Command {
+            now_ms: h.now,
+            op: Op::OpenSession {
+                session: SessionId(id),
+                client: String::new(),
+                ttl_ms: 0,
+                namespace: String::new(),
+            },
+        });
+        assert!(out.reply.is_ok(), "session {id}: {:?}", out.reply);
+    }
+    h.t.check_invariants().unwrap();
+    let next = SessionId(limits::MAX_SESSIONS as u64 + 1);
+    let open = |s| Op::OpenSession {
+        session: s,
+        client: String::new(),
+        ttl_ms: 0,
+        namespace: String::new(),
+    };
+    assert_eq!(
+        h.rej(open(next)),
+        Rejection::TooManySessions {
+            limit: limits::MAX_SESSIONS
+        }
+    );
+    // One closed makes room for one.
+    h.ok(Op::CloseSession {
+        session: SessionId(7),
+    });
+    h.ok(open(next));
+    assert_eq!(
+        h.rej(open(SessionId(limits::MAX_SESSIONS as u64 + 2)))
+            .code(),
+        "too_many_sessions"
+    );
+}
+
+#[test]
 fn namespaces_match_the_longest_prefix_and_bound_ttls() {
     let mut h = H::new();
     h.put_ns("search/", |ns| {

@@ -63,7 +63,10 @@ impl Code for ErrorCode {
             ErrorCode::BodyTooLarge => 413,
             ErrorCode::UriTooLong => 414,
             ErrorCode::UnsupportedMediaType => 415,
-            ErrorCode::QueueFull | ErrorCode::TooManyLocks | ErrorCode::RateLimited => 429,
+            ErrorCode::QueueFull
+            | ErrorCode::TooManyLocks
+            | ErrorCode::TooManySessions
+            | ErrorCode::RateLimited => 429,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable
             | ErrorCode::NoLeader
@@ -144,7 +147,7 @@ impl From<Rejection> for ApiError {
                 .unwrap_or(ErrorCode::Internal);
         let retry = match &r {
             Rejection::QueueFull { retry_after_ms, .. } => Some(*retry_after_ms),
-            Rejection::TooManyLocks { .. } => Some(1_000),
+            Rejection::TooManyLocks { .. } | Rejection::TooManySessions { .. } => Some(1_000),
             Rejection::WrongGroup { .. } | Rejection::BucketMoving { .. } => Some(100),
             Rejection::SessionNotHere { .. } => Some(100),
             _ => None,

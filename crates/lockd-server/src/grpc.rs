@@ -539,7 +539,13 @@ impl Lock for GrpcApi {
     ) -> Result<Response<EventStream>, Status> {
         let meta_creds = creds("", req.metadata());
         let mut inbound = req.into_inner();
-        let (out_tx, out_rx) = mpsc::unbounded_channel::<Result<pb::SessionEvent, Status>>();
+        // One slot more than the buffer: the last one carries the status that cuts off a
+        // client that does not read.
+        let (out_tx, out_rx) = mpsc::channel::<Result<pb::SessionEvent, Status>>(STREAM_BUFFER + 1);
+        let mut out = Outbox {
+            tx: out_tx,
+            cut_off: false,
+        };
         let svc = self.svc.clone();
         tokio::spawn(async move {
             let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<SessionEvent>();
@@ -547,16 +553,14 @@ impl Lock for GrpcApi {
             // The notice of the session's end, sent last, after every answer.
             let mut ended = None;
             let mut running = FuturesUnordered::new();
-            let send =
-                |tx: &mpsc::UnboundedSender<Result<pb::SessionEvent, Status>>, request_id, kind| {
-                    let _ = tx.send(Ok(pb::SessionEvent {
-                        request_id,
-                        kind: Some(kind),
-                    }));
-                };
             loop {
+                if out.cut_off {
+                    break;
+                }
                 tokio::select! {
-                    msg = inbound.message() => {
+                    // At most STREAM_IN_FLIGHT requests run at once; past that the stream is
+                    // not read, so HTTP/2 flow control holds the client back.
+                    msg = inbound.message(), if running.len() < STREAM_IN_FLIGHT => {
                         let Ok(Some(msg)) = msg else { break };
                         let id = msg.request_id;
                         use pb::session_request::Kind;
@@ -568,11 +572,11 @@ impl Lock for GrpcApi {
                                 match svc.open_session(&o.client, o.ttl_ms, &o.namespace, &c).await {
                                     Ok(s) => {
                                         attached = Some((s.session, svc.waits.attach_stream(s.session, ev_tx.clone())));
-                                        send(&out_tx, id, Ev::Opened(pb::OpenSessionResponse {
+                                        out.event(id, Ev::Opened(pb::OpenSessionResponse {
                                             session_id: s.session.to_string(), ttl_ms: s.ttl_ms, keepalive_every_ms: s.ttl_ms / 3,
                                         }));
                                     }
-                                    Err(e) => send(&out_tx, id, error_event(e)),
+                                    Err(e) => out.event(id, error_event(e)),
                                 }
                             }
                             Some(Kind::Attach(s)) if attached.is_none() => {
@@ -584,18 +588,18 @@ impl Lock for GrpcApi {
                                 match r {
                                     Ok((s, ttl_ms)) => {
                                         attached = Some((s, svc.waits.attach_stream(s, ev_tx.clone())));
-                                        send(&out_tx, id, Ev::Keepalive(pb::KeepAliveResponse { ttl_ms }));
+                                        out.event(id, Ev::Keepalive(pb::KeepAliveResponse { ttl_ms }));
                                     }
-                                    Err(e) => send(&out_tx, id, error_event(e)),
+                                    Err(e) => out.event(id, error_event(e)),
                                 }
                             }
                             Some(Kind::Open(_)) | Some(Kind::Attach(_)) => {
-                                send(&out_tx, id, error_event(second_session()));
+                                out.event(id, error_event(second_session()));
                             }
-                            None => send(&out_tx, id, error_event(ApiError::bad_request("empty request"))),
+                            None => out.event(id, error_event(ApiError::bad_request("empty request"))),
                             Some(kind) => {
                                 let Some((session, _)) = attached else {
-                                    send(&out_tx, id, error_event(ApiError::bad_request("send open or attach first")));
+                                    out.event(id, error_event(ApiError::bad_request("send open or attach first")));
                                     continue;
                                 };
                                 // Requests run concurrently, on this task: replies carry their
@@ -605,7 +609,7 @@ impl Lock for GrpcApi {
                                 if closing {
                                     let answer = req.await;
                                     let closed = matches!(answer.kind, Some(Ev::Closed(_)));
-                                    let _ = out_tx.send(Ok(answer));
+                                    out.send(answer);
                                     if closed {
                                         ended = Some(session_closed());
                                         break;
@@ -617,7 +621,7 @@ impl Lock for GrpcApi {
                         }
                     }
                     Some(ev) = running.next(), if !running.is_empty() => {
-                        let _ = out_tx.send(Ok(ev));
+                        out.send(ev);
                     }
                     ev = ev_rx.recv() => {
                         let Some(ev) = ev else { break };
@@ -633,25 +637,68 @@ impl Lock for GrpcApi {
                                 ended = Some(push(ev));
                                 break;
                             }
-                            ev => send(&out_tx, 0, push(ev)),
+                            ev => out.event(0, push(ev)),
                         }
                     }
                 }
             }
-            // Answer what is still running (the client may have closed only its sending side).
-            while let Some(ev) = running.next().await {
-                let _ = out_tx.send(Ok(ev));
+            // Answer what is still running (the client may have closed only its sending side);
+            // a client cut off for not reading gets nothing more.
+            while !out.cut_off {
+                let Some(ev) = running.next().await else {
+                    break;
+                };
+                out.send(ev);
             }
             if let Some(ended) = ended {
-                send(&out_tx, 0, ended);
+                out.event(0, ended);
             }
             if let Some((session, attachment)) = attached {
                 svc.waits.detach_stream(session, attachment);
             }
         });
         Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::UnboundedReceiverStream::new(out_rx),
+            tokio_stream::wrappers::ReceiverStream::new(out_rx),
         )))
+    }
+}
+
+/// Events waiting for one session stream's client. A client that stops reading while answers
+/// and pushes pile up is cut off past this many (RESOURCE_EXHAUSTED); the session lives on.
+pub const STREAM_BUFFER: usize = 1024;
+/// Requests of one session stream running at once; past it the stream is not read, and HTTP/2
+/// flow control holds the client back.
+pub const STREAM_IN_FLIGHT: usize = 1024;
+
+/// The events queued for one session stream's client, bounded by [`STREAM_BUFFER`].
+struct Outbox {
+    tx: mpsc::Sender<Result<pb::SessionEvent, Status>>,
+    /// Set once the client was cut off: nothing more is queued.
+    cut_off: bool,
+}
+
+impl Outbox {
+    fn event(&mut self, request_id: u64, kind: pb::session_event::Kind) {
+        self.send(pb::SessionEvent {
+            request_id,
+            kind: Some(kind),
+        });
+    }
+
+    fn send(&mut self, ev: pb::SessionEvent) {
+        if self.cut_off {
+            return;
+        }
+        // The channel holds STREAM_BUFFER + 1: the last slot is the cut-off's.
+        if self.tx.capacity() <= 1 {
+            self.cut_off = true;
+            let _ = self.tx.try_send(Err(Status::resource_exhausted(format!(
+                "the client did not read its session stream ({STREAM_BUFFER} events were \
+                 waiting); the stream is cut off. The session lives on: attach it again"
+            ))));
+            return;
+        }
+        let _ = self.tx.try_send(Ok(ev));
     }
 }
 

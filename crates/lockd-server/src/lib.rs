@@ -162,9 +162,13 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     });
 
     // The client gRPC API.
-    let api = lockd_proto::v1::lock_server::LockServer::new(grpc::GrpcApi::new(service.clone()));
+    // A request message is at most what an HTTP body may be (64 KiB): no valid request comes
+    // near it, and tonic's default (4 MiB) would let one call make the node buffer that much.
+    let api = lockd_proto::v1::lock_server::LockServer::new(grpc::GrpcApi::new(service.clone()))
+        .max_decoding_message_size(http::MAX_BODY_BYTES);
     let admin =
-        lockd_proto::v1::admin_server::AdminServer::new(grpc::AdminApi::new(service.clone()));
+        lockd_proto::v1::admin_server::AdminServer::new(grpc::AdminApi::new(service.clone()))
+            .max_decoding_message_size(http::MAX_BODY_BYTES);
     let incoming = nodelay(cfg.grpc);
     // grpc.health.v1 and server reflection (v1 and v1alpha), so grpcurl, Postman and load
     // balancers work without the .proto file.

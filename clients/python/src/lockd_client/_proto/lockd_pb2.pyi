@@ -56,6 +56,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_SESSION_NOT_HERE: _ClassVar[ErrorCode]
     ERROR_CODE_WAIT_OUTCOME_UNKNOWN: _ClassVar[ErrorCode]
     ERROR_CODE_NAMESPACE_VERSION_CONFLICT: _ClassVar[ErrorCode]
+    ERROR_CODE_TOO_MANY_SESSIONS: _ClassVar[ErrorCode]
 
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -110,6 +111,7 @@ ERROR_CODE_BUCKET_MOVING: ErrorCode
 ERROR_CODE_SESSION_NOT_HERE: ErrorCode
 ERROR_CODE_WAIT_OUTCOME_UNKNOWN: ErrorCode
 ERROR_CODE_NAMESPACE_VERSION_CONFLICT: ErrorCode
+ERROR_CODE_TOO_MANY_SESSIONS: ErrorCode
 MODE_UNSPECIFIED: Mode
 MODE_EXCLUSIVE: Mode
 MODE_SHARED: Mode

@@ -1,0 +1,123 @@
+//! Bounds on what a client can make a node hold: a gRPC request is at most 64 KiB, and a
+//! session stream whose client stops reading is cut off once its unread events pass the
+//! buffer, instead of the node queueing answers without end. The session itself lives on.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockd_proto::v1 as pb;
+use lockd_proto::v1::lock_client::LockClient;
+use lockd_server::grpc::STREAM_BUFFER;
+use pb::session_request::Kind;
+use tonic::Code;
+
+async fn grpc(c: &Cluster) -> LockClient<tonic::transport::Channel> {
+    LockClient::connect(format!("http://{}", c.node(0).grpc_addr))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_64_kib_is_refused_before_it_is_read() {
+    let c = cluster(1, 1).await;
+    let mut g = grpc(&c).await;
+    let big = g
+        .open_session(pb::OpenSessionRequest {
+            client: "x".repeat(100 * 1024),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(big.code(), Code::OutOfRange, "{big:?}");
+    assert!(big.message().contains("too large"), "{}", big.message());
+    // Just under the limit, the request is read and refused for its field, by name.
+    let field = g
+        .open_session(pb::OpenSessionRequest {
+            client: "x".repeat(60 * 1024),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field.code(), Code::InvalidArgument, "{field:?}");
+    assert!(field.message().contains("client"), "{}", field.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_stream_that_is_never_read_is_cut_off_and_its_session_lives_on() {
+    let c = cluster(1, 1).await;
+    // HTTP/2's smallest windows, so what the client does not read backs up to the node soon.
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", c.node(0).grpc_addr))
+        .unwrap()
+        .initial_stream_window_size(Some(65_535))
+        .initial_connection_window_size(Some(65_535))
+        .connect()
+        .await
+        .unwrap();
+    let mut g = LockClient::new(ch);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let send = |id: u64, kind: Kind| {
+        tx.send(pb::SessionRequest {
+            request_id: id,
+            kind: Some(kind),
+        })
+        .unwrap()
+    };
+    send(
+        1,
+        Kind::Open(pb::OpenSessionRequest {
+            client: "never-reads".into(),
+            ..Default::default()
+        }),
+    );
+    // Far more answers than the HTTP/2 windows and the node's buffer hold together.
+    const SENT: u64 = 20_000;
+    for id in 2..=SENT {
+        send(
+            id,
+            Kind::Inspect(pb::InspectRequest {
+                name: format!("bounds/{}", id % 7),
+                ..Default::default()
+            }),
+        );
+    }
+    let mut events = g
+        .session(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    // Not reading, long enough for the node to answer what it can and fill its buffer.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut answered = 0u64;
+    let mut session = String::new();
+    let end = loop {
+        match tokio::time::timeout(Duration::from_secs(30), events.message()).await {
+            Ok(Ok(Some(ev))) => {
+                if let Some(pb::session_event::Kind::Opened(o)) = &ev.kind {
+                    session = o.session_id.clone();
+                }
+                answered += 1;
+            }
+            Ok(Ok(None)) => panic!("the stream ended without an error after {answered} events"),
+            Ok(Err(st)) => break st,
+            Err(_) => panic!("no cut-off: {answered} events, then nothing for 30 s"),
+        }
+    };
+    assert_eq!(end.code(), Code::ResourceExhausted, "{end:?}");
+    assert!(end.message().contains("did not read"), "{}", end.message());
+    assert!(
+        answered < SENT && answered >= STREAM_BUFFER as u64,
+        "answered {answered} of {SENT}"
+    );
+    // The session is alive: a unary keepalive extends it.
+    assert!(session.starts_with("s_"), "{session}");
+    let kept = g
+        .keep_alive(pb::KeepAliveRequest {
+            session_id: session,
+            ..Default::default()
+        })
+        .await;
+    assert!(kept.is_ok(), "{kept:?}");
+    drop(tx);
+}
