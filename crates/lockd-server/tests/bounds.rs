@@ -115,7 +115,6 @@ async fn a_session_stream_that_is_never_read_is_cut_off_and_its_session_lives_on
     let kept = g
         .keep_alive(pb::KeepAliveRequest {
             session_id: session,
-            ..Default::default()
         })
         .await;
     assert!(kept.is_ok(), "{kept:?}");
