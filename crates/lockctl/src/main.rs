@@ -351,12 +351,13 @@ struct Out {
 
 impl Out {
     /// A result: JSON object or human lines, on stdout.
+    ///
+    /// A reader that went away (`lockctl status | head -3`) is not an error: what it did not
+    /// read is dropped, and lockctl goes on (under `run` it still stops CMD and releases).
     fn print(&self, v: Value, human: impl FnOnce() -> String) {
-        if self.json {
-            println!("{v}");
-        } else {
-            println!("{}", human());
-        }
+        use std::io::Write as _;
+        let line = if self.json { v.to_string() } else { human() };
+        let _ = writeln!(std::io::stdout(), "{line}");
     }
 
     /// A notice on stderr (stdout belongs to CMD under `run`).

@@ -78,6 +78,21 @@ async fn lockd_dev_tls_and_lockctl_with_its_ca() {
     let said = String::from_utf8_lossy(&unknown.stdout);
     assert!(said.contains("UnknownIssuer"), "{said}");
 
+    // A reader that goes away early (`lockctl status | head -1`) is no error and no panic.
+    let mut early = with_ca()
+        .arg("status")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(early.stdout.take());
+    let early = early.wait_with_output().await.unwrap();
+    let said = String::from_utf8_lossy(&early.stderr);
+    assert!(
+        early.status.success() && !said.contains("panicked"),
+        "{said}"
+    );
+
     // The dev node says it serves TLS, and stops cleanly on SIGTERM.
     let status = signal_and_wait(&mut dev, Signal::SIGTERM).await;
     assert!(status.success(), "{status:?}");
