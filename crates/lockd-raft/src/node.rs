@@ -351,7 +351,7 @@ impl Node {
         group: GroupId,
         payload: &[u8],
     ) -> Result<Vec<u8>, tonic::Status> {
-        crate::peer::dispatch(self, method, group, payload).await
+        crate::peer::dispatch(self, method, group, payload, None).await
     }
 
     /// This node's replica of group `id`, if it hosts one (it may not be a member yet: a

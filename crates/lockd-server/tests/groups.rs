@@ -222,6 +222,7 @@ async fn a_group_created_on_joined_nodes_takes_half_the_buckets_under_use() {
     let mut cfg = lockd_raft::NodeConfig::new(5, dir5.path(), peers);
     cfg.join_existing = true;
     let five = start_node(cfg, http, grpc, peer).await;
+    wait_serving(&five).await;
     assert!(
         five.service.node.group(2).is_some(),
         "group 2 hosted again after a restart"

@@ -444,25 +444,27 @@ impl PeerService {
         req: tonic::Request<PeerRequest>,
         method: Method,
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
-        self.admit(&req)?;
+        let from = self.admit(&req)?;
         let req = req.into_inner();
-        let payload = dispatch(&self.node, method, req.group_id, &req.payload).await?;
+        let payload = dispatch(&self.node, method, req.group_id, &req.payload, Some(from)).await?;
         Ok(tonic::Response::new(PeerReply { payload }))
     }
 }
 
 /// Serves one peer call on `node`: what the tonic service does for a request, without tonic.
+/// `from`: the caller as the peer port admitted it (`None`: an in-process network).
 pub(crate) async fn dispatch(
     node: &Node,
     method: Method,
     group_id: GroupId,
     payload: &[u8],
+    from: Option<NodeId>,
 ) -> Result<Vec<u8>, tonic::Status> {
     if node.is_shutting_down() {
         return Err(tonic::Status::unavailable("node is shutting down"));
     }
     if method != Method::Batch {
-        return dispatch_one(node, method, group_id, payload).await;
+        return dispatch_one(node, method, group_id, payload, from).await;
     }
     // Every member is served as a lone call would be, concurrently; answers keep their order.
     // Keepalives travel in batches of their own (their lane) and are answered from memory, so
@@ -480,7 +482,7 @@ pub(crate) async fn dispatch(
         futures_util::future::join_all(
             calls
                 .iter()
-                .map(|c| dispatch_one(node, c.method.method(), c.group, &c.payload)),
+                .map(|c| dispatch_one(node, c.method.method(), c.group, &c.payload, from)),
         )
         .await
         .into_iter()
@@ -508,6 +510,7 @@ async fn dispatch_one(
     method: Method,
     group_id: GroupId,
     payload: &[u8],
+    from: Option<NodeId>,
 ) -> Result<Vec<u8>, tonic::Status> {
     if method == Method::App {
         return match node.route(group_id) {
@@ -520,11 +523,11 @@ async fn dispatch_one(
     let group = hosted(node, group_id)?;
     let raft = group.raft();
     match method {
-        Method::Append => raft.serve(RaftRpc::Append, payload).await,
-        Method::Vote => raft.serve(RaftRpc::Vote, payload).await,
-        Method::PreVote => raft.serve(RaftRpc::PreVote, payload).await,
-        Method::Snapshot => raft.serve(RaftRpc::Snapshot, payload).await,
-        Method::TransferLeader => raft.serve(RaftRpc::TransferLeader, payload).await,
+        Method::Append => raft.serve(RaftRpc::Append, payload, from).await,
+        Method::Vote => raft.serve(RaftRpc::Vote, payload, from).await,
+        Method::PreVote => raft.serve(RaftRpc::PreVote, payload, from).await,
+        Method::Snapshot => raft.serve(RaftRpc::Snapshot, payload, from).await,
+        Method::TransferLeader => raft.serve(RaftRpc::TransferLeader, payload, from).await,
         // A proposal forwarded by a follower; answered only if this node leads (no
         // re-forwarding).
         Method::Propose => {
@@ -649,14 +652,14 @@ impl pb::peer_server::Peer for PeerService {
         &self,
         req: tonic::Request<tonic::Streaming<pb::PipeRequest>>,
     ) -> Result<tonic::Response<Self::PipeStream>, tonic::Status> {
-        self.admit(&req)?;
+        let from = self.admit(&req)?;
         let node = self.node.clone();
         let closed = node.pipes_closed();
         Ok(tonic::Response::new(pipe::serve(
             req.into_inner(),
             move |method, group, payload| {
                 let node = node.clone();
-                async move { dispatch(&node, method, group, &payload).await }
+                async move { dispatch(&node, method, group, &payload, Some(from)).await }
             },
             closed,
         )))

@@ -451,12 +451,15 @@ impl RaftGroup {
     }
 
     /// Serves one openraft RPC from a peer (postcard in, postcard out).
+    /// `from`: the calling node as the peer port admitted it (`None`: not known, nothing to
+    /// check); a message speaking for another node is refused.
     pub(crate) async fn serve(
         &self,
         rpc: RaftRpc,
         payload: &[u8],
+        from: Option<NodeId>,
     ) -> Result<Vec<u8>, tonic::Status> {
-        network::serve(&self.raft, rpc, payload).await
+        network::serve(&self.raft, rpc, payload, from).await
     }
 
     pub(crate) async fn shutdown(&self) {

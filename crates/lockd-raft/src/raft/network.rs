@@ -177,30 +177,51 @@ fn fatal(e: impl std::fmt::Display) -> tonic::Status {
 }
 
 /// Serves one openraft RPC for `raft`.
+/// Refuses a Raft message that speaks for another node than the one that sent it: an append,
+/// snapshot or leadership transfer comes from the leader its vote names, a vote request from
+/// its candidate. `from`: the caller as the peer port admitted it (under mutual TLS, the node
+/// its certificate names); `None` (an in-process network) checks nothing.
+fn check_sender(rpc: RaftRpc, vote: &Vote, from: Option<NodeId>) -> Result<(), tonic::Status> {
+    use openraft::vote::RaftLeaderId;
+    let claimed = *vote.leader_id().node_id();
+    match from {
+        Some(from) if from != claimed => Err(tonic::Status::permission_denied(format!(
+            "node {from} sent a {rpc:?} on behalf of node {claimed}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) async fn serve(
     raft: &Raft,
     rpc: RaftRpc,
     payload: &[u8],
+    from: Option<NodeId>,
 ) -> Result<Vec<u8>, tonic::Status> {
     match rpc {
         RaftRpc::Append => {
             let req: AppendEntriesRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            check_sender(rpc, &req.vote, from)?;
             encode_reply(&raft.append_entries(req).await.map_err(fatal)?)
         }
         RaftRpc::Vote => {
             let req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            check_sender(rpc, &req.vote, from)?;
             encode_reply(&raft.vote(req).await.map_err(fatal)?)
         }
         RaftRpc::PreVote => {
             let req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            check_sender(rpc, &req.vote, from)?;
             encode_reply(&raft.pre_vote(req).await.map_err(fatal)?)
         }
         RaftRpc::TransferLeader => {
             let req: TransferLeaderRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            check_sender(rpc, req.from_leader(), from)?;
             encode_reply(&raft.handle_transfer_leader(req).await.map_err(fatal)?)
         }
         RaftRpc::Snapshot => {
             let w: SnapshotWire = dec(payload).map_err(bad_request)?;
+            check_sender(rpc, &w.vote, from)?;
             let snap = openraft::type_config::alias::SnapshotOf::<TypeConfig, SnapshotData> {
                 meta: w.meta,
                 snapshot: w.data,
@@ -212,5 +233,22 @@ pub(crate) async fn serve(
                     .map_err(fatal)?,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod sender_tests {
+    use super::*;
+
+    /// A vote request from candidate 3 is node 3's to send: from node 2 it is refused, from
+    /// node 3 (or an in-process network that names no sender) it is served.
+    #[test]
+    fn a_raft_message_speaks_only_for_its_sender() {
+        let vote: Vote = openraft::impls::Vote::new(7, 3);
+        let st = check_sender(RaftRpc::Vote, &vote, Some(2)).unwrap_err();
+        assert_eq!(st.code(), tonic::Code::PermissionDenied);
+        assert!(st.message().contains("node 2") && st.message().contains("node 3"));
+        assert!(check_sender(RaftRpc::Vote, &vote, Some(3)).is_ok());
+        assert!(check_sender(RaftRpc::Append, &vote, None).is_ok());
     }
 }

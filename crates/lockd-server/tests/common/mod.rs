@@ -178,6 +178,20 @@ pub async fn start_node_tls(
     .unwrap()
 }
 
+/// Waits (up to 20 s) until `r` serves names: its meta replica has caught up since it started
+/// (until then every name and session call is a 503, by design).
+pub async fn wait_serving(r: &Running) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !r.service.meta_caught_up() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {} does not serve names 20 s after its start",
+            r.service.node.node_id()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Starts node `id` as a joiner of `c` (`--initial-cluster-state existing`, one lock group),
 /// with Raft timing `(heartbeat, election min, election max)`.
 pub async fn joiner(c: &Cluster, id: u64, timing: (u64, u64, u64)) -> (Running, tempfile::TempDir) {
