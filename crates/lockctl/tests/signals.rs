@@ -5,7 +5,6 @@
 //!
 //! Needs `target/debug/lockd`: `cargo build -p lockd-server --bin lockd` first.
 
-#[path = "../../lockd-client/tests/common/mod.rs"]
 mod common;
 mod support;
 

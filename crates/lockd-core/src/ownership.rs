@@ -4,7 +4,7 @@
 //!
 //! A group checks, in its replicated state, that it owns a name's bucket before it grants,
 //! releases or extends; a stale router then meets `WrongGroup` and never makes two groups grant
-//! one name. A move of buckets `S` from group A to group B is five commands, each idempotent:
+//! one name. A move of buckets `S` from group A to group B is four commands, each idempotent:
 //!
 //! 1. A `FreezeBuckets`: A stops serving `S` (their names are refused with `BucketMoving`, which
 //!    callers retry), ends their waits (reason `Moved`: the node that queued each re-queues it

@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod grpc;

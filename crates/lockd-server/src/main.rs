@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use lockd_raft::NodeConfig;
+use lockd_server::cli::{Common, ServeArgs};
 use lockd_server::config::FileConfig;
-use lockd_server::tls::ClientTls;
 use lockd_server::ServerConfig;
 
 /// mimalloc, built with `no_thp`: it does not `madvise(MADV_HUGEPAGE)` its arenas. With huge
@@ -41,102 +41,6 @@ enum Cmd {
     Serve(ServeArgs),
 }
 
-#[derive(Args, Clone)]
-struct Common {
-    /// Namespaces (TOML, see docs/API.md).
-    #[arg(long, env = "LOCKD_CONFIG")]
-    config: Option<PathBuf>,
-    /// Lock groups (G); group 0, the meta group, comes on top. Recorded in the data dir on
-    /// first start: a later start with another count is refused.
-    #[arg(long, default_value_t = 4)]
-    groups: u32,
-    /// Replicas per lock group (3 or 5 in production), placed over the founding nodes: group g
-    /// on `replicas` consecutive nodes from the ((g-1) × replicas)-th, so 6 nodes with
-    /// `--groups 2 --replicas 3` host groups 1 and 2 on disjoint halves. 0 (the default) or at
-    /// least the node count: every node hosts every group. The meta group is on every founder.
-    /// Recorded in the data dir on first start.
-    #[arg(long, default_value_t = 0)]
-    replicas: usize,
-    /// The cluster's name, recorded in each data dir on its first start; a dir is never started
-    /// under another name (1-64 of A-Z a-z 0-9 . _ -).
-    #[arg(long, env = "LOCKD_CLUSTER_NAME", default_value = "lockd")]
-    cluster_name: String,
-    /// Raft heartbeat interval.
-    #[arg(long, default_value_t = 100)]
-    heartbeat_ms: u64,
-    /// Raft election timeout: a random value in [min, 1.5 × min]. Failover takes about this plus
-    /// one election round; keep it well above the heartbeat and the disk's worst fsync.
-    #[arg(long, default_value_t = 400)]
-    election_timeout_ms: u64,
-    /// Log entries between snapshots.
-    #[arg(long, default_value_t = 20_000)]
-    snapshot_every: u64,
-    /// Threads running the node's async work (default: one per core). Replicas that share a
-    /// machine do better with fewer: three on two cores with one each spend less on
-    /// cross-thread wake-ups than extra threads gain (docs/BENCHMARKS.md).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    worker_threads: Option<u16>,
-    /// Leave each group with whichever node won its election, instead of handing it to its
-    /// preferred leader (group g: the (g mod n)-th voter) so that leaders spread over nodes.
-    #[arg(long)]
-    no_leader_balance: bool,
-    /// A file holding the admin bearer token (16-256 printable ASCII characters): it opens the
-    /// admin calls (listing sessions, other holders' session ids, cluster operations) and every
-    /// namespace. Without it they are refused; `lockd dev` makes one in its data dir.
-    #[arg(long, env = "LOCKD_ADMIN_TOKEN_FILE")]
-    admin_token_file: Option<PathBuf>,
-    /// Serve the client ports (HTTP and gRPC) over TLS with this certificate chain (PEM). Without
-    /// it they speak plain text: for loopback development only.
-    #[arg(long, env = "LOCKD_TLS_CERT_FILE", requires = "tls_key_file")]
-    tls_cert_file: Option<PathBuf>,
-    /// The private key (PEM) of --tls-cert-file.
-    #[arg(long, env = "LOCKD_TLS_KEY_FILE", requires = "tls_cert_file")]
-    tls_key_file: Option<PathBuf>,
-    /// Require a client certificate signed by this CA (PEM) on the client ports.
-    #[arg(long, env = "LOCKD_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
-    tls_client_ca_file: Option<PathBuf>,
-    /// Mutual TLS between nodes: this node's certificate (PEM). It must name `node-<id>.lockd`
-    /// among its DNS names and allow server and client authentication. Without the three
-    /// --peer-*-file flags the peer port speaks plain text.
-    #[arg(long, env = "LOCKD_PEER_CERT_FILE", requires_all = ["peer_key_file", "peer_ca_file"])]
-    peer_cert_file: Option<PathBuf>,
-    /// The private key (PEM) of --peer-cert-file.
-    #[arg(long, env = "LOCKD_PEER_KEY_FILE", requires = "peer_cert_file")]
-    peer_key_file: Option<PathBuf>,
-    /// The cluster's CA (PEM): the only issuer whose peers are let in.
-    #[arg(long, env = "LOCKD_PEER_CA_FILE", requires = "peer_cert_file")]
-    peer_ca_file: Option<PathBuf>,
-}
-
-impl Common {
-    /// The client ports' TLS, loaded and checked.
-    fn client_tls(&self) -> anyhow::Result<Option<ClientTls>> {
-        match (&self.tls_cert_file, &self.tls_key_file) {
-            (Some(cert), Some(key)) => {
-                ClientTls::load(cert, key, self.tls_client_ca_file.as_deref()).map(Some)
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// The peer port's mutual TLS, read.
-    fn peer_tls(&self) -> anyhow::Result<Option<lockd_raft::PeerTls>> {
-        use lockd_server::tls::read_pem;
-        match (
-            &self.peer_cert_file,
-            &self.peer_key_file,
-            &self.peer_ca_file,
-        ) {
-            (Some(cert), Some(key), Some(ca)) => Ok(Some(lockd_raft::PeerTls {
-                cert_pem: read_pem(cert, "peer certificate")?,
-                key_pem: read_pem(key, "peer key")?,
-                ca_pem: read_pem(ca, "peer CA")?,
-            })),
-            _ => Ok(None),
-        }
-    }
-}
-
 #[derive(Args)]
 struct DevArgs {
     #[arg(long, default_value = "127.0.0.1:7070")]
@@ -155,43 +59,6 @@ struct DevArgs {
     /// for restarts): HTTPS and gRPC over TLS for clients, mutual TLS between the nodes.
     #[arg(long, conflicts_with_all = ["tls_cert_file", "peer_cert_file"])]
     tls: bool,
-    #[command(flatten)]
-    common: Common,
-}
-
-#[derive(Args)]
-struct ServeArgs {
-    /// This node's id (1..).
-    #[arg(long)]
-    node_id: u64,
-    /// Every member's node-to-node address: `1=10.0.0.1:7270,2=10.0.0.2:7270,3=10.0.0.3:7270`
-    /// (the `--peer` ports, never the client ones).
-    #[arg(long)]
-    peers: String,
-    /// The client HTTP/JSON API.
-    #[arg(long)]
-    http: SocketAddr,
-    /// The client gRPC API; it does not serve the node-to-node service.
-    #[arg(long)]
-    grpc: SocketAddr,
-    /// Where this node listens for its peers (default: its own entry in --peers). Only the
-    /// other nodes need to reach it; keep it off the clients' network.
-    #[arg(long)]
-    peer: Option<SocketAddr>,
-    #[arg(long)]
-    data_dir: PathBuf,
-    /// `new`: this node founds the cluster with the other --peers (the lowest id initialises
-    /// every group). `existing`: it joins a running cluster and never initialises a group.
-    #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
-    initial_cluster_state: String,
-    /// Append every grant, end of a hold and end of a session this replica applies to this
-    /// file (JSON lines, log order; read by `lockd-check`).
-    #[arg(long)]
-    audit_log: Option<PathBuf>,
-    /// NEGATIVE CONTROL for lockd-check; makes the node UNSAFE. `skip-leader-lease-check`: the
-    /// leader acknowledges keepalives without its leader lease.
-    #[arg(long, hide = true, value_parser = ["skip-leader-lease-check"])]
-    unsafe_negative_control: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -494,48 +361,12 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         let (http, grpc) = (at(args.http, i), at(args.grpc, i));
         let dir = args.data_dir.join(format!("node-{}", i + 1));
         let c = &commons[i as usize];
+        let mut serve = ServeArgs::new(u64::from(i) + 1, peers.clone(), http, grpc, dir);
+        serve.peer = Some(at(args.peer, i));
+        serve.common = c.clone();
+        serve.common.admin_token_file = Some(admin.clone());
         let mut cmd = Command::new(&exe);
-        cmd.arg("serve")
-            .args(["--node-id", &(i + 1).to_string(), "--peers", &peers])
-            .args(["--http", &http.to_string(), "--grpc", &grpc.to_string()])
-            .args(["--peer", &at(args.peer, i).to_string()])
-            .arg("--data-dir")
-            .arg(&dir)
-            .args([
-                "--groups",
-                &c.groups.to_string(),
-                "--replicas",
-                &c.replicas.to_string(),
-                "--heartbeat-ms",
-                &c.heartbeat_ms.to_string(),
-            ])
-            .args(["--election-timeout-ms", &c.election_timeout_ms.to_string()])
-            .args(["--cluster-name", &c.cluster_name])
-            .args(["--snapshot-every", &c.snapshot_every.to_string()])
-            .arg("--admin-token-file")
-            .arg(&admin);
-        if let Some(t) = c.worker_threads {
-            cmd.args(["--worker-threads", &t.to_string()]);
-        }
-        if c.no_leader_balance {
-            cmd.arg("--no-leader-balance");
-        }
-        if let Some(cfg) = &c.config {
-            cmd.arg("--config").arg(cfg);
-        }
-        let files = [
-            ("--tls-cert-file", &c.tls_cert_file),
-            ("--tls-key-file", &c.tls_key_file),
-            ("--tls-client-ca-file", &c.tls_client_ca_file),
-            ("--peer-cert-file", &c.peer_cert_file),
-            ("--peer-key-file", &c.peer_key_file),
-            ("--peer-ca-file", &c.peer_ca_file),
-        ];
-        for (flag, file) in files {
-            if let Some(f) = file {
-                cmd.arg(flag).arg(f);
-            }
-        }
+        cmd.args(serve.to_args());
         let line = std::iter::once(cmd.get_program())
             .chain(cmd.get_args())
             .map(|a| a.to_string_lossy().into_owned())

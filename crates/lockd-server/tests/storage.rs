@@ -3,35 +3,34 @@
 //! panic), and a storage error while serving stops the process with a non-zero exit naming the
 //! group, so that a supervisor restarts it.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use lockd_server::cli::ServeArgs;
+
 /// Three loopback ports (HTTP, gRPC, peer), all held while picked so none repeats.
 fn ports() -> [String; 3] {
-    let ls: Vec<TcpListener> = (0..3)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    let a: Vec<String> = ls
-        .iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect();
-    [a[0].clone(), a[1].clone(), a[2].clone()]
+    let p = lockd_testkit::free_ports(3);
+    [0, 1, 2].map(|i| format!("127.0.0.1:{}", p[i]))
 }
 
 /// `lockd serve` for a one-node cluster with one lock group, run by `sh -c PREFIX; exec lockd`.
 fn serve(dir: &Path, [http, grpc, peer]: &[String; 3], prefix: &str) -> Command {
+    let mut args = ServeArgs::new(
+        1,
+        format!("1={peer}"),
+        http.parse().unwrap(),
+        grpc.parse().unwrap(),
+        dir,
+    );
+    args.peer = Some(peer.parse().unwrap());
+    args.common.groups = 1;
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(format!("{prefix} exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_lockd"))
-        .args(["serve", "--node-id", "1", "--peers", &format!("1={peer}")])
-        .args([
-            "--http", http, "--grpc", grpc, "--peer", peer, "--groups", "1",
-        ])
-        .arg("--data-dir")
-        .arg(dir)
+        .args(args.to_args())
         .env("LOCKD_LOG", "warn,lockd_server=info,lockd_raft=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

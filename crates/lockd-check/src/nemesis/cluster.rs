@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use lockd_client::{Client, ClientOptions};
+use lockd_server::cli::ServeArgs;
 use rustix::process::{kill_process, Pid, Signal};
 
 use super::proxy::Link;
@@ -29,8 +30,10 @@ pub struct ClusterConfig {
     pub lock_groups: u32,
     /// Namespaces file passed with `--config`.
     pub config_toml: String,
-    /// Extra `lockd serve` flags (the negative control).
-    pub extra_args: Vec<String>,
+    /// `lockd serve --snapshot-every`.
+    pub snapshot_every: u64,
+    /// `lockd serve --unsafe-negative-control` (a sabotaged run).
+    pub negative_control: Option<String>,
     pub faketime: bool,
 }
 
@@ -101,6 +104,32 @@ pub fn resume(pid: u32) -> anyhow::Result<()> {
     signal(pid, Signal::CONT)
 }
 
+/// Node `id`'s `lockd serve` command line, built as the server's own argument type: its ports,
+/// its data dir and audit log under the run's dir, the run's namespaces, token and settings.
+fn serve_args(
+    cfg: &ClusterConfig,
+    id: u64,
+    peers: String,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    joiner: bool,
+) -> Vec<String> {
+    let mut a = ServeArgs::new(id, peers, http, grpc, cfg.dir.join(format!("node{id}")));
+    a.audit_log = Some(cfg.dir.join(format!("node{id}.audit.jsonl")));
+    a.unsafe_negative_control = cfg.negative_control.clone();
+    if joiner {
+        a.initial_cluster_state = "existing".into();
+    }
+    a.common.groups = cfg.lock_groups;
+    a.common.config = Some(cfg.dir.join("namespaces.toml"));
+    a.common.admin_token_file = Some(cfg.dir.join("admin-token"));
+    a.common.snapshot_every = cfg.snapshot_every;
+    a.to_args()
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect()
+}
+
 impl Cluster {
     /// Starts every node and waits until every group has a leader.
     pub async fn start(cfg: ClusterConfig) -> anyhow::Result<Cluster> {
@@ -161,30 +190,8 @@ impl Cluster {
                     format!("{p}={addr}")
                 })
                 .collect();
-            let data = cfg.dir.join(format!("node{id}"));
             let audit = cfg.dir.join(format!("node{id}.audit.jsonl"));
-            let mut args = vec![
-                "serve".to_string(),
-                "--node-id".into(),
-                id.to_string(),
-                "--peers".into(),
-                peers.join(","),
-                "--http".into(),
-                http[&id].to_string(),
-                "--grpc".into(),
-                grpc[&id].to_string(),
-                "--data-dir".into(),
-                data.display().to_string(),
-                "--groups".into(),
-                cfg.lock_groups.to_string(),
-                "--config".into(),
-                config_path.display().to_string(),
-                "--audit-log".into(),
-                audit.display().to_string(),
-                "--admin-token-file".into(),
-                admin_path.display().to_string(),
-            ];
-            args.extend(cfg.extra_args.iter().cloned());
+            let args = serve_args(&cfg, id, peers.join(","), http[&id], grpc[&id], false);
             let faketime_file = cfg.dir.join(format!("node{id}.faketime"));
             std::fs::write(&faketime_file, "+0\n")?;
             nodes.push(NodeProc {
@@ -224,7 +231,8 @@ impl Cluster {
                 nodes: 0,
                 lock_groups: 0,
                 config_toml: String::new(),
-                extra_args: Vec::new(),
+                snapshot_every: 0,
+                negative_control: None,
                 faketime: false,
             },
             nodes: Vec::new(),
@@ -331,40 +339,8 @@ impl Cluster {
             peers.push(format!("{other}={}", link.listen));
             self.links.insert((id, other), link);
         }
-        let template = &self.nodes[0].args;
-        let flag = |name: &str| {
-            let i = template
-                .iter()
-                .position(|a| a == name)
-                .expect("a founder flag");
-            template[i + 1].clone()
-        };
-        let data = self.cfg.dir.join(format!("node{id}"));
         let audit = self.cfg.dir.join(format!("node{id}.audit.jsonl"));
-        let mut args = vec![
-            "serve".to_string(),
-            "--node-id".into(),
-            id.to_string(),
-            "--initial-cluster-state".into(),
-            "existing".into(),
-            "--peers".into(),
-            peers.join(","),
-            "--http".into(),
-            http.to_string(),
-            "--grpc".into(),
-            grpc.to_string(),
-            "--data-dir".into(),
-            data.display().to_string(),
-            "--groups".into(),
-            self.cfg.lock_groups.to_string(),
-            "--config".into(),
-            flag("--config"),
-            "--audit-log".into(),
-            audit.display().to_string(),
-            "--admin-token-file".into(),
-            flag("--admin-token-file"),
-        ];
-        args.extend(self.cfg.extra_args.iter().cloned());
+        let args = serve_args(&self.cfg, id, peers.join(","), http, grpc, true);
         let faketime_file = self.cfg.dir.join(format!("node{id}.faketime"));
         std::fs::write(&faketime_file, "+0\n")?;
         self.nodes.push(NodeProc {

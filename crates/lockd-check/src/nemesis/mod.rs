@@ -345,16 +345,8 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     }
 
     // The cluster.
-    let mut extra_args = vec![
-        "--snapshot-every".to_string(),
-        cfg.snapshot_every.to_string(),
-    ];
-    if cfg.sabotage == Some(Sabotage::LeaderLease) {
-        extra_args.extend([
-            "--unsafe-negative-control".to_string(),
-            "skip-leader-lease-check".to_string(),
-        ]);
-    }
+    let negative_control = (cfg.sabotage == Some(Sabotage::LeaderLease))
+        .then(|| "skip-leader-lease-check".to_string());
     let mut cluster = match &cfg.external {
         Some((endpoints, audit_logs)) => Cluster::external(endpoints.clone(), audit_logs.clone()),
         None => {
@@ -364,7 +356,8 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
                 nodes: 3,
                 lock_groups: cfg.lock_groups,
                 config_toml: namespaces_toml(cfg.ttl),
-                extra_args,
+                snapshot_every: cfg.snapshot_every,
+                negative_control,
                 faketime: cfg.faketime,
             })
             .await?

@@ -1,0 +1,347 @@
+//! `lockd serve`'s arguments as a type, shared by the binary and every harness that starts
+//! nodes.
+//!
+//! Why here and not in main.rs: test kits, the benchmark, the fault checker and `lockd dev
+//! --nodes N` all start `lockd serve` processes. They build a [`ServeArgs`] and render it with
+//! [`ServeArgs::to_args`], so a flag is spelled in one place and a renamed or removed flag is a
+//! compile error in every harness, not a node that refuses to start.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser};
+
+use crate::tls::ClientTls;
+
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct Common {
+    /// Namespaces (TOML, see docs/API.md).
+    #[arg(long, env = "LOCKD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Lock groups (G); group 0, the meta group, comes on top. Recorded in the data dir on
+    /// first start: a later start with another count is refused.
+    #[arg(long, default_value_t = 4)]
+    pub groups: u32,
+    /// Replicas per lock group (3 or 5 in production), placed over the founding nodes: group g
+    /// on `replicas` consecutive nodes from the ((g-1) × replicas)-th, so 6 nodes with
+    /// `--groups 2 --replicas 3` host groups 1 and 2 on disjoint halves. 0 (the default) or at
+    /// least the node count: every node hosts every group. The meta group is on every founder.
+    /// Recorded in the data dir on first start.
+    #[arg(long, default_value_t = 0)]
+    pub replicas: usize,
+    /// The cluster's name, recorded in each data dir on its first start; a dir is never started
+    /// under another name (1-64 of A-Z a-z 0-9 . _ -).
+    #[arg(long, env = "LOCKD_CLUSTER_NAME", default_value = "lockd")]
+    pub cluster_name: String,
+    /// Raft heartbeat interval.
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_ms: u64,
+    /// Raft election timeout: a random value in [min, 1.5 × min]. Failover takes about this plus
+    /// one election round; keep it well above the heartbeat and the disk's worst fsync.
+    #[arg(long, default_value_t = 400)]
+    pub election_timeout_ms: u64,
+    /// Log entries between snapshots.
+    #[arg(long, default_value_t = 20_000)]
+    pub snapshot_every: u64,
+    /// Threads running the node's async work (default: one per core). Replicas that share a
+    /// machine do better with fewer: three on two cores with one each spend less on
+    /// cross-thread wake-ups than extra threads gain (docs/BENCHMARKS.md).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
+    /// Leave each group with whichever node won its election, instead of handing it to its
+    /// preferred leader (group g: the (g mod n)-th voter) so that leaders spread over nodes.
+    #[arg(long)]
+    pub no_leader_balance: bool,
+    /// A file holding the admin bearer token (16-256 printable ASCII characters): it opens the
+    /// admin calls (listing sessions, other holders' session ids, cluster operations) and every
+    /// namespace. Without it they are refused; `lockd dev` makes one in its data dir.
+    #[arg(long, env = "LOCKD_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Serve the client ports (HTTP and gRPC) over TLS with this certificate chain (PEM). Without
+    /// it they speak plain text: for loopback development only.
+    #[arg(long, env = "LOCKD_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(long, env = "LOCKD_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Require a client certificate signed by this CA (PEM) on the client ports.
+    #[arg(long, env = "LOCKD_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// Mutual TLS between nodes: this node's certificate (PEM). It must name `node-<id>.lockd`
+    /// among its DNS names and allow server and client authentication. Without the three
+    /// --peer-*-file flags the peer port speaks plain text.
+    #[arg(long, env = "LOCKD_PEER_CERT_FILE", requires_all = ["peer_key_file", "peer_ca_file"])]
+    pub peer_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --peer-cert-file.
+    #[arg(long, env = "LOCKD_PEER_KEY_FILE", requires = "peer_cert_file")]
+    pub peer_key_file: Option<PathBuf>,
+    /// The cluster's CA (PEM): the only issuer whose peers are let in.
+    #[arg(long, env = "LOCKD_PEER_CA_FILE", requires = "peer_cert_file")]
+    pub peer_ca_file: Option<PathBuf>,
+}
+
+impl Common {
+    /// The client ports' TLS, loaded and checked.
+    pub fn client_tls(&self) -> anyhow::Result<Option<ClientTls>> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => {
+                ClientTls::load(cert, key, self.tls_client_ca_file.as_deref()).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The peer port's mutual TLS, read.
+    pub fn peer_tls(&self) -> anyhow::Result<Option<lockd_raft::PeerTls>> {
+        use crate::tls::read_pem;
+        match (
+            &self.peer_cert_file,
+            &self.peer_key_file,
+            &self.peer_ca_file,
+        ) {
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(lockd_raft::PeerTls {
+                cert_pem: read_pem(cert, "peer certificate")?,
+                key_pem: read_pem(key, "peer key")?,
+                ca_pem: read_pem(ca, "peer CA")?,
+            })),
+            _ => Ok(None),
+        }
+    }
+}
+
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct ServeArgs {
+    /// This node's id (1..).
+    #[arg(long)]
+    pub node_id: u64,
+    /// Every member's node-to-node address: `1=10.0.0.1:7270,2=10.0.0.2:7270,3=10.0.0.3:7270`
+    /// (the `--peer` ports, never the client ones).
+    #[arg(long)]
+    pub peers: String,
+    /// The client HTTP/JSON API.
+    #[arg(long)]
+    pub http: SocketAddr,
+    /// The client gRPC API; it does not serve the node-to-node service.
+    #[arg(long)]
+    pub grpc: SocketAddr,
+    /// Where this node listens for its peers (default: its own entry in --peers). Only the
+    /// other nodes need to reach it; keep it off the clients' network.
+    #[arg(long)]
+    pub peer: Option<SocketAddr>,
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// `new`: this node founds the cluster with the other --peers (each group is initialised
+    /// by the lowest-id node it is placed on). `existing`: it joins a running cluster and never
+    /// initialises a group.
+    #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
+    pub initial_cluster_state: String,
+    /// Append every grant, end of a hold and end of a session this replica applies to this
+    /// file (JSON lines, log order; read by `lockd-check`).
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
+    /// NEGATIVE CONTROL for lockd-check; makes the node UNSAFE. `skip-leader-lease-check`: the
+    /// leader acknowledges keepalives without its leader lease.
+    #[arg(long, hide = true, value_parser = ["skip-leader-lease-check"])]
+    pub unsafe_negative_control: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+impl ServeArgs {
+    /// A node with the required flags and every other at its default, exactly as `lockd serve`
+    /// would parse it (environment variables such as `LOCKD_CONFIG` included).
+    pub fn new(
+        node_id: u64,
+        peers: impl Into<String>,
+        http: SocketAddr,
+        grpc: SocketAddr,
+        data_dir: impl Into<PathBuf>,
+    ) -> ServeArgs {
+        let data_dir: PathBuf = data_dir.into();
+        ServeArgs::parse_from([
+            OsString::from("serve"),
+            "--node-id".into(),
+            node_id.to_string().into(),
+            "--peers".into(),
+            peers.into().into(),
+            "--http".into(),
+            http.to_string().into(),
+            "--grpc".into(),
+            grpc.to_string().into(),
+            "--data-dir".into(),
+            data_dir.into_os_string(),
+        ])
+    }
+
+    /// Parses `serve`'s arguments (the first item is the program name, as `std::env::args`).
+    pub fn parse_from<I, T>(args: I) -> ServeArgs
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        Wrapper::parse_from(args).serve
+    }
+
+    /// Parses, returning clap's error instead of exiting.
+    pub fn try_parse_from<I, T>(args: I) -> Result<ServeArgs, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        Wrapper::try_parse_from(args).map(|w| w.serve)
+    }
+
+    /// The command line after the binary (`serve` first) that parses back to `self`.
+    pub fn to_args(&self) -> Vec<OsString> {
+        // Destructured without `..`: a new field is a compile error here until it is rendered.
+        let ServeArgs {
+            node_id,
+            peers,
+            http,
+            grpc,
+            peer,
+            data_dir,
+            initial_cluster_state,
+            audit_log,
+            unsafe_negative_control,
+            common,
+        } = self;
+        let Common {
+            config,
+            groups,
+            replicas,
+            cluster_name,
+            heartbeat_ms,
+            election_timeout_ms,
+            snapshot_every,
+            worker_threads,
+            no_leader_balance,
+            admin_token_file,
+            tls_cert_file,
+            tls_key_file,
+            tls_client_ca_file,
+            peer_cert_file,
+            peer_key_file,
+            peer_ca_file,
+        } = common;
+        let mut v: Vec<OsString> = vec!["serve".into()];
+        let mut flag = |name: &str, value: OsString| {
+            v.push(format!("--{name}").into());
+            v.push(value);
+        };
+        flag("node-id", node_id.to_string().into());
+        flag("peers", peers.into());
+        flag("http", http.to_string().into());
+        flag("grpc", grpc.to_string().into());
+        if let Some(p) = peer {
+            flag("peer", p.to_string().into());
+        }
+        flag("data-dir", data_dir.into());
+        flag("initial-cluster-state", initial_cluster_state.into());
+        if let Some(f) = audit_log {
+            flag("audit-log", f.into());
+        }
+        if let Some(c) = unsafe_negative_control {
+            flag("unsafe-negative-control", c.into());
+        }
+        if let Some(f) = config {
+            flag("config", f.into());
+        }
+        flag("groups", groups.to_string().into());
+        flag("replicas", replicas.to_string().into());
+        flag("cluster-name", cluster_name.into());
+        flag("heartbeat-ms", heartbeat_ms.to_string().into());
+        flag(
+            "election-timeout-ms",
+            election_timeout_ms.to_string().into(),
+        );
+        flag("snapshot-every", snapshot_every.to_string().into());
+        if let Some(t) = worker_threads {
+            flag("worker-threads", t.to_string().into());
+        }
+        let files = [
+            ("admin-token-file", admin_token_file),
+            ("tls-cert-file", tls_cert_file),
+            ("tls-key-file", tls_key_file),
+            ("tls-client-ca-file", tls_client_ca_file),
+            ("peer-cert-file", peer_cert_file),
+            ("peer-key-file", peer_key_file),
+            ("peer-ca-file", peer_ca_file),
+        ];
+        for (name, file) in files {
+            if let Some(f) = file {
+                flag(name, f.into());
+            }
+        }
+        if *no_leader_balance {
+            v.push("--no-leader-balance".into());
+        }
+        v
+    }
+}
+
+#[derive(Parser)]
+struct Wrapper {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_renders_and_parses_back() {
+        let mut a = ServeArgs::new(
+            3,
+            "1=127.0.0.1:7270,2=127.0.0.1:7271,3=127.0.0.1:7272",
+            "127.0.0.1:7072".parse().unwrap(),
+            "127.0.0.1:7172".parse().unwrap(),
+            "/var/lib/lockd/node 3",
+        );
+        // Every field away from its default, so that a flag rendered wrong cannot hide.
+        a.peer = Some("127.0.0.1:7272".parse().unwrap());
+        a.initial_cluster_state = "existing".into();
+        a.audit_log = Some("/tmp/audit.jsonl".into());
+        a.unsafe_negative_control = Some("skip-leader-lease-check".into());
+        let c = &mut a.common;
+        c.config = Some("/etc/lockd/namespaces.toml".into());
+        c.groups = 8;
+        c.replicas = 5;
+        c.cluster_name = "payments-eu".into();
+        c.heartbeat_ms = 50;
+        c.election_timeout_ms = 900;
+        c.snapshot_every = 1234;
+        c.worker_threads = Some(2);
+        c.no_leader_balance = true;
+        c.admin_token_file = Some("/etc/lockd/admin".into());
+        c.tls_cert_file = Some("/etc/lockd/tls.crt".into());
+        c.tls_key_file = Some("/etc/lockd/tls.key".into());
+        c.tls_client_ca_file = Some("/etc/lockd/clients.ca".into());
+        c.peer_cert_file = Some("/etc/lockd/peer.crt".into());
+        c.peer_key_file = Some("/etc/lockd/peer.key".into());
+        c.peer_ca_file = Some("/etc/lockd/peer.ca".into());
+        let mut line = vec![OsString::from("lockd")];
+        line.extend(a.to_args().into_iter().skip(1));
+        assert_eq!(ServeArgs::try_parse_from(line).unwrap(), a);
+    }
+
+    #[test]
+    fn defaults_are_lockd_serves() {
+        let a = ServeArgs::new(
+            1,
+            "1=127.0.0.1:7270",
+            "127.0.0.1:7070".parse().unwrap(),
+            "127.0.0.1:7170".parse().unwrap(),
+            "d",
+        );
+        assert_eq!(a.common.groups, 4);
+        assert_eq!(a.common.heartbeat_ms, 100);
+        assert_eq!(a.initial_cluster_state, "new");
+        assert!(!a.common.no_leader_balance);
+        let mut line = vec![OsString::from("lockd")];
+        line.extend(a.to_args().into_iter().skip(1));
+        assert_eq!(ServeArgs::parse_from(line), a);
+    }
+}
