@@ -21,7 +21,10 @@ use tempfile::TempDir;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::http::HttpConn;
-use crate::procs::{free_ports, loopback, Server};
+use lockd_server::cli::ServeArgs;
+use lockd_testkit::free_ports;
+
+use crate::procs::{loopback, Server};
 use crate::target::{LockTarget, Token};
 
 /// How long a cluster gets to elect every group's leader (and a restarted node to catch up).
@@ -86,6 +89,8 @@ pub struct Cluster {
     bin: PathBuf,
     groups: u32,
     starts: usize,
+    /// A command that node `.0` runs under, its program first (e.g. valgrind and its flags).
+    wrap: Option<(usize, Vec<String>)>,
     dir: TempDir,
 }
 
@@ -150,10 +155,23 @@ impl Cluster {
         groups: u32,
         opts: ServerOpts,
     ) -> Result<Cluster> {
+        Self::start_wrapped(bin, data_root, n, groups, opts, None).await
+    }
+
+    /// `start`, with node index `wrap.0` run under the command `wrap.1` (program first), the
+    /// lockd binary and its arguments appended.
+    pub async fn start_wrapped(
+        bin: &Path,
+        data_root: &Path,
+        n: usize,
+        groups: u32,
+        opts: ServerOpts,
+        wrap: Option<(usize, Vec<String>)>,
+    ) -> Result<Cluster> {
         let dir = tempfile::Builder::new()
             .prefix("lockd-bench-lockd-")
             .tempdir_in(data_root)?;
-        let ports = free_ports(3 * n)?;
+        let ports = free_ports(3 * n);
         let (http, rest) = ports.split_at(n);
         let (grpc, peer) = rest.split_at(n);
         let peers: Vec<String> = (0..n)
@@ -178,54 +196,36 @@ impl Cluster {
             bin: bin.to_owned(),
             groups,
             starts: 0,
+            wrap,
             dir,
         };
         for i in 0..n {
             let id = i as u64 + 1;
-            let mut args: Vec<String> = [
-                "serve".to_string(),
-                "--node-id".into(),
-                id.to_string(),
-                "--peers".into(),
+            let mut serve = ServeArgs::new(
+                id,
                 peers.join(","),
-                "--http".into(),
-                loopback(http[i]).to_string(),
-                "--grpc".into(),
-                loopback(grpc[i]).to_string(),
-                "--data-dir".into(),
-                cluster
-                    .dir
-                    .path()
-                    .join(format!("node-{id}"))
-                    .display()
-                    .to_string(),
-                "--groups".into(),
-                groups.to_string(),
-                "--admin-token-file".into(),
-                token_file.display().to_string(),
-            ]
-            .into();
-            if let Some(t) = opts.threads {
-                args.extend(["--worker-threads".into(), t.to_string()]);
-            }
-            if !opts.leader_balance {
-                args.push("--no-leader-balance".into());
-            }
-            if opts.replicas > 0 {
-                args.extend(["--replicas".into(), opts.replicas.to_string()]);
-            }
+                loopback(http[i]),
+                loopback(grpc[i]),
+                cluster.dir.path().join(format!("node-{id}")),
+            );
+            serve.common.groups = groups;
+            serve.common.admin_token_file = Some(token_file.clone());
+            serve.common.worker_threads = opts.threads;
+            serve.common.no_leader_balance = !opts.leader_balance;
+            serve.common.replicas = opts.replicas;
             if let Some((ca, certs)) = &certs {
-                let (cert, key) = (certs[i].cert.display(), certs[i].key.display());
-                for (flag, file) in [
-                    ("--tls-cert-file", cert.to_string()),
-                    ("--tls-key-file", key.to_string()),
-                    ("--peer-cert-file", cert.to_string()),
-                    ("--peer-key-file", key.to_string()),
-                    ("--peer-ca-file", ca.display().to_string()),
-                ] {
-                    args.extend([flag.to_string(), file]);
-                }
+                let c = &mut serve.common;
+                c.tls_cert_file = Some(certs[i].cert.clone());
+                c.tls_key_file = Some(certs[i].key.clone());
+                c.peer_cert_file = Some(certs[i].cert.clone());
+                c.peer_key_file = Some(certs[i].key.clone());
+                c.peer_ca_file = Some(ca.clone());
             }
+            let args: Vec<String> = serve
+                .to_args()
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
             cluster.nodes.push(Node {
                 id,
                 http: loopback(http[i]),
@@ -245,7 +245,15 @@ impl Cluster {
         let node = &mut self.nodes[i];
         let name = format!("lockd-n{}-{}", node.id, self.starts);
         let bin = self.bin.display().to_string();
-        node.server = Some(Server::start(&name, &bin, &node.args, self.dir.path())?);
+        node.server = Some(match &self.wrap {
+            Some((w, cmd)) if *w == i && !cmd.is_empty() => {
+                let mut args = cmd[1..].to_vec();
+                args.push(bin);
+                args.extend(node.args.iter().cloned());
+                Server::start(&name, &cmd[0], &args, self.dir.path())?
+            }
+            _ => Server::start(&name, &bin, &node.args, self.dir.path())?,
+        });
         Ok(())
     }
 

@@ -9,7 +9,9 @@
 //! `lockd-bench smoke` is the seconds-long CI check against lockd alone.
 
 mod etcd;
+mod etcd_gateway;
 mod http;
+mod instructions;
 mod lockd;
 mod moves;
 mod placement;
@@ -58,11 +60,12 @@ struct LockdArgs {
     /// machine, so by default each gets one, as it would get a machine of its own.
     #[arg(long, default_value_t = 1)]
     server_threads: u16,
-    /// Let lockd hand each group to its preferred leader (its default). Off by default here:
-    /// the replicas share this machine's cores, and measured back to back (docs/BENCHMARKS.md)
-    /// spreading the leaders over them gained nothing and cost ~0.15 ms at C=1.
+    /// Turn off lockd's leader balance (`lockd serve --no-leader-balance`). It is on by
+    /// default, as in `lockd serve`, so the headline measures lockd's default configuration.
+    /// On shared cores spreading the leaders gained nothing in earlier runs and cost ~0.15 ms
+    /// at C=1 (docs/benchmarks-log.md); this flag measures that again.
     #[arg(long)]
-    leader_balance: bool,
+    no_leader_balance: bool,
 }
 
 impl LockdArgs {
@@ -73,7 +76,7 @@ impl LockdArgs {
     fn opts(&self) -> lockd::ServerOpts {
         lockd::ServerOpts {
             threads: self.threads(),
-            leader_balance: self.leader_balance,
+            leader_balance: !self.no_leader_balance,
             replicas: 0,
             tls: false,
         }
@@ -133,7 +136,7 @@ enum Cmd {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "lockd,lockd-http,lockd-leader,lockd-1g,etcd,etcd-lock,redis-aof,redis-mem"
+            default_value = "lockd,lockd-http,lockd-leader,lockd-1g,etcd,etcd-lock,etcd-gw,redis-aof,redis-mem"
         )]
         systems: Vec<SystemKind>,
         /// The systems the ratio columns divide by.
@@ -150,6 +153,10 @@ enum Cmd {
         /// Failover trials (after the `lockd` system's workloads; 0 skips them).
         #[arg(long, default_value_t = 20)]
         failover_trials: usize,
+        /// Rounds: every system runs once per round, in turn, so that each ratio divides two
+        /// runs minutes apart; the headline shows every round's figure and ratio.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+        rounds: u32,
         #[command(flatten)]
         lockd: LockdArgs,
     },
@@ -266,6 +273,24 @@ enum Cmd {
         #[command(flatten)]
         lockd: LockdArgs,
     },
+    /// Instructions per acquire+release on a leader and on a follower (node 1 under valgrind's
+    /// callgrind; Debian's valgrind is installed if missing): a per-operation cost that the
+    /// machine's noise does not move, to track over time. About 2 minutes.
+    Instructions {
+        /// Acquire+release pairs per phase.
+        #[arg(long, default_value_t = 1000)]
+        ops: usize,
+        #[command(flatten)]
+        lockd: LockdArgs,
+    },
+    /// A few seconds against a 3-member etcd (installed from Debian's packages if missing):
+    /// the gRPC client in both lock flavours and the JSON gateway. Asserts that every operation
+    /// succeeds, so the comparison's etcd rows cannot be silently broken. For CI.
+    SmokeEtcd {
+        /// Where etcd's temp data dir goes.
+        #[arg(long)]
+        data_root: Option<PathBuf>,
+    },
 }
 
 #[tokio::main]
@@ -296,6 +321,7 @@ async fn run(cli: Cli) -> Result<()> {
             baselines,
             hot_waiters,
             failover_trials,
+            rounds,
             lockd,
         } => {
             let extras = Extras {
@@ -303,7 +329,7 @@ async fn run(cli: Cli) -> Result<()> {
                 hot_secs: if quick { 3 } else { 10 },
                 failover_trials,
             };
-            compare(quick, &systems, &baselines, &lockd, &extras).await
+            compare(quick, rounds, &systems, &baselines, &lockd, &extras).await
         }
         Cmd::Failover {
             trials,
@@ -443,6 +469,19 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Smoke { nodes, lockd } => smoke(nodes, &lockd).await,
+        Cmd::SmokeEtcd { data_root } => smoke_etcd(data_root).await,
+        Cmd::Instructions { ops, lockd } => {
+            procs::ensure_packages(&[("valgrind", "valgrind")])?;
+            let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
+            let r = instructions::run(&bin, &lockd.measured_root()?, lockd.groups, ops).await?;
+            println!(
+                "lockd-bench instructions: lockd {} ({} groups, 3 nodes, fsync on, leader balance on)",
+                bin.display(),
+                lockd.groups
+            );
+            print!("{}", r.render());
+            Ok(())
+        }
     }
 }
 
@@ -455,6 +494,7 @@ struct Extras {
 
 async fn compare(
     quick: bool,
+    rounds: u32,
     systems: &[SystemKind],
     baselines: &[SystemKind],
     lockd: &LockdArgs,
@@ -465,7 +505,9 @@ async fn compare(
     let mut needs = Vec::new();
     for s in systems {
         match s {
-            SystemKind::Etcd | SystemKind::EtcdLock => needs.push(("etcd", "etcd-server")),
+            SystemKind::Etcd | SystemKind::EtcdLock | SystemKind::EtcdGw => {
+                needs.push(("etcd", "etcd-server"))
+            }
             SystemKind::RedisAof | SystemKind::RedisMem => {
                 needs.push(("redis-server", "redis-server"))
             }
@@ -479,32 +521,48 @@ async fn compare(
     };
 
     let started = std::time::SystemTime::now();
-    let mut rows = Vec::new();
+    let mut by_round: Vec<Vec<Row>> = Vec::new();
     let mut lines = Vec::new();
     let mut failed = Vec::new();
-    for (i, &s) in systems.iter().enumerate() {
-        eprintln!("== [{}/{}] {}", i + 1, systems.len(), s.label());
-        let r = match (s.is_lockd(), &bin) {
-            (true, Some(bin)) => run_lockd(s, &plan, bin, lockd, extras).await,
-            _ => run_system(s, &plan, &data_root, lockd.threads())
-                .await
-                .map(|r| (r, vec![])),
+    for round in 1..=rounds {
+        let mut rows = Vec::new();
+        // The lockd-only extras (hot lock, failover) run once, in the first round.
+        let none = Extras {
+            hot_waiters: 0,
+            hot_secs: 0,
+            failover_trials: 0,
         };
-        match r {
-            Ok((r, l)) => {
-                rows.extend(r);
-                lines.extend(l);
-            }
-            Err(e) => {
-                eprintln!("{}: FAILED: {e:#}", s.label());
-                failed.push(s.label());
+        let extras = if round == 1 { extras } else { &none };
+        for (i, &s) in systems.iter().enumerate() {
+            eprintln!(
+                "== round {round}/{rounds} [{}/{}] {}",
+                i + 1,
+                systems.len(),
+                s.label()
+            );
+            let r = match (s.is_lockd(), &bin) {
+                (true, Some(bin)) => run_lockd(s, &plan, bin, lockd, extras).await,
+                _ => run_system(s, &plan, &data_root, lockd.threads())
+                    .await
+                    .map(|r| (r, vec![])),
+            };
+            match r {
+                Ok((r, l)) => {
+                    rows.extend(r);
+                    lines.extend(l);
+                }
+                Err(e) => {
+                    eprintln!("{}: FAILED: {e:#}", s.label());
+                    failed.push(format!("{} (round {round})", s.label()));
+                }
             }
         }
+        by_round.push(rows);
     }
 
     let secs = started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
     println!(
-        "lockd-bench compare{} ({secs} s)",
+        "lockd-bench compare{} --rounds {rounds} ({secs} s)",
         if quick { " --quick" } else { "" }
     );
     println!(
@@ -512,7 +570,7 @@ async fn compare(
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         bin.as_ref().map_or("-".into(), |b| b.display().to_string()),
         lockd.groups,
-        if lockd.leader_balance { "on" } else { "off" },
+        if lockd.no_leader_balance { "off" } else { "on" },
         lockd.threads().map_or("one per core".to_string(), |t| t.to_string()),
         procs::version_of("etcd"),
         procs::version_of("redis-server"),
@@ -520,9 +578,23 @@ async fn compare(
     println!("ops/s counts every request; cycle latencies are the acquires'; open-loop latencies");
     println!("run from the intended send time; cpu = % of one core (servers / lockd-bench)\n");
     let labels: Vec<&str> = baselines.iter().map(|b| b.label()).collect();
-    print!("{}", report::table(&rows, &labels));
+    if systems.contains(&SystemKind::Lockd) {
+        println!("headline: lockd's default configuration (`lockd`) against each baseline; rounds separated by \" · \"\n");
+        print!(
+            "{}",
+            report::headline(&by_round, SystemKind::Lockd.label(), &labels)
+        );
+        println!();
+    }
+    for (i, rows) in by_round.iter().enumerate() {
+        if rounds > 1 {
+            println!("round {}:\n", i + 1);
+        }
+        print!("{}", report::table(rows, &labels));
+        println!();
+    }
     for l in &lines {
-        println!("\n{l}");
+        println!("{l}");
     }
     if !failed.is_empty() {
         bail!("failed: {}", failed.join(", "));
@@ -617,8 +689,21 @@ async fn smoke(nodes: usize, args: &LockdArgs) -> Result<()> {
     print!("{}", report::table(&rows, &[]));
     let hot = scenarios::hot_lock(&cluster, Routing::Spread, 5, Duration::from_secs(1)).await?;
     println!("{}", hot.line());
-    // A cycle takes a fresh name each time, so "taken" there is as wrong as an error; a refused
-    // release of a held lock is wrong everywhere.
+    smoke_failures(&rows)?;
+    if hot.errors > 0 || hot.overhead.is_empty() {
+        bail!(
+            "smoke failed: hot lock had {} errors, {} hand-offs",
+            hot.errors,
+            hot.overhead.len()
+        );
+    }
+    println!("smoke ok ({} nodes)", nodes);
+    Ok(())
+}
+
+/// Fails if a smoke row shows anything but success. A cycle takes a fresh name each time, so
+/// "taken" there is as wrong as an error; a refused release of a held lock is wrong everywhere.
+fn smoke_failures(rows: &[Row]) -> Result<()> {
     let bad: Vec<String> = rows
         .iter()
         .filter(|r| {
@@ -635,14 +720,32 @@ async fn smoke(nodes: usize, args: &LockdArgs) -> Result<()> {
     if !bad.is_empty() {
         bail!("smoke failed: {}", bad.join("; "));
     }
-    if hot.errors > 0 || hot.overhead.is_empty() {
-        bail!(
-            "smoke failed: hot lock had {} errors, {} hand-offs",
-            hot.errors,
-            hot.overhead.len()
-        );
-    }
-    println!("smoke ok ({} nodes)", nodes);
+    Ok(())
+}
+
+/// CI smoke for the etcd rows: one 3-member cluster, each of its clients through the smoke plan.
+async fn smoke_etcd(data_root: Option<PathBuf>) -> Result<()> {
+    procs::ensure_packages(&[("etcd", "etcd-server")])?;
+    let data_root = data_root.unwrap_or_else(std::env::temp_dir);
+    let mut cluster = etcd::Cluster::start(&data_root, Some(1)).await?;
+    let plan = Plan::smoke();
+    let cx = |system| Ctx {
+        system,
+        plan: &plan,
+        server_pids: cluster.pids(),
+    };
+    let mut rows = Vec::new();
+    let members = cluster.clients().to_vec();
+    let t = etcd::EtcdTarget::new(&members, etcd::Flavour::Txn);
+    rows.extend(workload::run_all(&cx("etcd"), t).await?);
+    let t = etcd::EtcdTarget::new(&members, etcd::Flavour::LockRpc);
+    rows.extend(workload::run_all(&cx("etcd-lock"), t).await?);
+    let t = etcd_gateway::GatewayTarget::new(&members, etcd::Flavour::Txn);
+    rows.extend(workload::run_all(&cx("etcd-gw"), t).await?);
+    cluster.check_alive()?;
+    print!("{}", report::table(&rows, &[]));
+    smoke_failures(&rows)?;
+    println!("smoke ok (etcd over gRPC and its gateway)");
     Ok(())
 }
 
@@ -655,20 +758,27 @@ async fn run_system(
 ) -> Result<Vec<Row>> {
     let label = s.label();
     match s {
-        SystemKind::Etcd | SystemKind::EtcdLock => {
+        SystemKind::Etcd | SystemKind::EtcdLock | SystemKind::EtcdGw => {
             let mut cluster = etcd::Cluster::start(data_root, threads).await?;
-            let flavour = if s == SystemKind::Etcd {
-                etcd::Flavour::Txn
-            } else {
-                etcd::Flavour::LockRpc
-            };
-            let target = etcd::EtcdTarget::new(cluster.clients(), flavour);
             let cx = Ctx {
                 system: label,
                 plan,
                 server_pids: cluster.pids(),
             };
-            let rows = workload::run_all(&cx, target).await?;
+            let rows = match s {
+                SystemKind::EtcdGw => {
+                    let t = etcd_gateway::GatewayTarget::new(cluster.clients(), etcd::Flavour::Txn);
+                    workload::run_all(&cx, t).await?
+                }
+                SystemKind::EtcdLock => {
+                    let t = etcd::EtcdTarget::new(cluster.clients(), etcd::Flavour::LockRpc);
+                    workload::run_all(&cx, t).await?
+                }
+                _ => {
+                    let t = etcd::EtcdTarget::new(cluster.clients(), etcd::Flavour::Txn);
+                    workload::run_all(&cx, t).await?
+                }
+            };
             cluster.check_alive()?;
             Ok(rows)
         }

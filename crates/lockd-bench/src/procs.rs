@@ -6,7 +6,7 @@
 //! reaches only us, and we stop them in order.
 
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -63,18 +63,6 @@ pub fn version_of(bin: &str) -> String {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.lines().next().map(str::to_owned))
         .unwrap_or_else(|| format!("{bin}: not installed"))
-}
-
-/// `n` distinct free loopback ports. They are free when probed; a server that loses the race
-/// fails to bind and the run reports it.
-pub fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()?;
-    Ok(listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<_, _>>()?)
 }
 
 /// A loopback address.

@@ -15,7 +15,9 @@ use redis::aio::MultiplexedConnection;
 use redis::Script;
 use tempfile::TempDir;
 
-use crate::procs::{free_ports, loopback, wait_ready, Server};
+use lockd_testkit::free_ports;
+
+use crate::procs::{loopback, wait_ready, Server};
 use crate::target::{LockTarget, Token};
 
 /// Multiplexed connections shared round-robin by the clients.
@@ -59,7 +61,7 @@ impl RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("lockd-bench-redis-")
             .tempdir_in(data_root)?;
-        let port = free_ports(1)?[0];
+        let port = free_ports(1)[0];
         let mut args: Vec<String> = [
             "--bind",
             "127.0.0.1",
