@@ -53,6 +53,7 @@ mod client;
 mod election;
 mod error;
 pub mod fence;
+pub mod lease;
 mod retry;
 mod session;
 

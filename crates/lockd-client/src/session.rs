@@ -24,6 +24,7 @@ use tokio::time::{sleep_until, timeout, Instant};
 use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
+use crate::lease::{LocalLease, Renewal};
 use crate::{ClientOptions, Error};
 
 /// What every guard of the client watches: the current session and its local deadline.
@@ -167,7 +168,9 @@ impl Core {
     }
 
     pub fn margin(&self) -> Duration {
-        self.opts.margin.unwrap_or(self.opts.ttl / 5)
+        self.opts
+            .margin
+            .unwrap_or_else(|| crate::lease::default_margin(self.opts.ttl))
     }
 
     /// A unary call on the preferred node, retried with backoff on retryable errors (moving to
@@ -320,9 +323,9 @@ pub(crate) enum Cmd {
 struct Sess {
     id: String,
     gen: u64,
-    ttl: Duration,
+    /// The local deadline's rule (`lease.rs`).
+    lease: LocalLease,
     every: Duration,
-    deadline: Instant,
     next_keepalive: Instant,
     reconnect_at: Instant,
     reconnect_attempt: u32,
@@ -397,7 +400,7 @@ impl Driver {
 
     pub async fn run(mut self) {
         loop {
-            let deadline = self.sess.as_ref().map(|s| s.deadline);
+            let deadline = self.sess.as_ref().map(|s| s.lease.deadline());
             let keepalive = self
                 .sess
                 .as_ref()
@@ -412,7 +415,7 @@ impl Driver {
                 biased;
                 _ = at(deadline) => {
                     // A renewal may have raced the timer: only a deadline still in the past counts.
-                    if self.sess.as_ref().is_some_and(|s| s.deadline <= Instant::now()) {
+                    if self.sess.as_ref().is_some_and(|s| s.lease.expired(Instant::now())) {
                         self.lose("the local lease deadline passed without a renewal", true);
                     }
                 }
@@ -514,13 +517,13 @@ impl Driver {
                     self.gen += 1;
                     let ttl = Duration::from_millis(r.ttl_ms);
                     let every = Duration::from_millis(r.keepalive_every_ms.max(1));
-                    let deadline = sent + ttl.saturating_sub(self.core.margin());
+                    let lease = LocalLease::opened(sent, ttl, self.core.margin());
+                    let deadline = lease.deadline();
                     self.sess = Some(Sess {
                         id: r.session_id.clone(),
                         gen: self.gen,
-                        ttl,
+                        lease,
                         every,
-                        deadline,
                         next_keepalive: sent + every,
                         reconnect_at: sent,
                         reconnect_attempt: 0,
@@ -553,23 +556,22 @@ impl Driver {
     /// A renewal sent at `sent` was acknowledged.
     fn renewed(&mut self, sent: Instant, ttl_ms: u64) {
         let Some(s) = &mut self.sess else { return };
-        if s.deadline <= Instant::now() {
+        match s.lease.renewed(sent, ttl_ms, Instant::now()) {
             // Too late: the guards may already have stopped. A lost lease stays lost.
-            self.lose("the local lease deadline passed without a renewal", true);
-            return;
-        }
-        let ttl = s.ttl.min(Duration::from_millis(ttl_ms.max(1)));
-        let deadline = sent + ttl.saturating_sub(self.core.margin());
-        if deadline > s.deadline {
-            s.deadline = deadline;
-            let gen = s.gen;
-            self.core.lease.send_if_modified(|l| {
-                let changed = l.gen == gen && !l.lost && deadline > l.deadline;
-                if changed {
-                    l.deadline = deadline;
-                }
-                changed
-            });
+            Renewal::TooLate => {
+                self.lose("the local lease deadline passed without a renewal", true)
+            }
+            Renewal::Unchanged => {}
+            Renewal::Extended { deadline } => {
+                let gen = s.gen;
+                self.core.lease.send_if_modified(|l| {
+                    let changed = l.gen == gen && !l.lost && deadline > l.deadline;
+                    if changed {
+                        l.deadline = deadline;
+                    }
+                    changed
+                });
+            }
         }
     }
 
@@ -792,7 +794,7 @@ impl Driver {
     /// Moves the session to the next node (`attach`), within the local deadline.
     async fn reconnect(&mut self) {
         let Some(s) = &self.sess else { return };
-        let (id, deadline) = (s.id.clone(), s.deadline);
+        let (id, deadline) = (s.id.clone(), s.lease.deadline());
         let i = self.core.preferred();
         let attach = self.handshake(i, Req::Attach(id.clone()));
         // An attach answered after the local deadline could not save the lease anyway.
