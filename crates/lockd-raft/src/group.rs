@@ -92,6 +92,8 @@ struct Drift {
     hint_refused: Option<(NodeId, Instant)>,
     /// When the leader last said this node is not a member (its forwarded read's answer).
     removed_seen: Option<Instant>,
+    /// When the leader's replication last reached this replica (an append it took).
+    leader_contact: Option<Instant>,
 }
 
 /// How long a replica may know no usable leader before calls through it go elsewhere.
@@ -414,12 +416,23 @@ impl Group {
         let refused = !role.is_leader
             && d.hint_refused
                 .is_some_and(|(l, at)| role.leader == Some(l) && at.elapsed() >= limit);
+        // Still naming a leader whose replication stopped reaching it: removed without
+        // applying its own removal (a learner never starts an election, so it would name that
+        // leader forever), or cut off. The leader's heartbeats come every heartbeat interval.
+        let silent = !role.is_leader
+            && role.leader.is_some()
+            && d.leader_contact.is_some_and(|at| at.elapsed() >= limit);
         if !adrift {
             d.adrift_since = None;
-            return refused;
+            return refused || silent;
         }
         let at = *d.adrift_since.get_or_insert_with(Instant::now);
         refused || at.elapsed() >= limit
+    }
+
+    /// The leader's replication reached this replica (see `Drift::leader_contact`).
+    pub(crate) fn note_leader_contact(&self) {
+        self.drift().leader_contact = Some(Instant::now());
     }
 
     fn drift(&self) -> std::sync::MutexGuard<'_, Drift> {

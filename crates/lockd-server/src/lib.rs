@@ -119,7 +119,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         election_min_ms: cfg.node.election_timeout_ms.0,
         election_max_ms: cfg.node.election_timeout_ms.1,
     };
-    let (waits, mut orphans) = Waits::new();
+    let (waits, orphans) = Waits::new();
     let metrics = Arc::new(Metrics::new());
     waits.observe_log_sync(metrics.log_sync.clone());
     if let Some(path) = &cfg.audit_log {
@@ -136,7 +136,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     service.election_timeout_max_ms = election_timeout_max_ms;
     service.timing = Some(timing);
     let service = Arc::new(service);
-    node.set_app_handler(Arc::new(route::AppServer(Arc::downgrade(&service))));
+    service.serve_peer_questions();
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 
@@ -298,12 +298,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let svc = service.clone();
     let rx = stop_rx.clone();
     tasks.spawn(async move {
-        let work = async {
-            while let Some(o) = orphans.recv().await {
-                svc.release_orphan(o).await;
-            }
-        };
-        tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
+        tokio::select! { _ = svc.release_orphans(orphans) => {}, _ = stopped(rx) => {} }
     });
 
     // Count leader changes between scrapes.

@@ -8,7 +8,7 @@
 //! group's `Outgoing` records) and finishes first: import (idempotent), flip the map, drop. A
 //! move whose import was cancelled is thawed instead. No retry order leaves two owners.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use lockd_core::{BucketSet, MoveId, MoveRecord, Op, Reply, ShardMap, BUCKETS};
 use lockd_raft::{GroupId, META_GROUP};
@@ -141,6 +141,10 @@ pub trait MoveHost: Sync {
 impl MoveHost for Service {
     fn lock_groups(&self) -> Vec<GroupId> {
         self.lock_group_ids()
+    }
+
+    fn new_move_id(&self) -> MoveId {
+        (self.new_id() >> 1).max(1)
     }
 
     async fn propose_on(&self, group: GroupId, op: Op) -> Result<Reply, ApiError> {

@@ -6,7 +6,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, not std's: the simulator runs this code on virtual time.
+use tokio::time::Instant;
 
 use lockd_core::{
     limits, BucketSet, BusyReason, LockInfo, LockMode, Namespace, Op, Reply, SessionId,
@@ -26,6 +29,8 @@ pub(crate) const WAIT_GRACE: Duration = Duration::from_secs(10);
 /// How long a call on a name keeps re-routing while groups answer `wrong_group` or
 /// `bucket_moving` (a bucket move freezes its buckets for about one commit on each side).
 const ROUTE_RETRY: Duration = Duration::from_secs(5);
+/// How often a parked wait checks that its replica still routes the group here.
+const MEMBERSHIP_CHECK_EVERY: Duration = Duration::from_millis(250);
 /// How many times one waiting acquire follows its name's bucket to a new group.
 const MAX_REQUEUES: usize = 8;
 
@@ -132,7 +137,12 @@ pub struct Service {
     /// call that reads a namespace (names, sessions): a replica that slept through a token being
     /// set would otherwise route a protected name into the open default namespace.
     meta_caught_up: std::sync::atomic::AtomicBool,
+    /// Where session and move ids come from (random; the simulator's are seeded).
+    ids: IdSource,
 }
+
+/// Draws the random part of new session and move ids.
+pub type IdSource = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// A wait's outcome (with the holder, on a timeout) as the caller gets it; `Ok(None)`: the
 /// name's bucket moved and the acquire must queue again at the new owner. `None` in: no
@@ -168,44 +178,105 @@ impl Service {
             admin_sha256: None,
             timing: None,
             meta_caught_up: std::sync::atomic::AtomicBool::new(false),
+            ids: Arc::new(rand::random::<u64>),
         }
     }
 
-    /// Fail closed after start: returns once this node's meta replica has applied the meta
-    /// leader's commit index as of now (a linearizable read), retrying while there is no
-    /// leader or no meta replica here yet (a joiner before it is added). From then on the
-    /// node serves names; its replica follows the log like any other.
+    /// Draws new session and move ids from `ids` instead of the thread's RNG (the simulator
+    /// gives a seeded source, so a seed replays exactly).
+    pub fn with_id_source(mut self, ids: IdSource) -> Service {
+        self.ids = ids;
+        self
+    }
+
+    /// A fresh random id.
+    pub(crate) fn new_id(&self) -> u64 {
+        (self.ids)()
+    }
+
+    /// Serves other nodes' questions about this node's replicas (remote waits, reads):
+    /// install once, right after the service is built.
+    pub fn serve_peer_questions(self: &Arc<Self>) {
+        self.node
+            .set_app_handler(Arc::new(crate::route::AppServer(Arc::downgrade(self))));
+    }
+
+    /// Gives back every grant `orphans` reports (requests that went away while queued), until
+    /// the channel closes: the janitor every node runs.
+    pub async fn release_orphans(
+        &self,
+        mut orphans: tokio::sync::mpsc::UnboundedReceiver<crate::waits::Orphan>,
+    ) {
+        while let Some(o) = orphans.recv().await {
+            self.release_orphan(o).await;
+        }
+    }
+
+    /// Fail closed: this node serves names and sessions only while its meta replica is a
+    /// serving member of the meta group and has caught up with the meta leader since it last
+    /// became one. Runs for the node's life: on start, and whenever the replica comes back
+    /// after being removed, never added (a joiner), or cut off for several election timeouts
+    /// (`Group::is_stranded`), a linearizable read (retried while there is no leader) decides
+    /// the catch-up. A replica that is not a serving member no longer follows the log, so its
+    /// namespaces and credentials may be stale: the node then stops serving names at once
+    /// ([`Service::meta_caught_up`] turns false).
     pub async fn catch_up_meta(&self) {
+        use std::sync::atomic::Ordering;
         loop {
-            if let Ok(Route::Local(meta)) = self.route_of(META_GROUP) {
-                if meta.read(|_| ()).await.is_ok() {
-                    self.meta_caught_up
-                        .store(true, std::sync::atomic::Ordering::Release);
-                    tracing::info!("caught up with the cluster's configuration; serving names");
-                    return;
+            match self.node.route(META_GROUP) {
+                Some(Route::Local(meta)) if !self.caught_up_flag() => {
+                    if meta.read(|_| ()).await.is_ok() {
+                        self.meta_caught_up.store(true, Ordering::Release);
+                        tracing::info!("caught up with the cluster's configuration; serving names");
+                    }
+                }
+                Some(Route::Local(_)) => {}
+                _ => {
+                    if self.meta_caught_up.swap(false, Ordering::AcqRel) {
+                        tracing::warn!(
+                            "this node's meta replica is no longer a serving member of the meta \
+                             group (removed, or cut off from it); it serves no name or session \
+                             until it is one again and has caught up"
+                        );
+                    }
                 }
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
-    /// Whether this node serves names yet (see [`Service::catch_up_meta`]).
+    /// Whether this node serves names now: its meta replica is a serving member and has
+    /// caught up since it became one (see [`Service::catch_up_meta`]).
     pub fn meta_caught_up(&self) -> bool {
+        self.meta_member() && self.caught_up_flag()
+    }
+
+    fn caught_up_flag(&self) -> bool {
         self.meta_caught_up
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// 503 until the meta replica has caught up since start.
+    fn meta_member(&self) -> bool {
+        matches!(self.node.route(META_GROUP), Some(Route::Local(_)))
+    }
+
+    /// 503 unless the meta replica is a serving member that has caught up.
     fn serving_names(&self) -> Result<(), ApiError> {
-        if self.meta_caught_up() {
+        let member = self.meta_member();
+        if member && self.caught_up_flag() {
             return Ok(());
         }
-        Err(ApiError::new(
-            ErrorCode::Unavailable,
+        let why = if member {
             "this node has not yet caught up with the cluster's configuration (namespaces and \
-             their credentials) since it started; it serves no name or session until it has",
-        )
-        .retry_after(500))
+             their credentials) since its meta replica became a member; it serves no name or \
+             session until it has"
+        } else {
+            "this node is not a serving member of the cluster's meta group (never added, \
+             removed, or cut off from it), so it cannot vouch for namespaces and their \
+             credentials; it serves no name or session (use another node, or add this one with \
+             `lockctl members add ID ADDR --groups 0`)"
+        };
+        Err(ApiError::new(ErrorCode::Unavailable, why).retry_after(500))
     }
 
     /// Sets the admin credential (a bearer token; only its digest is kept).
@@ -463,7 +534,7 @@ impl Service {
         let ns = self.namespace_named(namespace)?;
         self.authorize(&ns, creds)?;
         // The id carries the group-set epoch: groups born later know it is not theirs yet.
-        let session = SessionId::with_epoch(self.session_epoch(), rand::random::<u64>());
+        let session = SessionId::with_epoch(self.session_epoch(), self.new_id());
         let op = Op::OpenSession {
             session,
             client: client.to_string(),
@@ -473,11 +544,15 @@ impl Service {
         let groups = self.lock_groups_all()?;
         let results =
             futures::future::join_all(groups.iter().map(|g| self.propose(g, op.clone()))).await;
-        let mut ttl = None;
+        // The lease is the shortest any group granted (a group whose copy of the namespace
+        // has a lower maximum TTL expires the session first).
+        let mut ttl: Option<u64> = None;
         let mut failure = None;
         for r in results {
             match r {
-                Ok(Reply::SessionOpened { ttl_ms, .. }) => ttl = Some(ttl_ms),
+                Ok(Reply::SessionOpened { ttl_ms, .. }) => {
+                    ttl = Some(ttl.map_or(ttl_ms, |t| t.min(ttl_ms)))
+                }
                 Ok(other) => {
                     failure = Some(ApiError::new(
                         ErrorCode::Unavailable,
@@ -515,12 +590,14 @@ impl Service {
         self.metrics.keepalives.inc();
         let groups = self.lock_groups_all()?;
         let results = futures::future::join_all(groups.iter().map(|g| g.keepalive(session))).await;
-        let mut ttl = 0;
+        // The lease is the shortest of the groups' (the client's deadline must come before
+        // every group's expiry, not only the most generous one's).
+        let mut ttl = u64::MAX;
         let mut alive = false;
         for r in results {
             match r {
                 Ok(t) => {
-                    ttl = ttl.max(t);
+                    ttl = ttl.min(t);
                     alive = true;
                 }
                 // Older than that group and never used there: nothing of it to keep alive.
@@ -662,8 +739,7 @@ impl Service {
                     let outcome = match &group {
                         Route::Local(g) => {
                             let parked = self.waits.park(g.id(), waiter);
-                            self.wait_for(g, parked, &name, position, req.wait_ms)
-                                .await?
+                            self.wait_for(g, parked, &req, position).await?
                         }
                         Route::Remote(r) => {
                             let limit = Duration::from_millis(req.wait_ms) + WAIT_GRACE;
@@ -691,19 +767,46 @@ impl Service {
 
     /// Waits for the committed outcome of a queued acquire; `None`: the name's bucket moved
     /// and the acquire must queue again at the new owner.
+    ///
+    /// The outcome comes from this node's replica applying the log. A replica that stops
+    /// being a serving member while the wait is parked (removed from the group while cut off
+    /// from it, so it never applied its own removal) applies nothing more, and the wait would
+    /// end only at its limit, unknown. Such a replica soon counts as stranded (the leader's
+    /// replication stopped reaching it: `Group::is_stranded`) and the node routes the group to
+    /// its members; the parked wait watches for that and is then handed to a member
+    /// (`await_remote`), whose applied effects answer it.
     async fn wait_for(
         &self,
         group: &Group,
         mut parked: Parked,
-        name: &str,
+        req: &AcquireRequest,
         position: u32,
-        wait_ms: u64,
     ) -> Result<Option<AcquireOutcome>, ApiError> {
-        let limit = Duration::from_millis(wait_ms) + WAIT_GRACE;
-        match tokio::time::timeout(limit, parked.outcome()).await {
+        let deadline = Instant::now() + Duration::from_millis(req.wait_ms) + WAIT_GRACE;
+        let moved_away = async {
+            loop {
+                tokio::time::sleep(MEMBERSHIP_CHECK_EVERY).await;
+                if let Some(Route::Remote(r)) = self.node.route(group.id()) {
+                    return r;
+                }
+            }
+        };
+        let waited = tokio::select! {
+            biased;
+            out = tokio::time::timeout_at(deadline, parked.outcome()) => out,
+            remote = moved_away => {
+                // The member that takes the wait over owns it now: if it times out there, a
+                // late grant is released there, not here.
+                let waiter = parked.hand_over();
+                let left = deadline.saturating_duration_since(Instant::now());
+                let got = self.await_remote(&remote, req.session, waiter, &req.name, left).await?;
+                return wait_outcome(got, position);
+            }
+        };
+        match waited {
             Ok(Some(WaitOutcome::TimedOut)) => {
                 let holder = group
-                    .read_local(|t| t.lock_info(name, 0))
+                    .read_local(|t| t.lock_info(&req.name, 0))
                     .and_then(|i| i.holders.first().map(|h| h.owner.clone()));
                 wait_outcome(Some((WaitOutcome::TimedOut, holder)), position)
             }

@@ -124,6 +124,18 @@ impl Parked {
     }
 }
 
+impl Parked {
+    /// Gives the wait up here without marking it abandoned (a member elsewhere now waits for
+    /// it, and owns a late grant): returns its waiter id.
+    pub fn hand_over(mut self) -> WaiterId {
+        if self.rx.take().is_some() {
+            let mut inner = self.waits.inner.lock().expect("waits lock");
+            inner.parked.remove(&self.key);
+        }
+        self.key.1
+    }
+}
+
 impl Drop for Parked {
     fn drop(&mut self) {
         if self.rx.is_some() {

@@ -277,3 +277,73 @@ async fn a_node_id_that_left_every_group_is_never_added_again() {
     nine.stop().await;
     c.stop_all().await;
 }
+
+/// A 503 whose message names the meta group.
+fn refused_naming_meta(r: &Resp) -> bool {
+    r.status == 503
+        && r.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("meta group"))
+}
+
+/// A node serves names only while its meta replica is a member of the meta group: a joiner
+/// added to a lock group alone, and a node removed from group 0, say so (503, naming the meta
+/// group) instead of serving from a replica that no longer follows the namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_outside_the_meta_group_serves_no_names_and_says_why() {
+    let mut c = cluster(3, 1).await;
+    let (j, _dir) = joiner(&c, 4, (100, 400, 800)).await;
+    let admin = Http::new(c.url(0, "")).admin();
+    let h = Http::new(format!("http://{}", j.http_addr));
+    // Opens a session through node 4 until `want` holds (every answer is a 200 or a 503).
+    let open_until = |want: fn(&Resp) -> bool, what: &'static str| {
+        let h = &h;
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let r = h
+                    .post("/v1/sessions", json!({"client": "outsider", "ttl_s": 15}))
+                    .await;
+                if want(&r) {
+                    return;
+                }
+                assert!([200, 503].contains(&r.status), "{what}: {}", r.body);
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{what}: {} {}",
+                    r.status,
+                    r.body
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let peer = j.peer_addr.to_string();
+    let add =
+        |groups: serde_json::Value| json!({"node_id": 4, "peer_addr": peer, "groups": groups});
+    let r = admin.post("/v1/admin/members", add(json!([1]))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = h
+        .post("/v1/sessions", json!({"client": "outsider", "ttl_s": 15}))
+        .await;
+    assert!(
+        refused_naming_meta(&r),
+        "in group 1 only: {} {}",
+        r.status,
+        r.body
+    );
+
+    // In the meta group too: it catches up and serves.
+    let r = admin.post("/v1/admin/members", add(json!([0]))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    open_until(|r| r.status == 200, "added to group 0").await;
+
+    // Out of the meta group again: once its replica has applied the removal (a moment after
+    // the leader committed it), it stops serving names, and says why.
+    let r = admin.delete("/v1/admin/members/4?groups=0").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    open_until(refused_naming_meta, "removed from group 0").await;
+    assert_eq!(h.get("/v1/status").await.body["serving_names"], false);
+    j.stop().await;
+    c.stop_all().await;
+}

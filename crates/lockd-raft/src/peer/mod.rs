@@ -523,11 +523,17 @@ async fn dispatch_one(
     let group = hosted(node, group_id)?;
     let raft = group.raft();
     match method {
-        Method::Append => raft.serve(RaftRpc::Append, payload, from).await,
-        Method::Vote => raft.serve(RaftRpc::Vote, payload, from).await,
-        Method::PreVote => raft.serve(RaftRpc::PreVote, payload, from).await,
-        Method::Snapshot => raft.serve(RaftRpc::Snapshot, payload, from).await,
-        Method::TransferLeader => raft.serve(RaftRpc::TransferLeader, payload, from).await,
+        Method::Append => {
+            let (reply, from_leader) = raft.serve(RaftRpc::Append, payload, from).await?;
+            if from_leader {
+                group.note_leader_contact();
+            }
+            Ok(reply)
+        }
+        Method::Vote => Ok(raft.serve(RaftRpc::Vote, payload, from).await?.0),
+        Method::PreVote => Ok(raft.serve(RaftRpc::PreVote, payload, from).await?.0),
+        Method::Snapshot => Ok(raft.serve(RaftRpc::Snapshot, payload, from).await?.0),
+        Method::TransferLeader => Ok(raft.serve(RaftRpc::TransferLeader, payload, from).await?.0),
         // A proposal forwarded by a follower; answered only if this node leads (no
         // re-forwarding).
         Method::Propose => {

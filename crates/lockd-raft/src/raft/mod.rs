@@ -458,7 +458,7 @@ impl RaftGroup {
         rpc: RaftRpc,
         payload: &[u8],
         from: Option<NodeId>,
-    ) -> Result<Vec<u8>, tonic::Status> {
+    ) -> Result<(Vec<u8>, bool), tonic::Status> {
         network::serve(&self.raft, rpc, payload, from).await
     }
 

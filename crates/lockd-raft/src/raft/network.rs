@@ -192,18 +192,35 @@ fn check_sender(rpc: RaftRpc, vote: &Vote, from: Option<NodeId>) -> Result<(), t
     }
 }
 
+/// Serves one Raft RPC; also says whether it was the current leader's replication (an
+/// append this replica did not refuse for a higher vote), the sign that the leader still
+/// counts this replica among its members.
 pub(crate) async fn serve(
+    raft: &Raft,
+    rpc: RaftRpc,
+    payload: &[u8],
+    from: Option<NodeId>,
+) -> Result<(Vec<u8>, bool), tonic::Status> {
+    if let RaftRpc::Append = rpc {
+        let req: AppendEntriesRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+        check_sender(rpc, &req.vote, from)?;
+        let resp = raft.append_entries(req).await.map_err(fatal)?;
+        let from_leader = !matches!(resp, openraft::raft::AppendEntriesResponse::HigherVote(_));
+        return Ok((encode_reply(&resp)?, from_leader));
+    }
+    serve_other(raft, rpc, payload, from)
+        .await
+        .map(|b| (b, false))
+}
+
+async fn serve_other(
     raft: &Raft,
     rpc: RaftRpc,
     payload: &[u8],
     from: Option<NodeId>,
 ) -> Result<Vec<u8>, tonic::Status> {
     match rpc {
-        RaftRpc::Append => {
-            let req: AppendEntriesRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
-            check_sender(rpc, &req.vote, from)?;
-            encode_reply(&raft.append_entries(req).await.map_err(fatal)?)
-        }
+        RaftRpc::Append => unreachable!("served above"),
         RaftRpc::Vote => {
             let req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
             check_sender(rpc, &req.vote, from)?;
