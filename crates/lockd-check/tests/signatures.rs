@@ -1,28 +1,32 @@
 //! Negative controls with signatures: each sabotage of the simulation must cause its own kind
-//! of violation on some seed of a small range, and that same seed must be clean without it.
+//! of violation on its seed, and that same seed must be clean without it.
+//!
+//! The seeds are fixed: the simulation is deterministic, so a control caught on its seed always
+//! is. A change to lockd or to the simulator moves the trajectories; then pick the first seed
+//! again with `lockd-check sim --seeds 100 --sabotage X --verbose` (release build) and check it
+//! with `--seeds 1 --seed N --sabotage X` (exit 0: caught) and without `--sabotage` (clean).
+//! Since the simulated clients go through lockd-server's own front door, which refuses names
+//! on a node cut off from the meta group, `leader-lease` and `ownership` show on fewer seeds
+//! (about 3 % and 0.5 %): their windows (a deposed leader acking keepalives, a stale shard map)
+//! are the few seconds before a cut-off node stops serving.
 
 use lockd_check::checker::Signature;
 use lockd_check::sim::{run_seed, Sabotage, SimConfig};
 
-/// Seeds searched for a sabotage's signature.
-const SEEDS: std::ops::RangeInclusive<u64> = 1..=40;
-
-/// The first seed on which `sabotage` shows its signature; then the same seed, unsabotaged,
-/// must show no violation at all.
-fn signature_then_clean(sabotage: Sabotage, want: Signature) {
+/// `sabotage` shows `want` on `seed`, and `seed` without it shows no violation at all.
+fn signature_then_clean(sabotage: Sabotage, want: Signature, seed: u64) {
     assert_eq!(sabotage.signature(), want);
-    let seed = SEEDS
-        .clone()
-        .find(|&seed| {
-            let cfg = SimConfig {
-                sabotage: Some(sabotage),
-                ..SimConfig::new(seed)
-            };
-            run_seed(&cfg)
-                .expect("sabotaged seed runs")
-                .caught(sabotage)
-        })
-        .unwrap_or_else(|| panic!("no seed in {SEEDS:?} shows {want} under {sabotage:?}"));
+    let cfg = SimConfig {
+        sabotage: Some(sabotage),
+        ..SimConfig::new(seed)
+    };
+    let sabotaged = run_seed(&cfg).expect("sabotaged seed runs");
+    assert!(
+        sabotaged.caught(sabotage),
+        "seed {seed} under {sabotage:?} does not show {want}: {:?} {:?}",
+        sabotaged.violations,
+        sabotaged.signatures
+    );
     let clean = run_seed(&SimConfig::new(seed)).expect("clean seed runs");
     assert!(
         !clean.failed() && clean.signatures.is_empty(),
@@ -34,20 +38,30 @@ fn signature_then_clean(sabotage: Sabotage, want: Signature) {
 
 #[test]
 fn client_deadline_causes_a_belief_overlap() {
-    signature_then_clean(Sabotage::ClientDeadline, Signature::BeliefOverlap);
+    signature_then_clean(Sabotage::ClientDeadline, Signature::BeliefOverlap, 4);
 }
 
 #[test]
 fn leader_lease_causes_a_grant_while_believed() {
-    signature_then_clean(Sabotage::LeaderLease, Signature::GrantWhileBelieved);
+    signature_then_clean(Sabotage::LeaderLease, Signature::GrantWhileBelieved, 81);
 }
 
 #[test]
 fn store_fence_causes_a_stale_write() {
-    signature_then_clean(Sabotage::StoreFence, Signature::StaleWrite);
+    signature_then_clean(Sabotage::StoreFence, Signature::StaleWrite, 21);
 }
 
 #[test]
 fn stale_read_causes_a_stale_read() {
-    signature_then_clean(Sabotage::StaleRead, Signature::StaleRead);
+    signature_then_clean(Sabotage::StaleRead, Signature::StaleRead, 1);
+}
+
+#[test]
+fn revision_floor_causes_a_token_regression() {
+    signature_then_clean(Sabotage::RevisionFloor, Signature::TokenRegression, 4);
+}
+
+#[test]
+fn ownership_causes_a_double_grant() {
+    signature_then_clean(Sabotage::Ownership, Signature::DoubleGrant, 101);
 }

@@ -1,0 +1,25 @@
+//! S6 and C1 from the service's side: a session must not expire while its client's own
+//! deadline (lockd-client's rule, fed by the keepalives a leader acknowledged) still runs.
+//! Otherwise the name could go to another client while the first still works under it.
+
+use super::*;
+
+pub(super) fn check(w: &World, group: GroupId, applied: &Applied) {
+    let Ok(Reply::SessionsExpired { expired }) = &applied.reply else {
+        return;
+    };
+    for s in expired {
+        let deadline = lock(&w.sessions).get(s).map(|c| lock(&c.lease).deadline());
+        if let Some(d) = deadline.filter(|d| *d > Instant::now()) {
+            w.violation_of(
+                Signature::GrantWhileBelieved,
+                format!(
+                    "C1: session {s} expired in group {group} at {:.3}s while its client's \
+                     deadline ran to {:.3}s",
+                    w.now_ns() as f64 / 1e9,
+                    w.ns(d) as f64 / 1e9
+                ),
+            );
+        }
+    }
+}
