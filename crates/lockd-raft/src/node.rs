@@ -40,6 +40,13 @@ pub enum MemberCall {
     Remove { id: NodeId },
 }
 
+/// The most voters the meta group takes; further nodes follow it as learners. Five voters
+/// survive two failures, and more would only slow every change of the cluster's configuration
+/// (every node still needs a replica of it that follows the log: it serves names from it).
+pub const META_MAX_VOTERS: usize = 5;
+/// How many entries behind the leader a meta learner may be to replace a leaving voter.
+const PROMOTE_MAX_LAG: u64 = 1_000;
+
 /// How this node reaches a group: its own replica, or over the peer port.
 #[derive(Clone)]
 pub enum Route {
@@ -636,6 +643,10 @@ impl Node {
     /// group never counts on a voter that cannot vote yet. Idempotent: repeating a finished or
     /// interrupted call completes it. The new node must run with `--initial-cluster-state
     /// existing` and an empty data dir; a node id is never reused.
+    ///
+    /// The meta group takes at most [`META_MAX_VOTERS`] voters: a node added past that stays a
+    /// learner of it (it follows the cluster's configuration and serves names; it does not
+    /// vote), and is promoted when a voter leaves.
     pub async fn add_member(
         &self,
         group: GroupId,
@@ -646,6 +657,12 @@ impl Node {
         let m = g.raft().membership();
         if !m.voters.contains(&id) || m.joint {
             g.raft().add_learner(id, addr).await?;
+        }
+        if group == crate::META_GROUP
+            && !m.voters.contains(&id)
+            && m.voters.len() >= META_MAX_VOTERS
+        {
+            return Ok(());
         }
         g.raft().promote(id).await
     }
@@ -676,7 +693,25 @@ impl Node {
             raft.transfer_leader(to).await;
             return Err(MemberError::NotLeader { leader: Some(to) });
         }
-        raft.remove(id).await
+        raft.remove(id).await?;
+        // The meta group keeps its voters while it has learners to promote (the one furthest
+        // along the log, which the leader replicates to like any member): a leaving voter is
+        // replaced, not just lost.
+        if group == crate::META_GROUP {
+            let m = raft.membership();
+            if m.voters.len() < META_MAX_VOTERS && !m.joint {
+                let lag = |l: &NodeId| m.lag.get(l).copied().flatten().unwrap_or(u64::MAX);
+                let next = m
+                    .learners
+                    .iter()
+                    .filter(|l| **l != id && lag(l) <= PROMOTE_MAX_LAG)
+                    .min_by_key(|l| (lag(l), **l));
+                if let Some(&l) = next {
+                    raft.promote(l).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn is_shutting_down(&self) -> bool {

@@ -184,3 +184,51 @@ async fn membership_calls_refuse_what_makes_no_sense() {
     n.remove_member(1, 7).await.unwrap();
     assert_eq!(n.memberships()[&1].voters, vec![1]);
 }
+
+/// The meta group takes five voters: a sixth node follows it as a learner (a member: it routes
+/// the group locally and can serve names from it), and is promoted when a voter leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_meta_group_keeps_five_voters_and_a_sixth_node_follows_as_a_learner() {
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nodes = start_cluster(tmp.path(), 5, |c| c.lock_groups = 1).await;
+    leader_of(&nodes).await;
+    let meta = lockd_raft::META_GROUP;
+    let mut addrs: Vec<String> = nodes.iter().map(|n| n.cfg.peers[&n.id].clone()).collect();
+    addrs.extend(free_addrs(1).await);
+    let mut cfg = configs(tmp.path(), &addrs, |c| c.lock_groups = 1).remove(5);
+    cfg.join_existing = true;
+    nodes.push(start(cfg).await);
+    let add = MemberCall::Add {
+        id: 6,
+        addr: addrs[5].clone(),
+    };
+    let m = nodes[0].node.member_call(meta, add).await.unwrap();
+    assert_eq!(
+        (m.voters.as_slice(), m.learners.as_slice()),
+        ([1, 2, 3, 4, 5].as_slice(), [6].as_slice()),
+        "{m:?}"
+    );
+    assert_eq!(lockd_raft::META_MAX_VOTERS, 5);
+    eventually(
+        "node 6 routes the meta group locally",
+        Duration::from_secs(30),
+        || matches!(nodes[5].node.route(meta), Some(lockd_raft::Route::Local(_))).then_some(()),
+    )
+    .await;
+
+    // A voter leaves (node 2, wherever the leader is): the learner takes its place.
+    let m = nodes[5]
+        .node
+        .member_call(meta, MemberCall::Remove { id: 2 })
+        .await
+        .unwrap_or_else(|e| panic!("remove 2 from the meta group: {e}"));
+    assert_eq!(
+        (m.voters.as_slice(), m.learners.as_slice()),
+        ([1, 3, 4, 5, 6].as_slice(), [].as_slice()),
+        "{m:?}"
+    );
+    for n in nodes {
+        n.stop().await;
+    }
+}
