@@ -754,8 +754,19 @@ async fn serve_stream_request(
                     } => {
                         // A group with no replica here pushes nothing to this node: the
                         // outcome is fetched from one that has, and pushed onto this stream.
-                        if let lockd_raft::Route::Remote(r) = &group {
-                            svc.relay_remote_wait(r, session, waiter, &a.name, wait_ms);
+                        match &group {
+                            lockd_raft::Route::Remote(r) => {
+                                svc.relay_remote_wait(r, session, waiter, &a.name, wait_ms)
+                            }
+                            // Pushed from the local replica's effects; watched in case the
+                            // replica stops being a member first.
+                            lockd_raft::Route::Local(g) => svc.watch_local_stream_wait(
+                                g.id(),
+                                session,
+                                waiter,
+                                &a.name,
+                                wait_ms,
+                            ),
                         }
                         Ev::Queued(pb::Queued {
                             group: group.id(),

@@ -239,6 +239,54 @@ impl Service {
         }
     }
 
+    /// Watches a wait queued from a session stream on this node's replica of `group`: its
+    /// outcome is pushed from the replica's applied effects, unless the replica stops being a
+    /// serving member first (removed while cut off: it would never apply the outcome). Then
+    /// the wait is handed to a member ([`Service::relay_remote_wait`]) with the time left.
+    pub(crate) fn watch_local_stream_wait(
+        self: &Arc<Self>,
+        group: GroupId,
+        session: SessionId,
+        waiter: WaiterId,
+        name: &str,
+        wait_ms: u64,
+    ) {
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(wait_ms)
+            + crate::service::WAIT_GRACE;
+        // Parked beside the stream: the outcome comes to both (the early buffer covers one
+        // applied before this parks).
+        let mut parked = self.waits.park(group, waiter);
+        let svc = Arc::downgrade(self);
+        let name = name.to_string();
+        tokio::spawn(async move {
+            let moved_away = async {
+                loop {
+                    tokio::time::sleep(crate::service::MEMBERSHIP_CHECK_EVERY).await;
+                    let svc = svc.upgrade()?;
+                    if let Some(Route::Remote(r)) = svc.node.route(group) {
+                        return Some((svc, r));
+                    }
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = tokio::time::timeout_at(deadline, parked.outcome()) => {}
+                moved = moved_away => {
+                    if let Some((svc, remote)) = moved {
+                        // relay_remote_wait adds the grace again.
+                        let left = deadline
+                            .saturating_duration_since(tokio::time::Instant::now())
+                            .saturating_sub(crate::service::WAIT_GRACE);
+                        svc.relay_remote_wait(&remote, session, waiter, &name, left.as_millis() as u64);
+                    }
+                }
+            }
+            // Not abandoned: the stream's client owns the wait and its grant.
+            let _ = parked.hand_over();
+        });
+    }
+
     /// Like [`Service::await_remote`] for a wait queued from a session stream: the outcome is
     /// pushed onto the session's stream on this node when it comes, as a local replica's
     /// applied effect would be.

@@ -29,8 +29,8 @@ pub(crate) const WAIT_GRACE: Duration = Duration::from_secs(10);
 /// How long a call on a name keeps re-routing while groups answer `wrong_group` or
 /// `bucket_moving` (a bucket move freezes its buckets for about one commit on each side).
 const ROUTE_RETRY: Duration = Duration::from_secs(5);
-/// How often a parked wait checks that its replica still routes the group here.
-const MEMBERSHIP_CHECK_EVERY: Duration = Duration::from_millis(250);
+/// How often a parked wait checks that this node still routes its group to the local replica.
+pub(crate) const MEMBERSHIP_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How many times one waiting acquire follows its name's bucket to a new group.
 const MAX_REQUEUES: usize = 8;
 

@@ -104,8 +104,14 @@ async fn a_session_stream_that_is_never_read_is_cut_off_and_its_session_lives_on
             Err(_) => panic!("no cut-off: {answered} events, then nothing for 30 s"),
         }
     };
+    // Cut off either by the node (its buffer full: the status says why) or, when the node's
+    // many small answers reach the client first, by the client's own HTTP/2 library, which
+    // since h2 0.4.20 ends a connection whose unread small DATA frames exceed its budget
+    // (GOAWAY ENHANCE_YOUR_CALM "too_many_data_frames"). Both are RESOURCE_EXHAUSTED.
     assert_eq!(end.code(), Code::ResourceExhausted, "{end:?}");
-    assert!(end.message().contains("did not read"), "{}", end.message());
+    let by_node = end.message().contains("did not read");
+    let by_client_library = format!("{end:?}").contains("too_many_data_frames");
+    assert!(by_node || by_client_library, "{end:?}");
     assert!(
         answered < SENT && answered >= STREAM_BUFFER as u64,
         "answered {answered} of {SENT}"
