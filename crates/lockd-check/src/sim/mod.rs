@@ -225,11 +225,40 @@ pub fn run_seed(cfg: &SimConfig) -> anyhow::Result<SeedOutcome> {
         .start_paused(true)
         .build()?;
     lockd_raft::seed_thread_rng(Some(cfg.seed ^ 0x0005_eed0_f0a5_70ad));
-    let out = rt.block_on(simulate(cfg.clone()));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(simulate(cfg.clone()))
+    }));
     lockd_raft::seed_thread_rng(None);
     // Dropping the runtime cancels whatever is left (tasks of stopped nodes).
     drop(rt);
-    out
+    match out {
+        Ok(out) => out,
+        // A panic is a failed seed, not the end of the run (a sabotage can corrupt a replica's
+        // state past what the core's own assertions allow).
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            let history = History {
+                records: Vec::new(),
+            };
+            let report = checker::check(&history, Budget::default())?;
+            Ok(SeedOutcome {
+                seed: cfg.seed,
+                ops: 0,
+                faults: BTreeMap::new(),
+                violations: vec![format!("the simulation panicked: {what}")],
+                signatures: Vec::new(),
+                digest: 0,
+                report,
+                history,
+                applies: 0,
+                reads: 0,
+            })
+        }
+    }
 }
 
 async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
