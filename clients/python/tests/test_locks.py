@@ -30,6 +30,10 @@ def test_try_lock_names_the_holder_and_tokens_grow(cluster: Cluster, client: Cli
         first = lk.token
     with client.lock(name) as lk2:
         assert lk2.token > first
+        # CheckToken: the holder's token is valid, the previous holder's is not.
+        assert client.check_token(name, lk2.token) == (True, lk2.token)
+        assert client.check_token(name, first) == (False, lk2.token)
+    assert client.check_token(name, lk2.token) == (False, 0)
 
 
 def test_fifo_hand_off_between_waiters(cluster: Cluster, client: Client, name: str) -> None:
@@ -248,3 +252,34 @@ def test_async_api(cluster: Cluster, name: str) -> None:
 def test_forever_wait_is_accepted(client: Client, name: str) -> None:
     with client.lock(name, wait=math.inf) as lk:
         assert lk.token > 0
+
+
+def _fencing_rejections(cluster: Cluster) -> int:
+    """lockd_fencing_rejections_total summed over the nodes and namespaces."""
+    import urllib.request
+    total = 0
+    http = cluster.ports[0]
+    for i in range(len(cluster.endpoints)):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http + i}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            continue  # a node another test stopped
+        for line in text.splitlines():
+            if line.startswith("lockd_fencing_rejections_total{"):
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_a_fencing_rejection_is_reported_and_counted(cluster: Cluster, client: Client,
+                                                     name: str) -> None:
+    before = _fencing_rejections(cluster)
+    client.report_fencing_rejected(name)
+
+    async def from_asyncio() -> None:
+        async with AsyncClient(cluster.endpoints, ttl=6) as ac:
+            await ac.report_fencing_rejected(name)
+    asyncio.run(from_asyncio())
+    wait_until(lambda: _fencing_rejections(cluster) == before + 2, 5, "both reports counted")
+    with pytest.raises(InvalidArgument):
+        client.report_fencing_rejected("")

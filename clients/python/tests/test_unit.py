@@ -105,17 +105,21 @@ def test_check_name_is_the_specs_name_pattern() -> None:
     from lockd_client._core import _NOT_IN_NAMES, check_name
 
     text = (REPO / "docs" / "openapi.yaml").read_text()
-    schema = text.split("\n    Name:\n      type: string\n", 1)[1]
-    line = next(ln.strip() for ln in schema.splitlines() if ln.strip().startswith('pattern: "'))
-    quoted = line[len('pattern: "'):-1].replace("\\\\", "\\")
-    pattern = re.compile(re.sub(r"\\U([0-9A-Fa-f]{8})", lambda m: chr(int(m.group(1), 16)), quoted))
+    schema = text.split("\n    Name:\n      type: string\n", 1)[1].split("description:", 1)[0]
+    # `pattern` (the Basic Multilingual Plane's exclusions), then `not: {pattern}` (the astral
+    # ones), as YAML double-quoted strings.
+    allowed, refused = (
+        re.compile(re.sub(r"\\U([0-9A-Fa-f]{8})", lambda m: chr(int(m.group(1), 16)),
+                          ln.strip()[len('pattern: "'):-1].replace("\\\\", "\\")))
+        for ln in schema.splitlines() if ln.strip().startswith('pattern: "')
+    )
     near = {c + d for lo, hi in _NOT_IN_NAMES for c in (lo, hi) for d in (-1, 0, 1)}
     points = sorted(near | set(range(0, 0x110000, 7)))
     differ = []
     for c in points:
         if not 0 <= c <= 0x10FFFF or 0xD800 <= c <= 0xDFFF:
             continue
-        spec = pattern.match(chr(c)) is not None
+        spec = allowed.match(chr(c)) is not None and refused.search(chr(c)) is None
         try:
             check_name(chr(c))
             client = True

@@ -908,6 +908,19 @@ class Core:
         return await self.unary(lambda st: st.Inspect,
                                 pb.InspectRequest(name=name))
 
+    async def check_token(self, name: str, token: int) -> pb.CheckTokenResponse:
+        check_name(name)
+        return await self.unary(lambda st: st.CheckToken,
+                                pb.CheckTokenRequest(name=name, fencing_token=token))
+
+    async def report_fencing_rejected(self, name: str) -> None:
+        check_name(name)
+        try:
+            await self.unary(lambda st: st.ReportFencingRejected,
+                             pb.ReportFencingRejectedRequest(name=name), attempts=2)
+        except LockdError as e:
+            log.debug("lockd: could not report a fencing rejection: %s", e)
+
     async def status(self) -> pb.StatusResponse:
         return await self.unary(lambda st: st.Status, pb.StatusRequest())
 

@@ -30,6 +30,9 @@ class LockStub:
             _S + "Release", pb.ReleaseRequest.SerializeToString, pb.ReleaseResponse.FromString)
         self.Inspect: _UU[pb.InspectRequest, pb.LockState] = ch.unary_unary(
             _S + "Inspect", pb.InspectRequest.SerializeToString, pb.LockState.FromString)
+        self.CheckToken: _UU[pb.CheckTokenRequest, pb.CheckTokenResponse] = ch.unary_unary(
+            _S + "CheckToken", pb.CheckTokenRequest.SerializeToString,
+            pb.CheckTokenResponse.FromString)
         self.Status: _UU[pb.StatusRequest, pb.StatusResponse] = ch.unary_unary(
             _S + "Status", pb.StatusRequest.SerializeToString, pb.StatusResponse.FromString)
         self.GetSession: _UU[pb.GetSessionRequest, pb.SessionDetail] = ch.unary_unary(
@@ -37,5 +40,9 @@ class LockStub:
         self.ReportLeaseExpired: _UU[pb.ReportLeaseExpiredRequest, pb.ReportLeaseExpiredResponse] = ch.unary_unary(
             _S + "ReportLeaseExpired", pb.ReportLeaseExpiredRequest.SerializeToString,
             pb.ReportLeaseExpiredResponse.FromString)
+        self.ReportFencingRejected: _UU[pb.ReportFencingRejectedRequest,
+                                        pb.ReportFencingRejectedResponse] = ch.unary_unary(
+            _S + "ReportFencingRejected", pb.ReportFencingRejectedRequest.SerializeToString,
+            pb.ReportFencingRejectedResponse.FromString)
         self.Session: _SS[pb.SessionRequest, pb.SessionEvent] = ch.stream_stream(
             _S + "Session", pb.SessionRequest.SerializeToString, pb.SessionEvent.FromString)

@@ -14,7 +14,7 @@ import math
 import time
 from types import TracebackType
 from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterable, List, Optional,
-                    Type, TypeVar, Union)
+                    Tuple, Type, TypeVar, Union)
 
 from ._core import MAX_WAIT, Core, Hold, Lease
 from ._options import ClientOptions
@@ -330,6 +330,20 @@ class AsyncClient:
     async def inspect(self, name: str) -> LockState:
         """A linearizable view of ``name``: holders, tokens, queue (no session needed)."""
         return LockState.from_pb(await self._core.inspect(name))
+
+    async def check_token(self, name: str, token: int) -> Tuple[bool, int]:
+        """Whether ``token`` is a current holder's fencing token of ``name`` (Chubby's
+        CheckSequencer), as a linearizable read: ``(valid, newest)``, ``newest`` being the
+        largest token among the current holders (0 when free). For a resource that asks lockd
+        before it acts; one that can keep the largest token it has seen should fence instead."""
+        r = await self._core.check_token(name, token)
+        return r.valid, r.newest_token
+
+    async def report_fencing_rejected(self, name: str) -> None:
+        """Tells the service that a fenced resource refused a write under ``name`` because a
+        newer holder's token had reached it; counted per namespace as
+        ``lockd_fencing_rejections_total``. Best effort: a failure to report is logged."""
+        await self._core.report_fencing_rejected(name)
 
     async def status(self) -> NodeStatus:
         """The status of the node the client talks to: its groups, leaders, terms."""

@@ -24,7 +24,7 @@ the commit, so a newer holder's write waits for it and then passes its own check
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Tuple
+from typing import Any, Mapping, Optional, Protocol, Tuple
 
 try:
     import psycopg
@@ -57,6 +57,18 @@ class _Fenced(Protocol):
     @property
     def token(self) -> int: ...
     def is_lost(self) -> bool: ...
+
+
+class _Reports(Protocol):
+    """A client that reports refusals (a ``Client``)."""
+
+    def report_fencing_rejected(self, name: str) -> None: ...
+
+
+class _AsyncReports(Protocol):
+    """An asyncio client that reports refusals (an ``AsyncClient``)."""
+
+    async def report_fencing_rejected(self, name: str) -> None: ...
 
 
 def _ident(name: str) -> sql.Composable:
@@ -139,12 +151,15 @@ def fenced_write(conn: "psycopg.Connection[Any]", key: str, value: str, token: i
 
 
 def write(conn: "psycopg.Connection[Any]", lock: _Fenced, key: str, value: str, *,
-          table: str = DEFAULT_TABLE) -> None:
+          table: str = DEFAULT_TABLE, client: Optional[_Reports] = None) -> None:
     """:func:`fenced_write` under ``lock``: raises :class:`LockLost` without writing once the
-    lock is lost, and :class:`FenceRejected` when the store has seen a newer token."""
+    lock is lost, and :class:`FenceRejected` when the store has seen a newer token (reported
+    to the service through ``client``, if given, so that lockd counts it)."""
     if lock.is_lost():
         raise LockLost(f"the lock {lock.name!r} is lost; not writing {key!r}")
     if not fenced_write(conn, key, value, lock.token, table=table):
+        if client is not None:
+            client.report_fencing_rejected(lock.name)
         raise FenceRejected(f"the store refused token {lock.token} for {key!r}: a newer holder "
                             f"of {lock.name!r} has written")
 
@@ -170,10 +185,12 @@ async def a_fenced_write(conn: "psycopg.AsyncConnection[Any]", key: str, value: 
 
 
 async def a_write(conn: "psycopg.AsyncConnection[Any]", lock: _Fenced, key: str, value: str, *,
-                  table: str = DEFAULT_TABLE) -> None:
+                  table: str = DEFAULT_TABLE, client: Optional[_AsyncReports] = None) -> None:
     """:func:`write` for an async connection."""
     if lock.is_lost():
         raise LockLost(f"the lock {lock.name!r} is lost; not writing {key!r}")
     if not await a_fenced_write(conn, key, value, lock.token, table=table):
+        if client is not None:
+            await client.report_fencing_rejected(lock.name)
         raise FenceRejected(f"the store refused token {lock.token} for {key!r}: a newer holder "
                             f"of {lock.name!r} has written")

@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import (Any, Callable, Coroutine, Dict, Iterable, List, Optional, Type, TypeVar,
+from typing import (Any, Callable, Coroutine, Dict, Iterable, List, Optional, Tuple, Type, TypeVar,
                     Union)
 
 from ._core import Core, Hold, Lease
@@ -344,6 +344,20 @@ class Client:
     def inspect(self, name: str) -> LockState:
         """A linearizable view of ``name``: holders, tokens, queue (no session needed)."""
         return LockState.from_pb(self._run(self._core.inspect(name)))
+
+    def check_token(self, name: str, token: int) -> Tuple[bool, int]:
+        """Whether ``token`` is a current holder's fencing token of ``name`` (Chubby's
+        CheckSequencer), as a linearizable read: ``(valid, newest)``, ``newest`` being the
+        largest token among the current holders (0 when free)."""
+        r = self._run(self._core.check_token(name, token))
+        return r.valid, r.newest_token
+
+    def report_fencing_rejected(self, name: str) -> None:
+        """Tells the service that a fenced resource refused a write under ``name`` because a
+        newer holder's token had reached it; counted per namespace as
+        ``lockd_fencing_rejections_total``. Best effort: a failure to report is logged.
+        :func:`lockd_client.fencing.write` does it for its own refusals when given the client."""
+        self._run(self._core.report_fencing_rejected(name))
 
     def status(self) -> NodeStatus:
         """The status of the node the client talks to: its groups, leaders, terms."""

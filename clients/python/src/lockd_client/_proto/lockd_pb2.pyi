@@ -57,6 +57,9 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_WAIT_OUTCOME_UNKNOWN: _ClassVar[ErrorCode]
     ERROR_CODE_NAMESPACE_VERSION_CONFLICT: _ClassVar[ErrorCode]
     ERROR_CODE_TOO_MANY_SESSIONS: _ClassVar[ErrorCode]
+    ERROR_CODE_REQUEST_TIMEOUT: _ClassVar[ErrorCode]
+    ERROR_CODE_TOO_MANY_CONNECTIONS: _ClassVar[ErrorCode]
+    ERROR_CODE_NAMESPACE_NAME_TAKEN: _ClassVar[ErrorCode]
 
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -112,6 +115,9 @@ ERROR_CODE_SESSION_NOT_HERE: ErrorCode
 ERROR_CODE_WAIT_OUTCOME_UNKNOWN: ErrorCode
 ERROR_CODE_NAMESPACE_VERSION_CONFLICT: ErrorCode
 ERROR_CODE_TOO_MANY_SESSIONS: ErrorCode
+ERROR_CODE_REQUEST_TIMEOUT: ErrorCode
+ERROR_CODE_TOO_MANY_CONNECTIONS: ErrorCode
+ERROR_CODE_NAMESPACE_NAME_TAKEN: ErrorCode
 MODE_UNSPECIFIED: Mode
 MODE_EXCLUSIVE: Mode
 MODE_SHARED: Mode
@@ -236,6 +242,22 @@ class ExtendResponse(_message.Message):
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     lease_ttl_ms: int
     def __init__(self, lease_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class CheckTokenRequest(_message.Message):
+    __slots__ = ("name", "fencing_token")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    fencing_token: int
+    def __init__(self, name: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+
+class CheckTokenResponse(_message.Message):
+    __slots__ = ("valid", "newest_token")
+    VALID_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    valid: bool
+    newest_token: int
+    def __init__(self, valid: bool = ..., newest_token: _Optional[int] = ...) -> None: ...
 
 class InspectRequest(_message.Message):
     __slots__ = ("name", "token")
@@ -401,6 +423,16 @@ class ReportLeaseExpiredResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ReportFencingRejectedRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ReportFencingRejectedResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class SessionRequest(_message.Message):
     __slots__ = ("request_id", "open", "attach", "keepalive", "acquire", "release", "close", "inspect")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -518,6 +550,16 @@ class Error(_message.Message):
     retry_after_ms: int
     error_code: ErrorCode
     def __init__(self, status: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ...) -> None: ...
+
+class BackupRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BackupResponse(_message.Message):
+    __slots__ = ("document",)
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    document: bytes
+    def __init__(self, document: _Optional[bytes] = ...) -> None: ...
 
 class NamespaceSpec(_message.Message):
     __slots__ = ("name", "prefix", "min_ttl_ms", "max_ttl_ms", "default_ttl_ms", "max_waiters_per_name", "max_locks_per_session", "lock_delay_ms", "ops_per_s", "safety", "fenced_resource", "token_required")
