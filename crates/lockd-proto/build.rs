@@ -4,7 +4,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     // prost-build finds protoc through the PROTOC environment variable.
     std::env::set_var("PROTOC", protoc);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // `proto` is a link to the repository's proto/ in the source tree; `cargo package` copies
+    // what it points to, so the published crate carries the file.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
     let file = root.join("lockd/v1/lockd.proto");
     println!("cargo:rerun-if-changed={}", file.display());
     // The descriptor set serves gRPC reflection (grpcurl and Postman need no .proto file).
