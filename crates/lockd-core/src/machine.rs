@@ -277,7 +277,7 @@ impl Default for LockTable {
 }
 
 /// Counters for status and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
     pub now_ms: u64,
     pub revision: u64,

@@ -145,16 +145,24 @@ impl BucketSet {
 impl std::str::FromStr for BucketSet {
     type Err = String;
 
-    /// `"0-63,100,200-201"`: comma-separated buckets and inclusive ranges, in any order;
-    /// overlaps are merged. The error names the part that is wrong.
+    /// `"0-63, 100,200-201"`: comma-separated buckets and inclusive ranges, in any order, with
+    /// spaces around the items and dashes allowed; overlaps are merged. A bucket is a decimal
+    /// number within 0-4095 without sign or leading zero, and a range's ends may come in either
+    /// order ("63-0" is "0-63"). docs/openapi.yaml states this grammar as a pattern. The error
+    /// names the part that is wrong.
     fn from_str(s: &str) -> Result<BucketSet, String> {
         let mut out = BucketSet::empty();
-        for part in s.split(',').map(str::trim) {
+        for part in s.split(',') {
             let num = |t: &str| -> Result<u16, String> {
-                match t.trim().parse::<u16>() {
-                    Ok(b) if b < BUCKETS => Ok(b),
+                let t = t.trim_matches(' ');
+                let canonical = !t.is_empty()
+                    && t.bytes().all(|b| b.is_ascii_digit())
+                    && (t == "0" || !t.starts_with('0'));
+                match t.parse::<u16>() {
+                    Ok(b) if canonical && b < BUCKETS => Ok(b),
                     _ => Err(format!(
-                        "'{part}' is not a bucket or range of buckets within 0-{}",
+                        "'{}' is not a bucket or range of buckets within 0-{}",
+                        part.trim_matches(' '),
                         BUCKETS - 1
                     )),
                 }
@@ -163,10 +171,7 @@ impl std::str::FromStr for BucketSet {
                 Some((a, b)) => (num(a)?, num(b)?),
                 None => (num(part)?, num(part)?),
             };
-            if a > b {
-                return Err(format!("range '{part}' ends before it starts"));
-            }
-            for x in a..=b {
+            for x in a.min(b)..=a.max(b) {
                 out.insert(x);
             }
         }

@@ -263,8 +263,8 @@ pub enum Op {
 }
 
 impl Op {
-    /// Commands only a group's leader proposes, from its own duties (expiry, ticks) or never
-    /// through the shell at all (a bare revision raise): a peer may forward every other command
+    /// Commands only a group's leader proposes, from its own duties (expiry, ticks, a restored
+    /// node raising the groups it leads to the backup's floor): a peer may forward every other command
     /// to the leader, never one of these. A node that took them from the peer port would let
     /// anyone who reaches it expire others' sessions or push the revision to wrap.
     pub fn leader_only(&self) -> bool {

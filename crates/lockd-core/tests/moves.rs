@@ -584,7 +584,11 @@ fn bucket_sets_travel_as_ranges() {
     // As operators type them.
     assert_eq!("4095, 0-2,7".parse::<BucketSet>().unwrap(), s);
     assert_eq!("0-4095".parse::<BucketSet>().unwrap(), BucketSet::full());
-    for bad in ["", "4096", "2-1", "a-3", "1,,2", "-1"] {
+    assert_eq!("4095-0".parse::<BucketSet>().unwrap(), BucketSet::full());
+    assert_eq!(" 2 - 0 ,7, 4095 ".parse::<BucketSet>().unwrap(), s);
+    for bad in [
+        "", "4096", "a-3", "1,,2", "-1", "+1", "01", "1-2-3", "1\t", "\u{a0}1",
+    ] {
         let e = bad.parse::<BucketSet>().unwrap_err();
         assert!(e.contains("bucket") || e.contains("range"), "{bad}: {e}");
     }
