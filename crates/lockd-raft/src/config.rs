@@ -148,15 +148,17 @@ impl NodeConfig {
 /// or a DNS name (resolved each time a connection is made, so a StatefulSet pod's name follows
 /// it to a new IP). The error says what is wrong.
 pub fn check_peer_addr(addr: &str) -> Result<(), String> {
-    if addr.parse::<std::net::SocketAddr>().is_ok() {
-        return Ok(());
-    }
     let bad = |why: &str| Err(format!("'{addr}' is not HOST:PORT ({why})"));
     let Some((host, port)) = addr.rsplit_once(':') else {
         return bad("no port");
     };
-    if port.parse::<u16>().map_or(true, |p| p == 0) {
+    // Decimal, no sign, no leading zero: the grammar docs/openapi.yaml states.
+    let canonical = port.bytes().all(|b| b.is_ascii_digit()) && !port.starts_with('0');
+    if !canonical || port.parse::<u16>().is_err() {
         return bad("the port must be 1-65535");
+    }
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
     }
     if host.starts_with('[') || host.parse::<std::net::Ipv4Addr>().is_ok() {
         return bad("not a valid IP address");
@@ -172,8 +174,13 @@ pub fn check_peer_addr(addr: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
         return bad("the host is neither an IP address nor a DNS name");
     }
-    if name.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return bad("not a valid IP address");
+    // A top-level label starts with a letter (RFC 3696), so "10.0.0.300" is no name.
+    if !name
+        .rsplit('.')
+        .next()
+        .is_some_and(|tld| tld.starts_with(|c: char| c.is_ascii_alphabetic()))
+    {
+        return bad("not a valid IP address, and a DNS name's last label starts with a letter");
     }
     Ok(())
 }
@@ -204,6 +211,10 @@ mod addr_tests {
             "[::1:7270",
             "300.1.1.1:7270",
             "a..b:7270",
+            "10.0.0.1:0",
+            "10.0.0.1:07270",
+            "host:+7270",
+            "a.123:7270",
         ] {
             let e = check_peer_addr(bad).unwrap_err();
             assert!(e.contains(bad) && e.contains("HOST:PORT"), "{bad}: {e}");

@@ -75,8 +75,8 @@ pub struct Group {
     replica: Arc<Replica>,
     peers: Peers,
     timing: Timing,
-    /// The nodes marked draining (the node's set, shared).
-    draining: crate::node::Draining,
+    /// The node's draining marks and remote handles.
+    shared: crate::node::Shared,
     stopping: AtomicBool,
     /// What `is_stranded` decides from, behind one lock.
     drift: std::sync::Mutex<Drift>,
@@ -94,6 +94,8 @@ struct Drift {
     removed_seen: Option<Instant>,
     /// When the leader's replication last reached this replica (an append it took).
     leader_contact: Option<Instant>,
+    /// Since when `is_stranded` has said yes (its changes are logged).
+    stranded: Option<Instant>,
 }
 
 /// How long a replica may know no usable leader before calls through it go elsewhere.
@@ -109,7 +111,7 @@ impl Group {
         replica: Arc<Replica>,
         peers: Peers,
         timing: Timing,
-        draining: crate::node::Draining,
+        shared: crate::node::Shared,
     ) -> Group {
         Group {
             id,
@@ -117,9 +119,15 @@ impl Group {
             replica,
             peers,
             timing,
-            draining,
+            shared,
             stopping: AtomicBool::new(false),
-            drift: std::sync::Mutex::default(),
+            // As if the leader had just been heard from: a replica that restarts naming the
+            // leader of its saved vote, and is never replicated to again (it was removed while
+            // down), is stranded once that leader stays silent, like any other.
+            drift: std::sync::Mutex::new(Drift {
+                leader_contact: Some(Instant::now()),
+                ..Drift::default()
+            }),
         }
     }
 
@@ -180,11 +188,26 @@ impl Group {
             };
             match res {
                 Err(GroupError::NoLeader { .. }) if Instant::now() < give_up => {
+                    // Nothing was appended: the members elsewhere may take it.
+                    if let Some(remote) = self.elsewhere() {
+                        return remote.propose(op).await;
+                    }
                     tokio::time::sleep(self.timing.retry_pause).await;
                 }
                 other => return other,
             }
         }
+    }
+
+    /// The node's handle on this group over the peer port, once this replica is stranded
+    /// (`is_stranded`): a call that started here before it was, and is waiting for a leader
+    /// this replica will not hear from, goes to the members instead.
+    fn elsewhere(&self) -> Option<Arc<crate::RemoteGroup>> {
+        if !self.is_stranded() {
+            return None;
+        }
+        let remotes = self.shared.remotes.read().expect("remotes poisoned");
+        remotes.get(&self.id).cloned()
     }
 
     async fn forward_propose(&self, leader: NodeId, op: &Op) -> ProposeResult {
@@ -262,6 +285,9 @@ impl Group {
             };
             match res {
                 Err(GroupError::NoLeader { .. }) if Instant::now() < give_up => {
+                    if let Some(remote) = self.elsewhere() {
+                        return remote.keepalive(session).await;
+                    }
                     tokio::time::sleep(self.timing.retry_pause).await;
                 }
                 other => return other,
@@ -352,6 +378,15 @@ impl Group {
                 None => Err(self.no_leader()),
             };
             match res {
+                // A stranded replica would not apply the index: the caller's next try is
+                // routed to the members (`Node::route`).
+                Err(GroupError::NoLeader { .. }) if self.is_stranded() => {
+                    return Err(GroupError::Unavailable(format!(
+                        "this node's replica of group {} is cut off from the group; retry \
+                         (calls now go to its members)",
+                        self.id
+                    )));
+                }
                 Err(GroupError::NoLeader { .. }) if Instant::now() < give_up => {
                     tokio::time::sleep(self.timing.retry_pause).await;
                 }
@@ -403,19 +438,58 @@ impl Group {
     /// (`Node::route`).
     pub fn is_stranded(&self) -> bool {
         let role = self.raft.role();
+        let mut d = self.drift();
+        let (stranded, why) = self.stranded_now(&role, &mut d);
+        if stranded != d.stranded.is_some() {
+            d.stranded = stranded.then(Instant::now);
+            if stranded {
+                tracing::info!(
+                    group = self.id,
+                    leader = ?role.leader,
+                    term = role.term,
+                    why,
+                    "this replica is cut off from its group; its calls go to the members"
+                );
+            } else {
+                tracing::info!(
+                    group = self.id,
+                    leader = ?role.leader,
+                    term = role.term,
+                    "this replica serves its group again"
+                );
+            }
+        }
+        stranded
+    }
+
+    fn stranded_now(&self, role: &crate::raft::Role, d: &mut Drift) -> (bool, &'static str) {
         // `lease_valid` counts a sole voter as its own quorum.
         let adrift = role.leader.is_none()
             || (role.is_leader && !self.timing.skip_leader_lease_check && !self.raft.lease_valid());
         let limit = STRANDED_AFTER_ELECTIONS * self.timing.election_max;
-        let mut d = self.drift();
+        // Once stranded, only a sign of a working group ends it: the leader's replication
+        // reached it since, or it leads with a lease. Its reason may change meanwhile (the
+        // leader it named went silent, then a vote request made it forget that leader): that
+        // must not start the count again.
+        if let Some(since) = d.stranded {
+            let heard = d.leader_contact.is_some_and(|at| at > since);
+            let leads =
+                role.is_leader && (self.timing.skip_leader_lease_check || self.raft.lease_valid());
+            if !heard && !leads {
+                return (true, "no leader has reached it since it was cut off");
+            }
+        }
         // Told it was removed, recently: at once (a member again is told nothing of the kind).
         if d.removed_seen.is_some_and(|at| at.elapsed() < limit) {
-            return true;
+            return (true, "the leader says it is not a member");
         }
         // Only while this replica still names that node as the leader.
         let refused = !role.is_leader
             && d.hint_refused
                 .is_some_and(|(l, at)| role.leader == Some(l) && at.elapsed() >= limit);
+        if refused {
+            return (true, "the leader it names refuses its forwards");
+        }
         // Still naming a leader whose replication stopped reaching it: removed without
         // applying its own removal (a learner never starts an election, so it would name that
         // leader forever), or cut off. The leader's heartbeats come every heartbeat interval.
@@ -424,10 +498,13 @@ impl Group {
             && d.leader_contact.is_some_and(|at| at.elapsed() >= limit);
         if !adrift {
             d.adrift_since = None;
-            return refused || silent;
+            return (silent, "the leader it names has not replicated to it");
         }
         let at = *d.adrift_since.get_or_insert_with(Instant::now);
-        refused || at.elapsed() >= limit
+        (
+            at.elapsed() >= limit,
+            "no leader, or leading without a quorum",
+        )
     }
 
     /// The leader's replication reached this replica (see `Drift::leader_contact`).
@@ -461,7 +538,7 @@ impl Group {
             .timing
             .balance_leaders
             .then(|| {
-                let draining = self.draining.read().expect("draining poisoned");
+                let draining = self.shared.draining.read().expect("draining poisoned");
                 crate::balance::preferred_leader(self.id, s.voters.iter().copied(), &draining)
             })
             .flatten();

@@ -80,6 +80,18 @@ impl Identity {
         })
     }
 
+    /// The identity recorded in `dir`, if any (read only; for `lockd inspect-data`).
+    pub fn read(dir: &Path) -> Result<Option<Identity>, String> {
+        let path = dir.join(FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Identity::decode(&text)
+                .map(Some)
+                .map_err(|e| format!("{} is damaged: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
     /// Checks `self` against the identity recorded in `dir`, or records it if there is none.
     /// Returns whether it was recorded now (a first start, or a dir from before identities).
     /// The first thing a start does to its data dir, so it also makes the dir private: created

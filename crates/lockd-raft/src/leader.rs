@@ -124,6 +124,9 @@ pub(crate) async fn run(group: Arc<Group>, mut stop: watch::Receiver<bool>) {
     let mut applied = group.replica().subscribe();
     let mut roles = group.raft().role_changes();
     let clock = *group.replica().clock();
+    // Every role change passes here: start the clock of a lost leader now, not when a call
+    // first asks (`Group::is_stranded`). Not per apply: that is the hot path.
+    let _ = group.is_stranded();
     loop {
         let wake = step(&group).await;
         let sleep = async {
@@ -137,7 +140,12 @@ pub(crate) async fn run(group: Arc<Group>, mut stop: watch::Receiver<bool>) {
             biased;
             _ = stop.changed() => return,
             _ = applied.changed() => {}
-            r = roles.changed() => if r.is_err() { return },
+            r = roles.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                let _ = group.is_stranded();
+            }
             _ = sleep => {}
         }
     }

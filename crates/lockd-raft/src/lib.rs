@@ -34,6 +34,7 @@ mod node;
 mod peer;
 mod placement;
 mod private;
+pub use private::{make_private_dir, write_private_file};
 mod raft;
 mod remote;
 mod replica;
@@ -53,7 +54,9 @@ pub use node::{MemberCall, Node, Route, META_MAX_VOTERS};
 pub use peer::{Method as PeerMethod, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
 pub use placement::initial_placement;
-pub use raft::{seed_thread_rng, MemStorage, MemberError, Membership};
+pub use raft::{
+    inspect_snapshot, seed_thread_rng, MemStorage, MemberError, Membership, SnapshotReport,
+};
 pub use remote::RemoteGroup;
 
 /// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.

@@ -28,6 +28,50 @@ const MEMBER_CALL_LEADER_WAIT: Duration = Duration::from_secs(10);
 /// How long a forwarded membership call may take: adding a member waits for it to catch up,
 /// which for a large group means a snapshot.
 const MEMBER_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// A learner that acknowledges nothing new for this long is not promoted (the add is refused,
+/// naming why: a state of the cluster to fix, not a fault of the service; it stays a learner,
+/// and repeating the call promotes it once it has caught up). While it makes progress (a snapshot, then the log) the wait goes on.
+const CATCH_UP_STALL: Duration = Duration::from_secs(5);
+/// A learner this close to the leader's last entry has caught up (openraft's default
+/// `replication_lag_threshold`).
+const CATCH_UP_LAG: u64 = 5_000;
+
+/// Waits on `g`'s leader until learner `id` has acknowledged the log up to [`CATCH_UP_LAG`]
+/// entries from its end. openraft's own blocking `add_learner` counts a learner that has
+/// acknowledged nothing as caught up while the log is shorter than that threshold: promoting
+/// such a node (a wrong address, a node never started) would give a one-voter group a second
+/// voter that never votes, and stop it.
+async fn caught_up(g: &Group, id: NodeId, addr: &str) -> Result<(), MemberError> {
+    let mut best: Option<u64> = None;
+    let mut progress_at = tokio::time::Instant::now();
+    loop {
+        let m = g.raft().membership();
+        if m.voters.contains(&id) {
+            return Ok(());
+        }
+        match m.lag.get(&id).copied().flatten() {
+            Some(lag) if lag <= CATCH_UP_LAG => return Ok(()),
+            Some(lag) if best.is_none_or(|b| lag < b) => {
+                best = Some(lag);
+                progress_at = tokio::time::Instant::now();
+            }
+            _ => {}
+        }
+        if progress_at.elapsed() >= CATCH_UP_STALL {
+            let seen = match best {
+                None => "acknowledged nothing".to_string(),
+                Some(lag) => format!("is {lag} entries behind"),
+            };
+            return Err(MemberError::Refused(format!(
+                "node {id} at {addr} {seen} after {}s: is it running there, joined with \
+                 --initial-cluster-state existing? It stays a learner; repeat the call to \
+                 promote it once it has caught up",
+                CATCH_UP_STALL.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 /// A membership call an operator makes on a group (through the admin API).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -95,15 +139,22 @@ struct Maker {
     opening: tokio::sync::Mutex<()>,
 }
 
-/// The nodes marked draining, shared by a node and its groups.
-pub(crate) type Draining = Arc<RwLock<BTreeSet<NodeId>>>;
+/// What a node shares with the replicas it hosts.
+#[derive(Clone, Default)]
+pub(crate) struct Shared {
+    /// The nodes marked draining in the meta group (set by the server as it reads the mark):
+    /// leader balancing and the hand-over at stop choose other voters first; a group's status
+    /// names its preferred leader.
+    pub(crate) draining: Arc<RwLock<BTreeSet<NodeId>>>,
+    /// A handle on every group of the cluster over the peer port: for when this node has no
+    /// member replica of it, or its replica is stranded (`Group::is_stranded`).
+    pub(crate) remotes: Arc<RwLock<BTreeMap<GroupId, Arc<RemoteGroup>>>>,
+}
 
 /// Every group hosted by this process.
 pub struct Node {
     node_id: NodeId,
     groups: RwLock<BTreeMap<GroupId, Arc<Group>>>,
-    /// A handle on every group of the cluster, for when this node has no member replica of it.
-    remotes: RwLock<BTreeMap<GroupId, Arc<RemoteGroup>>>,
     maker: Maker,
     /// Serves [`crate::PeerMethod::App`] calls (set once by the embedding server).
     app: OnceLock<Arc<dyn AppHandler>>,
@@ -113,16 +164,23 @@ pub struct Node {
     /// graceful server shutdown would otherwise wait for.
     pipes_closing: watch::Sender<bool>,
     shutting_down: AtomicBool,
-    /// The nodes marked draining in the meta group (set by the server as it reads the mark):
-    /// leader balancing and the hand-over at stop choose other voters first. Shared with the
-    /// groups, whose status names their preferred leader.
-    draining: Draining,
+    /// The draining marks and remote handles, shared with the groups.
+    shared: Shared,
     /// The first group that stopped by itself (`fatal.rs`).
     pub(crate) failed: watch::Sender<Option<crate::GroupFailure>>,
 }
 
 fn validate(cfg: &NodeConfig) -> Result<(), StartError> {
     let bad = |why: String| Err(StartError::Config(why));
+    if (cfg.skip_leader_lease_check || cfg.skip_ownership_check)
+        && !cfg!(feature = "negative-controls")
+    {
+        return bad(
+            "a negative control (skip_leader_lease_check, skip_ownership_check) is set, and \
+             this build has none (they exist for lockd-check only: feature negative-controls)"
+                .into(),
+        );
+    }
     if !cfg.peers.contains_key(&cfg.node_id) {
         return bad(format!(
             "node_id {} is not among peers {:?}",
@@ -206,7 +264,7 @@ impl Node {
         let clock = NodeClock::new(cfg.clock_rate);
         let founders: Vec<NodeId> = cfg.peers.keys().copied().collect();
         let placement = crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas);
-        let draining = Draining::default();
+        let shared = Shared::default();
         let mut groups = BTreeMap::new();
         let mut remotes = BTreeMap::new();
         for (&id, placed) in &placement {
@@ -218,7 +276,7 @@ impl Node {
             if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
                 groups.insert(
                     id,
-                    open_group(&cfg, id, &sink, clock, &pool, timing, &draining).await?,
+                    open_group(&cfg, id, &sink, clock, &pool, timing, &shared).await?,
                 );
             }
             let mut candidates = placed.clone();
@@ -243,7 +301,7 @@ impl Node {
             for id in created_group_dirs(&cfg.data_dir, &placement) {
                 groups.insert(
                     id,
-                    open_group(&cfg, id, &sink, clock, &pool, timing, &draining).await?,
+                    open_group(&cfg, id, &sink, clock, &pool, timing, &shared).await?,
                 );
             }
         }
@@ -290,7 +348,7 @@ impl Node {
         let node = Arc::new(Node {
             node_id: cfg.node_id,
             groups: RwLock::new(groups),
-            remotes: RwLock::new(remotes),
+
             maker: Maker {
                 cfg,
                 sink,
@@ -304,7 +362,10 @@ impl Node {
             stop,
             pipes_closing: watch::channel(false).0,
             shutting_down: AtomicBool::new(false),
-            draining,
+            shared: {
+                *shared.remotes.write().expect("remotes poisoned") = remotes;
+                shared
+            },
             failed,
         });
         if timing.balance_leaders {
@@ -320,7 +381,7 @@ impl Node {
 
     /// Records the nodes marked draining (the meta group's mark, as the server last read it).
     pub fn set_draining(&self, nodes: BTreeSet<NodeId>) {
-        let mut d = self.draining.write().expect("draining poisoned");
+        let mut d = self.shared.draining.write().expect("draining poisoned");
         if *d != nodes {
             info!(node = self.node_id, draining = ?nodes, "draining nodes changed");
             *d = nodes;
@@ -329,7 +390,11 @@ impl Node {
 
     /// The nodes marked draining, as last recorded by [`Node::set_draining`].
     pub fn draining(&self) -> BTreeSet<NodeId> {
-        self.draining.read().expect("draining poisoned").clone()
+        self.shared
+            .draining
+            .read()
+            .expect("draining poisoned")
+            .clone()
     }
 
     /// Every group replica this node hosts now.
@@ -396,7 +461,7 @@ impl Node {
                     m.clock,
                     &m.pool,
                     m.timing,
-                    &self.draining,
+                    &self.shared,
                 )
                 .await?;
                 let mut duties = self.duties.lock().expect("duties poisoned");
@@ -464,7 +529,7 @@ impl Node {
         if order.is_empty() {
             return;
         }
-        let mut remotes = self.remotes.write().expect("remotes poisoned");
+        let mut remotes = self.shared.remotes.write().expect("remotes poisoned");
         if remotes.get(&id).is_some_and(|r| r.candidates() == order) {
             return;
         }
@@ -482,7 +547,8 @@ impl Node {
     /// `None` for a group the cluster does not have (or a one-node cluster's missing group).
     pub fn route(&self, id: GroupId) -> Option<Route> {
         let remote = || {
-            self.remotes
+            self.shared
+                .remotes
                 .read()
                 .expect("remotes poisoned")
                 .get(&id)
@@ -523,7 +589,7 @@ impl Node {
 
     /// Every group of the cluster, hosted here or not.
     pub fn all_group_ids(&self) -> Vec<GroupId> {
-        let remotes = self.remotes.read().expect("remotes poisoned");
+        let remotes = self.shared.remotes.read().expect("remotes poisoned");
         let mut ids: Vec<GroupId> = self
             .hosted()
             .keys()
@@ -663,6 +729,9 @@ impl Node {
             && m.voters.len() >= META_MAX_VOTERS
         {
             return Ok(());
+        }
+        if !m.voters.contains(&id) {
+            caught_up(&g, id, addr).await?;
         }
         g.raft().promote(id).await
     }
@@ -821,7 +890,7 @@ async fn open_group(
     clock: NodeClock,
     pool: &Peers,
     timing: Timing,
-    draining: &Draining,
+    shared: &Shared,
 ) -> Result<Arc<Group>, StartError> {
     let dir = cfg.data_dir.join(format!("group-{id}"));
     let replica = Arc::new(Replica::new(
@@ -837,7 +906,7 @@ async fn open_group(
         replica,
         pool.clone(),
         timing,
-        draining.clone(),
+        shared.clone(),
     )))
 }
 

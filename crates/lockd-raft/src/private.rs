@@ -88,3 +88,25 @@ pub(crate) fn create_file(path: &Path) -> io::Result<File> {
     }
     Ok(f)
 }
+
+/// Makes `path` a private directory (created 0700, or tightened to it, its files to 0600), for
+/// tools that prepare a data dir.
+pub fn make_private_dir(path: &Path) -> io::Result<()> {
+    dir(path)
+}
+
+/// Writes `bytes` to `path` durably and privately: a 0600 temporary file, fsync'd, renamed over
+/// `path`, and the directory fsync'd (a crash leaves the old file or the whole new one).
+pub fn write_private_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write as _;
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = parent.join(tmp_name);
+    let mut f = create_file(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    File::open(parent)?.sync_all()
+}

@@ -134,7 +134,21 @@ impl RemoteGroup {
         loop {
             let i = self.next.load(Ordering::Relaxed);
             let order = self.order();
-            match attempt(order[i % order.len()]).await {
+            let target = order[i % order.len()];
+            let got = attempt(target).await;
+            tracing::debug!(
+                node = self.me,
+                group = self.id,
+                target,
+                outcome = match &got {
+                    Attempt::Done(Ok(_)) => "done",
+                    Attempt::Done(Err(_)) => "done with an error",
+                    Attempt::Failed(_) => "failed",
+                    Attempt::Next => "next",
+                },
+                "remote call attempt"
+            );
+            match got {
                 Attempt::Done(r) => return r,
                 Attempt::Failed(e) => {
                     let _ =

@@ -232,3 +232,67 @@ async fn the_meta_group_keeps_five_voters_and_a_sixth_node_follows_as_a_learner(
         n.stop().await;
     }
 }
+
+/// A replica removed while its node was down restarts naming the leader of its saved vote, and
+/// that leader never replicates to it again. A learner never starts an election, so it never
+/// gives that leader up: only the leader's silence shows it is cut off. Once that has lasted
+/// four election timeouts the replica is stranded and the node sends the group's calls to the
+/// members. Before, the silence was counted only from a first append after the restart, which
+/// never came: the node kept the group local forever, and a wait parked there was never woken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_removed_while_its_node_was_down_is_stranded_after_the_restart() {
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nodes = start_cluster(tmp.path(), 5, |c| c.lock_groups = 1).await;
+    leader_of(&nodes).await;
+    let meta = lockd_raft::META_GROUP;
+    let mut addrs: Vec<String> = nodes.iter().map(|n| n.cfg.peers[&n.id].clone()).collect();
+    addrs.extend(free_addrs(1).await);
+    let mut cfg = configs(tmp.path(), &addrs, |c| c.lock_groups = 1).remove(5);
+    cfg.join_existing = true;
+    nodes.push(start(cfg).await);
+    let add = MemberCall::Add {
+        id: 6,
+        addr: addrs[5].clone(),
+    };
+    let m = nodes[0].node.member_call(meta, add).await.unwrap();
+    assert_eq!(m.learners, [6], "{m:?}");
+    eventually(
+        "node 6 applies the meta group's log",
+        Duration::from_secs(30),
+        || {
+            let st = nodes[5].node.group(meta).unwrap().status();
+            (st.leader.is_some()
+                && matches!(nodes[5].node.route(meta), Some(lockd_raft::Route::Local(_))))
+            .then_some(())
+        },
+    )
+    .await;
+
+    let cfg = nodes.pop().unwrap().stop().await;
+    let m = nodes[0]
+        .node
+        .member_call(meta, MemberCall::Remove { id: 6 })
+        .await
+        .unwrap_or_else(|e| panic!("remove 6 from the meta group: {e}"));
+    assert!(m.learners.is_empty() && !m.voters.contains(&6), "{m:?}");
+
+    let limit = 4 * Duration::from_millis(cfg.election_timeout_ms.1);
+    let back = start(cfg).await;
+    eventually(
+        "the restarted learner to name the leader of its saved vote",
+        Duration::from_secs(5),
+        || back.node.group(meta).unwrap().status().leader,
+    )
+    .await;
+    eventually(
+        "the restarted learner to count as stranded",
+        limit + Duration::from_secs(10),
+        || matches!(back.node.route(meta), Some(lockd_raft::Route::Remote(_))).then_some(()),
+    )
+    .await;
+    back.stop().await;
+    for n in nodes {
+        n.stop().await;
+    }
+}

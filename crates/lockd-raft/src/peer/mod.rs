@@ -184,14 +184,30 @@ impl Peers {
 pub(crate) const CLUSTER_HEADER: &str = "lockd-cluster";
 /// The metadata key naming the calling node's id on every peer call.
 pub(crate) const NODE_HEADER: &str = "lockd-node";
+/// The metadata key naming the node a peer call is meant for (etcd's `X-Raft-To`): a call that
+/// reaches another node, because an address was given for the wrong node, is refused instead
+/// of being taken as a message from a group's member to itself.
+pub(crate) const TO_HEADER: &str = "lockd-to";
 
-/// Stamps every outbound peer call with who sends it: the cluster's name and this node's id.
-/// The receiver refuses another cluster, and with TLS checks the id against the caller's
-/// certificate ([`PeerService::admit`]).
+/// Stamps every outbound peer call with who sends it (the cluster's name and this node's id)
+/// and, on a channel to one node, whom it is for. The receiver refuses another cluster and a
+/// call meant for another node, and with TLS checks the sender's id against its certificate
+/// ([`PeerService::admit`]).
 #[derive(Clone)]
 pub struct PeerHeaders {
     cluster: tonic::metadata::AsciiMetadataValue,
     node: tonic::metadata::AsciiMetadataValue,
+    to: Option<tonic::metadata::AsciiMetadataValue>,
+}
+
+impl PeerHeaders {
+    /// The same headers, addressed to node `to`.
+    fn to(&self, to: NodeId) -> PeerHeaders {
+        PeerHeaders {
+            to: Some(tonic::metadata::AsciiMetadataValue::from(to)),
+            ..self.clone()
+        }
+    }
 }
 
 impl tonic::service::Interceptor for PeerHeaders {
@@ -199,6 +215,9 @@ impl tonic::service::Interceptor for PeerHeaders {
         let md = req.metadata_mut();
         md.insert(CLUSTER_HEADER, self.cluster.clone());
         md.insert(NODE_HEADER, self.node.clone());
+        if let Some(to) = &self.to {
+            md.insert(TO_HEADER, to.clone());
+        }
         Ok(req)
     }
 }
@@ -245,6 +264,7 @@ impl PeerPool {
             headers: PeerHeaders {
                 cluster: value(cluster.to_string())?,
                 node: value(me.to_string())?,
+                to: None,
             },
             tls,
         })
@@ -311,9 +331,11 @@ impl PeerPool {
                 ch
             }
         };
-        Ok(PeerClient::with_interceptor(channel, self.headers.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+        Ok(
+            PeerClient::with_interceptor(channel, self.headers.to(target))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 
     /// Sends one request over tonic and returns the reply payload.
@@ -422,6 +444,16 @@ impl PeerService {
                 "a peer call must name its node id in '{NODE_HEADER}'"
             )));
         };
+        // Absent from callers older than the header; present, it must name this node.
+        let me = self.node.node_id();
+        if let Some(to) = header(TO_HEADER) {
+            if to.parse::<NodeId>().ok() != Some(me) {
+                return Err(tonic::Status::failed_precondition(format!(
+                    "this is node {me}, not node {to}: node {from} has this node's peer \
+                     address for node {to}"
+                )));
+            }
+        }
         if self.tls {
             let certs = req.peer_certs().ok_or_else(|| {
                 tonic::Status::unauthenticated("the peer port needs a client certificate")

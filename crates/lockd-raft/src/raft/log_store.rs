@@ -171,6 +171,9 @@ fn raft_log_config(dir: &Path) -> raft_log::Config {
     cfg
 }
 
+/// How long an open waits for the log's lock file (see [`LogStore::open`]).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl LogStore {
     /// Opens (or creates) the log in `dir`, cutting a torn tail record if there is one and
     /// refusing a corrupt one (module docs).
@@ -180,7 +183,28 @@ impl LogStore {
             error!(dir = %dir.display(), "log tail torn by a crash: {cut}");
         }
         let cfg = Arc::new(raft_log_config(dir));
-        let rl = RaftLog::<RlTypes>::open(cfg).map_err(|e| {
+        // The log's lock file is held by another process on this dir, or by this process's
+        // previous instance of the group while it finishes stopping (a restart in place): wait
+        // a little for it before calling it taken.
+        let lock_wait = std::time::Instant::now() + LOCK_WAIT;
+        let opened = loop {
+            match RaftLog::<RlTypes>::open(cfg.clone()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if std::time::Instant::now() >= lock_wait {
+                        break Err(io::Error::new(
+                            e.kind(),
+                            format!(
+                                "{e} (waited {}s: is another lockd running on this data dir?)",
+                                LOCK_WAIT.as_secs()
+                            ),
+                        ));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => break other,
+            }
+        };
+        let rl = opened.map_err(|e| {
             if matches!(
                 e.kind(),
                 io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof

@@ -16,6 +16,7 @@ mod state_machine;
 
 pub use mem_store::MemStorage;
 pub use runtime::seed_thread_rng;
+pub use state_machine::{inspect_snapshot, SnapshotReport};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -705,8 +706,10 @@ impl RaftGroup {
     /// but its recorded address.
     pub(crate) async fn add_learner(&self, id: NodeId, addr: &str) -> Result<(), MemberError> {
         self.leader_or_refuse()?;
+        // Not blocking: openraft's wait takes a learner that acknowledged nothing for caught up
+        // on a short log, and waits forever on a long one. `Node::add_member` waits itself.
         self.raft
-            .add_learner(id, BasicNode::new(addr), true)
+            .add_learner(id, BasicNode::new(addr), false)
             .await
             .map(|_| ())
             .map_err(member_error)
