@@ -341,7 +341,17 @@ fn run() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Nemesis(a) => run_nemesis(a),
         Cmd::NemesisWorker(a) => run_worker(a),
-        Cmd::Sim(args) => lockd_check::sim::main(args),
+        Cmd::Sim(args) => {
+            // `SIM_LOG=lockd_server=debug,...`: the nodes' logs, stamped with simulated time.
+            if let Ok(filter) = std::env::var("SIM_LOG") {
+                tracing_subscriber::fmt()
+                    .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                    .with_timer(lockd_check::sim::SimTime)
+                    .with_writer(std::io::stderr)
+                    .init();
+            }
+            lockd_check::sim::main(args)
+        }
         Cmd::Check {
             files,
             allow_unknown,

@@ -43,7 +43,7 @@ fn client_deadline_causes_a_belief_overlap() {
 
 #[test]
 fn leader_lease_causes_a_grant_while_believed() {
-    signature_then_clean(Sabotage::LeaderLease, Signature::GrantWhileBelieved, 101);
+    signature_then_clean(Sabotage::LeaderLease, Signature::GrantWhileBelieved, 29);
 }
 
 #[test]
@@ -63,5 +63,5 @@ fn revision_floor_causes_a_token_regression() {
 
 #[test]
 fn ownership_causes_a_double_grant() {
-    signature_then_clean(Sabotage::Ownership, Signature::DoubleGrant, 2);
+    signature_then_clean(Sabotage::Ownership, Signature::DoubleGrant, 1);
 }

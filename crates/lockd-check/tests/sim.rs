@@ -55,9 +55,15 @@ fn a_seed_replays_to_the_same_digest() {
 ///   parked on its replica was never woken (found by the hand-over check after healing, once
 ///   the clients went through lockd-server; fixed by counting a replica the leader's
 ///   replication stopped reaching as stranded, and handing a parked wait to a member).
+/// * 2000042: the same lost wake-up on a replica that had restarted after its removal: the
+///   leader's silence was counted only from a first append after the restart, which never
+///   came (fixed by counting from the replica's start).
+/// * 2006445: a session open through a replica removed while cut off waited out the whole
+///   retry budget for a leader it would never hear from, and failed `no_leader` (fixed by
+///   sending such a call to the members once the replica is stranded).
 #[test]
 fn seeds_that_found_bugs_stay_clean() {
-    for seed in [1552, 1886, 9492, 20] {
+    for seed in [1552, 1886, 9492, 20, 2000042, 2006445] {
         assert_clean(seed);
     }
 }

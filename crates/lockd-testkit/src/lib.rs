@@ -6,10 +6,12 @@
 //! race fixed in one stayed in the others. Here a node is a [`ServeArgs`] (the server's own
 //! argument type, rendered by [`ServeArgs::to_args`]), ports come from [`free_ports`], a
 //! process is a [`Proc`] signalled by pid, and a [`Cluster`] waits until every group is led
-//! by its preferred leader and a session opens.
+//! by its preferred leader and a session opens. [`inproc`] runs nodes inside the test's own
+//! process instead, for tests that look inside a node.
 
 pub mod client;
 mod cluster;
+pub mod inproc;
 mod ports;
 mod proc;
 

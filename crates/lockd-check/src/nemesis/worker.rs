@@ -42,7 +42,9 @@ pub struct WorkerConfig {
     pub sabotage_store_fence: bool,
     /// Chance per lock-set round (a tenth of it per mutex write) that the worker SIGSTOPs
     /// itself in the worst place: holding the lock, between its read (or lease check) and its
-    /// write. The nemesis sees the stopped process and resumes it 2-5 TTLs later.
+    /// write. The nemesis sees the stopped process and resumes it 2-5 TTLs later. A lock-set
+    /// worker's pauses take turns between the fenced and the unfenced key, so that both the
+    /// fence and the unfenced control are tested in every run that pauses at least twice.
     pub self_pause: f64,
 }
 
@@ -69,6 +71,10 @@ struct Worker {
     client: Client,
     epoch: u64,
     next_element: u64,
+    /// A self-pause was drawn and waits for a round on `pause_fenced_next`'s key.
+    pause_pending: bool,
+    /// Which key the next lock-set self-pause falls on (the first is on the fenced one).
+    pause_fenced_next: bool,
 }
 
 fn client_options(cfg: &WorkerConfig, epoch: u64) -> ClientOptions {
@@ -99,6 +105,8 @@ pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
         client,
         epoch: 0,
         next_element: 0,
+        pause_pending: false,
+        pause_fenced_next: true,
     };
     let end = Instant::now() + w.cfg.run_for;
     let mut round = 0u64;
@@ -342,6 +350,11 @@ impl Worker {
         // (a pause can fall between the two); the fence is what must protect the data.
         tokio::time::sleep(Duration::from_millis(self.rng.u64(50..=300))).await;
         if self.rng.f64() < self.cfg.self_pause {
+            self.pause_pending = true;
+        }
+        if self.pause_pending && self.pause_fenced_next == fenced {
+            self.pause_pending = false;
+            self.pause_fenced_next = !fenced;
             stop_self();
         }
         if let Some(v) = read {

@@ -214,6 +214,23 @@ impl SeedOutcome {
     }
 }
 
+thread_local! {
+    /// When this thread's seed started, on its runtime's (paused) clock.
+    static SIM_T0: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Stamps `SIM_LOG` lines with the simulated time of the seed running on the thread.
+pub struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match SIM_T0.get() {
+            Some(t0) => write!(w, "t={:.3}s", t0.elapsed().as_secs_f64()),
+            None => write!(w, "t=?"),
+        }
+    }
+}
+
 /// Runs one seed on a fresh current-thread runtime with paused time.
 pub fn run_seed(cfg: &SimConfig) -> anyhow::Result<SeedOutcome> {
     anyhow::ensure!(
@@ -272,6 +289,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
             (id, d)
         })
         .collect();
+    SIM_T0.set(Some(Instant::now()));
     let w = Arc::new(World {
         t0: Instant::now(),
         rng: Mutex::new(fastrand::Rng::with_seed(seed)),

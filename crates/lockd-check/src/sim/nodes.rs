@@ -262,12 +262,28 @@ pub(crate) async fn every_node_wakes(w: &World) {
             w.violation(format!("liveness: node {id} is not running after healing"));
             continue;
         };
-        let member = matches!(
-            svc.node.route(lockd_raft::META_GROUP),
-            Some(lockd_raft::Route::Local(_))
-        );
-        if member {
+        // A member's replica catches up within a few rounds of its loop; one that is cut off
+        // or was removed has been stranded since healing (its leader went silent).
+        let mut member = false;
+        for _ in 0..50 {
+            member = matches!(
+                svc.node.route(lockd_raft::META_GROUP),
+                Some(lockd_raft::Route::Local(_))
+            );
+            if !member || svc.meta_caught_up() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if member && svc.meta_caught_up() {
             serving.push((id, svc));
+            continue;
+        }
+        if member {
+            w.violation(format!(
+                "liveness: node {id}, a member of the meta group, has not caught up 5 s after \
+                 healing"
+            ));
             continue;
         }
         let ttl_ms = TTL.as_millis() as u64;
@@ -284,8 +300,11 @@ pub(crate) async fn every_node_wakes(w: &World) {
         let name = format!("wake-{x}");
         let ttl_ms = TTL.as_millis() as u64;
         let round = async {
-            let a = sx.open_session("wake-holder", ttl_ms, "", &creds).await?;
-            let b = sy.open_session("wake-waiter", ttl_ms, "", &creds).await?;
+            let step = |what: &'static str| move |e: ApiError| format!("{what} failed: {e}");
+            let a = (sx.open_session("wake-holder", ttl_ms, "", &creds).await)
+                .map_err(step("opening the holder's session"))?;
+            let b = (sy.open_session("wake-waiter", ttl_ms, "", &creds).await)
+                .map_err(step("opening the waiter's session"))?;
             let acquire = |session, wait_ms| AcquireRequest {
                 session,
                 name: name.clone(),
@@ -294,7 +313,8 @@ pub(crate) async fn every_node_wakes(w: &World) {
                 wait_ms,
                 reentrant: false,
             };
-            let held = sx.acquire(acquire(a.session, 0), &creds).await?;
+            let held = (sx.acquire(acquire(a.session, 0), &creds).await)
+                .map_err(step("the holder's acquire"))?;
             let AcquireOutcome::Acquired { token, .. } = held else {
                 return Ok(format!("the holder did not get {name}: {held:?}"));
             };
@@ -305,10 +325,10 @@ pub(crate) async fn every_node_wakes(w: &World) {
                 sx.release(a.session, &name, token, &creds).await
             };
             let (woken, released) = tokio::join!(waiter, release);
-            released?;
+            released.map_err(step("the release"))?;
             let _ = sx.close_session(a.session, &creds).await;
             let _ = sy.close_session(b.session, &creds).await;
-            Ok::<_, ApiError>(match woken? {
+            Ok::<_, String>(match woken.map_err(step("the waiter's acquire"))? {
                 AcquireOutcome::Acquired { .. } => String::new(),
                 other => format!("the waiter on node {y} was not woken: {other:?}"),
             })
@@ -316,27 +336,52 @@ pub(crate) async fn every_node_wakes(w: &World) {
         let what = match tokio::time::timeout(Duration::from_secs(30), round).await {
             Ok(Ok(problem)) if problem.is_empty() => continue,
             Ok(Ok(problem)) => problem,
-            Ok(Err(e)) => format!("a call failed: {e}"),
+            Ok(Err(e)) => e,
             Err(_) => "no answer in 30 s".into(),
         };
-        let views: Vec<String> = GROUPS
-            .iter()
-            .filter_map(|&g| {
-                let st = sy.node.group(g)?.status();
-                let route = match sy.node.route(g) {
-                    Some(lockd_raft::Route::Local(_)) => "local",
-                    Some(lockd_raft::Route::Remote(_)) => "remote",
-                    None => "none",
-                };
-                Some(format!(
-                    "group {g}: route {route} leader {:?} members {:?} applied {}",
-                    st.leader, st.members, st.applied_index
-                ))
-            })
+        let group = sy.route(&name).map(|r| r.id()).ok();
+        let views: Vec<String> = std::iter::once(lockd_raft::META_GROUP)
+            .chain(GROUPS)
+            .map(|g| format!("group {g}: {:?}", group_views(w, g)))
             .collect();
         w.violation(format!(
             "liveness: hand-over of {name} from node {x} to node {y} after healing: {what} \
-             (node {y}: {views:?})"
+             (the name's group {group:?}; {views:?})"
         ));
+    }
+}
+
+/// How every running node sees group `g` (for a liveness violation's message).
+fn group_views(w: &World, g: lockd_raft::GroupId) -> Vec<String> {
+    (1..=w.node_count())
+        .filter_map(|id| {
+            let svc = w.service(id)?;
+            let Some(grp) = svc.node.group(g) else {
+                return Some(format!("node {id}: no replica"));
+            };
+            let st = grp.status();
+            let m = grp_membership(&svc.node, g);
+            let route = match svc.node.route(g) {
+                Some(lockd_raft::Route::Local(_)) => "local",
+                Some(lockd_raft::Route::Remote(_)) => "remote",
+                None => "none",
+            };
+            Some(format!(
+                "node {id}: route {route} leader {:?} term {} {m} applied {} stranded {} \
+                 serving names {}",
+                st.leader,
+                st.term,
+                st.applied_index,
+                grp.is_stranded(),
+                svc.meta_caught_up()
+            ))
+        })
+        .collect()
+}
+
+fn grp_membership(node: &lockd_raft::Node, g: lockd_raft::GroupId) -> String {
+    match node.memberships().remove(&g) {
+        Some(m) => format!("voters {:?} learners {:?}", m.voters, m.learners),
+        None => "no membership".into(),
     }
 }
