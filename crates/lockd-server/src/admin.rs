@@ -38,7 +38,8 @@ impl From<MemberError> for ApiError {
 
 impl Service {
     /// The groups a member call names: `groups`, or every group if it is empty. A group the
-    /// cluster does not have is a 400 naming it.
+    /// cluster does not have is a 404 naming it (it depends on the cluster, not on the input's
+    /// shape).
     fn member_groups(&self, groups: &[GroupId]) -> Result<Vec<GroupId>, ApiError> {
         let hosted = self.node.all_group_ids();
         if groups.is_empty() {
@@ -47,9 +48,10 @@ impl Service {
         let mut out = Vec::new();
         for g in groups {
             if !hosted.contains(g) {
-                return Err(ApiError::bad_request(format!(
-                    "groups: there is no group {g} (groups are {hosted:?})"
-                )));
+                return Err(ApiError::new(
+                    ErrorCode::GroupNotFound,
+                    format!("groups: there is no group {g} (groups are {hosted:?})"),
+                ));
             }
             if !out.contains(g) {
                 out.push(*g);
@@ -80,8 +82,8 @@ impl Service {
 
     /// Marks node `id` draining (or not) in the meta group. Draining: leader balancing hands
     /// it no group, and the groups it leads go to other voters; the call waits (up to
-    /// `DRAIN_WAIT`) until it leads none, and answers every group's membership. The node
-    /// keeps its replicas and keeps serving clients. Idempotent.
+    /// `DRAIN_WAIT`) until it leads none that another voter could take, and answers every
+    /// group's membership. The node keeps its replicas and keeps serving clients. Idempotent.
     pub async fn set_draining(
         &self,
         creds: &Credentials,
@@ -118,7 +120,10 @@ impl Service {
         let started = tokio::time::Instant::now();
         loop {
             let out = self.member_calls(&all, MemberCall::Describe).await?;
-            let leads = out.iter().any(|g| g.membership.leader == Some(id));
+            // A group whose only voter is `id` has no one to hand over to: not waited for.
+            let leads = out.iter().any(|g| {
+                g.membership.leader == Some(id) && g.membership.voters.iter().any(|v| *v != id)
+            });
             if !draining || !leads || started.elapsed() >= DRAIN_WAIT {
                 return Ok(out);
             }
@@ -153,6 +158,27 @@ impl Service {
         let meta = self.route_of(META_GROUP)?;
         if answer_of!(self, &meta, Query::IsRetired { node: id }, IsRetired)? {
             return Err(lockd_core::Rejection::NodeRetired { node: id }.into());
+        }
+        // An address another node already has would send the new member's Raft traffic to
+        // that node (the peer port refuses it too, `lockd-to`): say so now, not by a learner
+        // that never catches up.
+        let all = self.member_groups(&[])?;
+        for g in self.member_calls(&all, MemberCall::Describe).await? {
+            if let Some((other, _)) = g
+                .membership
+                .addrs
+                .iter()
+                .find(|(n, a)| **n != id && a.as_str() == peer_addr)
+            {
+                return Err(ApiError::new(
+                    ErrorCode::MemberChangeRefused,
+                    format!(
+                        "peer_addr: {peer_addr} is node {other}'s peer address (group {}); \
+                         give node {id} its own",
+                        g.group
+                    ),
+                ));
+            }
         }
         // The new member hosts a replica of each group the meta group places on it.
         for &g in &groups {

@@ -16,43 +16,55 @@ use crate::tls::ClientTls;
 
 #[derive(Args, Clone, Debug, PartialEq)]
 pub struct Common {
-    /// Namespaces (TOML, see docs/API.md).
+    /// A TOML file: `[[namespace]]` entries (docs/API.md) and a `[server]` table with any of
+    /// these settings by name (`heartbeat_ms = 100`). A flag beats its LOCKD_* variable, which
+    /// beats the file, which beats the default.
     #[arg(long, env = "LOCKD_CONFIG")]
     pub config: Option<PathBuf>,
     /// Lock groups (G); group 0, the meta group, comes on top. Recorded in the data dir on
     /// first start: a later start with another count is refused.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, env = "LOCKD_GROUPS", default_value_t = 4)]
     pub groups: u32,
     /// Replicas per lock group (3 or 5 in production), placed over the founding nodes: group g
     /// on `replicas` consecutive nodes from the ((g-1) × replicas)-th, so 6 nodes with
     /// `--groups 2 --replicas 3` host groups 1 and 2 on disjoint halves. 0 (the default) or at
     /// least the node count: every node hosts every group. The meta group is on every founder.
     /// Recorded in the data dir on first start.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "LOCKD_REPLICAS", default_value_t = 0)]
     pub replicas: usize,
     /// The cluster's name, recorded in each data dir on its first start; a dir is never started
     /// under another name (1-64 of A-Z a-z 0-9 . _ -).
     #[arg(long, env = "LOCKD_CLUSTER_NAME", default_value = "lockd")]
     pub cluster_name: String,
     /// Raft heartbeat interval.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, env = "LOCKD_HEARTBEAT_MS", default_value_t = 100)]
     pub heartbeat_ms: u64,
     /// Raft election timeout: a random value in [min, 1.5 × min]. Failover takes about this plus
     /// one election round; keep it well above the heartbeat and the disk's worst fsync.
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, env = "LOCKD_ELECTION_TIMEOUT_MS", default_value_t = 400)]
     pub election_timeout_ms: u64,
     /// Log entries between snapshots.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, env = "LOCKD_SNAPSHOT_EVERY", default_value_t = 20_000)]
     pub snapshot_every: u64,
     /// Threads running the node's async work (default: one per core). Replicas that share a
     /// machine do better with fewer: three on two cores with one each spend less on
     /// cross-thread wake-ups than extra threads gain (docs/BENCHMARKS.md).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, env = "LOCKD_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub worker_threads: Option<u16>,
     /// Leave each group with whichever node won its election, instead of handing it to its
     /// preferred leader (group g: the (g mod n)-th voter) so that leaders spread over nodes.
-    #[arg(long)]
+    #[arg(long, env = "LOCKD_NO_LEADER_BALANCE")]
     pub no_leader_balance: bool,
+    /// At most this many connections open at once on each client port (HTTP and gRPC); one
+    /// more is closed at once (on HTTP after a 503 `too_many_connections`). Size it with the
+    /// process's file descriptor limit (`ulimit -n`).
+    #[arg(long, env = "LOCKD_MAX_CLIENT_CONNECTIONS", default_value_t = crate::conns::DEFAULT_MAX_CLIENT_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_client_connections: u32,
+    /// Failed authentications (401/403) a client address may make in a row before it is
+    /// answered 429 until one more is allowed (one a second); 0 turns the budget off.
+    #[arg(long, env = "LOCKD_AUTH_FAILURE_BURST", default_value_t = crate::authfail::BURST)]
+    pub auth_failure_burst: u32,
     /// A file holding the admin bearer token (16-256 printable ASCII characters): it opens the
     /// admin calls (listing sessions, other holders' session ids, cluster operations) and every
     /// namespace. Without it they are refused; `lockd dev` makes one in its data dir.
@@ -113,35 +125,37 @@ impl Common {
 #[derive(Args, Clone, Debug, PartialEq)]
 pub struct ServeArgs {
     /// This node's id (1..).
-    #[arg(long)]
+    #[arg(long, env = "LOCKD_NODE_ID")]
     pub node_id: u64,
     /// Every member's node-to-node address: `1=10.0.0.1:7270,2=10.0.0.2:7270,3=10.0.0.3:7270`
     /// (the `--peer` ports, never the client ones).
-    #[arg(long)]
+    #[arg(long, env = "LOCKD_PEERS")]
     pub peers: String,
     /// The client HTTP/JSON API.
-    #[arg(long)]
+    #[arg(long, env = "LOCKD_HTTP")]
     pub http: SocketAddr,
     /// The client gRPC API; it does not serve the node-to-node service.
-    #[arg(long)]
+    #[arg(long, env = "LOCKD_GRPC")]
     pub grpc: SocketAddr,
     /// Where this node listens for its peers (default: its own entry in --peers). Only the
     /// other nodes need to reach it; keep it off the clients' network.
-    #[arg(long)]
+    #[arg(long, env = "LOCKD_PEER")]
     pub peer: Option<SocketAddr>,
-    #[arg(long)]
+    #[arg(long, env = "LOCKD_DATA_DIR")]
     pub data_dir: PathBuf,
     /// `new`: this node founds the cluster with the other --peers (each group is initialised
     /// by the lowest-id node it is placed on). `existing`: it joins a running cluster and never
     /// initialises a group.
-    #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
+    #[arg(long, env = "LOCKD_INITIAL_CLUSTER_STATE", default_value = "new", value_parser = ["new", "existing"])]
     pub initial_cluster_state: String,
     /// Append every grant, end of a hold and end of a session this replica applies to this
     /// file (JSON lines, log order; read by `lockd-check`).
-    #[arg(long)]
+    #[arg(long, env = "LOCKD_AUDIT_LOG")]
     pub audit_log: Option<PathBuf>,
     /// NEGATIVE CONTROL for lockd-check; makes the node UNSAFE. `skip-leader-lease-check`: the
     /// leader acknowledges keepalives without its leader lease.
+    /// Only in a build with the `negative-controls` feature (lockd-check's).
+    #[cfg(feature = "negative-controls")]
     #[arg(long, hide = true, value_parser = ["skip-leader-lease-check"])]
     pub unsafe_negative_control: Option<String>,
     #[command(flatten)]
@@ -149,8 +163,10 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// A node with the required flags and every other at its default, exactly as `lockd serve`
-    /// would parse it (environment variables such as `LOCKD_CONFIG` included).
+    /// A node with the required flags and every other at its default, as `lockd serve` would
+    /// parse that command line in an empty environment: no `LOCKD_*` variable of the caller's
+    /// leaks in (`lockd dev --nodes N` turns its config file into variables, and a harness's
+    /// nodes must not pick up whatever its shell has set).
     pub fn new(
         node_id: u64,
         peers: impl Into<String>,
@@ -158,8 +174,10 @@ impl ServeArgs {
         grpc: SocketAddr,
         data_dir: impl Into<PathBuf>,
     ) -> ServeArgs {
+        use clap::{CommandFactory, FromArgMatches};
         let data_dir: PathBuf = data_dir.into();
-        ServeArgs::parse_from([
+        let cmd = Wrapper::command().mut_args(|a| a.env(None));
+        let m = cmd.get_matches_from([
             OsString::from("serve"),
             "--node-id".into(),
             node_id.to_string().into(),
@@ -171,7 +189,10 @@ impl ServeArgs {
             grpc.to_string().into(),
             "--data-dir".into(),
             data_dir.into_os_string(),
-        ])
+        ]);
+        Wrapper::from_arg_matches(&m)
+            .expect("the required flags parse")
+            .serve
     }
 
     /// Parses `serve`'s arguments (the first item is the program name, as `std::env::args`).
@@ -204,6 +225,7 @@ impl ServeArgs {
             data_dir,
             initial_cluster_state,
             audit_log,
+            #[cfg(feature = "negative-controls")]
             unsafe_negative_control,
             common,
         } = self;
@@ -217,6 +239,8 @@ impl ServeArgs {
             snapshot_every,
             worker_threads,
             no_leader_balance,
+            max_client_connections,
+            auth_failure_burst,
             admin_token_file,
             tls_cert_file,
             tls_key_file,
@@ -242,6 +266,7 @@ impl ServeArgs {
         if let Some(f) = audit_log {
             flag("audit-log", f.into());
         }
+        #[cfg(feature = "negative-controls")]
         if let Some(c) = unsafe_negative_control {
             flag("unsafe-negative-control", c.into());
         }
@@ -257,6 +282,11 @@ impl ServeArgs {
             election_timeout_ms.to_string().into(),
         );
         flag("snapshot-every", snapshot_every.to_string().into());
+        flag(
+            "max-client-connections",
+            max_client_connections.to_string().into(),
+        );
+        flag("auth-failure-burst", auth_failure_burst.to_string().into());
         if let Some(t) = worker_threads {
             flag("worker-threads", t.to_string().into());
         }
@@ -287,6 +317,93 @@ struct Wrapper {
     serve: ServeArgs,
 }
 
+/// Settings from the `[server]` table of the `--config` file (or `LOCKD_CONFIG`), as the
+/// environment variables to set: one key per `lockd serve` flag, named as the flag without its
+/// dashes (`heartbeat_ms` or `heartbeat-ms`). A flag on the command line wins over its
+/// environment variable, which wins over the file, which wins over the built-in default: a key
+/// is returned only where `env` has no value for its variable. So every setting is a flag, an
+/// environment variable and a config-file key, parsed and checked by one parser (clap's).
+///
+/// ```toml
+/// [server]
+/// node_id = 1
+/// peers = "1=10.0.0.1:7270,2=10.0.0.2:7270,3=10.0.0.3:7270"
+/// http = "0.0.0.0:7070"
+/// grpc = "0.0.0.0:7170"
+/// data_dir = "/var/lib/lockd"
+/// admin_token_file = "/etc/lockd/admin-token"
+/// ```
+pub fn config_file_env(
+    argv: &[OsString],
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut path = None;
+    let mut args = argv.iter().skip(1);
+    while let Some(a) = args.next() {
+        let a = a.to_string_lossy();
+        if a == "--" {
+            break;
+        }
+        if a == "--config" {
+            path = args.next().map(PathBuf::from);
+        } else if let Some(v) = a.strip_prefix("--config=") {
+            path = Some(PathBuf::from(v));
+        }
+    }
+    let Some(path) = path.or_else(|| env("LOCKD_CONFIG").map(PathBuf::from)) else {
+        return Ok(Vec::new());
+    };
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let Some(server) = table.get("server") else {
+        return Ok(Vec::new());
+    };
+    let server = server
+        .as_table()
+        .ok_or_else(|| format!("--config {}: [server] must be a table", path.display()))?;
+    let cmd = <Wrapper as clap::CommandFactory>::command();
+    let settable: Vec<(String, String)> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| {
+            let long = a.get_long()?;
+            let env = a.get_env()?.to_str()?;
+            (long != "config").then(|| (long.to_string(), env.to_string()))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (key, value) in server {
+        let long = key.replace('_', "-");
+        let Some((_, var)) = settable.iter().find(|(l, _)| *l == long) else {
+            let known: Vec<String> = settable.iter().map(|(l, _)| l.replace('-', "_")).collect();
+            return Err(format!(
+                "--config {}: [server] has no setting '{key}'; the settings are: {}",
+                path.display(),
+                known.join(", ")
+            ));
+        };
+        let value = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(format!(
+                    "--config {}: [server] {key} must be a string, a number or true/false, not \
+                     {}",
+                    path.display(),
+                    other.type_str()
+                ))
+            }
+        };
+        if env(var).is_none() {
+            out.push((var.clone(), value));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,7 +421,10 @@ mod tests {
         a.peer = Some("127.0.0.1:7272".parse().unwrap());
         a.initial_cluster_state = "existing".into();
         a.audit_log = Some("/tmp/audit.jsonl".into());
-        a.unsafe_negative_control = Some("skip-leader-lease-check".into());
+        #[cfg(feature = "negative-controls")]
+        {
+            a.unsafe_negative_control = Some("skip-leader-lease-check".into());
+        }
         let c = &mut a.common;
         c.config = Some("/etc/lockd/namespaces.toml".into());
         c.groups = 8;
@@ -315,6 +435,8 @@ mod tests {
         c.snapshot_every = 1234;
         c.worker_threads = Some(2);
         c.no_leader_balance = true;
+        c.max_client_connections = 77;
+        c.auth_failure_burst = 5;
         c.admin_token_file = Some("/etc/lockd/admin".into());
         c.tls_cert_file = Some("/etc/lockd/tls.crt".into());
         c.tls_key_file = Some("/etc/lockd/tls.key".into());
@@ -343,5 +465,85 @@ mod tests {
         let mut line = vec![OsString::from("lockd")];
         line.extend(a.to_args().into_iter().skip(1));
         assert_eq!(ServeArgs::parse_from(line), a);
+    }
+
+    #[test]
+    fn the_config_files_server_table_sets_what_no_flag_or_variable_sets() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("lockd.toml");
+        std::fs::write(
+            &file,
+            "[server]\nnode_id = 2\nheartbeat-ms = 150\nno_leader_balance = true\n\
+             data_dir = \"/var/lib/lockd\"\n\n[[namespace]]\nname = \"pay\"\nprefix = \"pay/\"\n",
+        )
+        .unwrap();
+        let argv = |extra: &[&str]| -> Vec<OsString> {
+            let mut v: Vec<OsString> = vec!["lockd".into(), "serve".into()];
+            v.extend(extra.iter().map(OsString::from));
+            v
+        };
+        let f = file.to_str().unwrap();
+        let mut got = config_file_env(&argv(&["--config", f]), |_| None).unwrap();
+        got.sort();
+        let want = [
+            ("LOCKD_DATA_DIR", "/var/lib/lockd"),
+            ("LOCKD_HEARTBEAT_MS", "150"),
+            ("LOCKD_NODE_ID", "2"),
+            ("LOCKD_NO_LEADER_BALANCE", "true"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, want);
+        // `--config=FILE`, and LOCKD_CONFIG, find it too; a set variable wins over the file.
+        let by_env = config_file_env(&argv(&[]), |k| match k {
+            "LOCKD_CONFIG" => Some(f.to_string()),
+            "LOCKD_HEARTBEAT_MS" => Some("90".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(by_env.len(), 3, "{by_env:?}");
+        assert!(!by_env.iter().any(|(k, _)| k == "LOCKD_HEARTBEAT_MS"));
+        let eq = config_file_env(&argv(&[&format!("--config={f}")]), |_| None).unwrap();
+        assert_eq!(eq.len(), 4);
+        // No config, or no [server] table: nothing.
+        assert!(config_file_env(&argv(&[]), |_| None).unwrap().is_empty());
+
+        // The variables parse as clap parses the flags (the file's values are checked there).
+        let a = Wrapper::try_parse_from([
+            "lockd",
+            "--node-id",
+            "2",
+            "--peers",
+            "2=127.0.0.1:1",
+            "--http",
+            "127.0.0.1:2",
+            "--grpc",
+            "127.0.0.1:3",
+            "--data-dir",
+            "/d",
+            "--no-leader-balance",
+        ])
+        .unwrap();
+        assert!(a.serve.common.no_leader_balance);
+
+        for (text, needle) in [
+            ("[server]\nheartbeat = 1\n", "no setting 'heartbeat'"),
+            ("[server]\nconfig = \"x\"\n", "no setting 'config'"),
+            (
+                "[server]\npeers = [1, 2]\n",
+                "must be a string, a number or true/false",
+            ),
+            ("server = 3\n", "[server] must be a table"),
+            ("[server\n", "--config"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = config_file_env(&argv(&["--config", f]), |_| None).unwrap_err();
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+        let e =
+            config_file_env(&argv(&["--config", "/nonexistent/lockd.toml"]), |_| None).unwrap_err();
+        assert!(e.contains("/nonexistent/lockd.toml"), "{e}");
     }
 }

@@ -24,6 +24,9 @@ use serde::Deserialize;
 pub struct FileConfig {
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceConfig>,
+    /// The node's settings (`cli::config_file_env` reads them before the flags are parsed).
+    #[serde(default)]
+    pub server: Option<toml::Table>,
 }
 
 /// One namespace. Every limit has the default of the built-in `default` namespace.

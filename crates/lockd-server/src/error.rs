@@ -45,6 +45,7 @@ impl Code for ErrorCode {
             | ErrorCode::MoveNotFound
             | ErrorCode::GroupNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::ModeConflict
             | ErrorCode::SessionExists
             | ErrorCode::NotHolder
@@ -59,7 +60,8 @@ impl Code for ErrorCode {
             | ErrorCode::GroupExists
             | ErrorCode::GroupCreationInProgress
             | ErrorCode::MemberChangeRefused
-            | ErrorCode::NamespaceVersionConflict => 409,
+            | ErrorCode::NamespaceVersionConflict
+            | ErrorCode::NamespaceNameTaken => 409,
             ErrorCode::BodyTooLarge => 413,
             ErrorCode::UriTooLong => 414,
             ErrorCode::UnsupportedMediaType => 415,
@@ -73,7 +75,8 @@ impl Code for ErrorCode {
             | ErrorCode::WrongGroup
             | ErrorCode::BucketMoving
             | ErrorCode::SessionNotHere
-            | ErrorCode::WaitOutcomeUnknown => 503,
+            | ErrorCode::WaitOutcomeUnknown
+            | ErrorCode::TooManyConnections => 503,
         }
     }
 

@@ -36,9 +36,20 @@ impl GrpcApi {
         start: Instant,
         r: Result<T, ApiError>,
     ) -> Result<Response<T>, Status> {
+        self.finish_as(op, "ok", start, r)
+    }
+
+    /// [`finish`](Self::finish), with `result` as the metric's label when `r` is `Ok`.
+    fn finish_as<T>(
+        &self,
+        op: &'static str,
+        result: &'static str,
+        start: Instant,
+        r: Result<T, ApiError>,
+    ) -> Result<Response<T>, Status> {
         match r {
             Ok(v) => {
-                self.svc.metrics.record("grpc", op, "ok", start.elapsed());
+                self.svc.metrics.record("grpc", op, result, start.elapsed());
                 Ok(Response::new(v))
             }
             Err(e) => {
@@ -117,11 +128,13 @@ fn token_or(token: &str, stream: &Credentials) -> Credentials {
     } else {
         Credentials {
             bearer: Some(token.to_string()),
+            from: stream.from,
         }
     }
 }
 
-fn creds(token: &str, meta: &tonic::metadata::MetadataMap) -> Credentials {
+fn creds<T>(token: &str, req: &Request<T>) -> Credentials {
+    let meta = req.metadata();
     let bearer = if token.is_empty() {
         meta.get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -130,7 +143,10 @@ fn creds(token: &str, meta: &tonic::metadata::MetadataMap) -> Credentials {
     } else {
         Some(token.to_string())
     };
-    Credentials { bearer }
+    Credentials {
+        bearer,
+        from: req.remote_addr().map(|a| a.ip()),
+    }
 }
 
 fn mode_of(mode: i32, limit: u32) -> Result<LockMode, ApiError> {
@@ -309,7 +325,7 @@ impl Lock for GrpcApi {
     ) -> Result<Response<pb::OpenSessionResponse>, Status> {
         let start = Instant::now();
         #[allow(deprecated)] // the body token still wins when set (proto header)
-        let c = creds(&req.get_ref().token, req.metadata());
+        let c = creds(&req.get_ref().token, &req);
         let r = req.into_inner();
         let out = self
             .svc
@@ -328,7 +344,7 @@ impl Lock for GrpcApi {
         req: Request<pb::KeepAliveRequest>,
     ) -> Result<Response<pb::KeepAliveResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let out = async {
             let s = session_id("session_id", &req.get_ref().session_id)?;
             Ok(pb::KeepAliveResponse {
@@ -344,7 +360,7 @@ impl Lock for GrpcApi {
         req: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let out = async {
             let s = session_id("session_id", &req.get_ref().session_id)?;
             Ok(pb::CloseSessionResponse {
@@ -361,14 +377,19 @@ impl Lock for GrpcApi {
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let start = Instant::now();
         #[allow(deprecated)] // the body token still wins when set (proto header)
-        let c = creds(&req.get_ref().token, req.metadata());
+        let c = creds(&req.get_ref().token, &req);
         let out = async {
             let r = req.get_ref();
             let a = acquire_request(r, session_id("session_id", &r.session_id)?)?;
             Ok(acquire_response(self.svc.acquire(a, &c).await?))
         }
         .await;
-        self.finish("acquire", start, out)
+        // An acquire that did not get the lock is no `ok`.
+        let result = match &out {
+            Ok(a) if !a.acquired => "busy",
+            _ => "ok",
+        };
+        self.finish_as("acquire", result, start, out)
     }
 
     async fn release(
@@ -377,7 +398,7 @@ impl Lock for GrpcApi {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let start = Instant::now();
         #[allow(deprecated)] // the body token still wins when set (proto header)
-        let c = creds(&req.get_ref().token, req.metadata());
+        let c = creds(&req.get_ref().token, &req);
         let out = async {
             let r = req.get_ref();
             let s = session_id("session_id", &r.session_id)?;
@@ -395,7 +416,7 @@ impl Lock for GrpcApi {
     ) -> Result<Response<pb::ExtendResponse>, Status> {
         let start = Instant::now();
         #[allow(deprecated)] // the body token still wins when set (proto header)
-        let c = creds(&req.get_ref().token, req.metadata());
+        let c = creds(&req.get_ref().token, &req);
         let out = async {
             let r = req.get_ref();
             let s = session_id("session_id", &r.session_id)?;
@@ -407,13 +428,31 @@ impl Lock for GrpcApi {
         self.finish("extend", start, out)
     }
 
+    async fn check_token(
+        &self,
+        req: Request<pb::CheckTokenRequest>,
+    ) -> Result<Response<pb::CheckTokenResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", &req);
+        let r = req.get_ref();
+        let out = self
+            .svc
+            .check_token(&r.name, r.fencing_token, &c)
+            .await
+            .map(|c| pb::CheckTokenResponse {
+                valid: c.valid,
+                newest_token: c.newest,
+            });
+        self.finish("check", start, out)
+    }
+
     async fn inspect(
         &self,
         req: Request<pb::InspectRequest>,
     ) -> Result<Response<pb::LockState>, Status> {
         let start = Instant::now();
         #[allow(deprecated)] // the body token still wins when set (proto header)
-        let c = creds(&req.get_ref().token, req.metadata());
+        let c = creds(&req.get_ref().token, &req);
         let name = req.get_ref().name.clone();
         let out = self
             .svc
@@ -449,7 +488,7 @@ impl Lock for GrpcApi {
             node_id: node.node_id(),
             pid: std::process::id(),
             groups,
-            serving_names: self.svc.meta_caught_up(),
+            serving_names: self.svc.serving(),
         }))
     }
 
@@ -458,7 +497,7 @@ impl Lock for GrpcApi {
         req: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::SessionDetail>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let out = async {
             let s = session_id("session_id", &req.get_ref().session_id)?;
             let d = self.svc.session_info(s, &c).await?;
@@ -495,7 +534,7 @@ impl Lock for GrpcApi {
         req: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let out = async {
             let r = req.get_ref();
             let after = if r.after.is_empty() {
@@ -531,13 +570,23 @@ impl Lock for GrpcApi {
         Ok(Response::new(pb::ReportLeaseExpiredResponse {}))
     }
 
+    async fn report_fencing_rejected(
+        &self,
+        req: Request<pb::ReportFencingRejectedRequest>,
+    ) -> Result<Response<pb::ReportFencingRejectedResponse>, Status> {
+        let name = &req.get_ref().name;
+        lockd_core::limits::check_new_name(name).map_err(|e| status(e.into()))?;
+        self.svc.report_fencing_rejected(name);
+        Ok(Response::new(pb::ReportFencingRejectedResponse {}))
+    }
+
     type SessionStream = EventStream;
 
     async fn session(
         &self,
         req: Request<Streaming<pb::SessionRequest>>,
     ) -> Result<Response<EventStream>, Status> {
-        let meta_creds = creds("", req.metadata());
+        let meta_creds = creds("", &req);
         let mut inbound = req.into_inner();
         // One slot more than the buffer: the last one carries the status that cuts off a
         // client that does not read.
@@ -819,7 +868,11 @@ async fn serve_stream_request(
     };
     let ev = match r {
         Ok(ev) => {
-            svc.metrics.record("stream", op, "ok", start.elapsed());
+            let result = match &ev {
+                Ev::Acquired(a) if !a.acquired => "busy",
+                _ => "ok",
+            };
+            svc.metrics.record("stream", op, result, start.elapsed());
             ev
         }
         Err(e) => {
@@ -881,7 +934,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::ListMembersRequest>,
     ) -> Result<Response<pb::ListMembersResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let out = self.api.svc.list_members(&c).await.map(members_response);
         self.api.finish("list_members", start, out)
     }
@@ -891,7 +944,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::AddMemberRequest>,
     ) -> Result<Response<pb::ListMembersResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let r = req.into_inner();
         let out = self
             .api
@@ -907,7 +960,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::RemoveMemberRequest>,
     ) -> Result<Response<pb::ListMembersResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let r = req.into_inner();
         let out = self
             .api
@@ -923,7 +976,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::SetDrainingRequest>,
     ) -> Result<Response<pb::ListMembersResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let r = req.into_inner();
         let out = self
             .api
@@ -939,7 +992,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::ListNamespacesRequest>,
     ) -> Result<Response<pb::ListNamespacesResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let out = self
             .api
             .svc
@@ -957,7 +1010,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::PutNamespaceRequest>,
     ) -> Result<Response<pb::PutNamespaceResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let r = req.into_inner();
         let out = async {
             self.api.svc.require_admin(&c, "changing namespaces")?;
@@ -981,7 +1034,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::DeleteNamespaceRequest>,
     ) -> Result<Response<pb::DeleteNamespaceResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let r = req.into_inner();
         let out = self
             .api
@@ -992,12 +1045,28 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         self.api.finish("delete_namespace", start, out)
     }
 
+    async fn backup(
+        &self,
+        req: Request<pb::BackupRequest>,
+    ) -> Result<Response<pb::BackupResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", &req);
+        let out = async {
+            let b = self.api.svc.backup(&c).await?;
+            let document = serde_json::to_vec(&b)
+                .map_err(|e| ApiError::new(crate::error::ErrorCode::Internal, e.to_string()))?;
+            Ok(pb::BackupResponse { document })
+        }
+        .await;
+        self.api.finish("backup", start, out)
+    }
+
     async fn shard_map(
         &self,
         req: Request<pb::ShardMapRequest>,
     ) -> Result<Response<pb::ShardMapResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let out = self
             .api
             .svc
@@ -1025,7 +1094,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::MoveBucketsRequest>,
     ) -> Result<Response<pb::MoveBucketsResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let r = req.into_inner();
         let out = async {
             self.api.svc.require_admin(&c, "moving buckets")?;
@@ -1054,7 +1123,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::CreateGroupRequest>,
     ) -> Result<Response<pb::LockGroup>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let r = req.into_inner();
         let out = async {
             let record = self.api.svc.create_group(&c, r.group, &r.nodes).await?;
@@ -1069,7 +1138,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         req: Request<pb::ListGroupsRequest>,
     ) -> Result<Response<pb::ListGroupsResponse>, Status> {
         let start = Instant::now();
-        let c = creds("", req.metadata());
+        let c = creds("", &req);
         let out = async {
             let groups = self.api.svc.list_groups(&c).await?;
             Ok(pb::ListGroupsResponse {

@@ -46,9 +46,13 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("post", "/v1/locks/{name}:acquire"),
     ("post", "/v1/locks/{name}:release"),
     ("post", "/v1/locks/{name}:extend"),
+    ("post", "/v1/locks/{name}:check"),
     ("get", "/v1/locks/{name}"),
     ("post", "/v1/reports/lease-expired"),
+    ("post", "/v1/reports/fencing-rejected"),
     ("get", "/v1/status"),
+    ("get", "/livez"),
+    ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/v1/admin/members"),
     ("post", "/v1/admin/members"),
@@ -62,6 +66,7 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("get", "/v1/admin/namespaces"),
     ("post", "/v1/admin/namespaces"),
     ("post", "/v1/admin/namespaces:delete"),
+    ("get", "/v1/admin/backup"),
 ];
 
 pub fn router(svc: Arc<Service>) -> Router {
@@ -70,7 +75,13 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/sessions/{*rest}", any(sessions_under))
         .route("/v1/locks/{*rest}", any(locks_under))
         .route("/v1/reports/lease-expired", post(report_lease_expired))
+        .route(
+            "/v1/reports/fencing-rejected",
+            post(report_fencing_rejected),
+        )
         .route("/v1/status", get(status))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
         .route("/v1/admin/members", get(list_members).post(add_member))
         .route("/v1/admin/members/{*rest}", any(members_under))
         .route("/v1/admin/buckets", get(shard_view))
@@ -81,6 +92,7 @@ pub fn router(svc: Arc<Service>) -> Router {
             get(list_namespaces).post(put_namespace),
         )
         .route("/v1/admin/namespaces:delete", post(delete_namespace))
+        .route("/v1/admin/backup", get(backup))
         .route("/metrics", get(metrics))
         .fallback(|| async {
             error_response(ApiError::new(
@@ -95,7 +107,7 @@ pub fn router(svc: Arc<Service>) -> Router {
 }
 
 /// The verbs of `/v1/locks/{name}:verb`.
-const LOCK_VERBS: &[&str] = &["acquire", "release", "extend"];
+const LOCK_VERBS: &[&str] = &["acquire", "release", "extend", "check"];
 
 /// A path below a collection, split once, here: the whole of it percent-decoded, and the part
 /// before its last *literal* `:` (decoded) with the verb after it. A `:` sent as `%3A` belongs
@@ -152,8 +164,8 @@ async fn locks_under(
         (None, m) => not_allowed(
             &[Method::GET, Method::HEAD],
             format!(
-                "a lock takes GET (inspect), not {m}; its verbs are :acquire, :release and \
-                 :extend (send a colon of the name itself as %3A)"
+                "a lock takes GET (inspect), not {m}; its verbs are :acquire, :release, \
+                 :extend and :check (send a colon of the name itself as %3A)"
             ),
         ),
     }
@@ -301,7 +313,13 @@ fn error_response(e: ApiError) -> Response {
 fn finish(svc: &Service, op: &'static str, start: Instant, r: Result<Value, ApiError>) -> Response {
     match r {
         Ok(v) => {
-            svc.metrics.record("http", op, "ok", start.elapsed());
+            // An acquire that did not get the lock (taken, or a wait that ended) is no `ok`.
+            let result = if v.get("acquired") == Some(&Value::Bool(false)) {
+                "busy"
+            } else {
+                "ok"
+            };
+            svc.metrics.record("http", op, result, start.elapsed());
             axum::Json(v).into_response()
         }
         Err(e) => {
@@ -318,7 +336,11 @@ fn credentials(headers: &HeaderMap) -> Credentials {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(|t| t.trim().to_string());
-    Credentials { bearer }
+    let from = headers
+        .get(crate::conns::CLIENT_ADDR_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    Credentials { bearer, from }
 }
 
 /// Reads at most 64 KiB and parses it as `T`: a JSON object sent as `application/json`, or no
@@ -334,8 +356,18 @@ async fn body<T: for<'de> Deserialize<'de>>(
         let essence = t.split(';').next().unwrap_or("").trim();
         essence.eq_ignore_ascii_case("application/json")
     });
-    let bytes: Bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+    let read = axum::body::to_bytes(body, MAX_BODY_BYTES);
+    let bytes: Bytes = tokio::time::timeout(crate::conns::BODY_READ_TIMEOUT, read)
         .await
+        .map_err(|_| {
+            ApiError::new(
+                ErrorCode::RequestTimeout,
+                format!(
+                    "the request body did not arrive within {} s",
+                    crate::conns::BODY_READ_TIMEOUT.as_secs()
+                ),
+            )
+        })?
         .map_err(|_| {
             ApiError::new(
                 ErrorCode::BodyTooLarge,
@@ -533,6 +565,13 @@ struct HoldBody {
     token: u64,
 }
 
+/// `:check`'s body: the fencing token to check.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    token: u64,
+}
+
 /// The mode and limit as gRPC's `mode_of` reads them: a semaphore's limit (absent = 0) is
 /// range-checked by `limits::check_acquire_args`, so both transports refuse it with
 /// `invalid_semaphore_limit`.
@@ -622,13 +661,22 @@ async fn lock_verb(
             .await;
             finish(&svc, "extend", start, r)
         }
+        "check" => {
+            let r = async {
+                let b: CheckBody = body(&headers, b).await?;
+                let c = svc.check_token(name, b.token, &creds).await?;
+                Ok(json!({"valid": c.valid, "newest_token": c.newest}))
+            }
+            .await;
+            finish(&svc, "check", start, r)
+        }
         other => finish(
             &svc,
             "unknown",
             start,
             Err(ApiError::new(
                 ErrorCode::NotFound,
-                format!("unknown lock verb ':{other}' (use :acquire, :release or :extend)"),
+                format!("unknown lock verb ':{other}' (use :acquire, :release, :extend or :check)"),
             )),
         ),
     }
@@ -770,8 +818,13 @@ async fn remove_member(
             Some(list) => list
                 .split(',')
                 .map(|g| {
-                    g.trim().parse::<u32>().map_err(|_| {
-                        ApiError::bad_request(format!("groups: '{g}' is not a group id"))
+                    // Decimal without sign, spaces or leading zero (the spec's pattern).
+                    let canonical =
+                        g.bytes().all(|b| b.is_ascii_digit()) && (g == "0" || !g.starts_with('0'));
+                    g.parse::<u32>().ok().filter(|_| canonical).ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "groups: '{g}' is not a group id (0-4294967295)"
+                        ))
                     })
                 })
                 .collect::<Result<_, _>>()?,
@@ -804,8 +857,26 @@ async fn set_draining(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LeaseExpiredBody {
+struct ReportBody {
     name: String,
+}
+
+/// A client's report about `name` (`POST /v1/reports/...`), counted by `record`.
+async fn report(
+    svc: &Service,
+    headers: &HeaderMap,
+    b: Body,
+    record: fn(&Service, &str),
+) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let b: ReportBody = body(headers, b).await?;
+        limits::check_new_name(&b.name).map_err(ApiError::from)?;
+        record(svc, &b.name);
+        Ok(json!({"recorded": true}))
+    }
+    .await;
+    finish(svc, "report", start, r)
 }
 
 async fn report_lease_expired(
@@ -813,22 +884,44 @@ async fn report_lease_expired(
     headers: HeaderMap,
     b: Body,
 ) -> Response {
-    let start = Instant::now();
-    let r = async {
-        let b: LeaseExpiredBody = body(&headers, b).await?;
-        limits::check_new_name(&b.name).map_err(ApiError::from)?;
-        svc.report_lease_expired(&b.name);
-        Ok(json!({"recorded": true}))
-    }
-    .await;
-    finish(&svc, "report", start, r)
+    report(&svc, &headers, b, Service::report_lease_expired).await
+}
+
+async fn report_fencing_rejected(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    b: Body,
+) -> Response {
+    report(&svc, &headers, b, Service::report_fencing_rejected).await
 }
 
 async fn status(State(svc): State<Arc<Service>>) -> Response {
     axum::Json(svc.status_json()).into_response()
 }
 
+/// `GET /livez`: the process answers HTTP (a liveness probe; restart it only if this fails).
+async fn livez() -> Response {
+    axum::Json(json!({"live": true})).into_response()
+}
+
+/// `GET /readyz`: 200 once this node serves names and every group it hosts has a reachable
+/// leader; else 503 naming each reason (a readiness probe: send clients elsewhere meanwhile).
+async fn readyz(State(svc): State<Arc<Service>>) -> Response {
+    let why = svc.not_ready();
+    if why.is_empty() {
+        return axum::Json(json!({"ready": true})).into_response();
+    }
+    error_response(
+        ApiError::new(
+            ErrorCode::Unavailable,
+            format!("not ready: {}", why.join("; ")),
+        )
+        .retry_after(1000),
+    )
+}
+
 async fn metrics(State(svc): State<Arc<Service>>) -> Response {
+    svc.metrics.set_ready(svc.not_ready().is_empty());
     let text = svc.metrics.render(&svc.node, &svc.waits);
     (
         [(
@@ -983,6 +1076,17 @@ async fn create_group(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Bo
     }
     .await;
     finish(&svc, "create_group", start, r)
+}
+
+/// `GET /v1/admin/backup`: the backup document (`backup.rs`) that `lockd restore` reads.
+async fn backup(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let b = svc.backup(&credentials(&headers)).await?;
+        serde_json::to_value(b).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
+    }
+    .await;
+    finish(&svc, "backup", start, r)
 }
 
 async fn list_groups(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {

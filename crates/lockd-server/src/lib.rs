@@ -8,11 +8,15 @@
 
 pub mod admin;
 pub mod audit;
+pub mod authfail;
+pub mod backup;
 pub mod cli;
 pub mod config;
+pub mod conns;
 pub mod error;
 pub mod grpc;
 pub mod http;
+pub mod inspect;
 pub mod metrics;
 pub mod moves;
 pub mod namespaces;
@@ -54,6 +58,10 @@ pub struct ServerConfig {
     /// TLS on the client ports (HTTP and gRPC); `None` serves them in plain text. The peer
     /// port's mutual TLS is `node.peer_tls`.
     pub tls: Option<tls::ClientTls>,
+    /// At most this many connections open at once on each client port (`conns.rs`).
+    pub max_client_connections: u32,
+    /// Failed authentications an address may make in a row (`authfail.rs`); 0: no budget.
+    pub auth_failure_burst: u32,
 }
 
 /// A running node. Dropping it does not stop it: call [`Running::stop`].
@@ -64,8 +72,12 @@ pub struct Running {
     pub service: Arc<Service>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
-    /// The standard gRPC health service's statuses (NOT_SERVING once the node is leaving).
+    /// The standard gRPC health service's statuses: SERVING while `/readyz` would say ready,
+    /// NOT_SERVING otherwise and for good once the node is leaving.
     health: tonic_health::server::HealthReporter,
+    /// Set when the node starts leaving: the readiness task stops touching `health`. A lock,
+    /// so that no update of the task's can land after the leaving node's NOT_SERVING.
+    leaving: Arc<tokio::sync::Mutex<bool>>,
 }
 
 impl Running {
@@ -73,10 +85,14 @@ impl Running {
     /// timeouts), stops serving, then shuts the node's groups down.
     pub async fn stop(mut self) {
         // Load balancers and health checks stop sending new calls first.
-        for name in ["", LOCK_SERVICE, ADMIN_SERVICE] {
-            self.health
-                .set_service_status(name, tonic_health::ServingStatus::NotServing)
-                .await;
+        {
+            let mut leaving = self.leaving.lock().await;
+            *leaving = true;
+            for name in ["", LOCK_SERVICE, ADMIN_SERVICE] {
+                self.health
+                    .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                    .await;
+            }
         }
         let limit = Duration::from_millis(2 * self.service.election_timeout_max_ms.max(100));
         self.service.node.hand_over(limit).await;
@@ -127,6 +143,10 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
             .with_context(|| format!("opening audit log {}", path.display()))?;
         waits.write_audit_log(log);
     }
+    // A restored data dir (`backup.rs`): read before the node starts, so a damaged seed stops
+    // the start with its reason.
+    let data_dir = cfg.node.data_dir.clone();
+    let restore = backup::load_seed(&data_dir)?;
     // StartError's message already carries its cause; as an anyhow chain, `{:#}` repeated it.
     let node = Node::start(cfg.node, waits.clone())
         .await
@@ -135,6 +155,17 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         .with_admin_token(cfg.admin_token.as_deref());
     service.election_timeout_max_ms = election_timeout_max_ms;
     service.timing = Some(timing);
+    service.auth_failures = authfail::AuthFailures::new(cfg.auth_failure_burst);
+    if let Some(seed) = restore {
+        tracing::info!(
+            floor = seed.floor,
+            backup_max_revision = seed.backup_max_revision,
+            bump = seed.bump,
+            "restored from a backup: no name is served until every lock group's revision is \
+             raised to the floor"
+        );
+        service.restore = std::sync::Mutex::new(Some(seed));
+    }
     let service = Arc::new(service);
     service.serve_peer_questions();
     let (stop, stop_rx) = watch::channel(false);
@@ -170,15 +201,20 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let admin =
         lockd_proto::v1::admin_server::AdminServer::new(grpc::AdminApi::new(service.clone()))
             .max_decoding_message_size(http::MAX_BODY_BYTES);
-    let incoming = nodelay(cfg.grpc);
+    let grpc_cap = conns::ConnCap::new("gRPC", cfg.max_client_connections);
+    service.metrics.watch_connections(&grpc_cap);
+    let incoming = conns::capped_grpc(cfg.grpc, grpc_cap);
     // grpc.health.v1 and server reflection (v1 and v1alpha), so grpcurl, Postman and load
     // balancers work without the .proto file.
+    // NOT_SERVING until the node is ready (the readiness task below keeps it in step with
+    // `/readyz`), so a gRPC load balancer's health check means what the HTTP probe means.
     let (health, health_service) = tonic_health::server::health_reporter();
-    for name in [LOCK_SERVICE, ADMIN_SERVICE] {
+    for name in ["", LOCK_SERVICE, ADMIN_SERVICE] {
         health
-            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .set_service_status(name, tonic_health::ServingStatus::NotServing)
             .await;
     }
+    let leaving = Arc::new(tokio::sync::Mutex::new(false));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(lockd_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -208,16 +244,13 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
 
     // HTTP/JSON.
     let app = http::router(service.clone());
+    let cap = conns::ConnCap::new("HTTP", cfg.max_client_connections);
+    service.metrics.watch_connections(&cap);
     let rx = stop_rx.clone();
     match http_tls {
         Some(t) => {
             let listener = tls::TlsListener::new(cfg.http, t)?;
-            tasks.spawn(async move {
-                let served = axum::serve(listener, app).with_graceful_shutdown(stopped(rx));
-                if let Err(e) = served.await {
-                    tracing::error!(error = %e, "HTTPS server failed");
-                }
-            });
+            tasks.spawn(conns::serve_http(listener, app, cap, stopped(rx)));
         }
         None => {
             use axum::serve::ListenerExt;
@@ -226,12 +259,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
                     tracing::warn!(error = %e, "could not set TCP_NODELAY");
                 }
             });
-            tasks.spawn(async move {
-                let served = axum::serve(listener, app).with_graceful_shutdown(stopped(rx));
-                if let Err(e) = served.await {
-                    tracing::error!(error = %e, "HTTP server failed");
-                }
-            });
+            tasks.spawn(conns::serve_http(listener, app, cap, stopped(rx)));
         }
     }
 
@@ -252,15 +280,34 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     tasks.spawn(async move {
         let work = async {
             let mut delay = Duration::from_millis(50);
+            let started = tokio::time::Instant::now();
+            let mut warned = started;
             loop {
                 match svc.bootstrap(&namespaces).await {
                     Ok(()) => break,
+                    // A restore that does not finish keeps the node closed: say why, now and then.
+                    Err(e) if svc.pending_restore().is_some() && warned.elapsed() > Duration::from_secs(10) => {
+                        warned = tokio::time::Instant::now();
+                        tracing::warn!(error = %e, waited_s = started.elapsed().as_secs(), "the restore is not applied yet; serving no name");
+                    }
                     Err(e) => tracing::debug!(error = %e, "bootstrap not done yet"),
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
             tracing::info!("shard map and namespaces are in place");
+            if let Some(seed) = svc.pending_restore() {
+                match backup::mark_applied(&data_dir) {
+                    Ok(path) => tracing::info!(
+                        floor = seed.floor,
+                        file = %path.display(),
+                        "the restore is applied: every lock group's revision is at least the floor"
+                    ),
+                    // Applied all the same; the next start raises the floor again (a no-op).
+                    Err(e) => tracing::warn!(error = %e, "could not mark the restore applied"),
+                }
+                svc.restore_applied();
+            }
         };
         tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
     });
@@ -301,6 +348,38 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         tokio::select! { _ = svc.release_orphans(orphans) => {}, _ = stopped(rx) => {} }
     });
 
+    // The gRPC health statuses follow readiness (`Service::not_ready`).
+    let svc = service.clone();
+    let rx = stop_rx.clone();
+    let reporter = health.clone();
+    let gone = leaving.clone();
+    tasks.spawn(async move {
+        let work = async {
+            let mut serving = None;
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                let ready = svc.not_ready().is_empty();
+                let gone = gone.lock().await;
+                if *gone {
+                    break;
+                }
+                if serving != Some(ready) {
+                    let status = if ready {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
+                    for name in ["", LOCK_SERVICE, ADMIN_SERVICE] {
+                        reporter.set_service_status(name, status).await;
+                    }
+                    serving = Some(ready);
+                }
+            }
+        };
+        tokio::select! { _ = work => {}, _ = stopped(rx) => {} }
+    });
+
     // Count leader changes between scrapes.
     let svc = service.clone();
     let rx = stop_rx;
@@ -329,5 +408,6 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         stop,
         tasks,
         health,
+        leaving,
     })
 }

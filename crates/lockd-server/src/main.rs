@@ -28,8 +28,52 @@ use tokio::net::TcpListener;
     about = "lockd: a distributed lock service with fencing tokens"
 )]
 struct Cli {
+    /// Log lines as `text` (colour only when stderr is a terminal) or `json` (one object per
+    /// line, for log shippers). The filter is `LOCKD_LOG` (e.g. `info,lockd_raft=debug`).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "LOCKD_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Whether logs are JSON lines (`--log-format json`): then the start-up banner is log events
+/// too, so that stderr holds nothing a log shipper cannot parse.
+static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Why the node stops or cannot start: plain on stderr, or an error event in JSON mode.
+macro_rules! failure {
+    ($($t:tt)*) => {{
+        let line = format!($($t)*);
+        if JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::error!(target: "lockd_server", "{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }};
+}
+
+/// A start-up line for the operator: plain on stderr, or an info event in JSON mode.
+macro_rules! banner {
+    ($($t:tt)*) => {{
+        let line = format!($($t)*);
+        if JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::info!(target: "lockd_server", "{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }};
 }
 
 #[derive(Subcommand)]
@@ -39,21 +83,90 @@ enum Cmd {
     Dev(DevArgs),
     /// One node of a real cluster.
     Serve(ServeArgs),
+    /// Seeds an empty data dir from a backup (`lockctl snapshot save`). Run it for every
+    /// founding node of the new cluster, then start them with `serve --initial-cluster-state
+    /// new`: no name is served until every lock group's revision is above the backup's, so
+    /// fencing tokens never go backwards.
+    Restore(RestoreArgs),
+    /// Prints what a data dir holds: identity, a pending restore, each group's snapshot
+    /// (revision, sessions, locks, members). Reads only; best run on a stopped node.
+    InspectData(InspectArgs),
+}
+
+#[derive(Args)]
+struct RestoreArgs {
+    /// The backup file (`lockctl snapshot save FILE`).
+    file: PathBuf,
+    /// The new node's data dir: must be empty or not exist.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Added to the backup's largest revision to make the new cluster's first token. It must
+    /// exceed every token the old cluster minted after the backup. Default: 1 000 per
+    /// millisecond since the backup was taken (1M grants/s) plus 1 000 000 000.
+    #[arg(long)]
+    bump_revision: Option<u64>,
+}
+
+#[derive(Args)]
+struct InspectArgs {
+    /// The data dir (`--data-dir` of `lockd serve` or `lockd dev`).
+    data_dir: PathBuf,
+}
+
+/// `lockd restore` and `lockd inspect-data`: offline, no runtime, no logs.
+fn offline(cmd: &Cmd) -> ExitCode {
+    let fail = |e: String| {
+        eprintln!("lockd: {e}");
+        ExitCode::FAILURE
+    };
+    match cmd {
+        Cmd::Restore(a) => {
+            let bytes = match std::fs::read(&a.file) {
+                Ok(b) => b,
+                Err(e) => return fail(format!("cannot read {}: {e}", a.file.display())),
+            };
+            match lockd_server::backup::restore_into(&bytes, &a.data_dir, a.bump_revision) {
+                Ok(seed) => {
+                    println!(
+                        "restored into {}: the backup's largest revision is {}, bump {}; every \
+                         lock group starts above {} when the node first starts\n\
+                         (restore every founding node's dir, then start them with \
+                         --initial-cluster-state new; {} namespaces are seeded)",
+                        a.data_dir.display(),
+                        seed.backup_max_revision,
+                        seed.bump,
+                        seed.floor,
+                        seed.namespaces.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::InspectData(a) => match lockd_server::inspect::inspect_data(&a.data_dir) {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("{e:#}")),
+        },
+        Cmd::Dev(_) | Cmd::Serve(_) => fail("not an offline command".into()),
+    }
 }
 
 #[derive(Args)]
 struct DevArgs {
-    #[arg(long, default_value = "127.0.0.1:7070")]
+    #[arg(long, env = "LOCKD_HTTP", default_value = "127.0.0.1:7070")]
     http: SocketAddr,
-    #[arg(long, default_value = "127.0.0.1:7170")]
+    #[arg(long, env = "LOCKD_GRPC", default_value = "127.0.0.1:7170")]
     grpc: SocketAddr,
     /// The node-to-node port (Raft and forwarded calls), apart from the client ports.
-    #[arg(long, default_value = "127.0.0.1:7270")]
+    #[arg(long, env = "LOCKD_PEER", default_value = "127.0.0.1:7270")]
     peer: SocketAddr,
-    #[arg(long, default_value = "./lockd-data")]
+    #[arg(long, env = "LOCKD_DATA_DIR", default_value = "./lockd-data")]
     data_dir: PathBuf,
     /// Start this many nodes as separate OS processes on consecutive ports.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, env = "LOCKD_NODES", default_value_t = 1)]
     nodes: u32,
     /// Serve every port over TLS with a throwaway CA and certificates made in DATA_DIR/tls (kept
     /// for restarts): HTTPS and gRPC over TLS for clients, mutual TLS between the nodes.
@@ -274,10 +387,12 @@ async fn run_node(
         audit_log: extras.audit_log,
         admin_token,
         tls: tls.clone(),
+        max_client_connections: common.max_client_connections,
+        auth_failure_burst: common.auth_failure_burst,
     })
     .await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    eprintln!(
+    banner!(
         "lockd node {node_id} (pid {}): HTTP {scheme}://{} gRPC {scheme}://{} peer {} data {}",
         std::process::id(),
         running.http_addr,
@@ -287,26 +402,26 @@ async fn run_node(
     );
     match &tls {
         Some(t) if t.client_ca_pem.is_some() => {
-            eprintln!("lockd node {node_id}: client ports over TLS; client certificates required")
+            banner!("lockd node {node_id}: client ports over TLS; client certificates required")
         }
-        Some(_) => eprintln!("lockd node {node_id}: client ports over TLS"),
-        None => eprintln!(
+        Some(_) => banner!("lockd node {node_id}: client ports over TLS"),
+        None => banner!(
             "lockd node {node_id}: client ports in PLAIN TEXT (no --tls-cert-file): bearer \
              tokens and session ids cross the network in clear; for loopback development only"
         ),
     }
     if common.peer_cert_file.is_none() {
-        eprintln!(
+        banner!(
             "lockd node {node_id}: peer port in PLAIN TEXT (no --peer-cert-file): anything that \
              reaches it can speak Raft; keep it on loopback or a private network"
         );
     }
     match &extras.admin_token_file {
-        Some(path) => eprintln!(
+        Some(path) => banner!(
             "lockd node {node_id}: admin token in {} (lockctl --admin-token-file)",
             path.display()
         ),
-        None => eprintln!(
+        None => banner!(
             "lockd node {node_id}: no admin token (--admin-token-file): admin calls are refused"
         ),
     }
@@ -315,18 +430,18 @@ async fn run_node(
     let fatal = running.service.node.fatal();
     tokio::select! {
         _ = shutdown_signal() => {
-            eprintln!("lockd node {node_id}: stopping");
+            banner!("lockd node {node_id}: stopping");
             running.stop().await;
             Ok(())
         }
         failure = fatal => {
-            eprintln!(
+            failure!(
                 "lockd node {node_id}: {failure}; stopping with an error so that a supervisor \
                  restarts it"
             );
             let stop = tokio::time::timeout(Duration::from_secs(10), running.stop());
             if stop.await.is_err() {
-                eprintln!("lockd node {node_id}: the stop took over 10 s; exiting anyway");
+                failure!("lockd node {node_id}: the stop took over 10 s; exiting anyway");
             }
             bail!("node {node_id}: {failure}")
         }
@@ -343,7 +458,7 @@ async fn shutdown_signal() {
 }
 
 /// `lockd dev --nodes N`: N child processes of `lockd serve`, stopped together on Ctrl-C.
-async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
+async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()> {
     let n = args.nodes;
     let exe = std::env::current_exe().context("finding the lockd binary")?;
     let at = |base: SocketAddr, i: u32| SocketAddr::new(base.ip(), base.port() + i as u16);
@@ -367,6 +482,10 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
         serve.common.admin_token_file = Some(admin.clone());
         let mut cmd = Command::new(&exe);
         cmd.args(serve.to_args());
+        // The nodes log as this process does.
+        if log_format == LogFormat::Json {
+            cmd.env("LOCKD_LOG_FORMAT", "json");
+        }
         let line = std::iter::once(cmd.get_program())
             .chain(cmd.get_args())
             .map(|a| a.to_string_lossy().into_owned())
@@ -432,10 +551,36 @@ async fn run_cluster(args: &DevArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // The config file's [server] settings become environment variables before the flags are
+    // parsed (only where neither the flag's variable is set), so one parser checks all three
+    // ways of setting a value. Done first, while this process has one thread.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // The subcommand wherever global flags put it (`lockd --log-format json serve ...`); a
+    // flag's value that happens to read `serve` only makes this look for a config it would
+    // have read anyway.
+    let serving = argv
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "serve" || a == "dev");
+    if serving {
+        match lockd_server::cli::config_file_env(&argv, |k| std::env::var(k).ok()) {
+            Ok(vars) => {
+                for (k, v) in vars {
+                    std::env::set_var(k, v);
+                }
+            }
+            Err(e) => {
+                eprintln!("lockd: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let cli = Cli::parse();
     let common = match &cli.cmd {
         Cmd::Dev(a) => &a.common,
         Cmd::Serve(a) => &a.common,
+        offline_cmd @ (Cmd::Restore(_) | Cmd::InspectData(_)) => return offline(offline_cmd),
     };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all();
@@ -452,15 +597,24 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> ExitCode {
-    tracing_subscriber::fmt()
+    use std::io::IsTerminal as _;
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LOCKD_LOG")
                 .unwrap_or_else(|_| "warn,openraft=error,lockd_server=info,lockd_raft=info".into()),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        // Escape codes only where a terminal renders them, never into a file or a journal.
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => {
+            JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+            logs.json().init()
+        }
+    }
     let result = match &cli.cmd {
-        Cmd::Dev(a) if a.nodes > 1 => run_cluster(a).await,
+        offline_cmd @ (Cmd::Restore(_) | Cmd::InspectData(_)) => return offline(offline_cmd),
+        Cmd::Dev(a) if a.nodes > 1 => run_cluster(a, cli.log_format).await,
         Cmd::Dev(a) => {
             let peers = BTreeMap::from([(1, a.peer.to_string())]);
             let listen = Listen {
@@ -489,20 +643,23 @@ async fn run(cli: Cli) -> ExitCode {
                     admin_token_file: a.common.admin_token_file.clone(),
                     audit_log: a.audit_log.clone(),
                     join_existing: a.initial_cluster_state == "existing",
+                    #[cfg(feature = "negative-controls")]
                     skip_leader_lease_check: a.unsafe_negative_control.is_some(),
+                    #[cfg(not(feature = "negative-controls"))]
+                    skip_leader_lease_check: false,
                 };
                 let own = match (a.peer, peers.get(&a.node_id)) {
                     (Some(_), _) | (None, None) => None,
                     (None, Some(p)) => match resolve_own(p).await {
                         Ok(addr) => Some(addr),
                         Err(e) => {
-                            eprintln!("lockd: {e:#}");
+                            failure!("lockd: {e:#}");
                             return ExitCode::FAILURE;
                         }
                     },
                 };
                 let Some(peer) = a.peer.or(own) else {
-                    eprintln!(
+                    failure!(
                         "lockd: --peers has no entry for node {} to listen on (or give --peer)",
                         a.node_id
                     );
@@ -521,7 +678,7 @@ async fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lockd: {e:#}");
+            failure!("lockd: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -35,6 +35,16 @@ pub struct GroupLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabel {
+    pub version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PortLabel {
+    pub port: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NamespaceLabel {
     pub namespace: String,
 }
@@ -47,6 +57,7 @@ pub struct Metrics {
     /// Time from a log append to its fdatasync completing, all groups.
     pub log_sync: Histogram,
     lease_expired: Family<NamespaceLabel, Counter>,
+    fencing_rejected: Family<NamespaceLabel, Counter>,
     sessions: Family<GroupLabel, Gauge>,
     held: Family<GroupLabel, Gauge>,
     waiters: Family<GroupLabel, Gauge>,
@@ -57,8 +68,16 @@ pub struct Metrics {
     expired: Counter,
     closed: Counter,
     waits_timed_out: Counter,
+    auth_failures: Counter,
     waiters_granted: Counter,
-    last_leaders: Mutex<Vec<Option<u64>>>,
+    last_leaders: Mutex<std::collections::HashMap<u32, u64>>,
+    client_connections: Family<PortLabel, Gauge>,
+    client_connections_max: Family<PortLabel, Gauge>,
+    ready: Gauge,
+    build_info: Family<BuildLabel, Gauge>,
+    client_connections_refused: Family<PortLabel, Counter>,
+    /// The client ports' connection caps, read at each scrape.
+    caps: Mutex<Vec<crate::conns::ConnCap>>,
 }
 
 impl Default for Metrics {
@@ -84,6 +103,7 @@ impl Metrics {
                 0.000_02, 2.0, 17,
             )),
             lease_expired: Family::default(),
+            fencing_rejected: Family::default(),
             sessions: Family::default(),
             held: Family::default(),
             waiters: Family::default(),
@@ -94,8 +114,15 @@ impl Metrics {
             expired: Counter::default(),
             closed: Counter::default(),
             waits_timed_out: Counter::default(),
+            auth_failures: Counter::default(),
             waiters_granted: Counter::default(),
             last_leaders: Mutex::default(),
+            client_connections: Family::default(),
+            client_connections_max: Family::default(),
+            ready: Gauge::default(),
+            build_info: Family::default(),
+            client_connections_refused: Family::default(),
+            caps: Mutex::default(),
         };
         {
             let mut r = m.registry.lock().expect("registry lock");
@@ -119,6 +146,11 @@ impl Metrics {
                 "lease_expired_while_holding",
                 "Clients reporting that a lease ran out while they still worked (each one is a fencing check that saved you)",
                 m.lease_expired.clone(),
+            );
+            r.register(
+                "fencing_rejections",
+                "Writes a fenced resource refused because a newer holder's token had reached it, as clients report them: stale holders that fencing stopped",
+                m.fencing_rejected.clone(),
             );
             r.register(
                 "sessions",
@@ -171,6 +203,42 @@ impl Metrics {
                 "Queued acquires granted (applied locally)",
                 m.waiters_granted.clone(),
             );
+            r.register(
+                "client_connections",
+                "Connections open on each client port (--max-client-connections caps it)",
+                m.client_connections.clone(),
+            );
+            r.register(
+                "auth_failures",
+                "Calls refused for a missing or wrong bearer token (401 or 403); an address \
+                 that fails too often is answered 429 before its token is checked",
+                m.auth_failures.clone(),
+            );
+            r.register(
+                "client_connections_max",
+                "The cap on each client port's open connections (--max-client-connections)",
+                m.client_connections_max.clone(),
+            );
+            r.register(
+                "ready",
+                "1 while the node is ready (what GET /readyz and gRPC health say), else 0",
+                m.ready.clone(),
+            );
+            m.build_info
+                .get_or_create(&BuildLabel {
+                    version: env!("CARGO_PKG_VERSION"),
+                })
+                .set(1);
+            r.register(
+                "build_info",
+                "Always 1; the lockd version as a label",
+                m.build_info.clone(),
+            );
+            r.register(
+                "client_connections_refused",
+                "Connections refused at a client port's cap",
+                m.client_connections_refused.clone(),
+            );
         }
         m
     }
@@ -189,6 +257,31 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// Exports `cap`'s open and refused connections from now on (both at 0 until used, so
+    /// `rate()` and alerts work from the start).
+    pub fn watch_connections(&self, cap: &crate::conns::ConnCap) {
+        let l = PortLabel { port: cap.port() };
+        let _ = self.client_connections.get_or_create(&l);
+        self.client_connections_max
+            .get_or_create(&l)
+            .set(cap.max() as i64);
+        let _ = self.client_connections_refused.get_or_create(&l);
+        self.caps.lock().expect("caps lock").push(cap.clone());
+    }
+
+    /// A credential check failed (401 or 403).
+    pub fn auth_failed(&self) {
+        self.auth_failures.inc();
+    }
+
+    pub fn fencing_rejected(&self, namespace: &str) {
+        self.fencing_rejected
+            .get_or_create(&NamespaceLabel {
+                namespace: namespace.to_string(),
+            })
+            .inc();
+    }
+
     pub fn lease_expired_while_holding(&self, namespace: &str) {
         self.lease_expired
             .get_or_create(&NamespaceLabel {
@@ -204,22 +297,26 @@ impl Metrics {
         let mut last = self.last_leaders.lock().expect("leaders lock");
         for id in node.group_ids() {
             let Some(g) = node.group(id) else { continue };
-            let leader = g.status().leader;
-            let i = id as usize;
-            if last.len() <= i {
-                last.resize(i + 1, None);
-            }
-            if leader.is_some() && last[i].is_some() && last[i] != leader {
+            let Some(leader) = g.status().leader else {
+                continue;
+            };
+            // Keyed by group id, not indexed by it: ids are sparse and up to u32::MAX.
+            if last
+                .insert(id, leader)
+                .is_some_and(|before| before != leader)
+            {
                 self.leader_changes
                     .get_or_create(&GroupLabel { group: id })
                     .inc();
                 changed.push(id);
             }
-            if leader.is_some() {
-                last[i] = leader;
-            }
         }
         changed
+    }
+
+    /// Whether the node is ready (`Service::not_ready`), for `lockd_ready`.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
     }
 
     /// The text exposition, with gauges refreshed from the local replicas.
@@ -236,6 +333,16 @@ impl Metrics {
             self.revision.get_or_create(&l).set(stats.revision as i64);
             self.is_leader.get_or_create(&l).set(g.is_leader() as i64);
             self.term.get_or_create(&l).set(status.term as i64);
+        }
+        for cap in self.caps.lock().expect("caps lock").iter() {
+            let l = PortLabel { port: cap.port() };
+            self.client_connections
+                .get_or_create(&l)
+                .set(cap.open() as i64);
+            sync(
+                &self.client_connections_refused.get_or_create(&l),
+                cap.refused(),
+            );
         }
         let c = &waits.counters;
         sync(&self.expired, c.sessions_expired.load(Relaxed));

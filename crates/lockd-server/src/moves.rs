@@ -226,9 +226,10 @@ impl Service {
             groups = self.lock_group_ids();
         }
         if !groups.contains(&to) {
-            return Err(ApiError::bad_request(format!(
-                "to_group: there is no lock group {to} (lock groups are {groups:?})"
-            )));
+            return Err(ApiError::new(
+                crate::error::ErrorCode::GroupNotFound,
+                format!("to_group: there is no lock group {to} (lock groups are {groups:?})"),
+            ));
         }
         if buckets.is_empty() {
             return Err(ApiError::bad_request("buckets: no bucket given"));

@@ -256,6 +256,23 @@ pub fn namespace_of(
     Ok(ns)
 }
 
+/// A new namespace's name: 1-64 of `A-Z a-z 0-9 . _ -`, like a cluster's name (it appears in
+/// metrics labels and logs). Only the front door checks it: namespaces made before the rule
+/// still replay.
+fn check_namespace_name(name: &str) -> Result<(), ApiError> {
+    let ok = (1..=lockd_core::limits::MAX_NAMESPACE_NAME_BYTES).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "namespace.name: '{}' must be 1-64 of A-Z a-z 0-9 . _ -",
+        name.escape_debug()
+    )))
+}
+
 impl Service {
     /// Creates or replaces the namespace `spec` describes (see [`namespace_of`]) if the
     /// namespaces are still at `expected_version`.
@@ -267,7 +284,20 @@ impl Service {
         token: TokenChange,
     ) -> Result<u64, ApiError> {
         self.require_admin(creds, "changing namespaces")?;
+        check_namespace_name(&spec.name)?;
         let (_, all) = self.namespace_config(creds).await?;
+        if let Some(other) = all
+            .iter()
+            .find(|n| n.name == spec.name && n.prefix != spec.prefix)
+        {
+            return Err(ApiError::new(
+                ErrorCode::NamespaceNameTaken,
+                format!(
+                    "namespace.name: '{}' is already the name of prefix '{}'",
+                    spec.name, other.prefix
+                ),
+            ));
+        }
         let current = all.iter().find(|n| n.prefix == spec.prefix);
         let ns = namespace_of(spec, &token, current)?;
         self.change_namespace(creds, expected_version, NamespaceChange::Put(ns))

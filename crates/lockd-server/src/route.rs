@@ -73,6 +73,8 @@ pub(crate) enum Query {
     /// Every namespace the group has, with the namespaces' version (one read, so a
     /// compare-and-set made from it compares what was listed).
     NamespaceConfig,
+    /// The group's counters: revision, sessions, locks, holds (for a backup).
+    Stats,
 }
 
 /// The answer to a [`Query`] (the variant of the same name).
@@ -93,6 +95,7 @@ pub(crate) enum Answer {
     Namespaces(Vec<Namespace>),
     Draining(Vec<u64>),
     NamespaceConfig((u64, Vec<Namespace>)),
+    Stats(lockd_core::Stats),
 }
 
 impl Query {
@@ -131,6 +134,7 @@ impl Query {
             Query::NamespaceConfig => {
                 Answer::NamespaceConfig((t.namespaces_version(), t.namespaces().cloned().collect()))
             }
+            Query::Stats => Answer::Stats(t.stats()),
         }
     }
 }
@@ -352,7 +356,14 @@ async fn remote_wait(
             Ok(p) => p,
             Err(st) => break Err(status_error(st)),
         };
-        match remote.app_call(payload, left + AWAIT_SLACK).await {
+        let got = remote.app_call(payload, left + AWAIT_SLACK).await;
+        tracing::debug!(
+            group = remote.id(),
+            waiter,
+            ok = got.is_ok(),
+            "asked a member for a wait's outcome"
+        );
+        match got {
             Ok(bytes) => break decode::<RemoteOutcome>(&bytes),
             Err(_) if started.elapsed() + Duration::from_millis(100) < limit => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -457,6 +468,13 @@ impl AppHandler for AppServer {
                         Ok(Some(o)) => Some((o, None)),
                         Ok(None) | Err(_) => None,
                     };
+                    tracing::debug!(
+                        node = svc.node.node_id(),
+                        group,
+                        waiter,
+                        ?out,
+                        "answered a peer's wait"
+                    );
                     encode(&out)
                 }
             }

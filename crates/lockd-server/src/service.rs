@@ -38,6 +38,9 @@ const MAX_REQUEUES: usize = 8;
 #[derive(Clone, Debug, Default)]
 pub struct Credentials {
     pub bearer: Option<String>,
+    /// The client's address, for the budget of failed authentications (`authfail.rs`);
+    /// `None` for calls from inside (the simulator), which have none.
+    pub from: Option<std::net::IpAddr>,
 }
 
 #[derive(Clone, Debug)]
@@ -139,6 +142,10 @@ pub struct Service {
     meta_caught_up: std::sync::atomic::AtomicBool,
     /// Where session and move ids come from (random; the simulator's are seeded).
     ids: IdSource,
+    /// A restore's seed not applied yet (`backup.rs`): names are refused until it is.
+    pub(crate) restore: Mutex<Option<crate::backup::RestoreSeed>>,
+    /// Failed authentications per client address (`authfail.rs`).
+    pub auth_failures: crate::authfail::AuthFailures,
 }
 
 /// Draws the random part of new session and move ids.
@@ -160,6 +167,15 @@ fn wait_outcome(
     }
 }
 
+/// What [`Service::check_token`] answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenCheck {
+    /// The token is a current holder's.
+    pub valid: bool,
+    /// The largest token among the current holders (0 when the name is free).
+    pub newest: u64,
+}
+
 impl Service {
     pub fn new(
         node: Arc<Node>,
@@ -179,6 +195,8 @@ impl Service {
             timing: None,
             meta_caught_up: std::sync::atomic::AtomicBool::new(false),
             ids: Arc::new(rand::random::<u64>),
+            restore: Mutex::new(None),
+            auth_failures: Default::default(),
         }
     }
 
@@ -245,8 +263,14 @@ impl Service {
         }
     }
 
-    /// Whether this node serves names now: its meta replica is a serving member and has
-    /// caught up since it became one (see [`Service::catch_up_meta`]).
+    /// Whether this node serves names now: caught up ([`Service::meta_caught_up`]) and no
+    /// restore pending (`backup.rs`).
+    pub fn serving(&self) -> bool {
+        self.meta_caught_up() && self.pending_restore().is_none()
+    }
+
+    /// Whether this node's meta replica is a serving member and has caught up since it became
+    /// one (see [`Service::catch_up_meta`]).
     pub fn meta_caught_up(&self) -> bool {
         self.meta_member() && self.caught_up_flag()
     }
@@ -264,7 +288,7 @@ impl Service {
     fn serving_names(&self) -> Result<(), ApiError> {
         let member = self.meta_member();
         if member && self.caught_up_flag() {
-            return Ok(());
+            return self.check_not_restoring();
         }
         let why = if member {
             "this node has not yet caught up with the cluster's configuration (namespaces and \
@@ -290,12 +314,76 @@ impl Service {
         matches!((&self.admin_sha256, &creds.bearer), (Some(want), Some(got)) if token_digest(got) == *want)
     }
 
+    /// 429 when the caller's address has no failed authentication left to spend
+    /// (`authfail.rs`); checked before a credential is looked at.
+    fn auth_budget(&self, creds: &Credentials) -> Result<(), ApiError> {
+        let Some(ip) = creds.from else { return Ok(()) };
+        self.auth_failures
+            .check(ip, std::time::Instant::now())
+            .map_err(|wait_ms| {
+                ApiError::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "too many failed authentications from {ip}: at most {} in a row, then one \
+                     per {} s",
+                        self.auth_failures.burst(),
+                        crate::authfail::REFILL_S
+                    ),
+                )
+                .retry_after(wait_ms)
+            })
+    }
+
+    /// Runs a credential check within the caller's budget, and spends from the budget when it
+    /// fails (401 or 403).
+    fn checked_auth(
+        &self,
+        creds: &Credentials,
+        check: impl FnOnce() -> Result<(), ApiError>,
+    ) -> Result<(), ApiError> {
+        // A token that worked from this address lately is no guess: it skips the pre-check, so
+        // good clients behind the same address as a bad one keep working (`authfail.rs`).
+        let known = match (creds.from, &creds.bearer) {
+            (Some(ip), Some(token)) => self.auth_failures.known_good(ip, token),
+            _ => false,
+        };
+        if !known {
+            self.auth_budget(creds)?;
+        }
+        let r = check();
+        if let Some(ip) = creds.from {
+            match &r {
+                Err(e)
+                    if e.code == ErrorCode::Unauthenticated
+                        || e.code == ErrorCode::PermissionDenied =>
+                {
+                    self.auth_failures.failed(ip, std::time::Instant::now());
+                    self.metrics.auth_failed();
+                    if let Some(token) = &creds.bearer {
+                        self.auth_failures.forget(ip, token);
+                    }
+                }
+                Ok(()) => {
+                    if let Some(token) = &creds.bearer {
+                        self.auth_failures.succeeded(ip, token);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        r
+    }
+
     /// 403 when the node has no admin credential, 401 without the admin token, 403 with another.
     pub fn require_admin(&self, creds: &Credentials, what: &str) -> Result<(), ApiError> {
         if self.admin_sha256.is_none() {
             return Err(ApiError::new(ErrorCode::AdminDisabled, format!("{what} needs the admin credential, and this node has none configured (--admin-token-file)"),
             ));
         }
+        self.checked_auth(creds, || self.require_admin_token(creds, what))
+    }
+
+    fn require_admin_token(&self, creds: &Credentials, what: &str) -> Result<(), ApiError> {
         if self.is_admin(creds) {
             return Ok(());
         }
@@ -360,6 +448,15 @@ impl Service {
         let Some(want) = &ns.token_sha256 else {
             return Ok(());
         };
+        self.checked_auth(creds, || self.authorize_token(ns, creds, want))
+    }
+
+    fn authorize_token(
+        &self,
+        ns: &Namespace,
+        creds: &Credentials,
+        want: &str,
+    ) -> Result<(), ApiError> {
         if self.is_admin(creds) {
             return Ok(());
         }
@@ -370,7 +467,7 @@ impl Service {
             ));
         };
         let got = token_digest(bearer);
-        if &got == want {
+        if got == want {
             return Ok(());
         }
         let other = self.group(META_GROUP)?.read_local(|t| {
@@ -736,6 +833,13 @@ impl Service {
                     waiter,
                     position,
                 } => {
+                    tracing::debug!(
+                        node = self.node.node_id(),
+                        group = group.id(),
+                        waiter,
+                        local = matches!(group, Route::Local(_)),
+                        "acquire queued; waiting for the outcome"
+                    );
                     let outcome = match &group {
                         Route::Local(g) => {
                             let parked = self.waits.park(g.id(), waiter);
@@ -798,6 +902,12 @@ impl Service {
                 // The member that takes the wait over owns it now: if it times out there, a
                 // late grant is released there, not here.
                 let waiter = parked.hand_over();
+                tracing::debug!(
+                    node = self.node.node_id(),
+                    group = group.id(),
+                    waiter,
+                    "this replica stopped serving the group; a member takes the wait over"
+                );
                 let left = deadline.saturating_duration_since(Instant::now());
                 let got = self.await_remote(&remote, req.session, waiter, &req.name, left).await?;
                 return wait_outcome(got, position);
@@ -881,6 +991,10 @@ impl Service {
         creds: &Credentials,
     ) -> Result<Option<LockInfo>, ApiError> {
         self.admit_name(name, creds)?;
+        // Whether the caller is the admin decides what it sees, so a presented token is checked
+        // here even in an open namespace: inside the budget of failed authentications, or the
+        // session ids in the answer would tell an admin-token guess right from wrong unbudgeted.
+        let admin = self.inspect_as_admin(creds)?;
         let (_, mut info) = self
             .on_owner(name, |g| {
                 let name = name.to_string();
@@ -888,7 +1002,7 @@ impl Service {
             })
             .await?;
         // A session id is the session's capability: only the admin sees another holder's.
-        if !self.is_admin(creds) {
+        if !admin {
             if let Some(i) = info.as_mut() {
                 for h in &mut i.holders {
                     h.session = SessionId(0);
@@ -899,6 +1013,61 @@ impl Service {
             }
         }
         Ok(info)
+    }
+
+    /// Whether an inspect's caller is the admin. A token that is neither the admin's nor any
+    /// namespace's is a failed authentication (it reads on, without the admin's view); an
+    /// address out of budget gets 429 before its token is looked at, unless it proved it.
+    fn inspect_as_admin(&self, creds: &Credentials) -> Result<bool, ApiError> {
+        let (Some(ip), Some(token)) = (creds.from, &creds.bearer) else {
+            return Ok(self.is_admin(creds));
+        };
+        if !self.auth_failures.known_good(ip, token) {
+            self.auth_budget(creds)?;
+        }
+        if self.is_admin(creds) {
+            self.auth_failures.succeeded(ip, token);
+            return Ok(true);
+        }
+        let digest = token_digest(token);
+        let some_namespace = self.group(META_GROUP)?.read_local(|t| {
+            t.namespaces()
+                .any(|n| n.token_sha256.as_deref() == Some(digest.as_str()))
+        });
+        if !some_namespace {
+            self.auth_failures.failed(ip, std::time::Instant::now());
+            self.metrics.auth_failed();
+        }
+        Ok(false)
+    }
+
+    /// Chubby's CheckSequencer: whether `token` is the fencing token of a holder of `name` now
+    /// (a linearizable read on the name's group), and the newest holder's token (0 when free).
+    /// For a resource that can ask lockd before it acts instead of keeping a fence itself;
+    /// the answer can be out of date by the time the resource acts, so a resource that can
+    /// store the largest token seen should fence instead (`lockd_client::fence`).
+    pub async fn check_token(
+        &self,
+        name: &str,
+        token: u64,
+        creds: &Credentials,
+    ) -> Result<TokenCheck, ApiError> {
+        // Tokens start at 1, and the spec bounds them like every token field (int64).
+        if token == 0 || token > i64::MAX as u64 {
+            return Err(ApiError::bad_request(format!(
+                "token: {token} is no fencing token (1..={})",
+                i64::MAX
+            )));
+        }
+        let holders = self
+            .inspect(name, creds)
+            .await?
+            .map(|i| i.holders)
+            .unwrap_or_default();
+        Ok(TokenCheck {
+            valid: holders.iter().any(|h| h.token == token),
+            newest: holders.iter().map(|h| h.token).max().unwrap_or(0),
+        })
     }
 
     /// A session's holds and waits across every lock group; 404 if no group knows it.
@@ -988,6 +1157,43 @@ impl Service {
     }
 
     /// `GET /v1/status`: this node and every group it hosts.
+    /// Why this node should not be sent traffic yet (empty: ready). Ready means it serves
+    /// names (its meta replica has caught up with the meta leader since start) and every group
+    /// it hosts has a leader it can reach (none is stranded). For `/readyz`: a load balancer or
+    /// Kubernetes sends clients elsewhere meanwhile; any node still answers every call.
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if !self.meta_caught_up() {
+            why.push("its meta replica has not caught up with the meta leader".to_string());
+        }
+        if let Some(seed) = self.pending_restore() {
+            why.push(format!(
+                "it was restored from a backup and has not yet raised every lock group's \
+                 revision to {}",
+                seed.floor
+            ));
+        }
+        for id in self.node.group_ids() {
+            let Some(g) = self.node.group(id) else {
+                continue;
+            };
+            // Groups it votes in (a learner follows; a replica left over from a removal is
+            // not this node's to serve).
+            let s = g.status();
+            if !s.members.contains(&self.node.node_id()) {
+                continue;
+            }
+            if s.leader.is_none() {
+                why.push(format!("group {id} has no leader"));
+            } else if g.is_stranded() {
+                why.push(format!(
+                    "its replica of group {id} is cut off from the group"
+                ));
+            }
+        }
+        why
+    }
+
     pub fn status_json(&self) -> serde_json::Value {
         let groups: Vec<_> = self
             .node
@@ -1011,7 +1217,7 @@ impl Service {
         serde_json::json!({
             "node_id": self.node.node_id(),
             "pid": std::process::id(),
-            "serving_names": self.meta_caught_up(),
+            "serving_names": self.serving(),
             "groups": groups,
         })
     }
@@ -1045,9 +1251,21 @@ impl Service {
         self.metrics.lease_expired_while_holding(&ns);
     }
 
+    /// A client reports that a fenced resource refused its write under `name`: a newer holder's
+    /// token had reached it (the metric that counts the stale holders fencing stopped).
+    pub fn report_fencing_rejected(&self, name: &str) {
+        let ns = self.namespace_name(name);
+        self.metrics.fencing_rejected(&ns);
+    }
+
     /// Makes the replicated configuration match this node's: the shard map in the meta group and
     /// every namespace in every group. Idempotent; all nodes may run it at start.
+    ///
+    /// A restored node (`backup.rs`) seeds the backup's namespaces instead of the file's, and
+    /// raises every lock group's revision to the seed's floor before it serves a name.
     pub async fn bootstrap(&self, namespaces: &[Namespace]) -> Result<(), ApiError> {
+        let seed = self.pending_restore();
+        let namespaces = seed.as_ref().map_or(namespaces, |s| &s.namespaces[..]);
         // A joiner's meta replica is not a member yet: this reaches the meta group wherever it is.
         let meta = self.route_of(META_GROUP)?;
         // The cluster's Raft timing: the first node records its own; any other node, a joiner
@@ -1113,6 +1331,9 @@ impl Service {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        if let Some(seed) = &seed {
+            self.raise_to_floor(seed).await?;
         }
         // Namespaces: the file seeds a new cluster only; the lock groups copy the meta group's.
         self.seed_namespaces(namespaces).await?;

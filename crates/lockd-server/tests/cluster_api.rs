@@ -270,3 +270,102 @@ async fn peers_named_by_dns_form_a_cluster_and_a_named_member_joins() {
     j.stop().await;
     c.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_member_at_another_nodes_peer_address_is_refused_and_the_cluster_keeps_serving() {
+    // Found by schemathesis: adding node 400 at node 1's own peer address made group 0's
+    // leader replicate to itself, and openraft panicked on its own append.
+    let mut c = cluster(1, 1).await;
+    let admin = Http::new(c.url(0, "")).admin();
+    let own = c.node(0).peer_addr.to_string();
+    let r = admin
+        .post(
+            "/v1/admin/members",
+            json!({"node_id": 400, "peer_addr": own}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].clone()),
+        (409, json!("member_change_refused")),
+        "{}",
+        r.body
+    );
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("peer_addr:") && msg.contains("node 1's peer address"),
+        "{msg}"
+    );
+    // Nothing changed: node 400 is in no group, and names are still served.
+    let m = admin.get("/v1/admin/members").await;
+    assert_eq!(m.status, 200, "{}", m.body);
+    assert!(!m.body.to_string().contains("400"), "{}", m.body);
+    let http = Http::new(c.url(0, ""));
+    let s = http.session("after", 10).await;
+    let r = http
+        .acquire("payouts/after", json!({"session_id": s, "owner": "o"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // A member at an address where nothing answers: it is never promoted (openraft's own
+    // catch-up wait took a learner that acknowledged nothing for caught up, and the one-voter
+    // meta group got a second voter that never votes). The call says so; the node serves on.
+    let r = admin
+        .post(
+            "/v1/admin/members",
+            json!({"node_id": 401, "peer_addr": "127.0.0.1:1", "groups": [0]}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].clone()),
+        (409, json!("member_change_refused")),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("node 401 at 127.0.0.1:1 acknowledged nothing"),
+        "{}",
+        r.body
+    );
+    let m = admin.get("/v1/admin/members").await;
+    let meta = &m.body["groups"][0]["members"];
+    let role_of = |id: u64| {
+        meta.as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["node_id"] == id)
+            .map(|x| x["role"].clone())
+    };
+    assert_eq!(
+        (role_of(1), role_of(401)),
+        (Some(json!("voter")), Some(json!("learner"))),
+        "{}",
+        m.body
+    );
+    let s = http.session("after-learner", 10).await;
+    let r = http
+        .acquire(
+            "payouts/after-learner",
+            json!({"session_id": s, "owner": "o"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let gone = admin.delete("/v1/admin/members/401").await;
+    assert_eq!(gone.status, 200, "{}", gone.body);
+
+    // Draining the only node: no voter could take its groups, so the call does not wait for
+    // one (it waited its full 20 s, longer than schemathesis's request timeout).
+    let started = Instant::now();
+    let d = admin.post("/v1/admin/members/1:drain", json!({})).await;
+    assert_eq!(d.status, 200, "{}", d.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let u = admin.post("/v1/admin/members/1:undrain", json!({})).await;
+    assert_eq!(u.status, 200, "{}", u.body);
+    c.stop_all().await;
+}

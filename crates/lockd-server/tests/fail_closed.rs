@@ -66,6 +66,12 @@ async fn a_node_serves_no_name_until_its_meta_replica_has_caught_up() {
     }
     let s = Http::new(c.url(2, "")).session("before", 15).await;
     assert!(s.starts_with("s_"), "{s}");
+    // Serving names, every group with a leader: ready.
+    let ready = Http::new(c.url(2, "")).get("/readyz").await;
+    assert_eq!(
+        (ready.status, ready.body.clone()),
+        (200, json!({"ready": true}))
+    );
 
     // Every node stops; node 3 comes back alone. With no meta leader to confirm it is up to
     // date, it must not answer from what its replica happens to hold.
@@ -75,6 +81,41 @@ async fn a_node_serves_no_name_until_its_meta_replica_has_caught_up() {
     let status = h.get("/v1/status").await;
     assert_eq!(status.status, 200, "status is no name operation");
     assert_eq!(status.body["serving_names"], false, "{}", status.body);
+    // Live, but not ready, and the probe says why.
+    let live = h.get("/livez").await;
+    assert_eq!(
+        (live.status, live.body.clone()),
+        (200, json!({"live": true}))
+    );
+    let ready = h.get("/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    // The standard gRPC health check says the same.
+    {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+        let channel =
+            tonic::transport::Channel::from_shared(format!("http://{}", c.node(2).grpc_addr))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+        let mut health = HealthClient::new(channel);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let st = health
+            .check(HealthCheckRequest {
+                service: "lockd.v1.Lock".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(st, ServingStatus::NotServing as i32);
+    }
+    assert_eq!(ready.body["error"]["code"], "unavailable", "{}", ready.body);
+    let why = ready.body["error"]["message"].as_str().unwrap();
+    assert!(why.contains("meta replica has not caught up"), "{why}");
+    assert!(why.contains("has no leader"), "{why}");
+    assert!(ready.retry_after.is_some(), "503 without Retry-After");
     let opened = h
         .post("/v1/sessions", json!({"client": "too-early", "ttl_s": 15}))
         .await;

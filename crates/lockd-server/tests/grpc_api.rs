@@ -10,6 +10,7 @@ use lockd_proto::v1 as pb;
 use lockd_proto::v1::lock_client::LockClient;
 use pb::session_event::Kind as Ev;
 use pb::session_request::Kind as Req;
+use serde_json::json;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use tonic::Code;
@@ -671,17 +672,107 @@ async fn reflection_and_health_answer() {
         Some(MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty()
     ));
 
+    // Health follows readiness, checked every 250 ms: SERVING soon after the node is ready.
     let mut h = HealthClient::new(channel);
     for service in ["", "lockd.v1.Lock", "lockd.v1.Admin"] {
-        let st = h
-            .check(HealthCheckRequest {
-                service: service.into(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status;
-        assert_eq!(st, ServingStatus::Serving as i32, "{service:?}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let st = h
+                .check(HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status;
+            if st == ServingStatus::Serving as i32 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{service:?}: {st}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
+    c.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_token_says_whether_a_token_is_a_current_holders_on_both_transports() {
+    let mut c = cluster(1, 1).await;
+    let mut cl = client(&c, 0).await;
+    let http = Http::new(c.url(0, ""));
+    let check_http = |name: &'static str, token: u64| {
+        let http = http.clone();
+        async move {
+            let r = http
+                .post(&format!("/v1/locks/{name}:check"), json!({"token": token}))
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            (
+                r.body["valid"].as_bool().unwrap(),
+                r.body["newest_token"].as_u64().unwrap(),
+            )
+        }
+    };
+    let grpc = cl.clone();
+    let check_grpc = |name: &'static str, token: u64| {
+        let mut cl = grpc.clone();
+        async move {
+            let r = cl
+                .check_token(pb::CheckTokenRequest {
+                    name: name.into(),
+                    fencing_token: token,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (r.valid, r.newest_token)
+        }
+    };
+    // Free: no token is valid.
+    assert_eq!(check_http("payouts/c-1", 1).await, (false, 0));
+    let s = open(&mut cl, "checker").await;
+    let t = cl
+        .acquire(acq(&s, "payouts/c-1", 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .fencing_token;
+    assert_eq!(check_http("payouts/c-1", t).await, (true, t));
+    assert_eq!(check_grpc("payouts/c-1", t).await, (true, t));
+    // An older token (a previous holder's) is not.
+    if t > 1 {
+        assert_eq!(check_grpc("payouts/c-1", t - 1).await, (false, t));
+    }
+    cl.release(pb::ReleaseRequest {
+        session_id: s.clone(),
+        name: "payouts/c-1".into(),
+        fencing_token: t,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(check_grpc("payouts/c-1", t).await, (false, 0));
+    assert_eq!(check_http("payouts/c-1", t).await, (false, 0));
+    // A name in a namespace with a token needs it, as an inspect does.
+    let anon = cl
+        .check_token(pb::CheckTokenRequest {
+            name: "secure/x".into(),
+            fencing_token: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(anon.code(), Code::Unauthenticated, "{anon:?}");
+    let ok = cl
+        .check_token(bearer(
+            pb::CheckTokenRequest {
+                name: "secure/x".into(),
+                fencing_token: 1,
+            },
+            SECURE_TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!ok.valid);
     c.stop_all().await;
 }

@@ -132,10 +132,13 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     let m = h.get("/metrics").await;
     assert_eq!(m.status, 200);
     let text = m.body.as_str().unwrap();
-    assert!(
-        text.contains("lockd_ops_total{op=\"acquire\",result=\"ok\",api=\"http\"} 2"),
-        "{text}"
-    );
+    // The grant is `ok`; the try-lock that found the name taken is `busy`, not `ok`.
+    for line in [
+        "lockd_ops_total{op=\"acquire\",result=\"ok\",api=\"http\"} 1",
+        "lockd_ops_total{op=\"acquire\",result=\"busy\",api=\"http\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no '{line}' in:\n{text}");
+    }
     assert!(text.contains("lockd_keepalives_total"));
     assert!(text.contains("lockd_held_locks{group="));
     let synced = text
@@ -760,11 +763,6 @@ async fn admin_members_need_the_admin_and_check_their_input() {
             "peer_addr",
         ),
         (
-            "unknown group",
-            json!({"node_id": 2, "peer_addr": "127.0.0.1:1", "groups": [9]}),
-            "groups",
-        ),
-        (
             "unknown field",
             json!({"node_id": 2, "peer_addr": "127.0.0.1:1", "x": 1}),
             "x",
@@ -786,9 +784,25 @@ async fn admin_members_need_the_admin_and_check_their_input() {
             r.body
         );
     }
+    // A group the cluster does not have depends on the cluster, not on the input's shape.
+    let r = admin
+        .post(
+            "/v1/admin/members",
+            json!({"node_id": 2, "peer_addr": "127.0.0.1:1", "groups": [9]}),
+        )
+        .await;
+    assert_eq!(code(&r), (404, "group_not_found".into()), "{}", r.body);
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("groups"));
     assert_eq!(code(&admin.delete("/v1/admin/members/x").await).0, 400);
     assert_eq!(
         code(&admin.delete("/v1/admin/members/1?groups=7").await).0,
+        404
+    );
+    assert_eq!(
+        code(&admin.delete("/v1/admin/members/1?groups=01").await).0,
         400
     );
     // The only voter cannot go; an absent node is already gone.
@@ -999,5 +1013,195 @@ async fn every_error_is_json_and_bodies_are_json_objects() {
     assert_eq!(r.status().as_u16(), 200);
     let r = client.post(url("/v1/sessions")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
+    c.stop_all().await;
+}
+
+/// The backup: admin only, and it reports every lock group with the revision that minted the
+/// tokens granted so far, and the namespaces with token digests, never tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_needs_the_admin_and_covers_every_token_granted() {
+    let (mut c, h) = single().await;
+    let code = |r: &Resp| {
+        (
+            r.status,
+            r.body["error"]["code"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    assert_eq!(
+        code(&h.get("/v1/admin/backup").await),
+        (401, "unauthenticated".into())
+    );
+    assert_eq!(
+        code(&h.with_token(SECURE_TOKEN).get("/v1/admin/backup").await),
+        (403, "permission_denied".into())
+    );
+
+    let s = h.session("backup-test", 15).await;
+    let mut tokens = Vec::new();
+    for i in 0..6 {
+        let r = h
+            .acquire(
+                &format!("payouts/b-{i}"),
+                json!({"session_id": s, "owner": "o", "wait_ms": 0}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        tokens.push(r.body["token"].as_u64().unwrap());
+    }
+    let r = h.admin().get("/v1/admin/backup").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let b = &r.body;
+    assert_eq!(b["format"], 1);
+    let groups = b["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{b}");
+    let max = groups
+        .iter()
+        .map(|g| g["revision"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(b["max_revision"], max);
+    assert!(max >= *tokens.iter().max().unwrap(), "{b}");
+    let holds: u64 = groups.iter().map(|g| g["holds"].as_u64().unwrap()).sum();
+    assert_eq!(holds, 6);
+    let text = b.to_string();
+    assert!(!text.contains(SECURE_TOKEN), "a bearer token in the backup");
+    assert!(
+        b["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["token_sha256"].is_string()),
+        "{b}"
+    );
+    c.stop_all().await;
+}
+
+/// Failed authentications are budgeted per client address: after 20 in a row the address gets
+/// 429 before its token is even checked (so the right guess looks like a wrong one), on both
+/// doors; another address is not affected, and an open namespace stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_authentications_are_budgeted_per_client_address() {
+    use lockd_proto::v1::admin_client::AdminClient;
+    let (mut c, h) = single().await;
+    // A good client on this address, before a bad one spends the address's budget.
+    assert_eq!(h.admin().get("/v1/admin/members").await.status, 200);
+    let wrong = h.with_token("not-the-admin-token");
+    for i in 0..20 {
+        let r = wrong.get("/v1/admin/members").await;
+        assert_eq!(r.status, 403, "failure {i}: {}", r.body);
+    }
+    let r = wrong.get("/v1/admin/members").await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "rate_limited");
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("too many failed authentications from 127.0.0.1"));
+    assert!(r.retry_after.is_some(), "429 says when to retry");
+    // A token not yet seen to work from this address is not even looked at, right or wrong...
+    let r = h
+        .with_token(SECURE_TOKEN)
+        .post(
+            "/v1/sessions",
+            json!({"client": "c", "ttl_s": 15, "namespace": "secure"}),
+        )
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    // ... while the one that worked from here before goes on (a NAT, a host of two services).
+    assert_eq!(h.admin().get("/v1/admin/members").await.status, 200);
+    // What needs no credential goes on.
+    h.session("open-namespace", 15).await;
+    // gRPC reads the same address, so an unproven token is refused there too.
+    let mut admin = AdminClient::connect(format!("http://{}", c.node(0).grpc_addr))
+        .await
+        .unwrap();
+    let mut req = tonic::Request::new(lockd_proto::v1::ListMembersRequest {});
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {OTHER_TOKEN}").parse().unwrap(),
+    );
+    let e = admin.list_members(req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+
+    // Another address (127.0.0.2 is loopback too) has its own budget.
+    let other = reqwest::Client::builder()
+        .local_address(Some("127.0.0.2".parse().unwrap()))
+        .build()
+        .unwrap();
+    let r = other
+        .get(c.url(0, "/v1/admin/members"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A client cannot choose the address it is counted under.
+    let r = other
+        .get(c.url(0, "/v1/admin/members"))
+        .header("x-lockd-client-addr", "127.0.0.1")
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let metrics = h.get("/metrics").await.body;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap()
+            .contains("lockd_auth_failures_total 20"),
+        "{metrics}"
+    );
+    c.stop_all().await;
+}
+
+/// Clients report a lease that ran out under working code, and a write a fence refused; both
+/// are counted per namespace (never per name), and a bad name is refused like everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_of_expired_leases_and_fencing_rejections_are_counted_per_namespace() {
+    let (mut c, h) = single().await;
+    for (path, times) in [
+        ("/v1/reports/lease-expired", 2),
+        ("/v1/reports/fencing-rejected", 3),
+    ] {
+        for _ in 0..times {
+            let r = h.post(path, json!({"name": "fast/merchant-1"})).await;
+            assert_eq!((r.status, r.body.clone()), (200, json!({"recorded": true})));
+        }
+        let r = h.post(path, json!({"name": ""})).await;
+        assert_eq!(r.status, 400, "{}", r.body);
+        let r = h.post(path, json!({"name": "a", "extra": 1})).await;
+        assert_eq!(r.status, 400, "{}", r.body);
+    }
+    let text = h.get("/metrics").await.body.as_str().unwrap().to_string();
+    for line in [
+        "lockd_lease_expired_while_holding_total{namespace=\"fast\"} 2",
+        "lockd_fencing_rejections_total{namespace=\"fast\"} 3",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no '{line}' in:\n{text}");
+    }
+    c.stop_all().await;
+}
+
+/// Inspect shows session ids to the admin only, so a token presented to inspect an open name is
+/// checked inside the budget too: wrong ones are failures, and an address out of budget cannot
+/// go on testing admin-token guesses there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_cannot_test_admin_token_guesses_past_the_budget() {
+    let (mut c, h) = single().await;
+    for i in 0..20 {
+        let r = h
+            .with_token(&format!("guess-{i:04}"))
+            .get("/v1/locks/open-x")
+            .await;
+        assert_eq!(r.status, 200, "guess {i}: {}", r.body);
+    }
+    let r = h.with_token("guess-last").get("/v1/locks/open-x").await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    // The right admin token, never proven from this address, is refused unread as well.
+    let r = h.admin().get("/v1/locks/open-x").await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    // Without a token the open name still reads.
+    assert_eq!(h.get("/v1/locks/open-x").await.status, 200);
     c.stop_all().await;
 }

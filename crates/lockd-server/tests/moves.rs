@@ -66,7 +66,7 @@ async fn buckets_move_between_groups_with_their_holders_and_waiters() {
         .join(",");
     for (who, body, status) in [
         (&h, json!({"buckets": list, "to_group": 2}), 401),
-        (&admin, json!({"buckets": list, "to_group": 9}), 400),
+        (&admin, json!({"buckets": list, "to_group": 9}), 404),
         (&admin, json!({"buckets": "4096", "to_group": 2}), 400),
         (&admin, json!({"buckets": "", "to_group": 2}), 400),
     ] {

@@ -27,18 +27,8 @@ async fn start_with(
     let mut cfg = NodeConfig::new(1, dir, peers);
     cfg.lock_groups = 2;
     let bind = || TcpListener::bind("127.0.0.1:0");
-    lockd_server::start(lockd_server::ServerConfig {
-        node: cfg,
-        http: bind().await.unwrap(),
-        grpc: bind().await.unwrap(),
-        peer,
-        namespaces,
-        audit_log: None,
-        admin_token: Some(ADMIN_TOKEN.into()),
-        tls: None,
-    })
-    .await
-    .unwrap()
+    let (http, grpc) = (bind().await.unwrap(), bind().await.unwrap());
+    start_node_with(cfg, [http, grpc, peer], None, namespaces).await
 }
 
 async fn listed(admin: &Http) -> (u64, Vec<Value>) {
@@ -158,12 +148,28 @@ async fn namespaces_change_by_compare_and_set_and_a_stale_file_changes_nothing()
             json!({"expected_version": v1, "namespace": {"name": "bad", "prefix": "bad/"}, "bearer_token": "long-enough", "clear_token": true}),
             "clear_token",
         ),
+        (
+            json!({"expected_version": v1, "namespace": {"name": "bad name", "prefix": "bad/"}}),
+            "namespace.name",
+        ),
+        (
+            json!({"expected_version": v1, "namespace": {"name": "bad\u{202e}", "prefix": "bad/"}}),
+            "A-Z a-z 0-9 . _ -",
+        ),
     ] {
         let r = admin.post("/v1/admin/namespaces", body.clone()).await;
         assert_eq!(r.status, 400, "{body}: {}", r.body);
         let msg = r.body["error"]["message"].as_str().unwrap();
         assert!(msg.contains(field), "{body}: {msg}");
     }
+    // Another prefix's name: a conflict with the cluster's state, not a malformed input.
+    let taken = put(v1, json!({"name": "ops", "prefix": "other/"}), None).await;
+    assert_eq!(
+        (taken.status, taken.body["error"]["code"].clone()),
+        (409, json!("namespace_name_taken")),
+        "{}",
+        taken.body
+    );
     let del_default = admin
         .post(
             "/v1/admin/namespaces:delete",

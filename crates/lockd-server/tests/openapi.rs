@@ -148,8 +148,9 @@ fn every_operation_is_named_tagged_and_lists_its_statuses() {
     }
 }
 
-/// The spec's `Name` pattern and the server's name rule (`limits::check_new_name`) accept the
-/// same characters: every Unicode scalar value is tried as a one-character name against both.
+/// The spec's `Name` patterns (`pattern`, and `not: {pattern}` for the astral characters) and
+/// the server's name rule (`limits::check_new_name`) accept the same characters: every Unicode
+/// scalar value is tried as a one-character name against both.
 #[test]
 fn the_name_pattern_is_the_servers_rule() {
     let text = std::fs::read_to_string(concat!(
@@ -161,12 +162,38 @@ fn the_name_pattern_is_the_servers_rule() {
         .split_once("\n    Name:\n      type: string\n")
         .expect("the Name schema")
         .1;
-    let quoted = after
+    let mut quoted = after
         .lines()
-        .find_map(|l| l.trim().strip_prefix("pattern: \""))
-        .and_then(|l| l.strip_suffix('"'))
-        .expect("a double-quoted pattern");
-    // The YAML escapes the pattern uses: `\\` and `\UXXXXXXXX`.
+        .take_while(|l| !l.trim_start().starts_with("description:"))
+        .filter_map(|l| l.trim().strip_prefix("pattern: \""))
+        .map(|l| l.strip_suffix('"').expect("a double-quoted pattern"));
+    let (allowed, refused) = (
+        yaml_unescape(quoted.next().expect("Name's pattern")),
+        yaml_unescape(quoted.next().expect("Name's not: {pattern}")),
+    );
+    let (allowed, refused) = (
+        regex::Regex::new(&allowed).unwrap(),
+        regex::Regex::new(&refused).unwrap(),
+    );
+    let mut differ = Vec::new();
+    for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+        let name = c.to_string();
+        let spec = allowed.is_match(&name) && !refused.is_match(&name);
+        let server = lockd_core::limits::check_new_name(&name).is_ok();
+        if spec != server {
+            differ.push(format!("U+{:04X} spec={spec} server={server}", c as u32));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} differ: {:?}",
+        differ.len(),
+        &differ[..differ.len().min(20)]
+    );
+}
+
+/// The YAML double-quoted escapes the Name patterns use: `\\` and `\UXXXXXXXX`.
+fn yaml_unescape(quoted: &str) -> String {
     let (mut pattern, mut rest) = (String::new(), quoted);
     while let Some(i) = rest.find('\\') {
         pattern.push_str(&rest[..i]);
@@ -183,20 +210,116 @@ fn the_name_pattern_is_the_servers_rule() {
         }
     }
     pattern.push_str(rest);
-    let re = regex::Regex::new(&pattern).unwrap();
-    let mut differ = Vec::new();
-    for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
-        let name = c.to_string();
-        let spec = re.is_match(&name);
-        let server = lockd_core::limits::check_new_name(&name).is_ok();
-        if spec != server {
-            differ.push(format!("U+{:04X} spec={spec} server={server}", c as u32));
-        }
+    pattern
+}
+
+/// The single-quoted `pattern` on the line after `line_start` (or on it) in docs/openapi.yaml.
+fn spec_pattern_after(text: &str, line_start: &str) -> regex::Regex {
+    let rest = &text[text.find(line_start).expect(line_start)..];
+    let p = rest
+        .split_once("pattern: '")
+        .expect("a single-quoted pattern")
+        .1
+        .split_once('\'')
+        .unwrap()
+        .0;
+    regex::Regex::new(p).unwrap()
+}
+
+/// The admin fields whose grammar the spec states as a pattern (peer addresses, bucket sets,
+/// group lists) accept what the server's parsers accept, on a corpus of good and bad inputs:
+/// schemathesis (scripts/test-contract) generates from these patterns and expects the server
+/// to agree both ways.
+#[test]
+fn the_admin_patterns_are_the_servers_parsers() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/openapi.yaml"
+    ))
+    .unwrap();
+    let peer = spec_pattern_after(&text, "                peer_addr:\n");
+    for a in [
+        "10.0.0.1:7270",
+        "255.255.255.255:65535",
+        "0.0.0.0:1",
+        "[::1]:7270",
+        "[::]:1",
+        "[fe80::1:2]:80",
+        "[1:2:3:4:5:6:7:8]:80",
+        "[::ffff:10.0.0.1]:80",
+        "[1:2:3:4:5:6:1.2.3.4]:80",
+        "localhost:7270",
+        "lockd-0.lockd.prod.svc.cluster.local:7270",
+        "node-2.:1",
+        "a.b-c.d9:9",
+        "x1:65535",
+        "10.0.0.1",
+        "10.0.0.1:0",
+        "10.0.0.1:07270",
+        "10.0.0.1:65536",
+        "host:+1",
+        "01.2.3.4:80",
+        "300.1.1.1:7270",
+        "a.123:80",
+        "1.2.3:80",
+        "-host:1",
+        "host-:1",
+        "ho_st:1",
+        "a..b:1",
+        ".a:1",
+        "[::1:80",
+        "[1:2:3:4:5:6:7:8:9]:80",
+        "[:::]:80",
+        "[12345::]:80",
+        ":80",
+        "",
+    ] {
+        let spec = peer.is_match(a);
+        let server = lockd_raft::check_peer_addr(a).is_ok();
+        assert_eq!(
+            spec, server,
+            "peer_addr {a:?}: spec {spec}, server {server}"
+        );
     }
-    assert!(
-        differ.is_empty(),
-        "{} differ: {:?}",
-        differ.len(),
-        &differ[..differ.len().min(20)]
-    );
+    let buckets = spec_pattern_after(&text, "                buckets:\n");
+    for b in [
+        "0",
+        "4095",
+        "0-63",
+        "63-0",
+        "0-63,100",
+        " 0 - 63 , 100 ",
+        "4095, 0-2,7",
+        "1,1,1",
+        "",
+        "4096",
+        "01",
+        "+1",
+        "-1",
+        "1-",
+        "1-2-3",
+        "1,,2",
+        "a",
+        "1\t",
+        "0x10",
+    ] {
+        let spec = buckets.is_match(b);
+        let server = b.parse::<lockd_core::BucketSet>().is_ok();
+        assert_eq!(spec, server, "buckets {b:?}: spec {spec}, server {server}");
+    }
+    let groups = spec_pattern_after(&text, "- {name: groups, in: query");
+    for (g, ok) in [
+        ("", true),
+        ("0", true),
+        ("1,2,3", true),
+        ("4294967295", true),
+        ("4294967296", false),
+        ("01", false),
+        ("1,", false),
+        (" 1", false),
+        ("+1", false),
+        ("1,,2", false),
+    ] {
+        assert_eq!(groups.is_match(g), ok, "groups {g:?}");
+    }
 }

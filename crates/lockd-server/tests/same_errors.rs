@@ -31,6 +31,10 @@ enum Call {
     List {
         limit: u32,
     },
+    Check {
+        name: &'static str,
+        token: u64,
+    },
 }
 
 /// The gRPC code an HTTP status stands for (`grpc::status`).
@@ -66,6 +70,10 @@ async fn over_http(h: &Http, call: &Call) -> (u16, String, String) {
             token,
         } => h.release(name, session, *token).await,
         Call::List { limit } => h.admin().get(&format!("/v1/sessions?limit={limit}")).await,
+        Call::Check { name, token } => {
+            h.post(&format!("/v1/locks/{name}:check"), json!({"token": token}))
+                .await
+        }
     };
     let e = &r.body["error"];
     (
@@ -110,6 +118,13 @@ async fn over_grpc(cl: &mut LockClient<Channel>, call: &Call) -> (Code, String, 
             );
             cl.list_sessions(req).await.map(drop)
         }
+        Call::Check { name, token } => cl
+            .check_token(pb::CheckTokenRequest {
+                name: name.to_string(),
+                fencing_token: *token,
+            })
+            .await
+            .map(drop),
     };
     let s = r.expect_err("a bad input must be refused");
     let code = s
@@ -336,6 +351,24 @@ async fn http_and_grpc_refuse_the_same_input_with_the_same_code() {
             },
             409,
             "not_holder",
+        ),
+        (
+            "check of token 0",
+            Call::Check {
+                name: "held",
+                token: 0,
+            },
+            400,
+            "invalid_argument",
+        ),
+        (
+            "check of a token beyond int64",
+            Call::Check {
+                name: "held",
+                token: u64::MAX,
+            },
+            400,
+            "invalid_argument",
         ),
         (
             "release with a stale token",

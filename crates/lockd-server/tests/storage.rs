@@ -206,3 +206,100 @@ async fn a_storage_error_while_serving_exits_non_zero() {
     assert!(last.contains("File too large"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_have_no_colour_off_a_terminal_and_are_json_lines_on_request() {
+    // Text (the default) into a pipe: no escape codes in a file or a journal.
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = ports();
+    let mut child = Proc::spawn(serve(dir.path(), &addrs, ""));
+    open_session(&addrs[0]).await;
+    sigterm(&mut child);
+    let (status, stderr) = wait_exit(child, Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("node started"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "escape codes off a terminal:\n{stderr}"
+    );
+
+    // JSON: every line of stderr is one object, the start-up banner and the stop included.
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = ports();
+    let mut cmd = serve(dir.path(), &addrs, "");
+    cmd.env("LOCKD_LOG_FORMAT", "json");
+    let mut child = Proc::spawn(cmd);
+    open_session(&addrs[0]).await;
+    sigterm(&mut child);
+    let (status, stderr) = wait_exit(child, Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let events: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
+        .collect();
+    let said = |m: &str| {
+        events.iter().any(|e| {
+            e["fields"]["message"]
+                .as_str()
+                .is_some_and(|s| s.contains(m))
+        })
+    };
+    assert!(said("node started"), "{stderr}");
+    assert!(said("lockd node 1 (pid "), "the banner: {stderr}");
+    assert!(said("lockd node 1: stopping"), "{stderr}");
+    assert!(events.iter().all(|e| e["level"].is_string()), "{stderr}");
+}
+
+/// Every setting is a flag, an environment variable and a `[server]` key of the config file:
+/// a node starts from the file alone, a variable overrides the file, a flag overrides both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_starts_from_its_config_files_server_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let [http, grpc, peer] = ports();
+    let cfg = dir.path().join("lockd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nnode_id = 1\npeers = \"1={peer}\"\nhttp = \"127.0.0.1:1\"\n\
+             grpc = \"{grpc}\"\ndata_dir = \"{}\"\ngroups = 1\nheartbeat_ms = 60\n\
+             cluster_name = \"from-file\"\nno_leader_balance = true\n\n\
+             [[namespace]]\nname = \"pay\"\nprefix = \"pay/\"\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockd"));
+    // The file's http (port 1) is overridden by the variable, the variable's cluster name by
+    // the flag.
+    cmd.args([
+        "serve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--cluster-name",
+        "from-flag",
+    ])
+    .env("LOCKD_HTTP", &http)
+    .env("LOCKD_CLUSTER_NAME", "from-env")
+    .env("LOCKD_LOG", "warn,lockd_server=info,lockd_raft=info")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let mut child = Proc::spawn(cmd);
+    open_session(&http).await;
+    sigterm(&mut child);
+    let (status, stderr) = wait_exit(child, Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let identity = std::fs::read_to_string(dir.path().join("data/identity")).unwrap();
+    assert!(identity.contains("cluster = from-flag"), "{identity}");
+    assert!(identity.contains("lock_groups = 1"), "{identity}");
+
+    // A key that is no setting stops the start, naming it.
+    std::fs::write(&cfg, "[server]\nheartbeat = 60\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockd"))
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no setting 'heartbeat'"), "{err}");
+}

@@ -193,6 +193,16 @@ async fn client_ports_speak_tls_and_the_nodes_mutual_tls() {
 /// given: its status tells how far the call got (`InvalidArgument`: admitted, then the body
 /// was refused).
 async fn peer_call(ch: Channel, cluster: Option<&str>, node: Option<&str>) -> tonic::Status {
+    peer_call_to(ch, cluster, node, None).await
+}
+
+/// [`peer_call`], addressed to node `to` (the `lockd-to` header) if given.
+async fn peer_call_to(
+    ch: Channel,
+    cluster: Option<&str>,
+    node: Option<&str>,
+    to: Option<&str>,
+) -> tonic::Status {
     let mut grpc = tonic::client::Grpc::new(ch);
     if let Err(e) = grpc.ready().await {
         return tonic::Status::unavailable(e.to_string());
@@ -204,6 +214,9 @@ async fn peer_call(ch: Channel, cluster: Option<&str>, node: Option<&str>) -> to
     }
     if let Some(n) = node {
         req.metadata_mut().insert("lockd-node", n.parse().unwrap());
+    }
+    if let Some(t) = to {
+        req.metadata_mut().insert("lockd-to", t.parse().unwrap());
     }
     let codec = tonic_prost::ProstCodec::<pb::StatusRequest, pb::StatusResponse>::default();
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/lockd.peer.v1.Peer/Propose");
@@ -292,5 +305,16 @@ async fn without_tls_the_peer_port_still_refuses_another_cluster_and_unnamed_cal
         st.code(),
         Code::InvalidArgument,
         "admitted, body refused: {st:?}"
+    );
+    // Addressed to this node: admitted. Addressed to another (its address given for node 1's
+    // port by mistake): refused, or a leader would take its own messages as a member's.
+    let st = peer_call_to(ch().await, Some("lockd"), Some("2"), Some("1")).await;
+    assert_eq!(st.code(), Code::InvalidArgument, "{st:?}");
+    let st = peer_call_to(ch().await, Some("lockd"), Some("2"), Some("400")).await;
+    assert_eq!(st.code(), Code::FailedPrecondition, "{st:?}");
+    assert!(
+        st.message().contains("this is node 1, not node 400"),
+        "{}",
+        st.message()
     );
 }

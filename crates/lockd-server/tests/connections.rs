@@ -1,0 +1,146 @@
+//! What a client's connections can make a node hold: each client port holds a bounded number
+//! of connections (one more is refused, on HTTP with a 503 that says so), an HTTP/1 request's
+//! header must arrive in time (else the connection closes), and its body too (else 408).
+//! Without these, connections that never finish a request pin a task and a file descriptor
+//! each, for as long as their client likes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockd_server::conns::{BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads what the node sends until it closes the connection, for up to `limit`.
+async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Option<String> {
+    let mut got = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(limit, read).await.ok()?;
+    Some(String::from_utf8_lossy(&got).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_over_its_connection_cap_refuses_the_next_one_and_takes_it_once_one_closes() {
+    let (r, _dir) = single_node_capped(2).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(TcpStream::connect(r.http_addr).await.unwrap());
+    }
+    // Both are accepted before the third arrives (the accept loop takes them in order).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut third = TcpStream::connect(r.http_addr).await.unwrap();
+    let answer = read_until_closed(&mut third, Duration::from_secs(5))
+        .await
+        .expect("the refused connection is closed at once");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("too_many_connections"), "{answer}");
+    assert!(answer.contains("--max-client-connections"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+
+    // The gRPC port has its own cap: the third connection is closed without a word.
+    let mut grpc_held = Vec::new();
+    for _ in 0..2 {
+        grpc_held.push(TcpStream::connect(r.grpc_addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut third = TcpStream::connect(r.grpc_addr).await.unwrap();
+    let said = read_until_closed(&mut third, Duration::from_secs(5))
+        .await
+        .expect("the refused gRPC connection is closed at once");
+    assert_eq!(said, "");
+
+    // A closed connection gives its place back.
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let http = Http::new(format!("http://{}", r.http_addr));
+    let status = http.get("/v1/status").await;
+    assert_eq!(status.status, 200, "{}", status.body);
+
+    // The metrics count both: one refusal per port, and the connections open now (gRPC: the
+    // two held; HTTP: the one still held and the one this scrape rides on).
+    let m = http.get("/metrics").await;
+    let text = m.body.as_str().unwrap();
+    for line in [
+        "lockd_client_connections_refused_total{port=\"HTTP\"} 1",
+        "lockd_client_connections_refused_total{port=\"gRPC\"} 1",
+        "lockd_client_connections{port=\"gRPC\"} 2",
+        "lockd_client_connections{port=\"HTTP\"} 2",
+        "lockd_client_connections_max{port=\"HTTP\"} 2",
+        "lockd_client_connections_max{port=\"gRPC\"} 2",
+        "lockd_ready 1",
+        concat!(
+            "lockd_build_info{version=\"",
+            env!("CARGO_PKG_VERSION"),
+            "\"} 1"
+        ),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no '{line}' in:\n{text}");
+    }
+    drop(grpc_held);
+    r.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_header_that_never_ends_closes_its_connection() {
+    let (r, _dir) = single_node_capped(8).await;
+    let mut s = TcpStream::connect(r.http_addr).await.unwrap();
+    s.write_all(b"GET /v1/status HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let closed = read_until_closed(&mut s, HEADER_READ_TIMEOUT + Duration::from_secs(10)).await;
+    assert!(
+        closed.is_some(),
+        "a connection whose request header never ends is still open after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() >= HEADER_READ_TIMEOUT - Duration::from_secs(1),
+        "closed after only {:?}",
+        started.elapsed()
+    );
+    r.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_that_never_arrives_is_answered_408() {
+    let (r, _dir) = single_node_capped(8).await;
+    let mut s = TcpStream::connect(r.http_addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/sessions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+          content-length: 100\r\n\r\n{\"client\":",
+    )
+    .await
+    .unwrap();
+    let answer = read_until_closed(&mut s, BODY_READ_TIMEOUT + Duration::from_secs(10))
+        .await
+        .or_else(|| Some(String::new()))
+        .unwrap();
+    let head = answer.lines().next().unwrap_or_default().to_string();
+    assert!(head.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    // Nothing was opened.
+    let admin = Http::new(format!("http://{}", r.http_addr)).admin();
+    let listed = admin.get("/v1/sessions").await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert_eq!(
+        listed.body["sessions"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        listed.body
+    );
+    r.stop().await;
+}
