@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use lockd_client::{host_pid, proto, Client, ClientOptions, Error, LockGuard, Mode};
+use lockd_client::{admin, host_pid, Client, ClientOptions, Error, LockGuard, Mode};
 use nix::sys::signal::{killpg, Signal};
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -143,6 +143,14 @@ enum BucketsCmd {
 }
 
 #[derive(Subcommand)]
+enum SnapshotCmd {
+    /// Write a backup to FILE (mode 0600, replaced atomically): every lock group's revision,
+    /// read linearizably from its leader, and the namespaces. `lockd restore FILE --data-dir D`
+    /// seeds a new cluster from it with every revision raised above the backup's.
+    Save { file: std::path::PathBuf },
+}
+
+#[derive(Subcommand)]
 enum GroupsCmd {
     /// Every lock group: the nodes it was placed on, its birth epoch, whether it is ready.
     List,
@@ -244,6 +252,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: GroupsCmd,
     },
+    /// Backups that keep fencing safe: `snapshot save FILE` (needs --admin-token-file).
+    Snapshot {
+        #[command(subcommand)]
+        cmd: SnapshotCmd,
+    },
     /// Namespaces, the cluster's one copy: list, get, put (create or change), delete (needs
     /// --admin-token-file). A node's config file only seeds a brand-new cluster.
     Namespace {
@@ -337,6 +350,8 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 enum Fail {
     Error(Error),
     Code(u8),
+    /// Something on this machine failed (a file could not be written): exit 1 with the message.
+    Local(String),
 }
 
 impl From<Error> for Fail {
@@ -412,6 +427,12 @@ async fn main() -> ExitCode {
     match run(&cli, &out).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(Fail::Code(c)) => ExitCode::from(c),
+        Err(Fail::Local(m)) => {
+            out.note(json!({"error": {"code": "local", "message": m}}), || {
+                format!("error: {m}")
+            });
+            ExitCode::from(1)
+        }
         Err(Fail::Error(e)) => {
             let code = match e {
                 Error::NotAcquired { .. } => conflict,
@@ -480,6 +501,9 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
         Cmd::Members { cmd } => members(cli, out, cmd).await,
         Cmd::Buckets { cmd } => buckets(cli, out, cmd).await,
         Cmd::Groups { cmd } => groups(cli, out, cmd).await,
+        Cmd::Snapshot {
+            cmd: SnapshotCmd::Save { file },
+        } => snapshot_save(cli, out, file).await,
         Cmd::Namespace { cmd } => namespace(cli, out, cmd).await,
         Cmd::Sessions {
             session,
@@ -551,7 +575,7 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
         }
         Cmd::Acquire { name, hold } => {
             let mut signals = Signals::new().map_err(no_signals)?;
-            let (client, guard) = take(cli, name, hold, &mut signals).await?;
+            let (client, guard) = take(cli, out, name, hold, &mut signals).await?;
             out.print(
                 json!({"acquired": true, "name": name, "token": guard.token(), "session": guard.session_id()}),
                 || {
@@ -621,6 +645,7 @@ fn no_signals(e: std::io::Error) -> Fail {
 /// lock's queue) and ends lockctl with 128 + N.
 async fn take(
     cli: &Cli,
+    out: &Out,
     name: &str,
     hold: &HoldArgs,
     signals: &mut Signals,
@@ -650,7 +675,18 @@ async fn take(
     if let Some(w) = hold.wait {
         b = b.wait(w);
     }
+    let owner = hold
+        .owner
+        .clone()
+        .unwrap_or_else(|| client.options().client_name.clone());
+    let progress = async {
+        match hold.wait {
+            Some(_) => report_waiting(&client, name, &owner, out).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
+        never = progress => match never {},
         r = b => match r {
             Ok(guard) => Ok((client, guard)),
             Err(e) => {
@@ -662,6 +698,61 @@ async fn take(
             let _ = client.close().await;
             Err(Fail::Code(128 + n as u8))
         }
+    }
+}
+
+/// While an acquire waits: after a second, and again whenever it changes, who holds NAME and
+/// where this acquire stands in its queue, on stderr (`{"event": "waiting", ...}` with `--json`).
+/// It reads the lock every 2 s for the operator's eyes; the grant itself is pushed, not polled.
+async fn report_waiting(
+    client: &Client,
+    name: &str,
+    owner: &str,
+    out: &Out,
+) -> std::convert::Infallible {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut last = None;
+    loop {
+        if let Ok(s) = client.inspect(name).await {
+            let holders: Vec<(String, u64)> = s
+                .holders
+                .iter()
+                .map(|h| (h.owner.clone(), h.fencing_token))
+                .collect();
+            let position = s
+                .waiters
+                .iter()
+                .find(|w| w.owner == owner)
+                .map(|w| w.position);
+            let seen = (holders.clone(), position, s.waiters.len());
+            if last.as_ref() != Some(&seen) {
+                let held: Vec<Value> = holders
+                    .iter()
+                    .map(|(o, t)| json!({"owner": o, "token": t}))
+                    .collect();
+                out.note(
+                    json!({"event": "waiting", "name": name, "position": position,
+                           "queue_length": s.waiters.len(), "holders": held}),
+                    || {
+                        let by = if holders.is_empty() {
+                            "free (a lock-delay or the queue's head goes first)".to_string()
+                        } else {
+                            let names: Vec<String> = holders
+                                .iter()
+                                .map(|(o, t)| format!("{o} (token {t})"))
+                                .collect();
+                            format!("held by {}", names.join(", "))
+                        };
+                        let at = position.map_or("not in the queue yet".to_string(), |p| {
+                            format!("queued at position {p} of {}", s.waiters.len())
+                        });
+                        format!("waiting for {name}: {by}; {at}")
+                    },
+                );
+                last = Some(seen);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 
@@ -817,9 +908,64 @@ async fn buckets(cli: &Cli, out: &Out, cmd: &BucketsCmd) -> Result<(), Fail> {
     Ok(())
 }
 
+async fn snapshot_save(cli: &Cli, out: &Out, file: &std::path::Path) -> Result<(), Fail> {
+    let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+    let doc = c.backup().await?;
+    let v: Value = serde_json::from_slice(&doc)
+        .map_err(|e| Fail::Local(format!("the server sent a backup that is not JSON: {e}")))?;
+    write_private(file, &doc)
+        .map_err(|e| Fail::Local(format!("cannot write {}: {e}", file.display())))?;
+    let groups = v["groups"].as_array().map_or(0, Vec::len);
+    let namespaces = v["namespaces"].as_array().map_or(0, Vec::len);
+    let max = v["max_revision"].as_u64().unwrap_or(0);
+    out.print(
+        json!({"file": file.display().to_string(), "groups": groups, "namespaces": namespaces, "max_revision": max, "bytes": doc.len()}),
+        || {
+            format!(
+                "saved {}: {groups} lock groups (largest revision {max}), {namespaces} \
+                 namespaces, {} bytes\nkeep it private: it holds the namespaces' token digests",
+                file.display(),
+                doc.len()
+            )
+        },
+    );
+    Ok(())
+}
+
+/// Writes `bytes` to `path` as 0600, through a temporary file that is fsync'd and renamed. The
+/// temporary file is new (`O_CREAT|O_EXCL`, which also refuses a symlink) and named for this
+/// process and moment, so nobody else's file, made ahead with wider modes, receives the bytes,
+/// and two saves at once do not write into one file.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".tmp.{}.{nanos}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    let written = f.write_all(bytes).and_then(|()| f.sync_all());
+    drop(f);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
+}
+
 async fn groups(cli: &Cli, out: &Out, cmd: &GroupsCmd) -> Result<(), Fail> {
-    let group_json = |g: &proto::LockGroup| json!({"group": g.group, "nodes": g.nodes, "born_epoch": g.born_epoch, "ready": g.ready});
-    let row = |g: &proto::LockGroup| {
+    let group_json = |g: &admin::LockGroup| json!({"group": g.group, "nodes": g.nodes, "born_epoch": g.born_epoch, "ready": g.ready});
+    let row = |g: &admin::LockGroup| {
         let nodes: Vec<String> = g.nodes.iter().map(u64::to_string).collect();
         let state = if g.ready { "ready" } else { "being created" };
         format!(
@@ -835,10 +981,10 @@ async fn groups(cli: &Cli, out: &Out, cmd: &GroupsCmd) -> Result<(), Fail> {
         GroupsCmd::List => {
             let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
             let r = c.list_groups().await?;
-            let groups: Vec<Value> = r.groups.iter().map(group_json).collect();
+            let groups: Vec<Value> = r.iter().map(group_json).collect();
             out.print(json!({ "groups": groups }), || {
                 let mut t = HEAD.to_string();
-                for g in &r.groups {
+                for g in &r {
                     t.push('\n');
                     t.push_str(&row(g));
                 }
@@ -857,7 +1003,7 @@ async fn groups(cli: &Cli, out: &Out, cmd: &GroupsCmd) -> Result<(), Fail> {
     Ok(())
 }
 
-fn namespace_json(n: &proto::NamespaceSpec) -> Value {
+fn namespace_json(n: &admin::NamespaceSpec) -> Value {
     json!({
         "name": n.name, "prefix": n.prefix, "min_ttl_ms": n.min_ttl_ms, "max_ttl_ms": n.max_ttl_ms,
         "default_ttl_ms": n.default_ttl_ms, "max_waiters_per_name": n.max_waiters_per_name,
@@ -868,7 +1014,7 @@ fn namespace_json(n: &proto::NamespaceSpec) -> Value {
     })
 }
 
-fn namespace_row(n: &proto::NamespaceSpec) -> String {
+fn namespace_row(n: &admin::NamespaceSpec) -> String {
     let prefix = if n.prefix.is_empty() {
         "\"\""
     } else {
@@ -942,7 +1088,7 @@ async fn namespace(cli: &Cli, out: &Out, cmd: &NamespaceCmd) -> Result<(), Fail>
             let r = c.list_namespaces().await?;
             let mut spec = match r.namespaces.iter().find(|n| &n.name == name) {
                 Some(n) => n.clone(),
-                None => proto::NamespaceSpec {
+                None => admin::NamespaceSpec {
                     name: name.clone(),
                     ..Default::default()
                 },
@@ -989,9 +1135,9 @@ async fn namespace(cli: &Cli, out: &Out, cmd: &NamespaceCmd) -> Result<(), Fail>
                 None => None,
             };
             let version = c
-                .put_namespace(proto::PutNamespaceRequest {
+                .put_namespace(admin::PutNamespace {
                     expected_version: expected_version.unwrap_or(r.version),
-                    namespace: Some(spec),
+                    namespace: spec,
                     bearer_token,
                     clear_token: *clear_token,
                 })
@@ -1057,7 +1203,7 @@ async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {
     }
 }
 
-fn status_json(ep: &str, s: &proto::StatusResponse) -> Value {
+fn status_json(ep: &str, s: &admin::NodeStatus) -> Value {
     json!({
         "endpoint": ep,
         "node_id": s.node_id,
@@ -1070,7 +1216,7 @@ fn status_json(ep: &str, s: &proto::StatusResponse) -> Value {
     })
 }
 
-fn status_human(ep: &str, s: &proto::StatusResponse) -> String {
+fn status_human(ep: &str, s: &admin::NodeStatus) -> String {
     let catching_up = if s.serving_names {
         ""
     } else {
@@ -1104,31 +1250,23 @@ fn status_human(ep: &str, s: &proto::StatusResponse) -> String {
     t
 }
 
-fn mode_name(m: i32) -> &'static str {
-    match proto::Mode::try_from(m) {
-        Ok(proto::Mode::Shared) => "shared",
-        Ok(proto::Mode::Semaphore) => "semaphore",
-        _ => "exclusive",
-    }
-}
-
-fn lock_json(s: &proto::LockState) -> Value {
+fn lock_json(s: &lockd_client::LockInfo) -> Value {
     json!({
         "name": s.name,
         "namespace": s.namespace,
         "holders": s.holders.iter().map(|h| json!({
             "session": h.session_id, "owner": h.owner, "token": h.fencing_token,
-            "mode": mode_name(h.mode), "held_for_ms": h.held_for_ms, "reentry": h.reentry,
+            "mode": h.mode.as_str(), "held_for_ms": h.held_for_ms, "reentry": h.reentry,
         })).collect::<Vec<_>>(),
         "waiters": s.waiters.iter().map(|w| json!({
-            "session": w.session_id, "owner": w.owner, "mode": mode_name(w.mode),
+            "session": w.session_id, "owner": w.owner, "mode": w.mode.as_str(),
             "position": w.position, "waited_ms": w.waited_ms,
         })).collect::<Vec<_>>(),
         "lock_delay_until_ms": s.lock_delay_until_ms,
     })
 }
 
-fn lock_human(s: &proto::LockState) -> String {
+fn lock_human(s: &lockd_client::LockInfo) -> String {
     if s.holders.is_empty() && s.waiters.is_empty() {
         return format!("{} is free", s.name);
     }
@@ -1139,7 +1277,7 @@ fn lock_human(s: &proto::LockState) -> String {
             h.owner,
             h.session_id,
             h.fencing_token,
-            mode_name(h.mode),
+            h.mode.as_str(),
             h.held_for_ms,
             if h.reentry > 1 {
                 format!(", re-entered {}×", h.reentry)
@@ -1154,7 +1292,7 @@ fn lock_human(s: &proto::LockState) -> String {
             w.position,
             w.owner,
             w.session_id,
-            mode_name(w.mode),
+            w.mode.as_str(),
             w.waited_ms
         ));
     }
@@ -1177,7 +1315,7 @@ async fn run_command(
 ) -> Result<(), Fail> {
     // Watch the signals before anything can be held, so none of them can orphan a hold.
     let mut signals = Signals::new().map_err(no_signals)?;
-    let (client, guard) = take(cli, name, hold, &mut signals).await?;
+    let (client, guard) = take(cli, out, name, hold, &mut signals).await?;
     let spawned = child::spawn(
         command,
         &[

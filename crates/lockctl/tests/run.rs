@@ -245,3 +245,62 @@ async fn run_passes_the_exit_code_and_refuses_a_held_lock() {
     let err: Value = serde_json::from_slice(&out.stderr).unwrap();
     assert_eq!(err["error"]["code"], "wrong_namespace", "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_run_says_who_holds_the_lock_and_where_it_queues() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 1).await;
+    let holder = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let g = holder
+        .acquire("fast/progress")
+        .owner("nightly-report")
+        .await
+        .unwrap();
+    let mut child = lockctl(&c)
+        .args([
+            "run",
+            "fast/progress",
+            "--ttl",
+            "3s",
+            "--wait",
+            "30s",
+            "--owner",
+            "waiter-1",
+            "--",
+            "true",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let waiting: Value = loop {
+        let line = timeout(Duration::from_secs(15), lines.next_line())
+            .await
+            .expect("a progress event while waiting")
+            .unwrap()
+            .expect("lockctl still runs");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["event"] == "waiting" {
+            break v;
+        }
+    };
+    assert_eq!(waiting["name"], "fast/progress");
+    assert_eq!(
+        (waiting["position"].clone(), waiting["queue_length"].clone()),
+        (1.into(), 1.into()),
+        "{waiting}"
+    );
+    assert_eq!(
+        waiting["holders"][0]["owner"], "nightly-report",
+        "{waiting}"
+    );
+    assert_eq!(waiting["holders"][0]["token"], g.token());
+    g.release().await.unwrap();
+    let status = timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("run goes on once the holder leaves")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -255,10 +255,10 @@ impl Client {
         }
     }
 
-    /// Acquires every name, in sorted order (duplicates once), waiting up to `wait` for each
-    /// (zero = try once). Processes that take overlapping sets this way cannot deadlock: every
-    /// one of them takes a shared name in the same order. On failure the names already taken are
-    /// released and the error returned. The guards come back in sorted order.
+    /// Acquires every name, in sorted order (duplicates once), within one overall `wait` for
+    /// all of them (zero = try each once). Processes that take overlapping sets this way cannot
+    /// deadlock: every one of them takes a shared name in the same order. On failure the names
+    /// already taken are released and the error returned. The guards come back in sorted order.
     pub async fn acquire_all<I, S>(&self, names: I, wait: Duration) -> Result<Vec<LockGuard>, Error>
     where
         I: IntoIterator<Item = S>,
@@ -268,12 +268,15 @@ impl Client {
         names.sort();
         names.dedup();
         let mut guards = Vec::with_capacity(names.len());
+        let start = Instant::now();
         for name in names {
             let b = self.acquire(name);
-            let b = if wait.is_zero() {
+            // What is left of the one deadline; a name reached after it is tried once.
+            let left = wait.saturating_sub(start.elapsed());
+            let b = if left.is_zero() {
                 b.try_once()
             } else {
-                b.wait(wait)
+                b.wait(left)
             };
             match b.await {
                 Ok(g) => guards.push(g),
@@ -289,7 +292,7 @@ impl Client {
     }
 
     /// A linearizable view of `name`: holders, token, queue (no session needed).
-    pub async fn inspect(&self, name: &str) -> Result<pb::LockState, Error> {
+    pub async fn inspect(&self, name: &str) -> Result<crate::LockInfo, Error> {
         let req = pb::InspectRequest {
             name: name.to_string(),
             ..Default::default()
@@ -300,10 +303,33 @@ impl Client {
                 async move { c.inspect(req).await }
             })
             .await
+            .map(crate::LockInfo::from)
+    }
+
+    /// Whether `token` is a current holder's fencing token of `name` (Chubby's
+    /// CheckSequencer), as a linearizable read: `(valid, newest)`, `newest` being the largest
+    /// token among the current holders (0 when free). For a resource that asks lockd before it
+    /// acts; one that can keep the largest token it has seen should fence instead ([`crate::fence`]).
+    pub async fn check_token(&self, name: &str, token: u64) -> Result<(bool, u64), Error> {
+        let req = pb::CheckTokenRequest {
+            name: name.to_string(),
+            fencing_token: token,
+        };
+        let r = self
+            .core
+            .unary(|mut c| {
+                let req = req.clone();
+                async move { c.check_token(req).await }
+            })
+            .await?;
+        Ok((r.valid, r.newest_token))
     }
 
     /// One session's holds and waits in every group.
-    pub async fn get_session(&self, session_id: &str) -> Result<pb::SessionDetail, Error> {
+    pub async fn get_session(
+        &self,
+        session_id: &str,
+    ) -> Result<crate::admin::SessionDetail, Error> {
         let req = pb::GetSessionRequest {
             session_id: session_id.to_string(),
         };
@@ -313,6 +339,7 @@ impl Client {
                 async move { c.get_session(req).await }
             })
             .await
+            .map(Into::into)
     }
 
     /// A page of live sessions with ids above `after` (empty = from the first), at most `limit`
@@ -321,7 +348,7 @@ impl Client {
         &self,
         after: &str,
         limit: u32,
-    ) -> Result<Vec<pb::SessionSummary>, Error> {
+    ) -> Result<Vec<crate::admin::SessionSummary>, Error> {
         let req = pb::ListSessionsRequest {
             after: after.to_string(),
             limit,
@@ -332,23 +359,25 @@ impl Client {
                 async move { c.list_sessions(req).await }
             })
             .await
-            .map(|r| r.sessions)
+            .map(|r| r.sessions.into_iter().map(Into::into).collect())
     }
 
     /// Every group's members (addresses, roles, lag) as each group's leader sees them. Needs
     /// the admin token as [`ClientOptions::auth_token`].
-    pub async fn list_members(&self) -> Result<pb::ListMembersResponse, Error> {
+    pub async fn list_members(&self) -> Result<crate::admin::Members, Error> {
         self.core
             .admin(|mut c| async move { c.list_members(pb::ListMembersRequest {}).await })
             .await
+            .map(Into::into)
     }
 
     /// The shard map beside what each lock group's own record owns and has frozen. Needs the
     /// admin token.
-    pub async fn shard_map(&self) -> Result<pb::ShardMapResponse, Error> {
+    pub async fn shard_map(&self) -> Result<crate::admin::ShardMap, Error> {
         self.core
             .admin(|mut c| async move { c.shard_map(pb::ShardMapRequest {}).await })
             .await
+            .map(Into::into)
     }
 
     /// Moves `buckets` (e.g. `"0-63,100"`) to lock group `to_group` while their locks are in
@@ -358,7 +387,7 @@ impl Client {
         &self,
         buckets: &str,
         to_group: u32,
-    ) -> Result<pb::MoveBucketsResponse, Error> {
+    ) -> Result<crate::admin::MoveReport, Error> {
         let req = pb::MoveBucketsRequest {
             buckets: buckets.to_string(),
             to_group,
@@ -369,12 +398,17 @@ impl Client {
                 async move { c.move_buckets(req).await }
             })
             .await
+            .map(Into::into)
     }
 
     /// Creates lock group `group` on `nodes` (each already in the meta group) and waits until
     /// it is ready; it owns no bucket until buckets move to it. Idempotent; needs the admin
     /// token.
-    pub async fn create_group(&self, group: u32, nodes: &[u64]) -> Result<pb::LockGroup, Error> {
+    pub async fn create_group(
+        &self,
+        group: u32,
+        nodes: &[u64],
+    ) -> Result<crate::admin::LockGroup, Error> {
         let req = pb::CreateGroupRequest {
             group,
             nodes: nodes.to_vec(),
@@ -385,13 +419,24 @@ impl Client {
                 async move { c.create_group(req).await }
             })
             .await
+            .map(Into::into)
+    }
+
+    /// A backup document (JSON bytes, for `lockd restore`): every lock group's revision, read
+    /// linearizably from its leader, and the namespaces. Needs the admin token.
+    pub async fn backup(&self) -> Result<Vec<u8>, Error> {
+        self.core
+            .admin(|mut c| async move { c.backup(pb::BackupRequest {}).await })
+            .await
+            .map(|r| r.document)
     }
 
     /// Every lock group as the meta group records it; needs the admin token.
-    pub async fn list_groups(&self) -> Result<pb::ListGroupsResponse, Error> {
+    pub async fn list_groups(&self) -> Result<Vec<crate::admin::LockGroup>, Error> {
         self.core
             .admin(|mut c| async move { c.list_groups(pb::ListGroupsRequest {}).await })
             .await
+            .map(|r| r.groups.into_iter().map(Into::into).collect())
     }
 
     /// Adds node `node_id` (peer address `peer_addr`) to `groups` (empty = every group): a
@@ -401,7 +446,7 @@ impl Client {
         node_id: u64,
         peer_addr: &str,
         groups: &[u32],
-    ) -> Result<pb::ListMembersResponse, Error> {
+    ) -> Result<crate::admin::Members, Error> {
         let req = pb::AddMemberRequest {
             node_id,
             peer_addr: peer_addr.to_string(),
@@ -413,6 +458,7 @@ impl Client {
                 async move { c.add_member(req).await }
             })
             .await
+            .map(Into::into)
     }
 
     /// Removes node `node_id` from `groups` (empty = every group). Idempotent; needs the admin
@@ -421,7 +467,7 @@ impl Client {
         &self,
         node_id: u64,
         groups: &[u32],
-    ) -> Result<pb::ListMembersResponse, Error> {
+    ) -> Result<crate::admin::Members, Error> {
         let req = pb::RemoveMemberRequest {
             node_id,
             groups: groups.to_vec(),
@@ -432,6 +478,7 @@ impl Client {
                 async move { c.remove_member(req).await }
             })
             .await
+            .map(Into::into)
     }
 
     /// Marks node `node_id` draining (`true`) or not: leader balancing hands it no group, and
@@ -441,24 +488,27 @@ impl Client {
         &self,
         node_id: u64,
         draining: bool,
-    ) -> Result<pb::ListMembersResponse, Error> {
+    ) -> Result<crate::admin::Members, Error> {
         let req = pb::SetDrainingRequest { node_id, draining };
         self.core
             .admin(|mut c| async move { c.set_draining(req).await })
             .await
+            .map(Into::into)
     }
 
     /// Every namespace and the namespaces' version (the meta group's); needs the admin token.
-    pub async fn list_namespaces(&self) -> Result<pb::ListNamespacesResponse, Error> {
+    pub async fn list_namespaces(&self) -> Result<crate::admin::Namespaces, Error> {
         self.core
             .admin(|mut c| async move { c.list_namespaces(pb::ListNamespacesRequest {}).await })
             .await
+            .map(Into::into)
     }
 
     /// Creates or replaces a namespace if the namespaces are still at `req.expected_version`
     /// (else `namespace_version_conflict`: read them again). Returns the new version. A retry
     /// after a lost answer may report a conflict for a change that landed: list to see.
-    pub async fn put_namespace(&self, req: pb::PutNamespaceRequest) -> Result<u64, Error> {
+    pub async fn put_namespace(&self, req: crate::admin::PutNamespace) -> Result<u64, Error> {
+        let req: pb::PutNamespaceRequest = req.into();
         let r = self
             .core
             .admin(|mut c| {
@@ -485,11 +535,33 @@ impl Client {
         Ok(r.version)
     }
 
+    /// Tells the service that a fenced resource refused a write under `name` because a newer
+    /// holder's token had reached it: the service counts these per namespace
+    /// (`lockd_fencing_rejections_total`), the stale holders fencing stopped. Best effort: a
+    /// failure to report is logged, not returned. [`fence::write_fenced`](crate::fence::write_fenced) reports
+    /// its own refusals; call this where another fence refuses (e.g. `fence::postgres`).
+    pub async fn report_fencing_rejected(&self, name: &str) {
+        let req = pb::ReportFencingRejectedRequest {
+            name: name.to_string(),
+        };
+        let r = self
+            .core
+            .unary(|mut c| {
+                let req = req.clone();
+                async move { c.report_fencing_rejected(req).await }
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::debug!(%e, name, "could not report a fencing rejection");
+        }
+    }
+
     /// The status of the node the client currently talks to: its groups, leaders, terms.
-    pub async fn status(&self) -> Result<pb::StatusResponse, Error> {
+    pub async fn status(&self) -> Result<crate::admin::NodeStatus, Error> {
         self.core
             .unary(|mut c| async move { c.status(pb::StatusRequest {}).await })
             .await
+            .map(Into::into)
     }
 
     /// Releases a hold given its session and token, e.g. one taken by another process
@@ -780,6 +852,46 @@ impl LockGuard {
                 }
             }
         }
+    }
+
+    /// Runs `work` under the lock, then releases it. The work is raced against
+    /// [`lost`](LockGuard::lost): the moment the lock is lost the work is dropped (cancelled at
+    /// its next `.await`, so it makes no further write) and `Err(Error::SessionLost)` is
+    /// returned; the release is then left to the session's end. Otherwise the work's output is
+    /// returned once the release has been sent; a release that fails (a node went away) is
+    /// logged, and the hold ends with the session at the latest. Like client-go's `RunOrDie`.
+    ///
+    /// A write the work has already sent may still land after the loss: fence it with
+    /// [`token`](LockGuard::token) ([`crate::fence`]).
+    pub async fn run<F: Future>(self, work: F) -> Result<F::Output, Error> {
+        let lost = self.lost();
+        tokio::select! {
+            biased;
+            () = lost => Err(Error::SessionLost),
+            out = work => {
+                let name = self.name.clone();
+                if let Err(e) = self.release().await {
+                    tracing::debug!(%e, name, "release after run failed");
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Reports that a fenced resource refused this holder's write
+    /// ([`Client::report_fencing_rejected`]).
+    pub async fn report_fencing_rejected(&self) {
+        self.client.report_fencing_rejected(&self.name).await
+    }
+
+    /// [`report_fencing_rejected`](LockGuard::report_fencing_rejected) on a task of its own
+    /// (nothing is sent without a runtime).
+    pub(crate) fn report_fencing_rejected_in_background(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (client, name) = (self.client.clone(), self.name.clone());
+        rt.spawn(async move { client.report_fencing_rejected(&name).await });
     }
 
     /// Gives the lock back (one level of re-entry) and says whether the service agreed: a lost

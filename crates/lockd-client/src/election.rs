@@ -1,11 +1,9 @@
 //! Leader election on a lock name: campaign, observe, resign.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::{Client, Error, LockGuard};
-
-/// The longest single wait the service accepts; a campaign waits again after it.
-const ROUND: Duration = Duration::from_secs(300);
 
 /// An election on one name, e.g. `"leaders/partition-9"`: the holder of the exclusive lock is
 /// the leader, its owner string says who it is, and its fencing token numbers its term.
@@ -25,6 +23,16 @@ pub struct Leader {
     /// The leader's session id: empty unless this client presents the admin token (a session
     /// id is its session's capability, so the service shows it only to the admin).
     pub session_id: String,
+}
+
+/// One leadership won by [`Election::run`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Term {
+    /// The leadership's fencing token: fence every side effect with it. Later terms (of any
+    /// candidate) have larger tokens.
+    pub token: u64,
+    /// Which of this run's leaderships it is: 1 for the first, 2 after one loss, ...
+    pub number: u32,
 }
 
 /// Won leadership. Lead while it lasts; stop at once when [`lost`](Leadership::lost) fires.
@@ -49,18 +57,55 @@ impl Election {
     /// `value` to observers. Waits as long as it takes; race it against a timeout or shutdown
     /// signal to give up (dropping the future leaves the line).
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership, Error> {
+        // A wait without end: the client queues again, round after round, past the longest
+        // wait one request may ask for.
+        let guard = self
+            .client
+            .acquire(self.name.clone())
+            .owner(value)
+            .wait(Duration::MAX)
+            .await?;
+        Ok(Leadership { guard })
+    }
+
+    /// Leads, and leads again after every loss, until `lead` finishes: like Curator's
+    /// `LeaderSelector` with auto-requeue and client-go's `RunOrDie` in a loop.
+    ///
+    /// Each time this process wins, `lead` is called with the [`Term`] and its future is raced
+    /// against the loss of leadership. When leadership is lost (the lease's local deadline passed,
+    /// the session ended), the future is dropped (cancelled at its next `.await`) and the
+    /// candidate campaigns again at the back of the line. When the future finishes, the leader
+    /// resigns and `run` returns its output. To stop a candidate, drop `run`'s future (e.g. in
+    /// a `select!` against a shutdown signal): a leader's lock is then released in the background.
+    ///
+    /// Errors that retrying cannot mend (bad name, denied, the client closed) end the run.
+    pub async fn run<F, Fut>(
+        &self,
+        value: impl Into<String>,
+        mut lead: F,
+    ) -> Result<Fut::Output, Error>
+    where
+        F: FnMut(Term) -> Fut,
+        Fut: Future,
+    {
         let value = value.into();
+        let mut number = 0;
         loop {
-            match self
-                .client
-                .acquire(self.name.clone())
-                .owner(value.clone())
-                .wait(ROUND)
-                .await
-            {
-                Ok(guard) => return Ok(Leadership { guard }),
-                Err(Error::NotAcquired { .. }) => continue,
-                Err(e) => return Err(e),
+            let leadership = self.campaign(value.clone()).await?;
+            number += 1;
+            let term = Term {
+                token: leadership.token(),
+                number,
+            };
+            match leadership.guard.run(lead(term)).await {
+                Ok(out) => return Ok(out),
+                Err(_) => {
+                    tracing::warn!(
+                        election = %self.name,
+                        token = term.token,
+                        "leadership lost; campaigning again"
+                    );
+                }
             }
         }
     }

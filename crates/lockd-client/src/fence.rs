@@ -16,6 +16,11 @@ use std::sync::Mutex;
 
 use crate::LockGuard;
 
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
 /// Storage that applies a write only if the write's fencing token is at least the largest one
 /// it has accepted for the key (and then remembers the new token), in one atomic step.
 pub trait FencedStore {
@@ -47,7 +52,8 @@ pub enum FenceError<E> {
 }
 
 /// Writes through `store` fenced by `guard`'s token: refuses locally once the guard is lost,
-/// and maps "0 rows" to [`FenceError::Superseded`].
+/// and maps "0 rows" to [`FenceError::Superseded`], which it also reports to the service
+/// ([`Client::report_fencing_rejected`](crate::Client::report_fencing_rejected)).
 pub async fn write_fenced<S: FencedStore>(
     store: &S,
     guard: &LockGuard,
@@ -59,7 +65,11 @@ pub async fn write_fenced<S: FencedStore>(
     }
     match store.write_fenced(key, value, guard.token()).await {
         Ok(true) => Ok(()),
-        Ok(false) => Err(FenceError::Superseded),
+        Ok(false) => {
+            // In the background: the caller must stop now, not after the report's retries.
+            guard.report_fencing_rejected_in_background();
+            Err(FenceError::Superseded)
+        }
         Err(e) => Err(FenceError::Store(e)),
     }
 }

@@ -47,18 +47,28 @@
 //!   jitter ([`RetryPolicy`]); the rest come back typed.
 //! - Locks are fenced: hand [`LockGuard::token`] to the storage, which refuses older tokens
 //!   ([`fence`]).
+//! - The API speaks this crate's own types, never the generated protobuf ones: the lock API
+//!   (acquire, guards, [`RwLock`], [`Semaphore`], [`Election`], [`Client::inspect`],
+//!   [`Client::check_token`]) and the operators' calls ([`admin`]: status, sessions, members,
+//!   buckets, groups, namespaces). [`proto`] is there for those who want to speak gRPC
+//!   themselves.
 #![warn(missing_docs)]
 
+pub mod admin;
 mod client;
 mod election;
 mod error;
+mod facades;
 pub mod fence;
+mod info;
 pub mod lease;
 mod retry;
 mod session;
 
 pub use client::{host_pid, AcquireBuilder, Client, ClientOptions, LockGuard, Mode, TlsOptions};
-pub use election::{Election, Leader, Leadership};
+pub use election::{Election, Leader, Leadership, Term};
 pub use error::Error;
+pub use facades::{RwLock, Semaphore};
+pub use info::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
 pub use lockd_proto::v1 as proto;
 pub use retry::RetryPolicy;

@@ -405,3 +405,305 @@ async fn a_rolling_restart_under_load_fails_no_call() {
     kept.release().await.unwrap();
     client.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_releases_after_the_work_and_stops_the_work_when_the_lock_is_lost() {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 1).await;
+    let client = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let g = client.acquire("fast/run").try_once().await.unwrap();
+    assert_eq!(g.run(async { 41 + 1 }).await.unwrap(), 42);
+    let probe = client.clone();
+    eventually(Duration::from_secs(5), "the release after run", || {
+        let probe = probe.clone();
+        async move { probe.inspect("fast/run").await.unwrap().holders.is_empty() }
+    })
+    .await;
+
+    // Work that never ends on its own; the session ends under it.
+    let g = client.acquire("fast/run").try_once().await.unwrap();
+    let steps = Arc::new(AtomicU32::new(0));
+    let counted = steps.clone();
+    let work = async move {
+        loop {
+            counted.fetch_add(1, Relaxed);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let closer = client.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = closer.close().await;
+    });
+    let r: Result<(), _> = timeout(Duration::from_secs(10), g.run(work))
+        .await
+        .expect("run returned once the lock was lost");
+    assert!(matches!(r, Err(lockd_client::Error::SessionLost)), "{r:?}");
+    let at_loss = steps.load(Relaxed);
+    assert!(at_loss > 0, "the work ran");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        steps.load(Relaxed),
+        at_loss,
+        "the work went on after the loss"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_passes_from_a_resigning_leader_to_the_next_candidate() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 1).await;
+    let a = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let b = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let (ea, eb) = (a.election("fast/leader"), b.election("fast/leader"));
+    assert_eq!(ea.observe().await.unwrap(), None, "nobody leads yet");
+
+    let first = ea.campaign("node-a").await.unwrap();
+    let seen = eb.observe().await.unwrap().expect("a leader");
+    assert_eq!((seen.value.as_str(), seen.token), ("node-a", first.token()));
+
+    // b waits in line; it must not lead while a does.
+    let waiting = tokio::spawn(async move { eb.campaign("node-b").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "b led beside a");
+    let first_token = first.token();
+    first.resign().await.unwrap();
+    let second = timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("b leads once a resigns")
+        .unwrap()
+        .unwrap();
+    assert!(
+        second.token() > first_token,
+        "a later term has a larger token"
+    );
+    let seen = ea.observe().await.unwrap().expect("b leads");
+    assert_eq!(
+        (seen.value.as_str(), seen.token),
+        ("node-b", second.token())
+    );
+    second.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_run_campaigns_again_after_a_loss_and_resigns_when_the_work_ends() {
+    use lockd_client::proto::{lock_client::LockClient, CloseSessionRequest};
+
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 1).await;
+    // TTL 3 s: keepalives every second, so the end of the session is seen within about one.
+    let client = Client::connect_with(&c.grpc, options(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let election = client.election("fast/run-leader");
+    let (terms_tx, mut terms) = tokio::sync::mpsc::unbounded_channel();
+    let runner = election.clone();
+    let run = tokio::spawn(async move {
+        runner
+            .run("node-a", move |term| {
+                let terms_tx = terms_tx.clone();
+                async move {
+                    terms_tx.send(term).unwrap();
+                    if term.number == 1 {
+                        // The first term works until it is taken away.
+                        std::future::pending::<()>().await;
+                    }
+                    term.number * 100
+                }
+            })
+            .await
+    });
+    let first = timeout(Duration::from_secs(10), terms.recv())
+        .await
+        .expect("first term")
+        .unwrap();
+    assert_eq!(first.number, 1);
+
+    // The session ends under the leader (as when an operator or an expiry ends it).
+    let session_id = client.session_id().expect("a session");
+    let mut raw = LockClient::connect(format!("http://{}", c.grpc[0]))
+        .await
+        .unwrap();
+    raw.close_session(CloseSessionRequest { session_id })
+        .await
+        .unwrap();
+
+    let second = timeout(Duration::from_secs(15), terms.recv())
+        .await
+        .expect("a second term after the loss")
+        .unwrap();
+    assert_eq!(second.number, 2);
+    assert!(second.token > first.token, "{second:?} after {first:?}");
+    let out = timeout(Duration::from_secs(10), run)
+        .await
+        .expect("run returns when the work ends")
+        .unwrap()
+        .unwrap();
+    assert_eq!(out, 200);
+    let probe = client.clone();
+    eventually(Duration::from_secs(5), "the resignation", || {
+        let e = probe.election("fast/run-leader");
+        async move { e.observe().await.unwrap().is_none() }
+    })
+    .await;
+    client.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rwlock_and_semaphore_admit_what_they_say() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 1).await;
+    let a = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let b = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+
+    let (ra, rb) = (a.rwlock("fast/rw"), b.rwlock("fast/rw"));
+    let r1 = ra.read().await.unwrap();
+    let r2 = rb.read().await.unwrap();
+    assert_ne!(r1.token(), r2.token(), "every grant has its own token");
+    let e = rb.write().owner("writer").await.unwrap_err();
+    assert!(
+        matches!(e, lockd_client::Error::NotAcquired { .. }),
+        "{e:?}"
+    );
+    // A queued writer goes first: a reader arriving after it waits behind it.
+    let writer = tokio::spawn(async move {
+        rb.write()
+            .owner("writer")
+            .wait(Duration::from_secs(10))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e = ra.read().owner("late-reader").await.unwrap_err();
+    assert!(
+        matches!(e, lockd_client::Error::NotAcquired { .. }),
+        "{e:?}"
+    );
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer is granted once the readers leave")
+        .unwrap()
+        .unwrap();
+    assert!(ra.read().await.is_err(), "no reader beside the writer");
+    w.release().await.unwrap();
+
+    let (sa, sb) = (a.semaphore("fast/sem", 2), b.semaphore("fast/sem", 2));
+    let p1 = sa.acquire().await.unwrap();
+    let p2 = sb.acquire().await.unwrap();
+    assert_ne!(p1.token(), p2.token());
+    let e = sa.acquire().owner("third").await.unwrap_err();
+    assert!(
+        matches!(e, lockd_client::Error::NotAcquired { .. }),
+        "{e:?}"
+    );
+    let e = b
+        .semaphore("fast/sem", 3)
+        .acquire()
+        .owner("other")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "mode_conflict", "{e:?}");
+    p1.release().await.unwrap();
+    let p3 = sa.acquire().await.unwrap();
+    assert!(p3.token() > p2.token());
+    p2.release().await.unwrap();
+    p3.release().await.unwrap();
+    let e = a.semaphore("fast/sem0", 0).acquire().await.unwrap_err();
+    assert_eq!(e.code(), "invalid_semaphore_limit", "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_a_fence_refuses_is_reported_and_counted() {
+    use lockd_client::fence::{write_fenced, FenceError, MemoryStore};
+
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 1).await;
+    let client = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let g = client.acquire("fast/fenced").try_once().await.unwrap();
+    let store = MemoryStore::default();
+    write_fenced(&store, &g, "acct", "100").await.unwrap();
+    // A newer holder's token reached the store (as after this holder's pause).
+    assert!(store.put("acct", "200", g.token() + 5));
+    let e = write_fenced(&store, &g, "acct", "stale").await.unwrap_err();
+    assert!(matches!(e, FenceError::Superseded), "{e:?}");
+    assert_eq!(store.get("acct"), Some((g.token() + 5, "200".into())));
+    // The report goes in the background (the writer stops at once).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = c.metrics(0).await;
+        if metrics
+            .lines()
+            .any(|l| l == "lockd_fencing_rejections_total{namespace=\"fast\"} 1")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    g.release().await.unwrap();
+    client.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_all_keeps_one_deadline_for_every_name() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 1).await;
+    let holder = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let b = holder.acquire("fast/all-b").await.unwrap();
+    let _c = holder.acquire("fast/all-c").await.unwrap();
+    let client = Client::connect_with(&c.grpc, options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        b.release().await.unwrap();
+    });
+    let started = Instant::now();
+    let e = client
+        .acquire_all(
+            ["fast/all-c", "fast/all-a", "fast/all-b"],
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(e, lockd_client::Error::NotAcquired { .. }),
+        "{e:?}"
+    );
+    // b came after ~1.2 s; c then had what was left of the 2 s, not 2 s of its own (~3.2 s).
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_millis(2800),
+        "{took:?}"
+    );
+    for name in ["fast/all-a", "fast/all-b"] {
+        let probe = client.clone();
+        eventually(
+            Duration::from_secs(5),
+            "the names taken are given back",
+            || {
+                let probe = probe.clone();
+                async move { probe.inspect(name).await.unwrap().holders.is_empty() }
+            },
+        )
+        .await;
+    }
+}
