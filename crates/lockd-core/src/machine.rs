@@ -162,11 +162,13 @@ impl Session {
     }
 }
 
-/// The outcome of one command: the proposer's reply and the effects for everyone else.
+/// The outcome of one command: the proposer's reply, the ownership changes it made (in order),
+/// and what of them the shell must push to others ([`Effect::of`] each event).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Applied {
     pub reply: Result<Reply, Rejection>,
     pub effects: Vec<Effect>,
+    pub events: Vec<LockEvent>,
 }
 
 /// The replicated state of one lock group.
@@ -208,11 +210,22 @@ pub(crate) struct Mint {
     pub holds: u64,
 }
 
-/// Who asks for a hold and how.
+/// Who asks for a hold and how; `waiter`: the queued acquire the grant ends, if any.
 struct HoldRequest<'a> {
     session: SessionId,
     owner: &'a str,
     mode: LockMode,
+    reentrant: bool,
+    waiter: Option<WaiterId>,
+}
+
+/// The arguments of [`Op::Acquire`].
+struct AcquireRequest<'a> {
+    session: SessionId,
+    name: &'a str,
+    owner: &'a str,
+    mode: LockMode,
+    wait_ms: u64,
     reentrant: bool,
 }
 
@@ -244,6 +257,7 @@ impl Mint {
         lock: &mut Lock,
         req: HoldRequest<'_>,
         sessions: &mut HashMap<SessionId, Session>,
+        ev: &mut Vec<LockEvent>,
     ) -> Token {
         debug_assert!(compatible(&lock.holders, req.mode));
         let token = self
@@ -266,6 +280,15 @@ impl Mint {
             .get_mut(&req.session)
             .expect("a grant goes to a live session");
         sess.held.insert((name.clone(), token));
+        ev.push(LockEvent::HoldStarted {
+            name: name.clone(),
+            session: req.session,
+            owner: req.owner.into(),
+            token,
+            mode: req.mode,
+            waiter: req.waiter,
+            lease_ttl_ms: sess.ttl_ms,
+        });
         token
     }
 }
@@ -395,7 +418,7 @@ impl LockTable {
     pub fn apply(&mut self, cmd: &Command) -> Applied {
         // Group time never goes backwards, whatever a (buggy or deposed) proposer stamped.
         let now = cmd.now_ms.max(self.now_ms);
-        let mut effects = Vec::new();
+        let mut ev = Vec::new();
         let reply = match &cmd.op {
             Op::OpenSession {
                 session,
@@ -403,8 +426,8 @@ impl LockTable {
                 ttl_ms,
                 namespace,
             } => self.open_session(now, *session, client, *ttl_ms, namespace),
-            Op::CloseSession { session } => self.close_session(now, *session, &mut effects),
-            Op::ExpireSessions { sessions } => self.expire_sessions(now, sessions, &mut effects),
+            Op::CloseSession { session } => self.close_session(now, *session, &mut ev),
+            Op::ExpireSessions { sessions } => self.expire_sessions(now, sessions, &mut ev),
             Op::Acquire {
                 session,
                 name,
@@ -412,18 +435,29 @@ impl LockTable {
                 mode,
                 wait_ms,
                 reentrant,
-            } => self.acquire(now, *session, name, owner, *mode, *wait_ms, *reentrant),
+            } => self.acquire(
+                now,
+                AcquireRequest {
+                    session: *session,
+                    name,
+                    owner,
+                    mode: *mode,
+                    wait_ms: *wait_ms,
+                    reentrant: *reentrant,
+                },
+                &mut ev,
+            ),
             Op::Release {
                 session,
                 name,
                 token,
-            } => self.release(now, *session, name, *token, &mut effects),
+            } => self.release(now, *session, name, *token, &mut ev),
             Op::Extend {
                 session,
                 name,
                 token,
             } => self.extend(*session, name, *token),
-            Op::Tick => Ok(self.tick(now, &mut effects)),
+            Op::Tick => Ok(self.tick(now, &mut ev)),
             Op::RaiseRevision { floor } => self.raise_revision(*floor),
             Op::PutNamespace { namespace } => self.put_namespace(namespace),
             Op::DeleteNamespace { prefix } => self.delete_namespace(prefix),
@@ -446,7 +480,7 @@ impl LockTable {
                 move_id,
                 to_group,
                 buckets,
-            } => self.freeze_buckets(now, *move_id, *to_group, buckets, &mut effects),
+            } => self.freeze_buckets(now, *move_id, *to_group, buckets, &mut ev),
             Op::ImportBuckets {
                 move_id,
                 from_group,
@@ -460,10 +494,10 @@ impl LockTable {
                 buckets,
                 *map_version,
                 export,
-                &mut effects,
+                &mut ev,
             ),
             Op::CancelImport { move_id } => self.cancel_import(*move_id),
-            Op::ThawBuckets { move_id } => self.thaw_buckets(now, *move_id),
+            Op::ThawBuckets { move_id } => self.thaw_buckets(now, *move_id, &mut ev),
             Op::DropBuckets {
                 move_id,
                 map_version,
@@ -482,16 +516,21 @@ impl LockTable {
                 client,
                 ttl_ms,
                 namespace,
-            } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut effects),
+            } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut ev),
             Op::SetGroupReplicas { group, replicas } => self.set_group_replicas(*group, replicas),
             Op::SetDraining { node, draining } => self.set_draining(*node, *draining),
         };
         if reply.is_ok() {
             self.now_ms = now;
         } else {
-            debug_assert!(effects.is_empty(), "a rejection must not have effects");
+            debug_assert!(ev.is_empty(), "a rejection must not change ownership");
         }
-        Applied { reply, effects }
+        let effects = ev.iter().filter_map(Effect::of).collect();
+        Applied {
+            reply,
+            effects,
+            events: ev,
+        }
     }
 
     /// Raises the revision to `floor` (never lowers it); a floor above the ceiling is refused.
@@ -559,7 +598,7 @@ impl LockTable {
         client: &str,
         ttl_ms: u64,
         namespace: &str,
-        effects: &mut Vec<Effect>,
+        ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
         match self.session_presence(session) {
             crate::Presence::Live => {
@@ -572,7 +611,7 @@ impl LockTable {
                 self.note_arrival(session);
                 if let Reply::SessionOpened { ttl_ms, .. } = r {
                     // Its lease here starts now, as an imported session's does.
-                    effects.push(Effect::SessionAdopted { session, ttl_ms });
+                    ev.push(LockEvent::SessionAdopted { session, ttl_ms });
                 }
                 Ok(r)
             }
@@ -583,13 +622,13 @@ impl LockTable {
         &mut self,
         now: u64,
         session: SessionId,
-        effects: &mut Vec<Effect>,
+        ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
         if !self.sessions.contains_key(&session) {
             return Err(Rejection::UnknownSession { session });
         }
         let (released, cancelled_waits) =
-            self.end_session(now, session, SessionEndReason::Closed, effects);
+            self.end_session(now, session, SessionEndReason::Closed, ev);
         Ok(Reply::SessionClosed {
             released,
             cancelled_waits,
@@ -600,25 +639,25 @@ impl LockTable {
         &mut self,
         now: u64,
         sessions: &[SessionId],
-        effects: &mut Vec<Effect>,
+        ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
         // Every expiring session's waits go first: a hold freed by one of them must not be
         // granted to another that ends in this same command (it would be granted and freed at
         // once, and the waiting client told it holds a lock whose session is gone).
         let mut touched = BTreeSet::new();
         for &session in sessions {
-            touched.append(&mut self.cancel_waits(session, effects).1);
+            touched.append(&mut self.cancel_waits(session, ev).1);
         }
         let mut expired = Vec::new();
         for &session in sessions {
             // The leader's list may name a session closed meanwhile, or one twice: skip those.
             if self.sessions.contains_key(&session) {
-                self.end_session(now, session, SessionEndReason::Expired, effects);
+                self.end_session(now, session, SessionEndReason::Expired, ev);
                 expired.push(session);
             }
         }
         for name in &touched {
-            self.grant_waiters(now, name, effects);
+            self.grant_waiters(now, name, ev);
         }
         Ok(Reply::SessionsExpired { expired })
     }
@@ -627,7 +666,7 @@ impl LockTable {
     fn cancel_waits(
         &mut self,
         session: SessionId,
-        effects: &mut Vec<Effect>,
+        ev: &mut Vec<LockEvent>,
     ) -> (u32, BTreeSet<Arc<str>>) {
         let mut touched: BTreeSet<Arc<str>> = BTreeSet::new();
         let Some(sess) = self.sessions.get_mut(&session) else {
@@ -650,10 +689,10 @@ impl LockTable {
                 .expect("position is in range");
             self.wait_deadlines
                 .remove(&(w.deadline_ms, w.id, name.clone()));
-            effects.push(Effect::WaitEnded {
+            ev.push(LockEvent::WaitEnded {
+                name: name.clone(),
                 waiter: w.id,
                 session,
-                name: name.clone(),
                 reason: WaitEndReason::SessionEnded,
             });
             touched.insert(name.clone());
@@ -668,9 +707,9 @@ impl LockTable {
         now: u64,
         session: SessionId,
         reason: SessionEndReason,
-        effects: &mut Vec<Effect>,
+        ev: &mut Vec<LockEvent>,
     ) -> (u32, u32) {
-        let (cancelled, mut touched) = self.cancel_waits(session, effects);
+        let (cancelled, mut touched) = self.cancel_waits(session, ev);
         let Some(sess) = self.sessions.remove(&session) else {
             return (0, 0);
         };
@@ -685,6 +724,7 @@ impl LockTable {
                 .expect("a session's hold has a lock");
             lock.holders.retain(|h| h.token != *token);
             self.mint.holds -= 1;
+            let mut lock_delay_until_ms = 0;
             if delay_ms > 0 {
                 let until = now.saturating_add(delay_ms);
                 if lock.delay_until_ms() < until {
@@ -694,14 +734,22 @@ impl LockTable {
                     lock.set_delay_until(until);
                     self.delays.insert((until, name.clone()));
                 }
+                lock_delay_until_ms = lock.delay_until_ms();
             }
+            ev.push(LockEvent::HoldEnded {
+                name: name.clone(),
+                session,
+                token: *token,
+                cause: reason.into(),
+                lock_delay_until_ms,
+            });
             touched.insert(name.clone());
         }
         for name in &touched {
-            self.grant_waiters(now, name, effects);
+            self.grant_waiters(now, name, ev);
         }
         let released = sess.held.len() as u32;
-        effects.push(Effect::SessionEnded {
+        ev.push(LockEvent::SessionEnded {
             session,
             reason,
             released,
@@ -709,17 +757,20 @@ impl LockTable {
         (released, cancelled)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn acquire(
         &mut self,
         now: u64,
-        session: SessionId,
-        name: &str,
-        owner: &str,
-        mode: LockMode,
-        wait_ms: u64,
-        reentrant: bool,
+        req: AcquireRequest<'_>,
+        ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
+        let AcquireRequest {
+            session,
+            name,
+            owner,
+            mode,
+            wait_ms,
+            reentrant,
+        } = req;
         // 1. Validate everything before touching anything.
         check_name(name)?;
         self.check_serves(name)?;
@@ -754,10 +805,11 @@ impl LockTable {
                 owner,
                 mode,
                 reentrant,
+                waiter: None,
             };
             let token = self
                 .mint
-                .grant(now, &name, &mut lock, hold, &mut self.sessions);
+                .grant(now, &name, &mut lock, hold, &mut self.sessions, ev);
             self.locks.insert(name, lock);
             return Ok(Reply::Acquired {
                 token,
@@ -817,8 +869,11 @@ impl LockTable {
                 owner,
                 mode,
                 reentrant,
+                waiter: None,
             };
-            let token = self.mint.grant(now, key, lock, hold, &mut self.sessions);
+            let token = self
+                .mint
+                .grant(now, key, lock, hold, &mut self.sessions, ev);
             return Ok(Reply::Acquired {
                 token,
                 lease_ttl_ms,
@@ -871,6 +926,15 @@ impl LockTable {
             owner: owner.into(),
         });
         let position = lock.waiters().len() as u32;
+        ev.push(LockEvent::WaitStarted {
+            name: key.clone(),
+            waiter: id,
+            session,
+            owner: owner.into(),
+            mode,
+            position,
+            deadline_ms,
+        });
         self.wait_deadlines.insert((deadline_ms, id, key.clone()));
         self.sessions
             .get_mut(&session)
@@ -886,7 +950,7 @@ impl LockTable {
 
     /// Hands a name to the waiters at the head of its queue that fit, in order, skipping (and
     /// timing out) any past their deadline; removes the record if nothing is left in it.
-    fn grant_waiters(&mut self, now: u64, name: &Arc<str>, effects: &mut Vec<Effect>) {
+    fn grant_waiters(&mut self, now: u64, name: &Arc<str>, ev: &mut Vec<LockEvent>) {
         let Some(lock) = self.locks.get_mut(name) else {
             return;
         };
@@ -907,29 +971,23 @@ impl LockTable {
                     .expect("waiters' sessions live");
                 sess.waits.remove(&(name.clone(), w.id));
                 if expired {
-                    effects.push(Effect::WaitEnded {
+                    ev.push(LockEvent::WaitEnded {
+                        name: name.clone(),
                         waiter: w.id,
                         session: w.session,
-                        name: name.clone(),
                         reason: WaitEndReason::TimedOut,
                     });
                     continue;
                 }
-                let lease_ttl_ms = sess.ttl_ms;
                 let hold = HoldRequest {
                     session: w.session,
                     owner: &w.owner,
                     mode: w.mode,
                     reentrant: w.reentrant,
+                    waiter: Some(w.id),
                 };
-                let token = self.mint.grant(now, name, lock, hold, &mut self.sessions);
-                effects.push(Effect::Granted {
-                    waiter: w.id,
-                    session: w.session,
-                    name: name.clone(),
-                    token,
-                    lease_ttl_ms,
-                });
+                self.mint
+                    .grant(now, name, lock, hold, &mut self.sessions, ev);
             }
         }
         lock.tidy();
@@ -989,7 +1047,7 @@ impl LockTable {
         session: SessionId,
         name: &str,
         token: Token,
-        effects: &mut Vec<Effect>,
+        ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
         let (_, i) = self.find_hold(session, name, token)?;
         let (key, lock) = self.locks.get_key_value_mut(name).expect("found");
@@ -1003,12 +1061,19 @@ impl LockTable {
         }
         lock.holders.remove(i);
         self.mint.holds -= 1;
+        ev.push(LockEvent::HoldEnded {
+            name: name.clone(),
+            session,
+            token,
+            cause: HoldEndCause::Released,
+            lock_delay_until_ms: 0,
+        });
         self.sessions
             .get_mut(&session)
             .expect("found")
             .held
             .remove(&(name.clone(), token));
-        self.grant_waiters(now, &name, effects);
+        self.grant_waiters(now, &name, ev);
         Ok(Reply::Released { remaining: 0 })
     }
 
@@ -1019,7 +1084,7 @@ impl LockTable {
         })
     }
 
-    fn tick(&mut self, now: u64, effects: &mut Vec<Effect>) -> Reply {
+    fn tick(&mut self, now: u64, ev: &mut Vec<LockEvent>) -> Reply {
         let mut touched: BTreeSet<Arc<str>> = BTreeSet::new();
         let mut timed_out = 0;
         while let Some((deadline, id, name)) = self.wait_deadlines.first().cloned() {
@@ -1037,10 +1102,10 @@ impl LockTable {
                 .remove(pos)
                 .expect("position is in range");
             self.forget_wait(&name, &w);
-            effects.push(Effect::WaitEnded {
+            ev.push(LockEvent::WaitEnded {
+                name: name.clone(),
                 waiter: id,
                 session: w.session,
-                name: name.clone(),
                 reason: WaitEndReason::TimedOut,
             });
             timed_out += 1;
@@ -1060,7 +1125,7 @@ impl LockTable {
             touched.insert(name);
         }
         for name in &touched {
-            self.grant_waiters(now, name, effects);
+            self.grant_waiters(now, name, ev);
         }
         Reply::Ticked {
             timed_out,

@@ -355,6 +355,17 @@ impl ExportedHolder {
             owner: self.owner.as_str().into(),
         }
     }
+
+    /// The event of this hold arriving in a group as `name`.
+    fn moved_in(&self, name: &Arc<str>) -> LockEvent {
+        LockEvent::HoldMovedIn {
+            name: name.clone(),
+            session: self.session,
+            owner: self.owner.as_str().into(),
+            token: self.token,
+            mode: self.mode,
+        }
+    }
 }
 
 /// Ownership as status shows it.
@@ -482,7 +493,7 @@ impl LockTable {
         move_id: MoveId,
         to_group: u32,
         buckets: &BucketSet,
-        effects: &mut Vec<Effect>,
+        ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
         match self.ownership.moves.get(&move_id) {
             Some(MoveRecord::Outgoing {
@@ -550,10 +561,10 @@ impl LockTable {
                 if let Some(s) = self.sessions.get_mut(&w.session) {
                     s.waits.remove(&(name.clone(), w.id));
                 }
-                effects.push(Effect::WaitEnded {
+                ev.push(LockEvent::WaitEnded {
+                    name: name.clone(),
                     waiter: w.id,
                     session: w.session,
-                    name: name.clone(),
                     reason: WaitEndReason::Moved,
                 });
                 waits_ended += 1;
@@ -582,6 +593,11 @@ impl LockTable {
                     });
                 self.mint.holds -= 1;
                 holders += 1;
+                ev.push(LockEvent::HoldMovedOut {
+                    name: name.clone(),
+                    session: h.session,
+                    token: h.token,
+                });
                 out.holders.push(ExportedHolder {
                     session: h.session,
                     token: h.token,
@@ -623,7 +639,7 @@ impl LockTable {
         buckets: &BucketSet,
         map_version: u64,
         export: &Export,
-        effects: &mut Vec<Effect>,
+        ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
         match self.ownership.moves.get(&move_id) {
             Some(MoveRecord::Imported {
@@ -679,7 +695,7 @@ impl LockTable {
                 },
             );
             self.note_arrival(s.id);
-            effects.push(Effect::SessionAdopted {
+            ev.push(LockEvent::SessionAdopted {
                 session: s.id,
                 ttl_ms: s.ttl_ms,
             });
@@ -696,6 +712,7 @@ impl LockTable {
                     .held
                     .insert((name.clone(), h.token));
                 self.mint.holds += 1;
+                ev.push(h.moved_in(&name));
             }
             if l.delay_left_ms > 0 {
                 let until = now.saturating_add(l.delay_left_ms);
@@ -741,7 +758,12 @@ impl LockTable {
     /// Abort, sending side: put the export back and serve the buckets again. Holders whose
     /// session ended meanwhile are not put back; their names get the namespace's lock-delay,
     /// as if the session had expired with them here.
-    pub(crate) fn thaw_buckets(&mut self, now: u64, move_id: MoveId) -> Result<Reply, Rejection> {
+    pub(crate) fn thaw_buckets(
+        &mut self,
+        now: u64,
+        move_id: MoveId,
+        ev: &mut Vec<LockEvent>,
+    ) -> Result<Reply, Rejection> {
         let (to_group, buckets, export) = match self.ownership.moves.get(&move_id) {
             Some(MoveRecord::Outgoing {
                 to_group,
@@ -781,12 +803,21 @@ impl LockTable {
                     if d > 0 {
                         delay_until = delay_until.max(now.saturating_add(d));
                     }
+                    ev.push(h.moved_in(&name));
+                    ev.push(LockEvent::HoldEnded {
+                        name: name.clone(),
+                        session: h.session,
+                        token: h.token,
+                        cause: HoldEndCause::Dropped,
+                        lock_delay_until_ms: if d > 0 { now.saturating_add(d) } else { 0 },
+                    });
                     continue;
                 };
                 s.held.insert((name.clone(), h.token));
                 lock.holders.push(h.to_holder(now));
                 self.mint.holds += 1;
                 restored += 1;
+                ev.push(h.moved_in(&name));
             }
             if delay_until > 0 {
                 lock.set_delay_until(delay_until);

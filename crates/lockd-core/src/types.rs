@@ -422,6 +422,154 @@ pub enum SessionEndReason {
     Expired,
 }
 
+/// Why a hold ended (moves aside: see [`LockEvent::HoldMovedOut`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldEndCause {
+    /// Its holder released it (the last re-entry).
+    Released,
+    /// Its session was closed.
+    Closed,
+    /// Its session's lease ran out (the name may take a lock-delay).
+    Expired,
+    /// Its session ended while the hold was away with a bucket move that was then aborted: the
+    /// thaw brings it back (`HoldMovedIn`) and ends it at once, with the namespace's lock-delay.
+    Dropped,
+}
+
+impl From<SessionEndReason> for HoldEndCause {
+    fn from(r: SessionEndReason) -> HoldEndCause {
+        match r {
+            SessionEndReason::Closed => HoldEndCause::Closed,
+            SessionEndReason::Expired => HoldEndCause::Expired,
+        }
+    }
+}
+
+/// One change of who holds or waits for a name, emitted by the core at the one place that makes
+/// it, in the order it makes them. The audit log, the push to waiting clients ([`Effect`]),
+/// metrics and the simulator's checks are all derived from these alone.
+///
+/// They pair up (checked by `tests/events.rs` against the table after every command):
+/// - a hold, keyed by (name, token), starts with `HoldStarted` or `HoldMovedIn` and ends with
+///   exactly one `HoldEnded` or `HoldMovedOut`; re-entries and extends are not events;
+/// - a wait, keyed by its `WaiterId`, starts with `WaitStarted` and ends with exactly one
+///   `WaitEnded` or the `HoldStarted` that names it in `waiter`;
+/// - a session's `SessionEnded` comes after the ends of all its holds and waits.
+///
+/// A waiter's queue position is not an event of its own: it is its `WaitStarted` position less
+/// the waits ahead of it that ended since, which a watcher of the name sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockEvent {
+    /// `session` holds `name` with `token` from now. `waiter` names the queued acquire that this
+    /// grant ends (None: granted at once); `lease_ttl_ms` is the session's TTL.
+    HoldStarted {
+        name: Arc<str>,
+        session: SessionId,
+        owner: Box<str>,
+        token: Token,
+        mode: LockMode,
+        waiter: Option<WaiterId>,
+        lease_ttl_ms: u64,
+    },
+    /// The hold `(name, token)` ended. `lock_delay_until_ms` is the group time until which the
+    /// name is granted to nobody because of this end (0: no lock-delay).
+    HoldEnded {
+        name: Arc<str>,
+        session: SessionId,
+        token: Token,
+        cause: HoldEndCause,
+        lock_delay_until_ms: u64,
+    },
+    /// The hold left this group with its bucket (a move's freeze): it lives on in the receiving
+    /// group, token verbatim.
+    HoldMovedOut {
+        name: Arc<str>,
+        session: SessionId,
+        token: Token,
+    },
+    /// The hold arrived with a bucket move (import) or came back when the move was aborted
+    /// (thaw): the same hold, not a new grant.
+    HoldMovedIn {
+        name: Arc<str>,
+        session: SessionId,
+        owner: Box<str>,
+        token: Token,
+        mode: LockMode,
+    },
+    /// A queued acquire, `position` in the queue (1 = next), until group time `deadline_ms`.
+    WaitStarted {
+        name: Arc<str>,
+        waiter: WaiterId,
+        session: SessionId,
+        owner: Box<str>,
+        mode: LockMode,
+        position: u32,
+        deadline_ms: u64,
+    },
+    /// A queued acquire ended without a grant.
+    WaitEnded {
+        name: Arc<str>,
+        waiter: WaiterId,
+        session: SessionId,
+        reason: WaitEndReason,
+    },
+    /// A session ended, after its holds (`released` of them) and waits.
+    SessionEnded {
+        session: SessionId,
+        reason: SessionEndReason,
+        released: u32,
+    },
+    /// A bucket import (or an adopt) brought a session this group did not have.
+    SessionAdopted { session: SessionId, ttl_ms: u64 },
+}
+
+impl Effect {
+    /// What of `event` the shell must push to a party other than the proposer, if anything.
+    pub fn of(event: &LockEvent) -> Option<Effect> {
+        Some(match event {
+            LockEvent::HoldStarted {
+                name,
+                session,
+                token,
+                waiter: Some(waiter),
+                lease_ttl_ms,
+                ..
+            } => Effect::Granted {
+                waiter: *waiter,
+                session: *session,
+                name: name.clone(),
+                token: *token,
+                lease_ttl_ms: *lease_ttl_ms,
+            },
+            LockEvent::WaitEnded {
+                name,
+                waiter,
+                session,
+                reason,
+            } => Effect::WaitEnded {
+                waiter: *waiter,
+                session: *session,
+                name: name.clone(),
+                reason: *reason,
+            },
+            LockEvent::SessionEnded {
+                session,
+                reason,
+                released,
+            } => Effect::SessionEnded {
+                session: *session,
+                reason: *reason,
+                released: *released,
+            },
+            LockEvent::SessionAdopted { session, ttl_ms } => Effect::SessionAdopted {
+                session: *session,
+                ttl_ms: *ttl_ms,
+            },
+            _ => return None,
+        })
+    }
+}
+
 /// Something the shell must tell a party other than the proposer of the command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect {

@@ -566,6 +566,154 @@ impl Model {
     }
 }
 
+/// Who holds and waits, as the core's events alone tell it: each event must pair with the ones
+/// before it (a hold or wait starts once and ends once), and after every command the ledger must
+/// equal the model's table. So the audit log, the pushes and the metrics derived from events see
+/// exactly the holds and waits there are.
+#[derive(Default)]
+struct Ledger {
+    /// (name, token) -> (session, owner, mode)
+    holds: BTreeMap<(String, u64), (u64, String, LockMode)>,
+    /// waiter -> (name, session, owner, mode)
+    waits: BTreeMap<u64, (String, u64, String, LockMode)>,
+}
+
+impl Ledger {
+    fn apply(&mut self, events: &[LockEvent], m: &Model) -> Result<(), String> {
+        let mut released: BTreeMap<u64, u32> = BTreeMap::new();
+        for e in events {
+            match e {
+                LockEvent::HoldStarted {
+                    name,
+                    session,
+                    owner,
+                    token,
+                    mode,
+                    waiter,
+                    lease_ttl_ms,
+                } => {
+                    if let Some(w) = waiter {
+                        let (n, s, o, md) =
+                            self.waits.remove(w).ok_or(format!("{e:?}: no such wait"))?;
+                        if (n.as_str(), s, o.as_str(), md) != (&**name, session.0, &**owner, *mode)
+                        {
+                            return Err(format!("{e:?} grants another wait"));
+                        }
+                    }
+                    if m.sessions.get(&session.0) != Some(lease_ttl_ms) {
+                        return Err(format!("{e:?}: lease is not the session's TTL"));
+                    }
+                    let old = self.holds.insert(
+                        (name.to_string(), *token),
+                        (session.0, owner.to_string(), *mode),
+                    );
+                    if old.is_some() {
+                        return Err(format!("{e:?}: the hold started twice"));
+                    }
+                }
+                LockEvent::HoldMovedIn { .. } | LockEvent::HoldMovedOut { .. } => {
+                    return Err(format!("{e:?}: no move was asked for"))
+                }
+                LockEvent::HoldEnded {
+                    name,
+                    session,
+                    token,
+                    cause,
+                    lock_delay_until_ms,
+                } => {
+                    match self.holds.remove(&(name.to_string(), *token)) {
+                        Some((s, _, _)) if s == session.0 => {}
+                        other => return Err(format!("{e:?} ends {other:?}")),
+                    }
+                    if *cause != HoldEndCause::Released {
+                        *released.entry(session.0).or_default() += 1;
+                    }
+                    let want_delay = *cause == HoldEndCause::Expired && name.starts_with(DELAY_NS);
+                    if want_delay != (*lock_delay_until_ms != 0) {
+                        return Err(format!("{e:?}: a lock-delay is owed iff expired under d/"));
+                    }
+                    if want_delay
+                        && m.locks.get(&**name).map(|l| l.delay_until) != Some(*lock_delay_until_ms)
+                    {
+                        return Err(format!("{e:?}: the name's lock-delay differs"));
+                    }
+                }
+                LockEvent::WaitStarted {
+                    name,
+                    waiter,
+                    session,
+                    owner,
+                    mode,
+                    position,
+                    ..
+                } => {
+                    let ahead = self.waits.values().filter(|w| w.0 == **name).count();
+                    if *position as usize != ahead + 1 {
+                        return Err(format!("{e:?}: {ahead} waits ahead of it"));
+                    }
+                    let w = (name.to_string(), session.0, owner.to_string(), *mode);
+                    if self.waits.insert(*waiter, w).is_some() {
+                        return Err(format!("{e:?}: the wait started twice"));
+                    }
+                }
+                LockEvent::WaitEnded {
+                    name,
+                    waiter,
+                    session,
+                    ..
+                } => match self.waits.remove(waiter) {
+                    Some((n, s, _, _)) if n == **name && s == session.0 => {}
+                    other => return Err(format!("{e:?} ends {other:?}")),
+                },
+                LockEvent::SessionEnded {
+                    session,
+                    released: r,
+                    ..
+                } => {
+                    let left = self.holds.values().filter(|h| h.0 == session.0).count()
+                        + self.waits.values().filter(|w| w.1 == session.0).count();
+                    if left != 0 {
+                        return Err(format!("{e:?} with {left} holds or waits left"));
+                    }
+                    if released.get(&session.0).copied().unwrap_or(0) != *r {
+                        return Err(format!("{e:?}: released differs from its holds' ends"));
+                    }
+                }
+                LockEvent::SessionAdopted { .. } => {
+                    return Err(format!("{e:?}: no session was adopted"))
+                }
+            }
+        }
+        // The ledger is the model's table.
+        let mut holds = BTreeMap::new();
+        let mut waits = BTreeMap::new();
+        for (name, l) in &m.locks {
+            for h in &l.holders {
+                holds.insert(
+                    (name.clone(), h.token),
+                    (h.session, h.owner.clone(), h.mode),
+                );
+            }
+            for w in &l.waiters {
+                waits.insert(w.id, (name.clone(), w.session, w.owner.clone(), w.mode));
+            }
+        }
+        if holds != self.holds {
+            return Err(format!(
+                "holds: events say {:?}, the table {holds:?}",
+                self.holds
+            ));
+        }
+        if waits != self.waits {
+            return Err(format!(
+                "waits: events say {:?}, the table {waits:?}",
+                self.waits
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn arb_mode() -> impl Strategy<Value = LockMode> {
     prop_oneof![
         4 => Just(LockMode::Exclusive),
@@ -633,6 +781,7 @@ fn run(steps: &[(u64, Op)], start_revision: u64) -> Result<(), TestCaseError> {
         revision: start_revision,
         ..Model::default()
     };
+    let mut ledger = Ledger::default();
     let mut now = 0;
     // Highest token granted per name so far: S2 says the next must be higher.
     let mut last_token: BTreeMap<Arc<str>, u64> = BTreeMap::new();
@@ -655,6 +804,17 @@ fn run(steps: &[(u64, Op)], start_revision: u64) -> Result<(), TestCaseError> {
         prop_assert_eq!(&got.effects, &want.1, "step {} effects for {:?}", i, op);
         if got.reply.is_err() {
             prop_assert_eq!(&before, &t.snapshot(), "a rejection changed the state");
+            prop_assert!(got.events.is_empty(), "a rejection has events");
+        }
+        let derived: Vec<Effect> = got.events.iter().filter_map(Effect::of).collect();
+        prop_assert_eq!(
+            &got.effects,
+            &derived,
+            "step {} effects are not the events'",
+            i
+        );
+        if let Err(e) = ledger.apply(&got.events, &m) {
+            return Err(TestCaseError::fail(format!("step {i} ({op:?}): {e}")));
         }
         if let Err(v) = t.check_invariants() {
             return Err(TestCaseError::fail(format!("step {i}: {v}")));

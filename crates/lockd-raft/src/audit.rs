@@ -1,16 +1,12 @@
 //! The service's own record of who holds what: one [`AuditEvent`] per grant, per hold that ends
 //! and per session that ends, tagged with the log index that caused it.
 //!
-//! Derived on every replica from the committed command, the core's reply and its effects, so
-//! replicas that applied the same prefix emit the same events (S9). An `EffectSink` opts in with
-//! [`EffectSink::wants_audit`](crate::EffectSink::wants_audit); otherwise nothing is computed.
+//! Mapped one to one from the core's [`LockEvent`]s, which every replica emits alike for the same
+//! log prefix (S9); an `EffectSink` gets them through [`EffectSink::events`](crate::EffectSink::events).
 //! lockd-check reads these records to find double grants and grants to expired sessions on the
 //! service's side, independently of what clients observed.
 
-use lockd_core::{
-    Command, Effect, Export, LockMode, LockTable, MoveRecord, Op, Reply, SessionEndReason,
-    SessionId,
-};
+use lockd_core::{HoldEndCause, LockEvent, LockMode, SessionEndReason, SessionId};
 use serde::Serialize;
 
 /// One change of ownership, as applied at a log index.
@@ -25,7 +21,8 @@ pub enum AuditEvent {
         token: u64,
         limit: u32,
     },
-    /// The hold `(name, token)` of `session` ended; `cause` is `release`, `close` or `expire`.
+    /// The hold `(name, token)` of `session` ended; `cause` is `release`, `close`, `expire` or
+    /// `dropped` (its session ended while a bucket move that was then aborted had it away).
     Release {
         name: String,
         session: SessionId,
@@ -69,192 +66,84 @@ fn cause(reason: SessionEndReason) -> &'static str {
     }
 }
 
-/// What an op may change, read before it is applied.
-#[derive(Default)]
-pub(crate) struct EndingHolds {
-    /// The holds of every session it may end: `(session, [(name, token)])`.
-    sessions: Vec<(SessionId, Vec<(String, u64)>)>,
-    /// A freeze or import of a move this group has no record of yet (a repeat changes nothing).
-    fresh_move: bool,
-    /// A thaw's export, which the thaw consumes.
-    thawed: Option<Export>,
-}
-
-/// Before applying `op`: the holds of every session it may end, and what a move step finds.
-pub(crate) fn ending_holds(table: &LockTable, op: &Op) -> EndingHolds {
-    let sessions: &[SessionId] = match op {
-        Op::CloseSession { session } => std::slice::from_ref(session),
-        Op::ExpireSessions { sessions } => sessions,
-        _ => &[],
-    };
-    let (fresh_move, thawed) = match op {
-        Op::FreezeBuckets { move_id, .. } | Op::ImportBuckets { move_id, .. } => {
-            (table.move_record(*move_id).is_none(), None)
-        }
-        Op::ThawBuckets { move_id } => match table.move_record(*move_id) {
-            Some(MoveRecord::Outgoing { export, .. }) => (false, Some(export.clone())),
-            _ => (false, None),
-        },
-        _ => (false, None),
-    };
-    EndingHolds {
-        sessions: sessions
-            .iter()
-            .filter_map(|s| table.session_info(*s).map(|i| (*s, i.held)))
-            .collect(),
-        fresh_move,
-        thawed,
-    }
-}
-
-/// The holds of `export` that `table` holds now, as `MovedIn` events.
-fn moved_in(table: &LockTable, now_ms: u64, export: &Export, out: &mut Vec<AuditEvent>) {
-    for l in &export.locks {
-        let Some(info) = table.lock_info(&l.name, now_ms) else {
-            continue;
-        };
-        for h in &l.holders {
-            if info
-                .holders
-                .iter()
-                .any(|x| x.token == h.token && x.session == h.session)
-            {
-                out.push(AuditEvent::MovedIn {
-                    name: l.name.to_string(),
-                    session: h.session,
-                    token: h.token,
-                    limit: limit_of(h.mode),
-                });
-            }
-        }
-    }
-}
-
-/// After applying `cmd`: what it changed in ownership. `table` is the state after the apply.
-pub(crate) fn events(
-    table: &LockTable,
-    cmd: &Command,
-    reply: &Result<Reply, lockd_core::Rejection>,
-    effects: &[Effect],
-    ending: EndingHolds,
-) -> Vec<AuditEvent> {
-    let mut out = Vec::new();
-    match (&cmd.op, reply) {
-        (
-            Op::Acquire {
-                session,
+impl AuditEvent {
+    /// The audit record of one of the core's events, if it is a change of ownership (the core
+    /// emits them where they happen, in order; nothing here re-derives them).
+    pub fn of(event: &LockEvent) -> Option<AuditEvent> {
+        Some(match event {
+            LockEvent::HoldStarted {
                 name,
+                session,
+                token,
                 mode,
                 ..
-            },
-            Ok(Reply::Acquired { token, reentry, .. }),
-        ) if *reentry == 1 => out.push(AuditEvent::Grant {
-            name: name.clone(),
-            session: *session,
-            token: *token,
-            limit: limit_of(*mode),
-        }),
-        (
-            Op::Release {
-                session,
-                name,
-                token,
-            },
-            Ok(Reply::Released { remaining: 0 }),
-        ) => out.push(AuditEvent::Release {
-            name: name.clone(),
-            session: *session,
-            token: *token,
-            cause: "release",
-        }),
-        (Op::FreezeBuckets { move_id, .. }, Ok(Reply::BucketsFrozen { .. }))
-            if ending.fresh_move =>
-        {
-            if let Some(MoveRecord::Outgoing { export, .. }) = table.move_record(*move_id) {
-                for l in &export.locks {
-                    for h in &l.holders {
-                        out.push(AuditEvent::MovedOut {
-                            name: l.name.to_string(),
-                            session: h.session,
-                            token: h.token,
-                        });
-                    }
-                }
-            }
-        }
-        (Op::ImportBuckets { export, .. }, Ok(Reply::BucketsImported { .. }))
-            if ending.fresh_move =>
-        {
-            moved_in(table, cmd.now_ms, export, &mut out)
-        }
-        (Op::ThawBuckets { .. }, Ok(Reply::BucketsThawed { .. })) => {
-            if let Some(export) = &ending.thawed {
-                moved_in(table, cmd.now_ms, export, &mut out)
-            }
-        }
-        _ => {}
-    }
-    // Sessions end first in the core (their holds free, then waiters are granted), so the
-    // releases and session ends come before the grants they made possible.
-    for e in effects {
-        if let Effect::SessionEnded {
-            session, reason, ..
-        } = e
-        {
-            let held = ending
-                .sessions
-                .iter()
-                .find(|(s, _)| s == session)
-                .map(|(_, h)| h.as_slice())
-                .unwrap_or_default();
-            for (name, token) in held {
-                out.push(AuditEvent::Release {
-                    name: name.clone(),
-                    session: *session,
-                    token: *token,
-                    cause: cause(*reason),
-                });
-            }
-            out.push(AuditEvent::SessionEnded {
-                session: *session,
-                cause: cause(*reason),
-            });
-        }
-    }
-    for e in effects {
-        if let Effect::Granted {
-            session,
-            name,
-            token,
-            ..
-        } = e
-        {
-            let limit = table
-                .lock_info(name, cmd.now_ms)
-                .and_then(|l| l.holders.iter().find(|h| h.token == *token).map(|h| h.mode))
-                .map_or(1, limit_of);
-            out.push(AuditEvent::Grant {
+            } => AuditEvent::Grant {
                 name: name.to_string(),
                 session: *session,
                 token: *token,
-                limit,
-            });
-        }
+                limit: limit_of(*mode),
+            },
+            LockEvent::HoldEnded {
+                name,
+                session,
+                token,
+                cause,
+                ..
+            } => AuditEvent::Release {
+                name: name.to_string(),
+                session: *session,
+                token: *token,
+                cause: match cause {
+                    HoldEndCause::Released => "release",
+                    HoldEndCause::Closed => "close",
+                    HoldEndCause::Expired => "expire",
+                    HoldEndCause::Dropped => "dropped",
+                },
+            },
+            LockEvent::SessionEnded {
+                session, reason, ..
+            } => AuditEvent::SessionEnded {
+                session: *session,
+                cause: cause(*reason),
+            },
+            LockEvent::HoldMovedOut {
+                name,
+                session,
+                token,
+            } => AuditEvent::MovedOut {
+                name: name.to_string(),
+                session: *session,
+                token: *token,
+            },
+            LockEvent::HoldMovedIn {
+                name,
+                session,
+                token,
+                mode,
+                ..
+            } => AuditEvent::MovedIn {
+                name: name.to_string(),
+                session: *session,
+                token: *token,
+                limit: limit_of(*mode),
+            },
+            LockEvent::WaitStarted { .. }
+            | LockEvent::WaitEnded { .. }
+            | LockEvent::SessionAdopted { .. } => return None,
+        })
     }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockd_core::{bucket_of, BucketSet, BUCKETS};
+    use lockd_core::{bucket_of, BucketSet, Command, LockTable, MoveRecord, Op, BUCKETS};
 
     fn run(t: &mut LockTable, op: Op) -> Vec<AuditEvent> {
         let cmd = Command { now_ms: 10, op };
-        let before = ending_holds(t, &cmd.op);
         let applied = t.apply(&cmd);
         assert!(applied.reply.is_ok(), "{:?}: {:?}", cmd.op, applied.reply);
-        events(t, &cmd, &applied.reply, &applied.effects, before)
+        applied.events.iter().filter_map(AuditEvent::of).collect()
     }
 
     fn hold(t: &mut LockTable, s: SessionId, name: &str) -> u64 {

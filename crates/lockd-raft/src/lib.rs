@@ -104,15 +104,10 @@ pub trait EffectSink: Send + Sync + 'static {
         let _ = (group, took);
     }
 
-    /// Whether [`EffectSink::audited`] should be fed (computing audit events costs a little per
-    /// entry, so it is off unless asked for). Read once per applied entry.
-    fn wants_audit(&self) -> bool {
-        false
-    }
-
-    /// Called on every replica, in log order, with the ownership changes of the entry at `index`
-    /// (group time `now_ms`), when [`EffectSink::wants_audit`] is true and there are any.
-    fn audited(&self, group: GroupId, index: u64, now_ms: u64, events: &[AuditEvent]) {
+    /// Called on every replica, in log order, with the core's ownership events of the entry at
+    /// `index` (group time `now_ms`), when there are any: the audit log, watches and metrics
+    /// are made from these. Must not block.
+    fn events(&self, group: GroupId, index: u64, now_ms: u64, events: &[lockd_core::LockEvent]) {
         let _ = (group, index, now_ms, events);
     }
 }

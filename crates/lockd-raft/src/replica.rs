@@ -100,7 +100,6 @@ impl Replica {
         now_ms: u64,
         ops: Vec<Op>,
     ) -> Vec<Result<Reply, Rejection>> {
-        let audit = self.sink.wants_audit();
         let mut replies = Vec::with_capacity(ops.len());
         let mut effects = Vec::new();
         let mut events = Vec::new();
@@ -110,21 +109,7 @@ impl Replica {
             let mut leader = lock(&self.leader);
             for (slot, op) in ops.into_iter().enumerate() {
                 let cmd = Command { now_ms, op };
-                let ending = if audit {
-                    crate::audit::ending_holds(&st.table, &cmd.op)
-                } else {
-                    crate::audit::EndingHolds::default()
-                };
-                let applied = st.table.apply(&cmd);
-                if audit {
-                    events.extend(crate::audit::events(
-                        &st.table,
-                        &cmd,
-                        &applied.reply,
-                        &applied.effects,
-                        ending,
-                    ));
-                }
+                let mut applied = st.table.apply(&cmd);
                 self.sink
                     .applied_entry(self.group, index, slot, &cmd, &applied, &st.table);
                 if let (Op::OpenSession { .. }, Ok(Reply::SessionOpened { session, ttl_ms })) =
@@ -143,6 +128,7 @@ impl Replica {
                     }
                 }
                 effects.extend(applied.effects);
+                events.append(&mut applied.events);
                 replies.push(applied.reply);
             }
             st.index = index;
@@ -153,7 +139,7 @@ impl Replica {
             self.sink.applied(self.group, &effects);
         }
         if !events.is_empty() {
-            self.sink.audited(self.group, index, now_ms, &events);
+            self.sink.events(self.group, index, now_ms, &events);
         }
         self.applied_tx.send_replace(index);
         replies

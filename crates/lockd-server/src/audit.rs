@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 
+use lockd_core::LockEvent;
 use lockd_raft::{AuditEvent, GroupId};
 use serde::Serialize;
 
@@ -46,18 +47,21 @@ impl AuditLog {
 
     /// Appends the events of one applied entry. A write error is logged, not fatal: the audit
     /// log is a record, and serving locks must not depend on it.
-    pub fn write(&self, group: GroupId, index: u64, time_ms: u64, events: &[AuditEvent]) {
+    pub fn write(&self, group: GroupId, index: u64, time_ms: u64, events: &[LockEvent]) {
         let mut buf = Vec::with_capacity(128 * events.len());
-        for event in events {
+        for event in events.iter().filter_map(AuditEvent::of) {
             let line = Line {
                 group,
                 index,
                 time_ms,
-                event,
+                event: &event,
             };
             if serde_json::to_writer(&mut buf, &line).is_ok() {
                 buf.push(b'\n');
             }
+        }
+        if buf.is_empty() {
+            return;
         }
         let mut file = self.file.lock().expect("audit log lock");
         if let Err(e) = file.write_all(&buf) {

@@ -266,11 +266,7 @@ impl Waits {
 }
 
 impl EffectSink for Waits {
-    fn wants_audit(&self) -> bool {
-        self.audit.get().is_some()
-    }
-
-    fn audited(&self, group: GroupId, index: u64, now_ms: u64, events: &[lockd_raft::AuditEvent]) {
+    fn events(&self, group: GroupId, index: u64, now_ms: u64, events: &[lockd_core::LockEvent]) {
         if let Some(log) = self.audit.get() {
             log.write(group, index, now_ms, events);
         }

@@ -23,10 +23,6 @@ pub(crate) struct Audit {
     pub(crate) grants: BTreeMap<(String, u64), (GroupId, u64)>,
     /// Sessions by the groups that have them open (a session expired in every group is gone).
     pub(crate) open_in: BTreeMap<SessionId, std::collections::BTreeSet<GroupId>>,
-    /// Frozen moves: id -> (sending group, buckets).
-    pub(crate) moves: BTreeMap<lockd_core::MoveId, (GroupId, lockd_core::BucketSet)>,
-    /// Moves already imported (a repeated import changes nothing).
-    pub(crate) imported: std::collections::BTreeSet<lockd_core::MoveId>,
     /// Service records in first-apply order (log order within each group).
     pub(crate) seq: u64,
     pub(crate) applies: u64,

@@ -73,15 +73,12 @@ impl World {
             return;
         }
         expiry_after_deadline::check(self, group, applied);
-        let mut recs = service_view::before_grants(&mut a, group, cmd, applied, t);
         let mut found = Vec::new();
-        for (name, token, session) in service_view::grants(cmd, applied) {
-            found.extend(tokens_rise::check(&mut a, group, index, &name, token));
-            found.extend(one_owner_per_name::check(&a, group, index, &name, token));
-            recs.push(service_view::granted(
-                &mut a, group, index, name, token, session, cmd.now_ms,
-            ));
-        }
+        let mut recs = service_view::apply(&mut a, group, cmd, applied, |a, name, token| {
+            found.extend(tokens_rise::check(a, group, index, name, token));
+            found.extend(one_owner_per_name::check(a, group, index, name, token));
+            a.grants.insert((name.to_string(), token), (group, index));
+        });
         service_view::sequence(&mut a, &mut recs);
         drop(a);
         for (kind, what) in found {
