@@ -210,13 +210,14 @@ pub(crate) struct Mint {
     pub holds: u64,
 }
 
-/// Who asks for a hold and how; `waiter`: the queued acquire the grant ends, if any.
+/// Who asks for a hold and how; `waiter`: the queued acquire the grant ends and when it was
+/// queued, if any.
 struct HoldRequest<'a> {
     session: SessionId,
     owner: &'a str,
     mode: LockMode,
     reentrant: bool,
-    waiter: Option<WaiterId>,
+    waiter: Option<(WaiterId, u64)>,
 }
 
 /// The arguments of [`Op::Acquire`].
@@ -286,7 +287,8 @@ impl Mint {
             owner: req.owner.into(),
             token,
             mode: req.mode,
-            waiter: req.waiter,
+            waiter: req.waiter.map(|(id, _)| id),
+            waited_ms: req.waiter.map_or(0, |(_, since)| now.saturating_sub(since)),
             lease_ttl_ms: sess.ttl_ms,
         });
         token
@@ -646,7 +648,7 @@ impl LockTable {
         // once, and the waiting client told it holds a lock whose session is gone).
         let mut touched = BTreeSet::new();
         for &session in sessions {
-            touched.append(&mut self.cancel_waits(session, ev).1);
+            touched.append(&mut self.cancel_waits(now, session, ev).1);
         }
         let mut expired = Vec::new();
         for &session in sessions {
@@ -665,6 +667,7 @@ impl LockTable {
     /// Cancels every wait of `session` (if it exists); returns how many, and the names touched.
     fn cancel_waits(
         &mut self,
+        now: u64,
         session: SessionId,
         ev: &mut Vec<LockEvent>,
     ) -> (u32, BTreeSet<Arc<str>>) {
@@ -694,6 +697,7 @@ impl LockTable {
                 waiter: w.id,
                 session,
                 reason: WaitEndReason::SessionEnded,
+                waited_ms: now.saturating_sub(w.enqueued_at_ms),
             });
             touched.insert(name.clone());
         }
@@ -709,7 +713,7 @@ impl LockTable {
         reason: SessionEndReason,
         ev: &mut Vec<LockEvent>,
     ) -> (u32, u32) {
-        let (cancelled, mut touched) = self.cancel_waits(session, ev);
+        let (cancelled, mut touched) = self.cancel_waits(now, session, ev);
         let Some(sess) = self.sessions.remove(&session) else {
             return (0, 0);
         };
@@ -722,6 +726,11 @@ impl LockTable {
                 .locks
                 .get_mut(name)
                 .expect("a session's hold has a lock");
+            let held_ms = lock
+                .holders
+                .iter()
+                .find(|h| h.token == *token)
+                .map_or(0, |h| now.saturating_sub(h.granted_at_ms));
             lock.holders.retain(|h| h.token != *token);
             self.mint.holds -= 1;
             let mut lock_delay_until_ms = 0;
@@ -741,6 +750,7 @@ impl LockTable {
                 session,
                 token: *token,
                 cause: reason.into(),
+                held_ms,
                 lock_delay_until_ms,
             });
             touched.insert(name.clone());
@@ -976,6 +986,7 @@ impl LockTable {
                         waiter: w.id,
                         session: w.session,
                         reason: WaitEndReason::TimedOut,
+                        waited_ms: now.saturating_sub(w.enqueued_at_ms),
                     });
                     continue;
                 }
@@ -984,7 +995,7 @@ impl LockTable {
                     owner: &w.owner,
                     mode: w.mode,
                     reentrant: w.reentrant,
-                    waiter: Some(w.id),
+                    waiter: Some((w.id, w.enqueued_at_ms)),
                 };
                 self.mint
                     .grant(now, name, lock, hold, &mut self.sessions, ev);
@@ -1059,13 +1070,14 @@ impl LockTable {
                 remaining: h.reentry,
             });
         }
-        lock.holders.remove(i);
+        let held = lock.holders.remove(i);
         self.mint.holds -= 1;
         ev.push(LockEvent::HoldEnded {
             name: name.clone(),
             session,
             token,
             cause: HoldEndCause::Released,
+            held_ms: now.saturating_sub(held.granted_at_ms),
             lock_delay_until_ms: 0,
         });
         self.sessions
@@ -1107,6 +1119,7 @@ impl LockTable {
                 waiter: id,
                 session: w.session,
                 reason: WaitEndReason::TimedOut,
+                waited_ms: now.saturating_sub(w.enqueued_at_ms),
             });
             timed_out += 1;
             touched.insert(name);

@@ -566,6 +566,7 @@ impl LockTable {
                     waiter: w.id,
                     session: w.session,
                     reason: WaitEndReason::Moved,
+                    waited_ms: now.saturating_sub(w.enqueued_at_ms),
                 });
                 waits_ended += 1;
             }
@@ -809,6 +810,7 @@ impl LockTable {
                         session: h.session,
                         token: h.token,
                         cause: HoldEndCause::Dropped,
+                        held_ms: h.held_ms,
                         lock_delay_until_ms: if d > 0 { now.saturating_add(d) } else { 0 },
                     });
                     continue;

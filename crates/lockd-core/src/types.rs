@@ -461,7 +461,8 @@ impl From<SessionEndReason> for HoldEndCause {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LockEvent {
     /// `session` holds `name` with `token` from now. `waiter` names the queued acquire that this
-    /// grant ends (None: granted at once); `lease_ttl_ms` is the session's TTL.
+    /// grant ends (None: granted at once) and `waited_ms` how long it was queued (group time);
+    /// `lease_ttl_ms` is the session's TTL.
     HoldStarted {
         name: Arc<str>,
         session: SessionId,
@@ -469,15 +470,18 @@ pub enum LockEvent {
         token: Token,
         mode: LockMode,
         waiter: Option<WaiterId>,
+        waited_ms: u64,
         lease_ttl_ms: u64,
     },
-    /// The hold `(name, token)` ended. `lock_delay_until_ms` is the group time until which the
-    /// name is granted to nobody because of this end (0: no lock-delay).
+    /// The hold `(name, token)` ended after `held_ms` of group time (its time in other groups
+    /// included, for a hold that moved). `lock_delay_until_ms` is the group time until which
+    /// the name is granted to nobody because of this end (0: no lock-delay).
     HoldEnded {
         name: Arc<str>,
         session: SessionId,
         token: Token,
         cause: HoldEndCause,
+        held_ms: u64,
         lock_delay_until_ms: u64,
     },
     /// The hold left this group with its bucket (a move's freeze): it lives on in the receiving
@@ -506,12 +510,13 @@ pub enum LockEvent {
         position: u32,
         deadline_ms: u64,
     },
-    /// A queued acquire ended without a grant.
+    /// A queued acquire ended without a grant, after `waited_ms` of group time.
     WaitEnded {
         name: Arc<str>,
         waiter: WaiterId,
         session: SessionId,
         reason: WaitEndReason,
+        waited_ms: u64,
     },
     /// A session ended, after its holds (`released` of them) and waits.
     SessionEnded {
@@ -546,6 +551,7 @@ impl Effect {
                 waiter,
                 session,
                 reason,
+                ..
             } => Effect::WaitEnded {
                 waiter: *waiter,
                 session: *session,

@@ -591,6 +591,7 @@ impl Ledger {
                     mode,
                     waiter,
                     lease_ttl_ms,
+                    ..
                 } => {
                     if let Some(w) = waiter {
                         let (n, s, o, md) =
@@ -620,6 +621,7 @@ impl Ledger {
                     token,
                     cause,
                     lock_delay_until_ms,
+                    ..
                 } => {
                     match self.holds.remove(&(name.to_string(), *token)) {
                         Some((s, _, _)) if s == session.0 => {}

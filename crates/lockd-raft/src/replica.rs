@@ -103,10 +103,12 @@ impl Replica {
         let mut replies = Vec::with_capacity(ops.len());
         let mut effects = Vec::new();
         let mut events = Vec::new();
+        let leading;
         {
             let mut st = lock(&self.state);
             let at = self.clock.now();
             let mut leader = lock(&self.leader);
+            leading = leader.term().is_some();
             for (slot, op) in ops.into_iter().enumerate() {
                 let cmd = Command { now_ms, op };
                 let mut applied = st.table.apply(&cmd);
@@ -139,7 +141,8 @@ impl Replica {
             self.sink.applied(self.group, &effects);
         }
         if !events.is_empty() {
-            self.sink.events(self.group, index, now_ms, &events);
+            self.sink
+                .events(self.group, index, now_ms, leading, &events);
         }
         self.applied_tx.send_replace(index);
         replies

@@ -167,6 +167,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         service.restore = std::sync::Mutex::new(Some(seed));
     }
     let service = Arc::new(service);
+    service.waits.count_contention(&service);
     service.serve_peer_questions();
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use lockd_core::{HoldEndCause, LockEvent, WaitEndReason};
 use lockd_raft::Node;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -49,8 +50,27 @@ pub struct NamespaceLabel {
     pub namespace: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NsCause {
+    pub namespace: String,
+    pub cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NsOutcome {
+    pub namespace: String,
+    pub outcome: &'static str,
+}
+
 pub struct Metrics {
     registry: Mutex<Registry>,
+    /// Contention per namespace, counted from the core's events by each group's leader replica
+    /// only (so a cluster's sum over nodes counts each event once; see `lock_events`).
+    hold_seconds: Family<NamespaceLabel, Histogram>,
+    holds_ended: Family<NsCause, Counter>,
+    wait_seconds: Family<NsOutcome, Histogram>,
+    lock_delays: Family<NamespaceLabel, Counter>,
+    busy: Family<NamespaceLabel, Counter>,
     pub ops: Family<OpLabels, Counter>,
     pub latency: Family<OpKind, Histogram>,
     pub keepalives: Counter,
@@ -88,8 +108,25 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
+        // 1 ms .. ~9 h: holds last from a blink to a nightly batch.
+        let hold = || {
+            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                0.001, 4.0, 13,
+            ))
+        };
+        // 1 ms .. ~262 s: a wait is at most 300 s.
+        let wait = || {
+            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                0.001, 2.0, 19,
+            ))
+        };
         let m = Metrics {
             registry: Mutex::new(Registry::with_prefix("lockd")),
+            hold_seconds: Family::new_with_constructor(hold),
+            holds_ended: Family::default(),
+            wait_seconds: Family::new_with_constructor(wait),
+            lock_delays: Family::default(),
+            busy: Family::default(),
             ops: Family::default(),
             latency: Family::new_with_constructor(|| {
                 // 50 µs .. ~3.3 s
@@ -132,6 +169,31 @@ impl Metrics {
                 m.log_sync.clone(),
             );
             r.register("ops", "Client operations by kind and result", m.ops.clone());
+            r.register(
+                "lock_hold_seconds",
+                "How long holds lasted, by namespace (group time, at each hold's end)",
+                m.hold_seconds.clone(),
+            );
+            r.register(
+                "lock_holds_ended",
+                "Holds ended, by namespace and cause (release, close, expire, dropped)",
+                m.holds_ended.clone(),
+            );
+            r.register(
+                "lock_wait_seconds",
+                "How long queued acquires waited, by namespace and outcome (granted, timed_out, session_ended, moved)",
+                m.wait_seconds.clone(),
+            );
+            r.register(
+                "lock_delays_applied",
+                "Lock-delays set on a name because its holder's session expired, by namespace",
+                m.lock_delays.clone(),
+            );
+            r.register(
+                "acquire_busy",
+                "Try-locks (and waits of 0) that found the name taken or in lock-delay, by namespace",
+                m.busy.clone(),
+            );
             r.register(
                 "op_duration_seconds",
                 "Client operation latency",
@@ -267,6 +329,82 @@ impl Metrics {
             .set(cap.max() as i64);
         let _ = self.client_connections_refused.get_or_create(&l);
         self.caps.lock().expect("caps lock").push(cap.clone());
+    }
+
+    /// Counts contention from the events of one applied entry. Called only on the replica that
+    /// led the group when it applied the entry: every replica applies the same events, and a
+    /// per-replica count would be multiplied by the replica count in a cluster-wide sum.
+    pub fn lock_events(&self, namespace_of: impl Fn(&str) -> String, events: &[LockEvent]) {
+        let ns = |name: &str| NamespaceLabel {
+            namespace: namespace_of(name),
+        };
+        for e in events {
+            match e {
+                LockEvent::HoldStarted {
+                    name,
+                    waiter: Some(_),
+                    waited_ms,
+                    ..
+                } => self
+                    .wait_seconds
+                    .get_or_create(&NsOutcome {
+                        namespace: namespace_of(name),
+                        outcome: "granted",
+                    })
+                    .observe(*waited_ms as f64 / 1000.0),
+                LockEvent::HoldEnded {
+                    name,
+                    cause,
+                    held_ms,
+                    lock_delay_until_ms,
+                    ..
+                } => {
+                    let l = ns(name);
+                    self.hold_seconds
+                        .get_or_create(&l)
+                        .observe(*held_ms as f64 / 1000.0);
+                    let cause = match cause {
+                        HoldEndCause::Released => "release",
+                        HoldEndCause::Closed => "close",
+                        HoldEndCause::Expired => "expire",
+                        HoldEndCause::Dropped => "dropped",
+                    };
+                    if *lock_delay_until_ms != 0 {
+                        self.lock_delays.get_or_create(&l).inc();
+                    }
+                    self.holds_ended
+                        .get_or_create(&NsCause {
+                            namespace: l.namespace,
+                            cause,
+                        })
+                        .inc();
+                }
+                LockEvent::WaitEnded {
+                    name,
+                    reason,
+                    waited_ms,
+                    ..
+                } => {
+                    let outcome = match reason {
+                        WaitEndReason::TimedOut => "timed_out",
+                        WaitEndReason::SessionEnded => "session_ended",
+                        WaitEndReason::Moved => "moved",
+                    };
+                    self.wait_seconds
+                        .get_or_create(&NsOutcome {
+                            namespace: namespace_of(name),
+                            outcome,
+                        })
+                        .observe(*waited_ms as f64 / 1000.0);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A try-lock (or a wait of 0) found `namespace`'s name taken or in lock-delay.
+    pub fn acquire_busy(&self, namespace: String) {
+        self.busy.get_or_create(&NamespaceLabel { namespace }).inc();
     }
 
     /// A credential check failed (401 or 403).

@@ -778,6 +778,11 @@ impl Service {
             }
             r => r?,
         };
+        if let Reply::Busy { .. } = reply {
+            // Counted at the front door that proposed it: a busy reply changes no state, so
+            // the core has no event for it.
+            self.metrics.acquire_busy(self.namespace_name(&req.name));
+        }
         match reply {
             Reply::Acquired {
                 token,
@@ -978,8 +983,10 @@ impl Service {
 
     /// The name of the namespace `name` falls into (for the view of a free name).
     pub fn namespace_name(&self, name: &str) -> String {
-        self.namespace_for(name)
-            .map(|n| n.name)
+        // Only the name is copied: this runs for every ownership event on a leader.
+        self.serving_names()
+            .and_then(|()| self.group(META_GROUP))
+            .map(|g| g.read_local(|t| t.namespace_for(name).name.clone()))
             .unwrap_or_else(|_| "default".into())
     }
 

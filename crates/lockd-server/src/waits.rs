@@ -100,6 +100,9 @@ pub struct Waits {
     pub counters: EffectCounters,
     /// `--audit-log`, if asked for.
     audit: std::sync::OnceLock<crate::audit::AuditLog>,
+    /// Where contention is counted (the service's metrics and namespaces); weak, as the
+    /// service holds this sink.
+    service: std::sync::OnceLock<std::sync::Weak<crate::service::Service>>,
 }
 
 /// A parked wait. Dropping it before the outcome arrives marks the waiter abandoned.
@@ -157,6 +160,7 @@ impl Waits {
             janitor: tx,
             counters: EffectCounters::default(),
             audit: std::sync::OnceLock::new(),
+            service: std::sync::OnceLock::new(),
         };
         (Arc::new(w), rx)
     }
@@ -164,6 +168,11 @@ impl Waits {
     /// Writes every applied grant and end of a hold or session to `log` from now on.
     pub fn write_audit_log(&self, log: crate::audit::AuditLog) {
         let _ = self.audit.set(log);
+    }
+
+    /// Counts contention in `service`'s metrics from now on (`Metrics::lock_events`).
+    pub fn count_contention(&self, service: &Arc<crate::service::Service>) {
+        let _ = self.service.set(Arc::downgrade(service));
     }
 
     /// Sends the log's append-to-durable times to `h`.
@@ -266,9 +275,22 @@ impl Waits {
 }
 
 impl EffectSink for Waits {
-    fn events(&self, group: GroupId, index: u64, now_ms: u64, events: &[lockd_core::LockEvent]) {
+    fn events(
+        &self,
+        group: GroupId,
+        index: u64,
+        now_ms: u64,
+        leading: bool,
+        events: &[lockd_core::LockEvent],
+    ) {
         if let Some(log) = self.audit.get() {
             log.write(group, index, now_ms, events);
+        }
+        if leading {
+            if let Some(svc) = self.service.get().and_then(|w| w.upgrade()) {
+                svc.metrics
+                    .lock_events(|name| svc.namespace_name(name), events);
+            }
         }
     }
 

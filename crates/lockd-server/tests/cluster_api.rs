@@ -369,3 +369,44 @@ async fn a_new_member_at_another_nodes_peer_address_is_refused_and_the_cluster_k
     assert_eq!(u.status, 200, "{}", u.body);
     c.stop_all().await;
 }
+
+/// Every replica applies the same events, so contention is counted where the group's leader
+/// applied them: summed over the three nodes, three releases count three, not nine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_counts_each_event_once_across_replicas() {
+    let mut c = cluster(3, 1).await;
+    let h = Http::new(c.url(0, ""));
+    let s = h.session("counted", 15).await;
+    for i in 0..3 {
+        let name = format!("counted-{i}");
+        let r = h.acquire(&name, json!({"session_id": s})).await;
+        let token = r.body["token"].as_u64().expect("granted");
+        assert_eq!(h.release(&name, &s, token).await.status, 200);
+    }
+    let line = "lockd_lock_holds_ended_total{namespace=\"default\",cause=\"release\"} ";
+    let sum = |texts: Vec<String>| -> u64 {
+        texts
+            .iter()
+            .flat_map(|t| t.lines())
+            .filter_map(|l| l.strip_prefix(line))
+            .map(|v| v.parse::<u64>().unwrap())
+            .sum()
+    };
+    let scrape = || async {
+        let mut texts = Vec::new();
+        for i in 0..3 {
+            let m = Http::new(c.url(i, "")).get("/metrics").await;
+            texts.push(m.body.as_str().unwrap().to_string());
+        }
+        texts
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sum(scrape().await) < 3 {
+        assert!(Instant::now() < deadline, "never counted 3 releases");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The followers have applied the same entries by now or soon: still 3.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sum(scrape().await), 3);
+    c.stop_all().await;
+}

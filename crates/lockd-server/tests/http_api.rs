@@ -1205,3 +1205,68 @@ async fn inspect_cannot_test_admin_token_guesses_past_the_budget() {
     assert_eq!(h.get("/v1/locks/open-x").await.status, 200);
     c.stop_all().await;
 }
+
+/// Contention is counted per namespace from the core's events, on the group's leader only:
+/// a busy try-lock, a wait granted and one timed out, holds ended by release, close and expiry,
+/// and the lock-delay the expiry set. Never a label per lock name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_is_counted_per_namespace_from_the_core_events() {
+    let (mut c, h) = single().await;
+    let name = "contended-1";
+    let a = h.session("a", 30).await;
+    let b = h.session("b", 30).await;
+    let w = h.session("w", 30).await;
+    let ta = h.acquire(name, json!({"session_id": a})).await.body["token"]
+        .as_u64()
+        .unwrap();
+    let r = h.acquire(name, json!({"session_id": b})).await;
+    assert_eq!(r.body["acquired"], false, "{}", r.body);
+    let (hh, bb) = (h.clone(), b.clone());
+    let waiting = tokio::spawn(async move {
+        hh.acquire(name, json!({"session_id": bb, "wait_ms": 20_000}))
+            .await
+    });
+    until_waiters(&h, name, 1).await;
+    assert_eq!(h.release(name, &a, ta).await.status, 200);
+    let r = waiting.await.unwrap();
+    assert_eq!(r.body["acquired"], true, "{}", r.body);
+    let r = h
+        .acquire(name, json!({"session_id": w, "wait_ms": 200}))
+        .await;
+    assert_eq!(r.body["acquired"], false, "{}", r.body);
+    assert_eq!(h.delete(&format!("/v1/sessions/{b}")).await.status, 200);
+    // A session of `fast` (1 s lease, 1.5 s lock-delay) that nobody keeps alive.
+    let f = h.session_in("f", 1, "fast").await;
+    let r = h.acquire("fast/c-2", json!({"session_id": f})).await;
+    assert_eq!(r.body["acquired"], true, "{}", r.body);
+
+    let want = [
+        "lockd_acquire_busy_total{namespace=\"default\"} 1",
+        "lockd_lock_holds_ended_total{namespace=\"default\",cause=\"release\"} 1",
+        "lockd_lock_holds_ended_total{namespace=\"default\",cause=\"close\"} 1",
+        "lockd_lock_wait_seconds_count{namespace=\"default\",outcome=\"granted\"} 1",
+        "lockd_lock_wait_seconds_count{namespace=\"default\",outcome=\"timed_out\"} 1",
+        "lockd_lock_hold_seconds_count{namespace=\"default\"} 2",
+        "lockd_lock_holds_ended_total{namespace=\"fast\",cause=\"expire\"} 1",
+        "lockd_lock_delays_applied_total{namespace=\"fast\"} 1",
+        "lockd_lock_hold_seconds_count{namespace=\"fast\"} 1",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = h.get("/metrics").await.body.as_str().unwrap().to_string();
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|l| !text.lines().any(|x| x == **l))
+            .collect();
+        if missing.is_empty() {
+            assert!(
+                !text.contains("contended-1") && !text.contains("c-2"),
+                "a lock name in a label:\n{text}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "missing {missing:?} in:\n{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.stop_all().await;
+}
