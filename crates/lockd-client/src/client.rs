@@ -291,6 +291,17 @@ impl Client {
         Ok(guards)
     }
 
+    /// Watches `name`: every change of who holds or waits for it, as it happens (no session
+    /// needed; authorised like a read of its namespace).
+    pub fn watch(&self, name: &str) -> crate::Watcher {
+        crate::Watcher::new(self.core.clone(), name.to_string(), String::new())
+    }
+
+    /// Watches every name under `prefix` (one that spans namespaces needs the admin token).
+    pub fn watch_prefix(&self, prefix: &str) -> crate::Watcher {
+        crate::Watcher::new(self.core.clone(), String::new(), prefix.to_string())
+    }
+
     /// A linearizable view of `name`: holders, token, queue (no session needed).
     pub async fn inspect(&self, name: &str) -> Result<crate::LockInfo, Error> {
         let req = pb::InspectRequest {

@@ -106,6 +106,7 @@ impl From<tonic::Status> for Error {
             Code::PermissionDenied => 403,
             Code::NotFound => 404,
             Code::FailedPrecondition => 409,
+            Code::OutOfRange => 410,
             Code::ResourceExhausted if code == "payload_too_large" => 413,
             Code::ResourceExhausted => 429,
             Code::Unavailable => 503,

@@ -64,6 +64,7 @@ mod info;
 pub mod lease;
 mod retry;
 mod session;
+mod watch;
 
 pub use client::{host_pid, AcquireBuilder, Client, ClientOptions, LockGuard, Mode, TlsOptions};
 pub use election::{Election, Leader, Leadership, Term};
@@ -72,3 +73,4 @@ pub use facades::{RwLock, Semaphore};
 pub use info::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
 pub use lockd_proto::v1 as proto;
 pub use retry::RetryPolicy;
+pub use watch::{WatchEvent, Watcher};

@@ -148,6 +148,39 @@ impl Core {
         Err(last.unwrap_or_else(|| Error::Unavailable("no endpoints".into())))
     }
 
+    /// Opens a watch on the preferred node; a node that does not answer, or cannot serve the
+    /// watch (503), is rotated away from.
+    pub async fn watch(
+        &self,
+        req: pb::WatchRequest,
+    ) -> Result<tonic::Streaming<pb::WatchEvent>, Error> {
+        let i = self.preferred();
+        match timeout(self.opts.request_timeout, self.rpc(i).watch(req)).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) => {
+                let e = Error::from(s);
+                if matches!(e, Error::Unavailable(_) | Error::Api { status: 503, .. }) {
+                    self.rotate(i);
+                }
+                Err(e)
+            }
+            Err(_) => {
+                self.rotate(i);
+                Err(Error::Unavailable(format!(
+                    "{} did not answer in {:?}",
+                    self.channels[i].0, self.opts.request_timeout
+                )))
+            }
+        }
+    }
+
+    /// How long to wait before attempt `attempt` (from 1) of a call that failed.
+    pub fn retry_delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        self.opts
+            .retry
+            .delay(attempt.saturating_sub(1), retry_after)
+    }
+
     fn preferred(&self) -> usize {
         self.preferred.load(Relaxed) % self.channels.len()
     }

@@ -45,6 +45,7 @@ impl Code for ErrorCode {
             | ErrorCode::MoveNotFound
             | ErrorCode::GroupNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::WatchCompacted => 410,
             ErrorCode::RequestTimeout => 408,
             ErrorCode::ModeConflict
             | ErrorCode::SessionExists
@@ -68,7 +69,8 @@ impl Code for ErrorCode {
             ErrorCode::QueueFull
             | ErrorCode::TooManyLocks
             | ErrorCode::TooManySessions
-            | ErrorCode::RateLimited => 429,
+            | ErrorCode::RateLimited
+            | ErrorCode::WatchTooSlow => 429,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable
             | ErrorCode::NoLeader

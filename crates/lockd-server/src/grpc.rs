@@ -74,6 +74,7 @@ pub fn status(e: ApiError) -> Status {
         403 => Code::PermissionDenied,
         404 => Code::NotFound,
         409 => Code::FailedPrecondition,
+        410 => Code::OutOfRange,
         413 | 429 => Code::ResourceExhausted,
         503 => Code::Unavailable,
         _ => Code::Internal,
@@ -578,6 +579,68 @@ impl Lock for GrpcApi {
         lockd_core::limits::check_new_name(name).map_err(|e| status(e.into()))?;
         self.svc.report_fencing_rejected(name);
         Ok(Response::new(pb::ReportFencingRejectedResponse {}))
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+    async fn watch(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let start = Instant::now();
+        let c = creds("", &req);
+        let r = req.into_inner();
+        let mut after = crate::watches::Positions::new();
+        for p in &r.after {
+            let pos = crate::watches::pos_of(p.index, p.events);
+            if after.insert(p.group, pos).is_some() {
+                let e = ApiError::bad_request(format!("after: group {} is given twice", p.group));
+                return self.finish("watch", start, Err(e));
+            }
+        }
+        let opened = self.svc.watch(&r.name, &r.prefix, &after, &c);
+        let (mut w, admin) = match opened {
+            Ok(x) => {
+                self.svc
+                    .metrics
+                    .record("grpc", "watch", "ok", start.elapsed());
+                x
+            }
+            Err(e) => return self.finish("watch", start, Err(e)),
+        };
+        let (tx, rx) = mpsc::channel::<Result<pb::WatchEvent, Status>>(64);
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    n = w.next() => n,
+                    () = tx.closed() => return,
+                };
+                let item = match next {
+                    None => return,
+                    Some(Ok(d)) => {
+                        let mut e = crate::watches::to_pb(&d, admin);
+                        e.resume = w
+                            .positions()
+                            .iter()
+                            .map(|(g, p)| pb::WatchPosition {
+                                group: *g,
+                                index: p.index,
+                                events: crate::watches::events_done(*p),
+                            })
+                            .collect();
+                        Ok(e)
+                    }
+                    Some(Err(e)) => Err(status(e)),
+                };
+                let end = item.is_err();
+                if tx.send(item).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     type SessionStream = EventStream;

@@ -67,6 +67,7 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("post", "/v1/admin/namespaces"),
     ("post", "/v1/admin/namespaces:delete"),
     ("get", "/v1/admin/backup"),
+    ("get", "/v1/watch"),
 ];
 
 pub fn router(svc: Arc<Service>) -> Router {
@@ -80,6 +81,7 @@ pub fn router(svc: Arc<Service>) -> Router {
             post(report_fencing_rejected),
         )
         .route("/v1/status", get(status))
+        .route("/v1/watch", get(watch))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/v1/admin/members", get(list_members).post(add_member))
@@ -893,6 +895,131 @@ async fn report_fencing_rejected(
     b: Body,
 ) -> Response {
     report(&svc, &headers, b, Service::report_fencing_rejected).await
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WatchQuery {
+    name: Option<String>,
+    prefix: Option<String>,
+    after: Option<String>,
+}
+
+/// `GET /v1/watch?name=N | prefix=P [&after=POSITIONS]`: Server-Sent Events, one per change
+/// (`event:` its kind, `data:` JSON, `id:` the positions to resume after). An EventSource that
+/// reconnects sends the last id as `Last-Event-ID`, which wins over `after`. A watch that must
+/// end says why in an `error` event first.
+async fn watch(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    q: Result<axum::extract::Query<WatchQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    use crate::watches::{format_positions, parse_positions};
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let start = Instant::now();
+    let opened = (|| {
+        let q = q
+            .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?
+            .0;
+        let after = match headers.get("last-event-id") {
+            Some(v) => parse_positions(v.to_str().map_err(|_| {
+                ApiError::bad_request("Last-Event-ID: not ASCII; send back the id an event had")
+            })?)?,
+            None => parse_positions(q.after.as_deref().unwrap_or(""))?,
+        };
+        svc.watch(
+            q.name.as_deref().unwrap_or(""),
+            q.prefix.as_deref().unwrap_or(""),
+            &after,
+            &credentials(&headers),
+        )
+    })();
+    let (w, admin) = match opened {
+        Ok(x) => x,
+        Err(e) => return finish(&svc, "watch", start, Err(e)),
+    };
+    svc.metrics.record("http", "watch", "ok", start.elapsed());
+    let events = futures::stream::unfold(Some(w), move |w| async move {
+        let mut w = w?;
+        let ev = match w.next().await? {
+            Ok(d) => {
+                let e = crate::watches::to_pb(&d, admin);
+                let data = watch_json(&e);
+                let ev = Event::default()
+                    .event(e.kind)
+                    .id(format_positions(w.positions()))
+                    .data(data.to_string());
+                return Some((Ok::<_, std::convert::Infallible>(ev), Some(w)));
+            }
+            Err(e) => Event::default()
+                .event("error")
+                .data(json!({"error": {"code": e.code.name(), "message": e.message}}).to_string()),
+        };
+        Some((Ok(ev), None))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
+        .into_response()
+}
+
+/// A watch event as JSON: the fields of gRPC's `WatchEvent` that apply to its kind.
+fn watch_json(e: &lockd_proto::v1::WatchEvent) -> Value {
+    let mode = match lockd_proto::v1::Mode::try_from(e.mode) {
+        Ok(lockd_proto::v1::Mode::Shared) => "shared",
+        Ok(lockd_proto::v1::Mode::Semaphore) => "semaphore",
+        _ => "exclusive",
+    };
+    let mut v = json!({
+        "group": e.group, "index": e.index, "time_ms": e.time_ms, "kind": e.kind, "name": e.name,
+    });
+    let o = v.as_object_mut().expect("an object");
+    let mut put = |k: &str, x: Value| {
+        o.insert(k.into(), x);
+    };
+    if !e.session_id.is_empty() {
+        put("session_id", json!(e.session_id));
+    }
+    match e.kind.as_str() {
+        "hold_started" | "hold_moved_in" => {
+            put("owner", json!(e.owner));
+            put("fencing_token", json!(e.fencing_token));
+            put("mode", json!(mode));
+            if e.limit != 0 {
+                put("limit", json!(e.limit));
+            }
+            if e.kind == "hold_started" {
+                put("lease_ttl_ms", json!(e.lease_ttl_ms));
+                if e.waiter != 0 {
+                    put("waiter", json!(e.waiter));
+                    put("waited_ms", json!(e.waited_ms));
+                }
+            }
+        }
+        "hold_ended" => {
+            put("fencing_token", json!(e.fencing_token));
+            put("cause", json!(e.cause));
+            put("held_ms", json!(e.held_ms));
+            put("lock_delay_until_ms", json!(e.lock_delay_until_ms));
+        }
+        "hold_moved_out" => put("fencing_token", json!(e.fencing_token)),
+        "wait_started" => {
+            put("waiter", json!(e.waiter));
+            put("owner", json!(e.owner));
+            put("mode", json!(mode));
+            if e.limit != 0 {
+                put("limit", json!(e.limit));
+            }
+            put("position", json!(e.position));
+            put("deadline_ms", json!(e.deadline_ms));
+        }
+        "wait_ended" => {
+            put("waiter", json!(e.waiter));
+            put("cause", json!(e.cause));
+            put("waited_ms", json!(e.waited_ms));
+        }
+        _ => {}
+    }
+    v
 }
 
 async fn status(State(svc): State<Arc<Service>>) -> Response {

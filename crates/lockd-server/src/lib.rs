@@ -25,6 +25,7 @@ pub mod service;
 pub mod tls;
 pub mod topology;
 pub mod waits;
+pub mod watches;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1022,6 +1022,79 @@ impl Service {
         Ok(info)
     }
 
+    /// Opens a watch of `name` or of the names under `prefix` (exactly one is non-empty),
+    /// resuming after `after`. Authorised like a read of the namespace; a prefix that spans
+    /// namespaces needs the admin token. The bool: the caller is the admin (session ids shown).
+    pub fn watch(
+        &self,
+        name: &str,
+        prefix: &str,
+        after: &crate::watches::Positions,
+        creds: &Credentials,
+    ) -> Result<(crate::watches::Watch, bool), ApiError> {
+        use crate::watches::Selector;
+        let selector = match (name.is_empty(), prefix.is_empty()) {
+            (false, true) => Selector::Name(name.to_string()),
+            (true, _) => Selector::Prefix(prefix.to_string()),
+            (false, false) => {
+                return Err(ApiError::bad_request(
+                    "name, prefix: give one or the other, not both",
+                ))
+            }
+        };
+        let groups = match &selector {
+            Selector::Name(n) => {
+                self.admit_name(n, creds)?;
+                vec![self.route(n)?.id()]
+            }
+            Selector::Prefix(p) => {
+                if !p.is_empty() {
+                    limits::check_new_name(p)
+                        .map_err(ApiError::from)
+                        .map_err(|e| {
+                            ApiError::bad_request(e.message.replacen("name", "prefix", 1))
+                        })?;
+                }
+                let ns = self.namespace_for(p)?;
+                let spans = self.group(META_GROUP)?.read_local(|t| {
+                    t.namespaces()
+                        .any(|o| o.prefix != ns.prefix && o.prefix.starts_with(p.as_str()))
+                });
+                if spans {
+                    self.require_admin(
+                        creds,
+                        &format!("a watch of prefix '{p}', which spans namespaces,"),
+                    )?;
+                } else {
+                    self.authorize(&ns, creds)?;
+                }
+                self.admit(&ns)?;
+                self.lock_group_ids()
+            }
+        };
+        let admin = self.inspect_as_admin(creds)?;
+        let mut local = Vec::new();
+        let mut missing = Vec::new();
+        for g in groups {
+            match self.node.group(g) {
+                Some(r) => local.push((g, r.status().applied_index)),
+                None => missing.push(g.to_string()),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "this node hosts no replica of lock group(s) {}, which the watch needs; \
+                     watch at a node that hosts them all (lockctl members list)",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        let w = self.waits.watch.open(selector, &local, after)?;
+        Ok((w, admin))
+    }
+
     /// Whether an inspect's caller is the admin. A token that is neither the admin's nor any
     /// namespace's is a failed authentication (it reads on, without the admin's view); an
     /// address out of budget gets 429 before its token is looked at, unless it proved it.

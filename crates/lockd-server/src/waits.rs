@@ -103,6 +103,8 @@ pub struct Waits {
     /// Where contention is counted (the service's metrics and namespaces); weak, as the
     /// service holds this sink.
     service: std::sync::OnceLock<std::sync::Weak<crate::service::Service>>,
+    /// The watches (`watch.rs`): every replica's events go there.
+    pub watch: crate::watches::Hub,
 }
 
 /// A parked wait. Dropping it before the outcome arrives marks the waiter abandoned.
@@ -161,6 +163,10 @@ impl Waits {
             counters: EffectCounters::default(),
             audit: std::sync::OnceLock::new(),
             service: std::sync::OnceLock::new(),
+            watch: crate::watches::Hub::new(
+                crate::watches::HISTORY_EVENTS,
+                crate::watches::LAG_LIMIT,
+            ),
         };
         (Arc::new(w), rx)
     }
@@ -286,12 +292,17 @@ impl EffectSink for Waits {
         if let Some(log) = self.audit.get() {
             log.write(group, index, now_ms, events);
         }
+        self.watch.publish(group, index, now_ms, events);
         if leading {
             if let Some(svc) = self.service.get().and_then(|w| w.upgrade()) {
                 svc.metrics
                     .lock_events(|name| svc.namespace_name(name), events);
             }
         }
+    }
+
+    fn reset(&self, group: GroupId) {
+        self.watch.reset(group);
     }
 
     fn log_synced(&self, _group: GroupId, took: std::time::Duration) {

@@ -60,6 +60,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_REQUEST_TIMEOUT: _ClassVar[ErrorCode]
     ERROR_CODE_TOO_MANY_CONNECTIONS: _ClassVar[ErrorCode]
     ERROR_CODE_NAMESPACE_NAME_TAKEN: _ClassVar[ErrorCode]
+    ERROR_CODE_WATCH_COMPACTED: _ClassVar[ErrorCode]
+    ERROR_CODE_WATCH_TOO_SLOW: _ClassVar[ErrorCode]
 
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -118,6 +120,8 @@ ERROR_CODE_TOO_MANY_SESSIONS: ErrorCode
 ERROR_CODE_REQUEST_TIMEOUT: ErrorCode
 ERROR_CODE_TOO_MANY_CONNECTIONS: ErrorCode
 ERROR_CODE_NAMESPACE_NAME_TAKEN: ErrorCode
+ERROR_CODE_WATCH_COMPACTED: ErrorCode
+ERROR_CODE_WATCH_TOO_SLOW: ErrorCode
 MODE_UNSPECIFIED: Mode
 MODE_EXCLUSIVE: Mode
 MODE_SHARED: Mode
@@ -780,3 +784,65 @@ class RemoveMemberRequest(_message.Message):
     node_id: int
     groups: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, node_id: _Optional[int] = ..., groups: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("name", "prefix", "after")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    prefix: str
+    after: _containers.RepeatedCompositeFieldContainer[WatchPosition]
+    def __init__(self, name: _Optional[str] = ..., prefix: _Optional[str] = ..., after: _Optional[_Iterable[_Union[WatchPosition, _Mapping]]] = ...) -> None: ...
+
+class WatchPosition(_message.Message):
+    __slots__ = ("group", "index", "events")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    index: int
+    events: int
+    def __init__(self, group: _Optional[int] = ..., index: _Optional[int] = ..., events: _Optional[int] = ...) -> None: ...
+
+class WatchEvent(_message.Message):
+    __slots__ = ("group", "index", "time_ms", "kind", "name", "session_id", "owner", "fencing_token", "mode", "limit", "cause", "waiter", "position", "deadline_ms", "waited_ms", "held_ms", "lock_delay_until_ms", "lease_ttl_ms", "resume")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    WAITER_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    HELD_MS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    index: int
+    time_ms: int
+    kind: str
+    name: str
+    session_id: str
+    owner: str
+    fencing_token: int
+    mode: Mode
+    limit: int
+    cause: str
+    waiter: int
+    position: int
+    deadline_ms: int
+    waited_ms: int
+    held_ms: int
+    lock_delay_until_ms: int
+    lease_ttl_ms: int
+    resume: _containers.RepeatedCompositeFieldContainer[WatchPosition]
+    def __init__(self, group: _Optional[int] = ..., index: _Optional[int] = ..., time_ms: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., session_id: _Optional[str] = ..., owner: _Optional[str] = ..., fencing_token: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., cause: _Optional[str] = ..., waiter: _Optional[int] = ..., position: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., waited_ms: _Optional[int] = ..., held_ms: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., resume: _Optional[_Iterable[_Union[WatchPosition, _Mapping]]] = ...) -> None: ...

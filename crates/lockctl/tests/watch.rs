@@ -1,0 +1,92 @@
+//! `lockctl watch` against a real 3-node cluster: every change, in order, across a restart of
+//! the node it watches through.
+//!
+//! Needs `target/debug/lockd`: `cargo build -p lockd-server --bin lockd` first.
+
+mod common;
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use lockd_client::Client;
+use serde_json::Value;
+use support::lockctl;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::ChildStdout;
+use tokio::time::timeout;
+
+async fn line(out: &mut Lines<BufReader<ChildStdout>>) -> Value {
+    let l = timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .expect("a change within 30 s")
+        .unwrap()
+        .expect("lockctl watch ended early");
+    serde_json::from_str(&l).unwrap()
+}
+
+/// Takes and gives back `name` once; returns its token.
+async fn cycle(c: &Client, name: &str) -> u64 {
+    let g = c.acquire(name).await.unwrap();
+    let t = g.token();
+    g.release().await.unwrap();
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_every_change_in_order_across_a_restart_of_its_node() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::start(3, 1).await;
+    let probe = Client::lazy(&c.grpc, quick()).unwrap();
+    let mut child = lockctl(&c)
+        .args(["watch", "fast/w", "--count", "6"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The watch starts from the moment it opens: cycle until it shows the first change.
+    let mut first = None;
+    for _ in 0..60 {
+        cycle(&probe, "fast/w").await;
+        if let Ok(l) = timeout(Duration::from_millis(500), out.next_line()).await {
+            first = Some(serde_json::from_str::<Value>(&l.unwrap().unwrap()).unwrap());
+            break;
+        }
+    }
+    let first = first.expect("lockctl watch showed no change in 30 s");
+    assert_eq!(first["name"], "fast/w", "{first}");
+    // Drain to the end of a cycle (the first line shown may have been a start or an end).
+    let mut seen = vec![first];
+    if seen[0]["kind"] == "hold_started" {
+        seen.push(line(&mut out).await);
+    }
+    // The node lockctl watches through (the first endpoint) restarts; it resumes elsewhere or
+    // there, and shows the next cycles once each.
+    c.restart(0).await;
+    let mut tokens = Vec::new();
+    while seen.len() < 6 {
+        tokens.push(cycle(&probe, "fast/w").await);
+        seen.push(line(&mut out).await);
+        seen.push(line(&mut out).await);
+    }
+    let status = timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let after_restart = &seen[seen.len() - 2 * tokens.len()..];
+    for (pair, token) in after_restart.chunks(2).zip(&tokens) {
+        assert_eq!(pair[0]["kind"], "hold_started", "{pair:?}");
+        assert_eq!(pair[1]["kind"], "hold_ended", "{pair:?}");
+        assert_eq!(pair[1]["cause"], "release", "{pair:?}");
+        assert_eq!(
+            (&pair[0]["fencing_token"], &pair[1]["fencing_token"]),
+            (&Value::from(*token), &Value::from(*token))
+        );
+    }
+    // In log order, each change once.
+    let idx: Vec<u64> = seen.iter().map(|e| e["index"].as_u64().unwrap()).collect();
+    assert!(idx.windows(2).all(|w| w[0] < w[1]), "{idx:?}");
+    drop(c);
+}
