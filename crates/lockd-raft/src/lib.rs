@@ -108,14 +108,14 @@ pub trait EffectSink: Send + Sync + 'static {
     /// `index` (group time `now_ms`), when there are any: the audit log, watches and metrics
     /// are made from these. `leading`: this replica was the group's leader when it applied the
     /// entry (count cluster-wide figures there only, so they are not counted once per replica).
-    /// Must not block.
+    /// The events are handed over, so a sink that keeps them copies nothing. Must not block.
     fn events(
         &self,
         group: GroupId,
         index: u64,
         now_ms: u64,
         leading: bool,
-        events: &[lockd_core::LockEvent],
+        events: Vec<lockd_core::LockEvent>,
     ) {
         let _ = (group, index, now_ms, leading, events);
     }

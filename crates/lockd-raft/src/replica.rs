@@ -141,8 +141,7 @@ impl Replica {
             self.sink.applied(self.group, &effects);
         }
         if !events.is_empty() {
-            self.sink
-                .events(self.group, index, now_ms, leading, &events);
+            self.sink.events(self.group, index, now_ms, leading, events);
         }
         self.applied_tx.send_replace(index);
         replies

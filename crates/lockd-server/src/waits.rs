@@ -287,18 +287,18 @@ impl EffectSink for Waits {
         index: u64,
         now_ms: u64,
         leading: bool,
-        events: &[lockd_core::LockEvent],
+        events: Vec<lockd_core::LockEvent>,
     ) {
         if let Some(log) = self.audit.get() {
-            log.write(group, index, now_ms, events);
+            log.write(group, index, now_ms, &events);
         }
-        self.watch.publish(group, index, now_ms, events);
         if leading {
             if let Some(svc) = self.service.get().and_then(|w| w.upgrade()) {
                 svc.metrics
-                    .lock_events(|name| svc.namespace_name(name), events);
+                    .lock_events(|name| svc.namespace_name(name), &events);
             }
         }
+        self.watch.publish(group, index, now_ms, events);
     }
 
     fn reset(&self, group: GroupId) {

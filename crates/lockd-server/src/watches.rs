@@ -5,7 +5,8 @@
 //! watcher may resume on any node that hosts the groups. Every replica's sink hands each applied
 //! entry's events to the [`Hub`], which broadcasts them to the open watches and keeps the last
 //! `history` events for resumes, from the process's start: so a watcher whose node stopped
-//! resumes on another one (the history costs one copy of each entry's events on every replica).
+//! resumes on another one (the history keeps each entry's events as the replica hands them
+//! over: no copy, one ring slot and one broadcast per entry).
 //!
 //! A watch never slows a group: the broadcast keeps at most `lag_limit` entries for its slowest
 //! receiver, and a watch that falls further behind ends with `watch_too_slow`, naming the
@@ -174,13 +175,13 @@ impl Hub {
         }
     }
 
-    /// One applied entry's events (every replica, log order).
-    pub fn publish(&self, group: GroupId, index: u64, time_ms: u64, events: &[LockEvent]) {
+    /// One applied entry's events (every replica, log order), kept as they are handed over.
+    pub fn publish(&self, group: GroupId, index: u64, time_ms: u64, events: Vec<LockEvent>) {
         let batch = Arc::new(Batch {
             group,
             index,
             time_ms,
-            events: events.to_vec(),
+            events,
         });
         {
             let mut r = self.ring.lock().expect("watch ring");
@@ -580,12 +581,12 @@ mod tests {
         let mut w = hub
             .open(sel.clone(), &[(1, 10)], &Positions::new())
             .unwrap();
-        hub.publish(1, 11, 0, &[started("a/x", 1), started("b/y", 2)]);
-        hub.publish(1, 12, 0, &[ended("a/x", 1)]);
+        hub.publish(1, 11, 0, vec![started("a/x", 1), started("b/y", 2)]);
+        hub.publish(1, 12, 0, vec![ended("a/x", 1)]);
         assert_eq!(take(&mut w, 2).await, vec![(1, 11), (1, 12)]);
         // A second watch resumes after 11: it gets 12 from history, then live 13, once each.
         let mut r = hub.open(sel, &[(1, 12)], &at(&[(1, 11)])).unwrap();
-        hub.publish(1, 13, 0, &[started("a/z", 3)]);
+        hub.publish(1, 13, 0, vec![started("a/z", 3)]);
         assert_eq!(take(&mut r, 2).await, vec![(1, 12), (1, 13)]);
         assert_eq!(r.positions(), &at(&[(1, 13)]));
     }
@@ -602,7 +603,7 @@ mod tests {
         assert_eq!(e.code, ErrorCode::WatchCompacted);
         let _w = hub.open(sel.clone(), &[(1, 10)], &at(&[(1, 10)])).unwrap();
         for i in 11..=14 {
-            hub.publish(1, i, 0, &[started("a", i)]);
+            hub.publish(1, i, 0, vec![started("a", i)]);
         }
         // History holds 2 events: 13 and 14; a resume after 12 is whole, after 11 is not.
         assert!(hub.open(sel.clone(), &[(1, 14)], &at(&[(1, 12)])).is_ok());
@@ -634,10 +635,10 @@ mod tests {
                 &Positions::new(),
             )
             .unwrap();
-        hub.publish(1, 1, 0, &[started("a", 1)]);
+        hub.publish(1, 1, 0, vec![started("a", 1)]);
         assert_eq!(take(&mut w, 1).await, vec![(1, 1)]);
         for i in 2..=10 {
-            hub.publish(1, i, 0, &[started("a", i)]);
+            hub.publish(1, i, 0, vec![started("a", i)]);
         }
         let e = w.next().await.unwrap().err().unwrap();
         assert_eq!(e.code, ErrorCode::WatchTooSlow);
@@ -653,7 +654,7 @@ mod tests {
             1,
             1,
             0,
-            &[started("a1", 1), started("b", 2), started("a2", 3)],
+            vec![started("a1", 1), started("b", 2), started("a2", 3)],
         );
         let first = w.next().await.unwrap().unwrap();
         assert_eq!((first.index, first.ordinal), (1, 0));
@@ -664,7 +665,7 @@ mod tests {
         let d = r.next().await.unwrap().unwrap();
         assert_eq!((d.index, d.ordinal), (1, 2));
         assert_eq!(format_positions(r.positions()), "1:1");
-        hub.publish(1, 2, 0, &[started("a3", 4)]);
+        hub.publish(1, 2, 0, vec![started("a3", 4)]);
         assert_eq!(take(&mut r, 1).await, vec![(1, 2)]);
     }
 
