@@ -37,7 +37,7 @@ const EXIT_LOST: u8 = 76;
 /// so this is short whatever `--kill-grace` says.
 const LOST_GRACE: Duration = Duration::from_millis(500);
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 #[command(name = "lockctl", version, about = "Talk to a lockd cluster")]
 struct Cli {
     /// gRPC addresses of some nodes, comma-separated.
@@ -88,7 +88,7 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum MembersCmd {
     /// Every group's members: peer address, role, leader, lag (entries behind the leader).
     List,
@@ -127,7 +127,7 @@ enum MembersCmd {
     },
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum BucketsCmd {
     /// The shard map: each lock group's buckets, and what it owns and has frozen for a move.
     Show,
@@ -142,7 +142,7 @@ enum BucketsCmd {
     },
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum SnapshotCmd {
     /// Write a backup to FILE (mode 0600, replaced atomically): every lock group's revision,
     /// read linearizably from its leader, and the namespaces. `lockd restore FILE --data-dir D`
@@ -150,7 +150,7 @@ enum SnapshotCmd {
     Save { file: std::path::PathBuf },
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum GroupsCmd {
     /// Every lock group: the nodes it was placed on, its birth epoch, whether it is ready.
     List,
@@ -165,7 +165,7 @@ enum GroupsCmd {
     },
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum NamespaceCmd {
     /// Every namespace with its limits, and the namespaces' version.
     List,
@@ -223,7 +223,7 @@ enum NamespaceCmd {
     },
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum Cmd {
     /// Every node's groups: leader, term, members, applied index, revision.
     Status,
@@ -318,13 +318,34 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Leader election on NAME: campaign with VALUE (what observers see as the leader), then
+    /// lead until a signal, or run CMD while leading (`run NAME --wait forever --owner VALUE
+    /// -- CMD`, with its exit codes). With --listen: print the leader now and at every change.
+    Elect {
+        name: String,
+        /// What this candidate announces as the leader, e.g. "node-7 10.0.0.7:9000".
+        #[arg(required_unless_present = "listen")]
+        value: Option<String>,
+        /// Follow the election instead of standing in it.
+        #[arg(long, conflicts_with = "value")]
+        listen: bool,
+        /// Session TTL (within the namespace's bounds).
+        #[arg(long, value_parser = parse_duration, default_value = "15s")]
+        ttl: Duration,
+        /// How long CMD's group gets between SIGTERM and SIGKILL when lockctl is signalled.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        kill_grace: Duration,
+        /// The command to run while leading, and its arguments.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
     /// Print lockctl's man page (roff) on stdout.
     Man,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct HoldArgs {
     /// Wait this long for the lock (e.g. 500ms, 10s, 1m30s, 2h, or forever); default: try once.
     #[arg(long, value_parser = parse_wait)]
@@ -585,6 +606,61 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
                 out.print(watch_json(&e), || watch_human(&e));
             }
             Ok(())
+        }
+        Cmd::Elect {
+            name, listen: true, ..
+        } => {
+            let mut signals = Signals::new().map_err(no_signals)?;
+            let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+            let mut leaders = c.election(name.as_str()).leaders();
+            loop {
+                let l = tokio::select! {
+                    l = leaders.next() => l?,
+                    n = signals.recv() => return Err(Fail::Code(128 + n as u8)),
+                };
+                let v = match &l {
+                    Some(l) => json!({"name": name, "leader": l.value, "token": l.token}),
+                    None => json!({"name": name, "leader": null}),
+                };
+                out.print(v, || match &l {
+                    Some(l) => format!("{name}: {} leads (token {})", l.value, l.token),
+                    None => format!("{name}: nobody leads"),
+                });
+            }
+        }
+        Cmd::Elect {
+            name,
+            value,
+            ttl,
+            kill_grace,
+            command,
+            ..
+        } => {
+            // Standing: the same as holding NAME with VALUE as owner, waiting without end.
+            let hold = HoldArgs {
+                wait: Some(Duration::MAX),
+                mode: Mode::Exclusive,
+                ttl: *ttl,
+                owner: value.clone(),
+                conflict_exit_code: EXIT_NOT_ACQUIRED,
+                lost_exit_code: EXIT_LOST,
+            };
+            let mut as_hold = cli.clone();
+            as_hold.cmd = if command.is_empty() {
+                Cmd::Acquire {
+                    name: name.clone(),
+                    hold,
+                }
+            } else {
+                Cmd::Run {
+                    name: name.clone(),
+                    hold,
+                    kill_grace: *kill_grace,
+                    pass_stdin: false,
+                    command: command.clone(),
+                }
+            };
+            Box::pin(run(&as_hold, out)).await
         }
         Cmd::Members { cmd } => members(cli, out, cmd).await,
         Cmd::Buckets { cmd } => buckets(cli, out, cmd).await,

@@ -42,8 +42,16 @@ async fn watch_prints_every_change_in_order_across_a_restart_of_its_node() {
     let mut child = lockctl(&c)
         .args(["watch", "fast/w", "--count", "6"])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // What lockctl says on stderr, shown if the test fails.
+    let mut errs = BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(l)) = errs.next_line().await {
+            eprintln!("lockctl watch: {l}");
+        }
+    });
     let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
     // The watch starts from the moment it opens: cycle until it shows the first change.
     let mut first = None;
@@ -89,4 +97,59 @@ async fn watch_prints_every_change_in_order_across_a_restart_of_its_node() {
     let idx: Vec<u64> = seen.iter().map(|e| e["index"].as_u64().unwrap()).collect();
     assert!(idx.windows(2).all(|w| w[0] < w[1]), "{idx:?}");
     drop(c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_listen_follows_a_candidate_that_leads_then_leaves() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(3, 1).await;
+    let mut listen = lockctl(&c)
+        .args(["elect", "--listen", "fast/leader"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut heard = BufReader::new(listen.stdout.take().unwrap()).lines();
+    let now = line(&mut heard).await;
+    assert_eq!(now["leader"], Value::Null, "{now}");
+    let mut candidate = lockctl(&c)
+        .args([
+            "elect",
+            "fast/leader",
+            "node-a 10.0.0.7:9000",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut notes = BufReader::new(candidate.stderr.take().unwrap()).lines();
+    let elected = line_of(&mut notes).await;
+    assert_eq!(elected["event"], "acquired", "{elected}");
+    let leads = line(&mut heard).await;
+    assert_eq!(leads["leader"], "node-a 10.0.0.7:9000", "{leads}");
+    assert_eq!(leads["token"], elected["token"]);
+    // The candidate is stopped: it stops its command, resigns, and exits 128 + SIGTERM.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(candidate.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let gone = line(&mut heard).await;
+    assert_eq!(gone["leader"], Value::Null, "{gone}");
+    let status = timeout(Duration::from_secs(20), candidate.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(128 + 15));
+    drop(c);
+}
+
+async fn line_of(out: &mut Lines<BufReader<tokio::process::ChildStderr>>) -> Value {
+    let l = timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .expect("a line within 30 s")
+        .unwrap()
+        .expect("ended early");
+    serde_json::from_str(&l).unwrap()
 }

@@ -120,6 +120,18 @@ impl Election {
         }))
     }
 
+    /// The leader now, then at every change: a new leader (a larger token), or nobody. Pushed
+    /// by the service's watch, so no polling and no missed or repeated change, across a node
+    /// that stops.
+    pub fn leaders(&self) -> Leaders {
+        Leaders {
+            election: self.clone(),
+            watcher: self.client.watch(&self.name),
+            current: None,
+            started: false,
+        }
+    }
+
     /// The name the election runs on.
     pub fn name(&self) -> &str {
         &self.name
@@ -150,5 +162,46 @@ impl Leadership {
     /// Steps down, letting the next candidate in line lead.
     pub async fn resign(self) -> Result<(), Error> {
         self.guard.release().await
+    }
+}
+
+/// The stream of [`Election::leaders`].
+pub struct Leaders {
+    election: Election,
+    watcher: crate::Watcher,
+    current: Option<Leader>,
+    started: bool,
+}
+
+impl Leaders {
+    /// The leader now (the first call), then the next change.
+    pub async fn next(&mut self) -> Result<Option<Leader>, Error> {
+        if !self.started {
+            // Watch first, then read: a change in between shows up in the watch, and the
+            // token comparison below drops what the read already saw.
+            self.watcher.open().await?;
+            self.current = self.election.observe().await?;
+            self.started = true;
+            return Ok(self.current.clone());
+        }
+        loop {
+            let e = self.watcher.next().await?;
+            let now = self.current.as_ref().map(|l| l.token);
+            match e.kind.as_str() {
+                "hold_started" if now.is_none_or(|t| e.fencing_token > t) => {
+                    self.current = Some(Leader {
+                        value: e.owner,
+                        token: e.fencing_token,
+                        session_id: e.session_id,
+                    });
+                    return Ok(self.current.clone());
+                }
+                "hold_ended" if now == Some(e.fencing_token) => {
+                    self.current = None;
+                    return Ok(None);
+                }
+                _ => {}
+            }
+        }
     }
 }

@@ -67,7 +67,7 @@ mod session;
 mod watch;
 
 pub use client::{host_pid, AcquireBuilder, Client, ClientOptions, LockGuard, Mode, TlsOptions};
-pub use election::{Election, Leader, Leadership, Term};
+pub use election::{Election, Leader, Leaders, Leadership, Term};
 pub use error::Error;
 pub use facades::{RwLock, Semaphore};
 pub use info::{HoldMode, HolderInfo, LockInfo, WaiterInfo};

@@ -174,6 +174,11 @@ impl Core {
         }
     }
 
+    /// How many endpoints the client knows.
+    pub fn endpoints(&self) -> usize {
+        self.channels.len()
+    }
+
     /// How long to wait before attempt `attempt` (from 1) of a call that failed.
     pub fn retry_delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         self.opts

@@ -21,6 +21,8 @@ pub struct Watcher {
     stream: Option<tonic::Streaming<pb::WatchEvent>>,
     /// Consecutive reconnects that found no node, for backing off.
     failures: u32,
+    /// Nodes in a row that no longer kept the watch's position.
+    compacted: usize,
 }
 
 impl Watcher {
@@ -34,6 +36,7 @@ impl Watcher {
             },
             stream: None,
             failures: 0,
+            compacted: 0,
         }
     }
 
@@ -42,12 +45,23 @@ impl Watcher {
         &self.req.after
     }
 
+    /// Opens the stream now (a watch opens lazily, at its first [`next`](Self::next)): what
+    /// changes from here on is delivered. Read the current state after this, never before, and
+    /// no change falls between the read and the watch.
+    pub async fn open(&mut self) -> Result<(), Error> {
+        if self.stream.is_none() {
+            self.stream = Some(self.core.watch(self.req.clone()).await?);
+        }
+        Ok(())
+    }
+
     /// The next change.
     pub async fn next(&mut self) -> Result<WatchEvent, Error> {
         loop {
             if self.stream.is_none() {
                 match self.core.watch(self.req.clone()).await {
                     Ok(s) => self.stream = Some(s),
+                    Err(e) if self.elsewhere(&e) => continue,
                     Err(e) if resumable(&e) && self.failures < 20 => {
                         self.failures += 1;
                         let delay = self.core.retry_delay(self.failures, e.retry_after());
@@ -61,14 +75,21 @@ impl Watcher {
             match stream.message().await {
                 Ok(Some(e)) => {
                     self.failures = 0;
+                    self.compacted = 0;
                     self.req.after = e.resume.clone();
                     return Ok(e);
                 }
-                // The node stopped (or cut the watch off): resume elsewhere, or here again.
-                Ok(None) => self.stream = None,
+                // The node is stopping: resume on the next one.
+                Ok(None) => {
+                    self.stream = None;
+                    self.core.rotate_preferred();
+                }
                 Err(s) => {
                     let e = Error::from(s);
                     self.stream = None;
+                    if self.elsewhere(&e) {
+                        continue;
+                    }
                     if !resumable(&e) {
                         return Err(e);
                     }
@@ -76,6 +97,20 @@ impl Watcher {
                 }
             }
         }
+    }
+}
+
+impl Watcher {
+    /// A node that no longer keeps the watch's position (a restarted node whose snapshot
+    /// covers it): another may still, so try each once before giving the error to the caller.
+    fn elsewhere(&mut self, e: &Error) -> bool {
+        let compacted = matches!(e, Error::Api { code, .. } if code == "watch_compacted");
+        if !compacted || self.compacted + 1 >= self.core.endpoints() {
+            return false;
+        }
+        self.compacted += 1;
+        self.core.rotate_preferred();
+        true
     }
 }
 
