@@ -943,12 +943,10 @@ async fn watch(
         let mut w = w?;
         let ev = match w.next().await? {
             Ok(d) => {
-                let e = crate::watches::to_pb(&d, admin);
-                let data = watch_json(&e);
                 let ev = Event::default()
-                    .event(e.kind)
+                    .event(crate::watches::kind(d.event()))
                     .id(format_positions(w.positions()))
-                    .data(data.to_string());
+                    .data(&*d.json(admin));
                 return Some((Ok::<_, std::convert::Infallible>(ev), Some(w)));
             }
             Err(e) => Event::default()
@@ -960,66 +958,6 @@ async fn watch(
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
         .into_response()
-}
-
-/// A watch event as JSON: the fields of gRPC's `WatchEvent` that apply to its kind.
-fn watch_json(e: &lockd_proto::v1::WatchEvent) -> Value {
-    let mode = match lockd_proto::v1::Mode::try_from(e.mode) {
-        Ok(lockd_proto::v1::Mode::Shared) => "shared",
-        Ok(lockd_proto::v1::Mode::Semaphore) => "semaphore",
-        _ => "exclusive",
-    };
-    let mut v = json!({
-        "group": e.group, "index": e.index, "time_ms": e.time_ms, "kind": e.kind, "name": e.name,
-    });
-    let o = v.as_object_mut().expect("an object");
-    let mut put = |k: &str, x: Value| {
-        o.insert(k.into(), x);
-    };
-    if !e.session_id.is_empty() {
-        put("session_id", json!(e.session_id));
-    }
-    match e.kind.as_str() {
-        "hold_started" | "hold_moved_in" => {
-            put("owner", json!(e.owner));
-            put("fencing_token", json!(e.fencing_token));
-            put("mode", json!(mode));
-            if e.limit != 0 {
-                put("limit", json!(e.limit));
-            }
-            if e.kind == "hold_started" {
-                put("lease_ttl_ms", json!(e.lease_ttl_ms));
-                if e.waiter != 0 {
-                    put("waiter", json!(e.waiter));
-                    put("waited_ms", json!(e.waited_ms));
-                }
-            }
-        }
-        "hold_ended" => {
-            put("fencing_token", json!(e.fencing_token));
-            put("cause", json!(e.cause));
-            put("held_ms", json!(e.held_ms));
-            put("lock_delay_until_ms", json!(e.lock_delay_until_ms));
-        }
-        "hold_moved_out" => put("fencing_token", json!(e.fencing_token)),
-        "wait_started" => {
-            put("waiter", json!(e.waiter));
-            put("owner", json!(e.owner));
-            put("mode", json!(mode));
-            if e.limit != 0 {
-                put("limit", json!(e.limit));
-            }
-            put("position", json!(e.position));
-            put("deadline_ms", json!(e.deadline_ms));
-        }
-        "wait_ended" => {
-            put("waiter", json!(e.waiter));
-            put("cause", json!(e.cause));
-            put("waited_ms", json!(e.waited_ms));
-        }
-        _ => {}
-    }
-    v
 }
 
 async fn status(State(svc): State<Arc<Service>>) -> Response {

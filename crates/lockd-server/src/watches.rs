@@ -18,7 +18,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use lockd_core::LockEvent;
+use lockd_proto::v1 as pb;
 use lockd_raft::GroupId;
+use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
 use crate::error::{ApiError, ErrorCode};
@@ -35,7 +37,13 @@ pub struct Batch {
     pub index: u64,
     pub time_ms: u64,
     pub events: Vec<LockEvent>,
+    /// Each event's JSON as SSE sends it, made by the first watch that sends it and shared by
+    /// the rest: `[ordinal][admin]` (the admin's copy has session ids).
+    json: std::sync::OnceLock<Box<[EncodedTwice]>>,
 }
+
+/// One event's JSON: `[without session ids, with them]`, each made at most once.
+type EncodedTwice = [std::sync::OnceLock<Arc<str>>; 2];
 
 #[derive(Clone, Debug)]
 enum Item {
@@ -68,7 +76,25 @@ pub struct Delivered {
     pub index: u64,
     pub ordinal: u32,
     pub time_ms: u64,
-    pub event: LockEvent,
+    batch: Arc<Batch>,
+}
+
+impl Delivered {
+    pub fn event(&self) -> &LockEvent {
+        &self.batch.events[self.ordinal as usize]
+    }
+
+    /// The event's JSON (SSE's `data`), encoded once per entry and shared by every watch.
+    pub fn json(&self, admin: bool) -> Arc<str> {
+        let slots = self.batch.json.get_or_init(|| {
+            (0..self.batch.events.len())
+                .map(|_| Default::default())
+                .collect()
+        });
+        slots[self.ordinal as usize][usize::from(admin)]
+            .get_or_init(|| watch_json(&to_pb(self, admin)).to_string().into())
+            .clone()
+    }
 }
 
 /// How far a watch got in one group: through event `ordinal` of the entry at `index`
@@ -182,6 +208,7 @@ impl Hub {
             index,
             time_ms,
             events,
+            json: std::sync::OnceLock::new(),
         });
         {
             let mut r = self.ring.lock().expect("watch ring");
@@ -370,7 +397,7 @@ impl Watch {
                         index: batch.index,
                         ordinal: ordinal as u32,
                         time_ms: batch.time_ms,
-                        event: e.clone(),
+                        batch: batch.clone(),
                     });
                 }
             }
@@ -385,7 +412,6 @@ impl Watch {
 /// `d` as the API sends it; session ids only to the admin (as inspect shows them).
 pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
     use lockd_core::{HoldEndCause, LockMode, WaitEndReason};
-    use lockd_proto::v1 as pb;
     let mut out = pb::WatchEvent {
         group: d.group,
         index: d.index,
@@ -402,7 +428,7 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
         out.mode = mode as i32;
         out.limit = limit;
     };
-    match &d.event {
+    match d.event() {
         LockEvent::HoldStarted {
             name,
             session,
@@ -509,6 +535,80 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
         LockEvent::SessionEnded { .. } | LockEvent::SessionAdopted { .. } => {}
     }
     out
+}
+
+/// A watch event as JSON: the fields of gRPC's `WatchEvent` that apply to its kind.
+pub fn watch_json(e: &pb::WatchEvent) -> Value {
+    let mode = match pb::Mode::try_from(e.mode) {
+        Ok(pb::Mode::Shared) => "shared",
+        Ok(pb::Mode::Semaphore) => "semaphore",
+        _ => "exclusive",
+    };
+    let mut v = json!({
+        "group": e.group, "index": e.index, "time_ms": e.time_ms, "kind": e.kind, "name": e.name,
+    });
+    let o = v.as_object_mut().expect("an object");
+    let mut put = |k: &str, x: Value| {
+        o.insert(k.into(), x);
+    };
+    if !e.session_id.is_empty() {
+        put("session_id", json!(e.session_id));
+    }
+    match e.kind.as_str() {
+        "hold_started" | "hold_moved_in" => {
+            put("owner", json!(e.owner));
+            put("fencing_token", json!(e.fencing_token));
+            put("mode", json!(mode));
+            if e.limit != 0 {
+                put("limit", json!(e.limit));
+            }
+            if e.kind == "hold_started" {
+                put("lease_ttl_ms", json!(e.lease_ttl_ms));
+                if e.waiter != 0 {
+                    put("waiter", json!(e.waiter));
+                    put("waited_ms", json!(e.waited_ms));
+                }
+            }
+        }
+        "hold_ended" => {
+            put("fencing_token", json!(e.fencing_token));
+            put("cause", json!(e.cause));
+            put("held_ms", json!(e.held_ms));
+            put("lock_delay_until_ms", json!(e.lock_delay_until_ms));
+        }
+        "hold_moved_out" => put("fencing_token", json!(e.fencing_token)),
+        "wait_started" => {
+            put("waiter", json!(e.waiter));
+            put("owner", json!(e.owner));
+            put("mode", json!(mode));
+            if e.limit != 0 {
+                put("limit", json!(e.limit));
+            }
+            put("position", json!(e.position));
+            put("deadline_ms", json!(e.deadline_ms));
+        }
+        "wait_ended" => {
+            put("waiter", json!(e.waiter));
+            put("cause", json!(e.cause));
+            put("waited_ms", json!(e.waited_ms));
+        }
+        _ => {}
+    }
+    v
+}
+
+/// The kind of an event as the API names it (SSE's `event:`).
+pub fn kind(e: &LockEvent) -> &'static str {
+    match e {
+        LockEvent::HoldStarted { .. } => "hold_started",
+        LockEvent::HoldEnded { .. } => "hold_ended",
+        LockEvent::HoldMovedOut { .. } => "hold_moved_out",
+        LockEvent::HoldMovedIn { .. } => "hold_moved_in",
+        LockEvent::WaitStarted { .. } => "wait_started",
+        LockEvent::WaitEnded { .. } => "wait_ended",
+        LockEvent::SessionEnded { .. } => "session_ended",
+        LockEvent::SessionAdopted { .. } => "session_adopted",
+    }
 }
 
 /// The name an event is about (session events are about none).
