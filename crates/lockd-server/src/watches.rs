@@ -25,7 +25,8 @@ use tokio::sync::broadcast;
 
 use crate::error::{ApiError, ErrorCode};
 
-/// Events kept per node for resumes (shared by its watches): about 10 MB at most.
+/// Events kept per node for resumes (shared by its watches): about 10 MB, up to about 40 MB
+/// with the JSON of events SSE watches have sent (kept with its batch, made once).
 pub const HISTORY_EVENTS: usize = 65_536;
 /// Entries a watch may fall behind before it is cut off.
 pub const LAG_LIMIT: usize = 4_096;
