@@ -241,6 +241,23 @@ enum Cmd {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// The hottest names: the top names by waiters, longest wait, hand-offs per second and
+    /// longest hold, with each name's estimated wait. Every namespace the token may read, or
+    /// --namespace. Prints once, or with --every until a signal (or --count reports).
+    Top {
+        /// Names per list (1..=100).
+        #[arg(long, default_value_t = 10)]
+        top: u32,
+        /// Only this namespace's names.
+        #[arg(long, default_value = "")]
+        namespace: String,
+        /// Refresh at this interval (e.g. 2s) until a signal.
+        #[arg(long, value_parser = parse_duration)]
+        every: Option<Duration>,
+        /// With --every: stop after this many reports.
+        #[arg(long, requires = "every")]
+        count: Option<u64>,
+    },
     /// Take a lock and hold it until a signal (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT), printing the
     /// token; the lock is released before lockctl exits.
     Acquire {
@@ -578,6 +595,29 @@ fn options(cli: &Cli, ttl: Duration) -> ClientOptions {
 async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
     match &cli.cmd {
         Cmd::Status => status(cli, out).await,
+        Cmd::Top {
+            top,
+            namespace,
+            every,
+            count,
+        } => {
+            let mut signals = Signals::new().map_err(no_signals)?;
+            let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+            let mut shown = 0u64;
+            loop {
+                let t = c.contention(*top, namespace).await?;
+                shown += 1;
+                out.print(top_json(&t), || top_human(&t));
+                let Some(every) = every else { return Ok(()) };
+                if count.is_some_and(|n| shown >= n) {
+                    return Ok(());
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(*every) => {}
+                    n = signals.recv() => return Err(Fail::Code(128 + n as u8)),
+                }
+            }
+        }
         Cmd::Inspect { name } => {
             let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
             let s = c.inspect(name).await?;
@@ -1412,6 +1452,72 @@ fn status_human(ep: &str, s: &admin::NodeStatus) -> String {
         ));
     }
     t
+}
+
+fn hot_json(h: &admin::HotName) -> Value {
+    json!({
+        "name": h.name, "namespace": h.namespace, "group": h.group, "holders": h.holders,
+        "waiters": h.waiters, "held_for_ms": h.held_for_ms, "longest_wait_ms": h.longest_wait_ms,
+        "handoffs_per_s": h.handoffs_per_s, "wait_estimate_ms": h.wait_estimate_ms,
+    })
+}
+
+fn top_json(t: &admin::Contention) -> Value {
+    let list = |v: &[admin::HotName]| v.iter().map(hot_json).collect::<Vec<_>>();
+    json!({
+        "top": t.top, "namespaces": t.namespaces, "scanned": t.scanned,
+        "most_waiters": list(&t.most_waiters), "longest_waits": list(&t.longest_waits),
+        "most_handoffs": list(&t.most_handoffs), "longest_held": list(&t.longest_held),
+    })
+}
+
+/// Milliseconds as a person reads them: 850ms, 12.3s, 4m05s, 2h10m.
+fn short_ms(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, ms % 60_000 / 1000),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    }
+}
+
+fn top_human(t: &admin::Contention) -> String {
+    let mut out = format!(
+        "top {} of namespaces {} ({} records scanned)",
+        t.top,
+        t.namespaces.join(", "),
+        t.scanned
+    );
+    for (title, list) in [
+        ("most waiters", &t.most_waiters),
+        ("longest waits", &t.longest_waits),
+        ("most hand-offs", &t.most_handoffs),
+        ("longest held", &t.longest_held),
+    ] {
+        out.push_str(&format!("\n\n{title}:"));
+        if list.is_empty() {
+            out.push_str(" none");
+            continue;
+        }
+        out.push_str(&format!(
+            "\n  {:<40} {:>5} {:>7} {:>7} {:>9} {:>9} {:>8} {:>9}",
+            "NAME", "GROUP", "HOLDERS", "WAITERS", "HELD", "WAITED", "HANDOFF/S", "EST-WAIT"
+        ));
+        for h in list {
+            out.push_str(&format!(
+                "\n  {:<40} {:>5} {:>7} {:>7} {:>9} {:>9} {:>8.2} {:>9}",
+                h.name,
+                h.group,
+                h.holders,
+                h.waiters,
+                short_ms(h.held_for_ms),
+                short_ms(h.longest_wait_ms),
+                h.handoffs_per_s,
+                h.wait_estimate_ms.map_or("-".to_string(), short_ms),
+            ));
+        }
+    }
+    out
 }
 
 fn lock_json(s: &lockd_client::LockInfo) -> Value {

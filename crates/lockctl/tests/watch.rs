@@ -153,3 +153,86 @@ async fn line_of(out: &mut Lines<BufReader<tokio::process::ChildStderr>>) -> Val
         .expect("ended early");
     serde_json::from_str(&l).unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_shows_the_hot_name_and_how_long_a_wait_would_take() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(3, 1).await;
+    let holder = Client::lazy(&c.grpc, quick()).unwrap();
+    let waiter = Client::lazy(&c.grpc, quick()).unwrap();
+    // Two hand-offs of fast/hot between two clients, then one holds it with the other queued.
+    let mut held = holder.acquire("fast/hot").await.unwrap();
+    for round in 0..3 {
+        let next = if round % 2 == 0 { &waiter } else { &holder };
+        let queued = {
+            let next = next.clone();
+            tokio::spawn(
+                async move { next.acquire("fast/hot").wait(Duration::from_secs(20)).await },
+            )
+        };
+        wait_for_waiter(&holder, "fast/hot").await;
+        if round == 2 {
+            let out = lockctl(&c)
+                .args(["top", "--top", "3"])
+                .output()
+                .await
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(t["top"], 3);
+            let first = &t["most_waiters"][0];
+            assert_eq!(
+                (&first["name"], &first["waiters"]),
+                (&Value::from("fast/hot"), &Value::from(1)),
+                "{t}"
+            );
+            assert_eq!(t["most_handoffs"][0]["name"], "fast/hot", "{t}");
+            assert!(
+                t["most_handoffs"][0]["wait_estimate_ms"].as_u64().is_some(),
+                "{t}"
+            );
+            // The human form: one table per list, the name in each that has it.
+            let human = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
+                .args(["--endpoints", &c.endpoints(), "top", "--namespace", "fast"])
+                .output()
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&human.stdout);
+            assert!(
+                human.status.success(),
+                "{}",
+                String::from_utf8_lossy(&human.stderr)
+            );
+            assert!(
+                text.contains("most hand-offs:") && text.contains("fast/hot"),
+                "{text}"
+            );
+        }
+        held.release().await.unwrap();
+        held = queued.await.unwrap().unwrap();
+    }
+    held.release().await.unwrap();
+    // A namespace that does not exist is a clear error.
+    let out = lockctl(&c)
+        .args(["top", "--namespace", "nope"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("namespace 'nope' does not exist"));
+    drop(c);
+}
+
+async fn wait_for_waiter(c: &Client, name: &str) {
+    for _ in 0..500 {
+        if !c.inspect(name).await.unwrap().waiters.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("nobody queued on {name} in 10 s");
+}

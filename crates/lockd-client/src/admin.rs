@@ -301,6 +301,80 @@ impl From<pb::SessionDetail> for SessionDetail {
     }
 }
 
+/// The hottest names ([`Client::contention`](crate::Client::contention)), each list largest
+/// first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contention {
+    /// Names per list.
+    pub top: u32,
+    /// The namespaces the lists cover (those the credential may read).
+    pub namespaces: Vec<String>,
+    /// Records the server's scans read.
+    pub scanned: u64,
+    /// By waiters queued.
+    pub most_waiters: Vec<HotName>,
+    /// By how long the first waiter has waited.
+    pub longest_waits: Vec<HotName>,
+    /// By grants to waiters per second (over about the last 10 s).
+    pub most_handoffs: Vec<HotName>,
+    /// By how long the oldest current hold has lasted.
+    pub longest_held: Vec<HotName>,
+}
+
+/// One name of a [`Contention`] list.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotName {
+    /// The lock's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its lock group.
+    pub group: u32,
+    /// Current holders.
+    pub holders: u32,
+    /// Queued acquires.
+    pub waiters: u32,
+    /// How long the oldest current hold has lasted (0: free).
+    pub held_for_ms: u64,
+    /// How long the first waiter has waited (0: nobody waits).
+    pub longest_wait_ms: u64,
+    /// Grants to waiters per second.
+    pub handoffs_per_s: f64,
+    /// What a new acquire would wait, from the name's hand-offs (`None`: no history).
+    pub wait_estimate_ms: Option<u64>,
+}
+
+impl From<pb::HotName> for HotName {
+    fn from(h: pb::HotName) -> Self {
+        HotName {
+            name: h.name,
+            namespace: h.namespace,
+            group: h.group,
+            holders: h.holders,
+            waiters: h.waiters,
+            held_for_ms: h.held_for_ms,
+            longest_wait_ms: h.longest_wait_ms,
+            handoffs_per_s: h.handoffs_per_s,
+            wait_estimate_ms: h.wait_estimate_ms,
+        }
+    }
+}
+
+impl From<pb::ContentionResponse> for Contention {
+    fn from(r: pb::ContentionResponse) -> Self {
+        let list = |v: Vec<pb::HotName>| v.into_iter().map(Into::into).collect();
+        Contention {
+            top: r.top,
+            namespaces: r.namespaces,
+            scanned: r.scanned,
+            most_waiters: list(r.most_waiters),
+            longest_waits: list(r.longest_waits),
+            most_handoffs: list(r.most_handoffs),
+            longest_held: list(r.longest_held),
+        }
+    }
+}
+
 impl From<pb::SessionSummary> for SessionSummary {
     fn from(s: pb::SessionSummary) -> Self {
         SessionSummary {

@@ -317,6 +317,27 @@ impl Client {
             .map(crate::LockInfo::from)
     }
 
+    /// The `top` hottest names (1 to 100) by waiters, longest wait, hand-offs per second and
+    /// longest hold, of `namespace` (which the credential must open) or, with `""`, of every
+    /// namespace the credential may read. Never a listing of all locks.
+    pub async fn contention(
+        &self,
+        top: u32,
+        namespace: &str,
+    ) -> Result<crate::admin::Contention, Error> {
+        let req = pb::ContentionRequest {
+            top,
+            namespace: namespace.to_string(),
+        };
+        self.core
+            .unary(|mut c| {
+                let req = req.clone();
+                async move { c.contention(req).await }
+            })
+            .await
+            .map(Into::into)
+    }
+
     /// Whether `token` is a current holder's fencing token of `name` (Chubby's
     /// CheckSequencer), as a linearizable read: `(valid, newest)`, `newest` being the largest
     /// token among the current holders (0 when free). For a resource that asks lockd before it

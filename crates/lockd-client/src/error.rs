@@ -26,12 +26,19 @@ pub enum Error {
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// The lock is held by someone else (try-lock), or the wait ended without a grant.
-    #[error("not acquired{}", holder.as_deref().map(|h| format!(": held by '{h}'")).unwrap_or_default())]
+    #[error(
+        "not acquired{}{}",
+        holder.as_deref().map(|h| format!(": held by '{h}'")).unwrap_or_default(),
+        wait_estimate_ms.map(|ms| format!(" (a wait at position {queue_position} would take about {ms} ms)")).unwrap_or_default()
+    )]
     NotAcquired {
         /// The owner string of the current holder, when the service said.
         holder: Option<String>,
         /// The queue position the caller had or would have had (0 if unknown).
         queue_position: u32,
+        /// What a wait at that position would take, from the name's observed hand-offs
+        /// (`None`: no history on the node that answered, or unknown).
+        wait_estimate_ms: Option<u64>,
     },
     /// The session ended (expired, closed, or its local deadline passed) while the request was
     /// in flight.

@@ -702,6 +702,7 @@ impl Driver {
                     Err(Error::NotAcquired {
                         holder: (!r.holder.is_empty()).then_some(r.holder),
                         queue_position: r.queue_position,
+                        wait_estimate_ms: r.wait_estimate_ms,
                     })
                 };
                 self.answer(a, out);
@@ -770,6 +771,7 @@ impl Driver {
             _ => Err(Error::NotAcquired {
                 holder: None,
                 queue_position: 0,
+                wait_estimate_ms: None,
             }),
         };
         self.answer(a, out);

@@ -104,6 +104,40 @@ fn memory(n: u64) {
         (after_sessions - base) / (1 << 20),
         n as f64 / fill
     );
+    // The contention view (GET /v1/contention): the waiting part, then the longest-holds pass
+    // in the server's steps of 8,192 records (the state is released between steps), over every
+    // namespace and narrowed to one (a namespace lookup per record).
+    let start = Instant::now();
+    let w = t.waiting(10, 3, None);
+    println!(
+        "contention: waiting part with {n} held and none queued: {:.2} ms",
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    assert_eq!(w.scanned, 0);
+    for (what, filter) in [
+        ("every namespace", None),
+        ("one namespace", Some(vec!["default".to_string()])),
+    ] {
+        let (mut from, mut steps, mut longest, mut scanned) = (0, 0u32, 0f64, 0);
+        let start = Instant::now();
+        loop {
+            let s = Instant::now();
+            let c = t.held_chunk(from, 8_192, 10, 3, filter.as_deref());
+            longest = longest.max(s.elapsed().as_secs_f64());
+            scanned += c.scanned;
+            steps += 1;
+            from += 8_192;
+            if c.done {
+                break;
+            }
+        }
+        assert_eq!(scanned, n);
+        println!(
+            "contention: longest-holds pass over {n} held, {what}: {:.1} ms in {steps} steps, longest step {:.2} ms",
+            start.elapsed().as_secs_f64() * 1e3,
+            longest * 1e3
+        );
+    }
     let start = Instant::now();
     let bytes = t.snapshot();
     let snap = start.elapsed().as_secs_f64();

@@ -45,7 +45,9 @@ pub use ownership::{
     BucketSet, Export, ExportedHolder, ExportedLock, ExportedSession, MoveId, MoveRecord,
     OwnershipView,
 };
-pub use query::{HolderInfo, LockInfo, SessionInfo, SessionSummary, WaiterInfo};
+pub use query::{
+    Contended, ContentionScan, HolderInfo, LockInfo, SessionInfo, SessionSummary, WaiterInfo,
+};
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT};
 pub use topology::{GroupRecord, Presence, MAX_EPOCH, MAX_GROUP_REPLICAS};
 pub use types::*;

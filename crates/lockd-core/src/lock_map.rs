@@ -247,6 +247,12 @@ impl LockMap {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Lock)> {
         self.table.iter().map(|r| (&r.name, &r.lock))
     }
+
+    /// The records from the `skip`th on, in the order of [`LockMap::iter`] (which holds while
+    /// the table is not changed). Skipping reads the table's slots, not the records.
+    pub(crate) fn iter_from(&self, skip: usize) -> impl Iterator<Item = (&Arc<str>, &Lock)> {
+        self.table.iter().skip(skip).map(|r| (&r.name, &r.lock))
+    }
 }
 
 impl fmt::Debug for LockMap {

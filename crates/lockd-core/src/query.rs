@@ -154,3 +154,190 @@ impl LockTable {
         })
     }
 }
+
+/// One name in a contention report, as of the scan's group time.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Contended {
+    pub name: String,
+    pub namespace: String,
+    pub holders: u32,
+    pub waiters: u32,
+    /// How long the oldest current hold has lasted (0 if the name is free).
+    pub held_for_ms: u64,
+    /// How long the longest-waiting queued acquire has waited (0 if nobody waits).
+    pub longest_wait_ms: u64,
+}
+
+/// The top names of one replica by three measures, each list longest first, ties by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContentionScan {
+    pub most_waiters: Vec<Contended>,
+    pub longest_waits: Vec<Contended>,
+    pub longest_held: Vec<Contended>,
+    /// How many records the scan read (every name that is held, waited on or delayed).
+    pub scanned: u64,
+}
+
+/// The `top` largest `(key, name)` pairs seen, in memory bounded by `top`.
+struct TopN<'a> {
+    top: usize,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<&'a str>)>>,
+}
+
+impl<'a> TopN<'a> {
+    fn new(top: usize) -> Self {
+        TopN {
+            top,
+            heap: std::collections::BinaryHeap::with_capacity(top + 1),
+        }
+    }
+
+    /// Offers `name` with `key`; a zero key never ranks. Equal keys rank by name, smallest first.
+    fn offer(&mut self, key: u64, name: &'a str) {
+        if key == 0 || self.top == 0 {
+            return;
+        }
+        let item = std::cmp::Reverse((key, std::cmp::Reverse(name)));
+        if self.heap.len() < self.top {
+            self.heap.push(item);
+        } else if self.heap.peek().is_some_and(|min| item < *min) {
+            self.heap.pop();
+            self.heap.push(item);
+        }
+    }
+
+    /// The names, largest key first.
+    fn names(self) -> Vec<&'a str> {
+        let mut v: Vec<_> = self.heap.into_vec();
+        v.sort();
+        v.into_iter()
+            .map(|std::cmp::Reverse((_, std::cmp::Reverse(n)))| n)
+            .collect()
+    }
+}
+
+/// One step of a chunked pass for the longest holds ([`LockTable::held_chunk`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeldChunk {
+    /// The chunk's `top` names by how long their oldest hold has lasted, longest first.
+    pub longest_held: Vec<Contended>,
+    /// Records the chunk read.
+    pub scanned: u64,
+    /// Whether the pass has reached the end of the table.
+    pub done: bool,
+}
+
+impl LockTable {
+    /// The `top` names with the most waiters, the longest current wait and the longest current
+    /// hold, as of group time `now_ms`, among names in the namespaces `namespaces` names
+    /// (every name if `None`): [`LockTable::waiting`] and one [`LockTable::held_chunk`] over
+    /// the whole table.
+    pub fn contention(
+        &self,
+        top: usize,
+        now_ms: u64,
+        namespaces: Option<&[String]>,
+    ) -> ContentionScan {
+        let mut scan = self.waiting(top, now_ms, namespaces);
+        let held = self.held_chunk(0, usize::MAX, top, now_ms, namespaces);
+        scan.longest_held = held.longest_held;
+        scan.scanned = held.scanned;
+        scan
+    }
+
+    /// The `top` names by waiters and by longest current wait (`longest_held` left empty;
+    /// `scanned` counts the names with waiters). Cheap at any table size: it reads the
+    /// sessions' waits, not every record.
+    pub fn waiting(
+        &self,
+        top: usize,
+        now_ms: u64,
+        namespaces: Option<&[String]>,
+    ) -> ContentionScan {
+        let now = now_ms.max(self.now_ms);
+        let mut names: Vec<&str> = self
+            .sessions
+            .values()
+            .flat_map(|s| s.waits.iter().map(|(name, _)| &**name))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut waiters = TopN::new(top);
+        let mut waits = TopN::new(top);
+        let mut scanned = 0u64;
+        for name in names {
+            if namespaces.is_some_and(|ns| !ns.contains(&self.namespace_for(name).name)) {
+                continue;
+            }
+            let Some(lock) = self.locks.get(name) else {
+                continue;
+            };
+            scanned += 1;
+            let queue = lock.waiters();
+            waiters.offer(queue.len() as u64, name);
+            if let Some(oldest) = queue.iter().map(|w| w.enqueued_at_ms).min() {
+                waits.offer(now.saturating_sub(oldest).max(1), name);
+            }
+        }
+        ContentionScan {
+            most_waiters: self.contended(waiters.names(), now),
+            longest_waits: self.contended(waits.names(), now),
+            longest_held: Vec::new(),
+            scanned,
+        }
+    }
+
+    /// One step of a pass over every record for the `top` longest current holds: up to `len`
+    /// records from the `from`th on. A pass in steps lets the shell release the state between
+    /// steps; a name granted or freed meanwhile may then be missed or read twice (never
+    /// invented), and the steps' lists merge by name.
+    pub fn held_chunk(
+        &self,
+        from: usize,
+        len: usize,
+        top: usize,
+        now_ms: u64,
+        namespaces: Option<&[String]>,
+    ) -> HeldChunk {
+        let now = now_ms.max(self.now_ms);
+        let mut held = TopN::new(top);
+        let mut scanned = 0u64;
+        let mut read = 0usize;
+        for (name, lock) in self.locks.iter_from(from).take(len) {
+            read += 1;
+            if namespaces.is_some_and(|ns| !ns.contains(&self.namespace_for(name).name)) {
+                continue;
+            }
+            scanned += 1;
+            if let Some(oldest) = lock.holders.iter().map(|h| h.granted_at_ms).min() {
+                held.offer(now.saturating_sub(oldest).max(1), name);
+            }
+        }
+        HeldChunk {
+            longest_held: self.contended(held.names(), now),
+            scanned,
+            done: read < len || from.saturating_add(read) >= self.locks.len(),
+        }
+    }
+
+    /// The contention view of each of `names` that has a record, at group time `now`.
+    pub fn contended(&self, names: Vec<&str>, now: u64) -> Vec<Contended> {
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let lock = self.locks.get(name)?;
+                let oldest = |it: &mut dyn Iterator<Item = u64>| {
+                    it.min().map_or(0, |t| now.saturating_sub(t))
+                };
+                Some(Contended {
+                    name: name.to_string(),
+                    namespace: self.namespace_for(name).name.clone(),
+                    holders: lock.holders.len() as u32,
+                    waiters: lock.waiters().len() as u32,
+                    held_for_ms: oldest(&mut lock.holders.iter().map(|h| h.granted_at_ms)),
+                    longest_wait_ms: oldest(&mut lock.waiters().iter().map(|w| w.enqueued_at_ms)),
+                })
+            })
+            .collect()
+    }
+}

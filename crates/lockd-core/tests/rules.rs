@@ -1355,3 +1355,72 @@ fn the_shard_map_is_versioned_and_complete() {
     let restored = LockTable::restore(&h.t.snapshot()).unwrap();
     assert_eq!(restored.shard_map(), Some(&meta));
 }
+
+#[test]
+fn the_contention_scan_ranks_names_by_waiters_waits_and_holds_within_its_bound() {
+    let mut h = H::new();
+    h.put_ns("team/", |_| {});
+    let s: Vec<SessionId> = (1..=6).map(|i| h.open(i)).collect();
+    let (ta, tb) = (h.open_in(10, "team", 15_000), h.open_in(11, "team", 15_000));
+    // "old" is held from t=1000; "busy" from t=1100 with three waiters; "team/q" from t=1200
+    // with one waiter that has waited longest (it queued first).
+    h.token(s[0], "old", X);
+    h.now += 100;
+    h.token(s[0], "busy", X);
+    h.now += 100;
+    h.token(ta, "team/q", X);
+    assert!(matches!(
+        h.acq(tb, "team/q", X, 60_000),
+        Reply::Queued { .. }
+    ));
+    h.now += 50;
+    for w in &s[2..5] {
+        assert!(matches!(h.acq(*w, "busy", X, 60_000), Reply::Queued { .. }));
+    }
+    h.now += 50;
+    let scan = h.t.contention(2, h.now, None);
+    assert_eq!(scan.scanned, 3);
+    let names = |v: &[Contended]| v.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&scan.most_waiters), ["busy", "team/q"]);
+    assert_eq!(names(&scan.longest_waits), ["team/q", "busy"]);
+    assert_eq!(
+        names(&scan.longest_held),
+        ["old", "busy"],
+        "bounded to top=2"
+    );
+    let busy = &scan.most_waiters[0];
+    assert_eq!(
+        (
+            busy.holders,
+            busy.waiters,
+            busy.held_for_ms,
+            busy.longest_wait_ms
+        ),
+        (1, 3, 200, 50)
+    );
+    assert_eq!(scan.longest_waits[0].namespace, "team");
+    assert_eq!(scan.longest_waits[0].longest_wait_ms, 100);
+    // A namespace narrows the scan; a free name is never listed.
+    let team = h.t.contention(10, h.now, Some(&["team".to_string()]));
+    assert_eq!(team.scanned, 1);
+    assert_eq!(names(&team.longest_held), ["team/q"]);
+    assert!(h.t.contention(0, h.now, None).longest_held.is_empty());
+    // The cheap part reads only the names with waiters.
+    assert_eq!(h.t.waiting(10, h.now, None).scanned, 2);
+    // A pass in steps of one record meets every record once and ends.
+    let (mut from, mut seen, mut steps) = (0, Vec::new(), 0);
+    loop {
+        let c = h.t.held_chunk(from, 1, 10, h.now, None);
+        seen.extend(names(&c.longest_held));
+        from += 1;
+        steps += 1;
+        if c.done {
+            break;
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        (seen, steps),
+        (vec!["busy".to_string(), "old".into(), "team/q".into()], 3)
+    );
+}

@@ -198,11 +198,13 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             holder,
             queue_position,
             lock_delay_until_ms,
+            wait_estimate_ms,
         } => pb::AcquireResponse {
             acquired: false,
             holder: holder.unwrap_or_default(),
             queue_position,
             lock_delay_until_ms: lock_delay_until_ms.unwrap_or(0),
+            wait_estimate_ms,
             ..Default::default()
         },
     }
@@ -528,6 +530,45 @@ impl Lock for GrpcApi {
         }
         .await;
         self.finish("get_session", start, out)
+    }
+
+    async fn contention(
+        &self,
+        req: Request<pb::ContentionRequest>,
+    ) -> Result<Response<pb::ContentionResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", &req);
+        let out = async {
+            let r = req.get_ref();
+            let top = if r.top == 0 { 10 } else { r.top as usize };
+            let v = self.svc.contention(top, &r.namespace, &c).await?;
+            let list = |l: Vec<crate::contention::HotName>| -> Vec<pb::HotName> {
+                l.into_iter()
+                    .map(|h| pb::HotName {
+                        name: h.name,
+                        namespace: h.namespace,
+                        group: h.group,
+                        holders: h.holders,
+                        waiters: h.waiters,
+                        held_for_ms: h.held_for_ms,
+                        longest_wait_ms: h.longest_wait_ms,
+                        handoffs_per_s: h.handoffs_per_s,
+                        wait_estimate_ms: h.wait_estimate_ms,
+                    })
+                    .collect()
+            };
+            Ok(pb::ContentionResponse {
+                top: v.top as u32,
+                namespaces: v.namespaces,
+                scanned: v.report.scanned,
+                most_waiters: list(v.report.most_waiters),
+                longest_waits: list(v.report.longest_waits),
+                most_handoffs: list(v.report.most_handoffs),
+                longest_held: list(v.report.longest_held),
+            })
+        }
+        .await;
+        self.finish("contention", start, out)
     }
 
     async fn list_sessions(
@@ -883,6 +924,7 @@ async fn serve_stream_request(
                         Ev::Queued(pb::Queued {
                             group: group.id(),
                             waiter,
+                            wait_estimate_ms: svc.wait_estimate(group.id(), &a.name, position),
                             name: a.name.clone(),
                             position,
                         })

@@ -68,6 +68,8 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("post", "/v1/admin/namespaces:delete"),
     ("get", "/v1/admin/backup"),
     ("get", "/v1/watch"),
+    ("get", "/v1/contention"),
+    ("get", "/ui"),
 ];
 
 pub fn router(svc: Arc<Service>) -> Router {
@@ -82,6 +84,9 @@ pub fn router(svc: Arc<Service>) -> Router {
         )
         .route("/v1/status", get(status))
         .route("/v1/watch", get(watch))
+        .route("/v1/contention", get(contention))
+        .route("/ui", get(ui))
+        .route("/ui/", get(ui))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/v1/admin/members", get(list_members).post(add_member))
@@ -548,6 +553,59 @@ async fn list_sessions(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ContentionQuery {
+    top: Option<u64>,
+    #[serde(default)]
+    namespace: String,
+}
+
+/// The web dashboard: one self-contained page (no CDN, works offline) that reads only the
+/// public API with the credential typed into it. Its policy lets it talk to this origin only.
+const UI_PAGE: &str = include_str!("../ui/index.html");
+
+/// `GET /ui`: the dashboard page.
+async fn ui() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; \
+                 base-uri 'none'; form-action 'none'",
+            ),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        UI_PAGE,
+    )
+        .into_response()
+}
+
+/// `GET /v1/contention?top=N&namespace=NS`: the hottest names (`Service::contention`).
+async fn contention(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    q: Result<axum::extract::Query<ContentionQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let q = q
+            .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?
+            .0;
+        let top = usize::try_from(q.top.unwrap_or(10)).unwrap_or(usize::MAX);
+        let view = svc
+            .contention(top, &q.namespace, &credentials(&headers))
+            .await?;
+        serde_json::to_value(view).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
+    }
+    .await;
+    finish(&svc, "contention", start, r)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AcquireBody {
     session_id: String,
     #[serde(default, deserialize_with = "null_default")]
@@ -632,11 +690,12 @@ async fn lock_verb(
                     AcquireOutcome::Acquired { token, lease_ttl_ms, reentry } => {
                         json!({"acquired": true, "token": token, "lease_ttl_ms": lease_ttl_ms, "reentry": reentry})
                     }
-                    AcquireOutcome::NotAcquired { holder, queue_position, lock_delay_until_ms } => json!({
+                    AcquireOutcome::NotAcquired { holder, queue_position, lock_delay_until_ms, wait_estimate_ms } => json!({
                         "acquired": false,
                         "holder": holder,
                         "queue_position": queue_position,
                         "lock_delay_until_ms": lock_delay_until_ms,
+                        "wait_estimate_ms": wait_estimate_ms,
                     }),
                 })
             }

@@ -13,6 +13,7 @@ pub mod backup;
 pub mod cli;
 pub mod config;
 pub mod conns;
+pub mod contention;
 pub mod error;
 pub mod grpc;
 pub mod http;

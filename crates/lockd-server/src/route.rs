@@ -8,6 +8,8 @@
 //! - **reads** ([`Query`]): every read of a group's state is one `Query` variant answered by
 //!   [`Query::answer`], the same function whether the replica is here or there, so a read means
 //!   the same on every node;
+//! - **contention** ([`Ask::Contention`]): the state machine's scan plus the node's hand-off
+//!   rates (`contention.rs`), from the member's replica as applied, without a read barrier;
 //! - **waits** ([`Ask::AwaitWaiter`]): a wait is answered by a node's applied effects
 //!   (`waits.rs`), so a node without a replica parks the wait on one that has (its early-outcome
 //!   buffer covers a grant applied before the ask arrives) and relays the outcome: to the HTTP
@@ -26,6 +28,7 @@ use lockd_core::{
 use lockd_raft::{AppHandler, GroupError, GroupId, RemoteGroup, Route};
 use serde::{Deserialize, Serialize};
 
+use crate::contention::{Report, MAX_TOP};
 use crate::error::{ApiError, ErrorCode};
 use crate::service::Service;
 use crate::waits::{Orphan, SessionEvent, WaitOutcome};
@@ -151,6 +154,12 @@ enum Ask {
         name: String,
         limit_ms: u64,
     },
+    /// The group's part of a contention report from the member's replica; answers
+    /// `contention::Report`.
+    Contention {
+        top: usize,
+        namespaces: Option<Vec<String>>,
+    },
 }
 
 /// A remote wait's outcome, with the holder on a timeout; `None`: no outcome in time.
@@ -211,6 +220,26 @@ impl Service {
                 let reply = r.app_call(payload, timeout).await?;
                 let answer: Result<Answer, GroupError> = decode(&reply)?;
                 Ok(answer?)
+            }
+        }
+    }
+
+    /// Group `route`'s part of a contention report: from this node's replica if it has one,
+    /// else from a member's.
+    pub(crate) async fn contention_of(
+        &self,
+        route: &Route,
+        top: usize,
+        namespaces: Option<Vec<String>>,
+    ) -> Result<Report, ApiError> {
+        match route {
+            Route::Local(g) => {
+                Ok(Report::of_replica(g, &self.waits.handoffs, top, namespaces.as_deref()).await)
+            }
+            Route::Remote(r) => {
+                let payload = encode(&Ask::Contention { top, namespaces }).map_err(status_error)?;
+                let reply = r.app_call(payload, Duration::from_secs(10)).await?;
+                Ok(decode(&reply)?)
             }
         }
     }
@@ -449,6 +478,15 @@ impl AppHandler for AppServer {
                     let now = g.now_ms();
                     encode(&g.read(move |t| q.answer(t, now)).await)
                 }
+                Ask::Contention { top, namespaces } => encode(
+                    &Report::of_replica(
+                        &g,
+                        &svc.waits.handoffs,
+                        top.min(MAX_TOP),
+                        namespaces.as_deref(),
+                    )
+                    .await,
+                ),
                 Ask::AwaitWaiter {
                     waiter,
                     name,

@@ -72,6 +72,9 @@ pub enum AcquireOutcome {
         holder: Option<String>,
         queue_position: u32,
         lock_delay_until_ms: Option<u64>,
+        /// What a wait at `queue_position` would take, from the name's observed hand-offs
+        /// (`contention.rs`); `None` without history, or with no replica of the group here.
+        wait_estimate_ms: Option<u64>,
     },
 }
 
@@ -83,6 +86,16 @@ pub struct SessionDetail {
     pub ttl_ms: u64,
     pub held: Vec<(GroupId, String, Token)>,
     pub waits: Vec<(GroupId, String, u32)>,
+}
+
+/// A contention report and what it covers.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ContentionView {
+    pub top: usize,
+    /// The namespaces whose names the report ranks.
+    pub namespaces: Vec<String>,
+    #[serde(flatten)]
+    pub report: crate::contention::Report,
 }
 
 /// The immediate answer to an acquire.
@@ -160,7 +173,7 @@ fn wait_outcome(
 ) -> Result<Option<AcquireOutcome>, ApiError> {
     match got {
         Some((WaitOutcome::Granted { token, lease_ttl_ms }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1 })),
-        Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None })),
+        Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None, wait_estimate_ms: None })),
         Some((WaitOutcome::Moved, _)) => Ok(None),
         Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(ErrorCode::SessionNotFound, "the session ended while waiting")),
         None => Err(ApiError::new(ErrorCode::WaitOutcomeUnknown, "no committed outcome for this wait yet (no leader?); the wait was abandoned and a late grant will be released").retry_after(1_000)),
@@ -800,6 +813,7 @@ impl Service {
             } => Ok(AcquireStart::Done(AcquireOutcome::NotAcquired {
                 holder: holder.map(|h| h.owner),
                 queue_position: queue_len + 1,
+                wait_estimate_ms: self.wait_estimate(group.id(), &req.name, queue_len + 1),
                 lock_delay_until_ms: match reason {
                     BusyReason::LockDelay { until_ms } => Some(until_ms),
                     BusyReason::Held => None,
@@ -817,6 +831,12 @@ impl Service {
                 format!("unexpected reply {other:?}"),
             )),
         }
+    }
+
+    /// What a wait at `position` of `name` in `group` would take, from this node's hand-off
+    /// history of the name (`None` without one, or with no replica of the group here).
+    pub fn wait_estimate(&self, group: GroupId, name: &str, position: u32) -> Option<u64> {
+        self.waits.handoffs.estimate_ms(group, name, position)
     }
 
     /// Acquires, waiting (long poll) for the committed outcome if the acquire queued.
@@ -858,7 +878,16 @@ impl Service {
                             wait_outcome(got, position)?
                         }
                     };
-                    if let Some(outcome) = outcome {
+                    if let Some(mut outcome) = outcome {
+                        if let AcquireOutcome::NotAcquired {
+                            queue_position,
+                            wait_estimate_ms,
+                            ..
+                        } = &mut outcome
+                        {
+                            *wait_estimate_ms =
+                                self.wait_estimate(group.id(), &name, *queue_position);
+                        }
                         return Ok(outcome);
                     }
                     req.wait_ms = deadline
@@ -1093,6 +1122,63 @@ impl Service {
         }
         let w = self.waits.watch.open(selector, &local, after)?;
         Ok((w, admin))
+    }
+
+    /// The hottest names (`GET /v1/contention`): the `top` names by waiters, longest wait,
+    /// hand-off rate and longest hold, across every lock group, from each group's replica here
+    /// or at a member. `namespace` narrows it to one namespace, which the caller must be let
+    /// into; without it the caller sees every namespace it could read: all of them as the
+    /// admin, else the open ones and the one its token opens.
+    pub async fn contention(
+        &self,
+        top: usize,
+        namespace: &str,
+        creds: &Credentials,
+    ) -> Result<ContentionView, ApiError> {
+        use crate::contention::{Report, MAX_TOP};
+        if top == 0 || top > MAX_TOP {
+            return Err(ApiError::bad_request(format!(
+                "top: must be 1 to {MAX_TOP}, got {top}"
+            )));
+        }
+        self.serving_names()?;
+        let all: Vec<String> = self
+            .group(META_GROUP)?
+            .read_local(|t| t.namespaces().map(|n| n.name.clone()).collect());
+        let shown: Vec<String> = if !namespace.is_empty() {
+            let ns = self.namespace_named(namespace)?;
+            self.authorize(&ns, creds)?;
+            vec![ns.name]
+        } else if self.inspect_as_admin(creds)? {
+            all.clone()
+        } else {
+            let digest = creds.bearer.as_deref().map(token_digest);
+            self.group(META_GROUP)?.read_local(|t| {
+                t.namespaces()
+                    .filter(|n| n.token_sha256.is_none() || n.token_sha256 == digest)
+                    .map(|n| n.name.clone())
+                    .collect()
+            })
+        };
+        // Every namespace: no filter, so the scan looks up no record's namespace.
+        let filter = (shown.len() != all.len()).then(|| shown.clone());
+        let parts = futures::future::try_join_all(self.lock_group_ids().into_iter().map(|g| {
+            let filter = filter.clone();
+            async move {
+                let route = self.route_of(g)?;
+                self.contention_of(&route, top, filter).await
+            }
+        }))
+        .await?;
+        let mut report = Report::default();
+        for part in parts {
+            report.merge(part, top);
+        }
+        Ok(ContentionView {
+            top,
+            namespaces: shown,
+            report,
+        })
     }
 
     /// Whether an inspect's caller is the admin. A token that is neither the admin's nor any

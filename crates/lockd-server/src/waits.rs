@@ -105,6 +105,8 @@ pub struct Waits {
     service: std::sync::OnceLock<std::sync::Weak<crate::service::Service>>,
     /// The watches (`watch.rs`): every replica's events go there.
     pub watch: crate::watches::Hub,
+    /// Hand-off rates and wait estimates (`contention.rs`), from every replica's events.
+    pub handoffs: crate::contention::Handoffs,
 }
 
 /// A parked wait. Dropping it before the outcome arrives marks the waiter abandoned.
@@ -167,6 +169,7 @@ impl Waits {
                 crate::watches::HISTORY_EVENTS,
                 crate::watches::LAG_LIMIT,
             ),
+            handoffs: Default::default(),
         };
         (Arc::new(w), rx)
     }
@@ -298,10 +301,12 @@ impl EffectSink for Waits {
                     .lock_events(|name| svc.namespace_name(name), &events);
             }
         }
+        self.handoffs.observe(group, now_ms, &events);
         self.watch.publish(group, index, now_ms, events);
     }
 
     fn reset(&self, group: GroupId) {
+        self.handoffs.reset(group);
         self.watch.reset(group);
     }
 

@@ -1270,3 +1270,115 @@ async fn contention_is_counted_per_namespace_from_the_core_events() {
     }
     c.stop_all().await;
 }
+
+/// `GET /v1/contention`: a held name with two waiters tops the waiter and wait lists; after
+/// hand-offs it tops the hand-off list, and a busy try-lock carries a wait estimate. A caller
+/// sees only the namespaces it could read, and bad `top`s are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_lists_the_hottest_names_to_those_who_may_read_them() {
+    let (mut c, h) = single().await;
+    let name = "hot-1";
+    let sessions = [
+        h.session("a", 30).await,
+        h.session("b", 30).await,
+        h.session("c", 30).await,
+        h.session("d", 30).await,
+    ];
+    let mut token = h
+        .acquire(name, json!({"session_id": sessions[0]}))
+        .await
+        .body["token"]
+        .as_u64()
+        .unwrap();
+    h.acquire("cool-1", json!({"session_id": sessions[3]}))
+        .await;
+    let secure = h.with_token(SECURE_TOKEN);
+    let s = secure.session_in("s", 30, "secure").await;
+    let r = secure
+        .acquire("secure/hidden", json!({"session_id": s}))
+        .await;
+    assert_eq!(r.body["acquired"], true, "{}", r.body);
+    let mut waiting = Vec::new();
+    for (i, s) in sessions[1..3].iter().enumerate() {
+        let (hh, s) = (h.clone(), s.clone());
+        waiting.push(tokio::spawn(async move {
+            hh.acquire(name, json!({"session_id": s, "wait_ms": 20_000}))
+                .await
+        }));
+        until_waiters(&h, name, i + 1).await;
+    }
+    let r = h.get("/v1/contention?top=5").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let first = |list: &str| r.body[list][0].clone();
+    assert_eq!(first("most_waiters")["name"], name, "{}", r.body);
+    assert_eq!(first("most_waiters")["waiters"], 2);
+    assert_eq!(first("most_waiters")["holders"], 1);
+    assert_eq!(first("longest_waits")["name"], name);
+    let held: Vec<_> = r.body["longest_held"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        held.contains(&"cool-1".to_string()) && !held.iter().any(|n| n.starts_with("secure/")),
+        "{held:?}"
+    );
+    assert!(!r.body["namespaces"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("secure")));
+    assert!(r.body["scanned"].as_u64().unwrap() >= 2);
+
+    // Two hand-offs: holder a → b → c.
+    for (i, w) in waiting.into_iter().enumerate() {
+        assert_eq!(h.release(name, &sessions[i], token).await.status, 200);
+        let got = w.await.unwrap();
+        assert_eq!(got.body["acquired"], true, "{}", got.body);
+        token = got.body["token"].as_u64().unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = h.get("/v1/contention").await;
+    assert_eq!(r.body["top"], 10);
+    let hot = &r.body["most_handoffs"][0];
+    assert_eq!(hot["name"], name, "{}", r.body);
+    assert!(hot["handoffs_per_s"].as_f64().unwrap() > 0.0);
+    assert!(hot["wait_estimate_ms"].as_u64().is_some(), "{hot}");
+    // A busy try-lock now says how long a wait would take.
+    let busy = h.acquire(name, json!({"session_id": sessions[0]})).await;
+    assert_eq!(busy.body["acquired"], false);
+    assert!(
+        busy.body["wait_estimate_ms"].as_u64().is_some(),
+        "{}",
+        busy.body
+    );
+
+    // The admin sees every namespace; a namespace's token opens its own namespace.
+    let all = h.admin().get("/v1/contention").await;
+    assert!(
+        all.body["longest_held"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "secure/hidden"),
+        "{}",
+        all.body
+    );
+    let own = secure.get("/v1/contention?namespace=secure").await;
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(own.body["namespaces"], json!(["secure"]));
+    assert_eq!(own.body["longest_held"][0]["name"], "secure/hidden");
+    assert_eq!(own.body["scanned"], 1);
+    assert_eq!(h.get("/v1/contention?namespace=secure").await.status, 401);
+    assert_eq!(h.get("/v1/contention?namespace=nope").await.status, 404);
+    for bad in ["top=0", "top=101", "top=x", "bogus=1"] {
+        let r = h.get(&format!("/v1/contention?{bad}")).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.body);
+    }
+    let r = h.get("/v1/contention?top=101").await;
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("top: must be 1 to 100"));
+    c.stop_all().await;
+}

@@ -114,6 +114,22 @@ async fn every_node_serves_names_of_groups_it_does_not_host() {
     );
     assert!(got.body["token"].as_u64().unwrap() > t2);
 
+    // Node 4's contention report has group 1's part from a member: the hand-off is there.
+    let hot = far.admin().get("/v1/contention").await;
+    assert_eq!(hot.status, 200, "{}", hot.body);
+    let handed = &hot.body["most_handoffs"][0];
+    assert_eq!(
+        (&handed["name"], &handed["group"]),
+        (&json!(g1[1]), &json!(1)),
+        "{}",
+        hot.body
+    );
+    assert!(hot.body["longest_held"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == json!(fast)));
+
     // A wait that times out on a member says so, naming the holder.
     let r = far
         .acquire(

@@ -127,6 +127,54 @@ MODE_EXCLUSIVE: Mode
 MODE_SHARED: Mode
 MODE_SEMAPHORE: Mode
 
+class ContentionRequest(_message.Message):
+    __slots__ = ("top", "namespace")
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    top: int
+    namespace: str
+    def __init__(self, top: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class HotName(_message.Message):
+    __slots__ = ("name", "namespace", "group", "holders", "waiters", "held_for_ms", "longest_wait_ms", "handoffs_per_s", "wait_estimate_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    LONGEST_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFFS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    WAIT_ESTIMATE_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    namespace: str
+    group: int
+    holders: int
+    waiters: int
+    held_for_ms: int
+    longest_wait_ms: int
+    handoffs_per_s: float
+    wait_estimate_ms: int
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., group: _Optional[int] = ..., holders: _Optional[int] = ..., waiters: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., longest_wait_ms: _Optional[int] = ..., handoffs_per_s: _Optional[float] = ..., wait_estimate_ms: _Optional[int] = ...) -> None: ...
+
+class ContentionResponse(_message.Message):
+    __slots__ = ("top", "namespaces", "scanned", "most_waiters", "longest_waits", "most_handoffs", "longest_held")
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    SCANNED_FIELD_NUMBER: _ClassVar[int]
+    MOST_WAITERS_FIELD_NUMBER: _ClassVar[int]
+    LONGEST_WAITS_FIELD_NUMBER: _ClassVar[int]
+    MOST_HANDOFFS_FIELD_NUMBER: _ClassVar[int]
+    LONGEST_HELD_FIELD_NUMBER: _ClassVar[int]
+    top: int
+    namespaces: _containers.RepeatedScalarFieldContainer[str]
+    scanned: int
+    most_waiters: _containers.RepeatedCompositeFieldContainer[HotName]
+    longest_waits: _containers.RepeatedCompositeFieldContainer[HotName]
+    most_handoffs: _containers.RepeatedCompositeFieldContainer[HotName]
+    longest_held: _containers.RepeatedCompositeFieldContainer[HotName]
+    def __init__(self, top: _Optional[int] = ..., namespaces: _Optional[_Iterable[str]] = ..., scanned: _Optional[int] = ..., most_waiters: _Optional[_Iterable[_Union[HotName, _Mapping]]] = ..., longest_waits: _Optional[_Iterable[_Union[HotName, _Mapping]]] = ..., most_handoffs: _Optional[_Iterable[_Union[HotName, _Mapping]]] = ..., longest_held: _Optional[_Iterable[_Union[HotName, _Mapping]]] = ...) -> None: ...
+
 class OpenSessionRequest(_message.Message):
     __slots__ = ("client", "ttl_ms", "namespace", "token")
     CLIENT_FIELD_NUMBER: _ClassVar[int]
@@ -194,7 +242,7 @@ class AcquireRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ..., reentrant: bool = ..., token: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms")
+    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms")
     ACQUIRED_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -202,6 +250,7 @@ class AcquireResponse(_message.Message):
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_ESTIMATE_MS_FIELD_NUMBER: _ClassVar[int]
     acquired: bool
     fencing_token: int
     lease_ttl_ms: int
@@ -209,7 +258,8 @@ class AcquireResponse(_message.Message):
     holder: str
     queue_position: int
     lock_delay_until_ms: int
-    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ...) -> None: ...
+    wait_estimate_ms: int
+    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("session_id", "name", "fencing_token", "token")
@@ -496,16 +546,18 @@ class LeaseExtended(_message.Message):
     def __init__(self, group: _Optional[int] = ..., extended_by_ms: _Optional[int] = ...) -> None: ...
 
 class Queued(_message.Message):
-    __slots__ = ("group", "waiter", "name", "position")
+    __slots__ = ("group", "waiter", "name", "position", "wait_estimate_ms")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WAITER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_ESTIMATE_MS_FIELD_NUMBER: _ClassVar[int]
     group: int
     waiter: int
     name: str
     position: int
-    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+    wait_estimate_ms: int
+    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., position: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ...) -> None: ...
 
 class Granted(_message.Message):
     __slots__ = ("group", "waiter", "name", "fencing_token", "lease_ttl_ms")
