@@ -229,6 +229,24 @@ impl Client {
         self.core.lease_expired.load(Relaxed)
     }
 
+    /// How many times a group's new leader extended this client's lease and told it so (each
+    /// with the exact time left, [`Client::lease_report`]).
+    pub fn lease_extended_count(&self) -> u64 {
+        self.core.lease_extended.load(Relaxed)
+    }
+
+    /// What the service last said this client's lease has left: from the last keepalive reply
+    /// (counted from its send time), or from a new leader's notice. `None` before the first.
+    /// The local deadline the guards watch keeps its own, shorter rule (send time + TTL -
+    /// margin); this is the server's side, for logs and dashboards.
+    pub fn lease_report(&self) -> Option<crate::LeaseReport> {
+        self.core
+            .lease_report
+            .lock()
+            .expect("lease report lock")
+            .clone()
+    }
+
     /// Starts an acquire of `name`: exclusive, try-once, owned by the client name, unless the
     /// builder says otherwise. `.await` it.
     ///

@@ -85,6 +85,28 @@ impl LocalLease {
     }
 }
 
+/// What the service said a client's lease has left ([`Client::lease_report`]).
+///
+/// [`Client::lease_report`]: crate::Client::lease_report
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseReport {
+    /// The lease left, as of `at`.
+    pub remaining: Duration,
+    /// When it was so: a keepalive's send time, or when a new leader's notice arrived.
+    pub at: Instant,
+    /// The lock group whose new leader extended the lease and said so (`None`: a keepalive
+    /// reply, the least over the session's groups).
+    pub extended_by_new_leader_of: Option<u32>,
+}
+
+impl LeaseReport {
+    /// The lease left at `now` by this report.
+    pub fn remaining_at(&self, now: Instant) -> Duration {
+        self.remaining
+            .saturating_sub(now.saturating_duration_since(self.at))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,7 @@ pub use election::{Election, Leader, Leaders, Leadership, Term};
 pub use error::Error;
 pub use facades::{RwLock, Semaphore};
 pub use info::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
+pub use lease::LeaseReport;
 pub use lockd_proto::v1 as proto;
 pub use retry::RetryPolicy;
 pub use watch::{WatchEvent, Watcher};

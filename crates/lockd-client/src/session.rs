@@ -78,9 +78,17 @@ pub(crate) struct Core {
     pub held: Mutex<HashMap<u64, Held>>,
     pub next_guard: AtomicU64,
     pub lease_expired: AtomicU64,
+    /// Leader changes that extended this client's lease, as the new leaders told it.
+    pub lease_extended: AtomicU64,
+    /// What the service last said the lease has left.
+    pub lease_report: Mutex<Option<crate::LeaseReport>>,
 }
 
 impl Core {
+    fn report_lease(&self, r: crate::LeaseReport) {
+        *self.lease_report.lock().expect("lease report lock") = Some(r);
+    }
+
     /// Fails if the bearer token cannot be sent as a header value.
     pub fn new(opts: ClientOptions, channels: Vec<(String, Channel)>) -> Result<Core, Error> {
         let bearer = match &opts.auth_token {
@@ -106,6 +114,8 @@ impl Core {
             held: Mutex::default(),
             next_guard: AtomicU64::new(1),
             lease_expired: AtomicU64::new(0),
+            lease_extended: AtomicU64::new(0),
+            lease_report: Mutex::default(),
         })
     }
 
@@ -594,6 +604,11 @@ impl Driver {
     /// A renewal sent at `sent` was acknowledged.
     fn renewed(&mut self, sent: Instant, ttl_ms: u64) {
         let Some(s) = &mut self.sess else { return };
+        self.core.report_lease(crate::LeaseReport {
+            remaining: Duration::from_millis(ttl_ms),
+            at: sent,
+            extended_by_new_leader_of: None,
+        });
         match s.lease.renewed(sent, ttl_ms, Instant::now()) {
             // Too late: the guards may already have stopped. A lost lease stays lost.
             Renewal::TooLate => {
@@ -731,10 +746,21 @@ impl Driver {
             }
             (push @ (Ev::Granted(_) | Ev::WaitEnded(_)), _) => self.push(push, None),
             (Ev::LeaseExtended(l), _) => {
-                tracing::debug!(
+                self.core.lease_extended.fetch_add(1, Relaxed);
+                // A server without `remaining_ms` (older) says only the grace it added.
+                if l.remaining_ms > 0 {
+                    self.core.report_lease(crate::LeaseReport {
+                        remaining: Duration::from_millis(l.remaining_ms),
+                        at: Instant::now(),
+                        extended_by_new_leader_of: Some(l.group),
+                    });
+                }
+                tracing::info!(
                     group = l.group,
                     by_ms = l.extended_by_ms,
-                    "lease extended by a new leader; the local deadline stays"
+                    remaining_ms = l.remaining_ms,
+                    "a new leader extended the lease; the local deadline keeps its own rule \
+                     (send time + TTL - margin), which is shorter"
                 )
             }
             (other, _) => tracing::debug!(?other, "unexpected session event"),

@@ -707,3 +707,51 @@ async fn acquire_all_keeps_one_deadline_for_every_name() {
         .await;
     }
 }
+
+/// A new leader extends every lease and the session is told so by that leader, with the time
+/// left; keepalive replies carry the time left too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_tells_the_session_what_its_lease_has_left() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::start(3, 1).await;
+    let ttl = Duration::from_secs(3);
+    // The leader of lock group 1, and a client whose stream is on another node.
+    let leader = c.leader_of(0, 1).await;
+    assert!(leader > 0, "group 1 has a leader");
+    let via = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
+    let client = Client::connect_with([c.grpc[via].clone()], options(ttl))
+        .await
+        .unwrap();
+    let g = client.acquire("fast/lease-truth").try_once().await.unwrap();
+    eventually(Duration::from_secs(5), "a keepalive reply", || async {
+        client.lease_report().is_some()
+    })
+    .await;
+    let kept = client.lease_report().unwrap();
+    assert_eq!(kept.extended_by_new_leader_of, None);
+    assert!(
+        kept.remaining >= ttl,
+        "a keepalive never reports less than the TTL: {kept:?}"
+    );
+    assert_eq!(client.lease_extended_count(), 0);
+
+    c.kill(leader as usize - 1);
+    eventually(
+        Duration::from_secs(15),
+        "the new leader's notice",
+        || async { client.lease_extended_count() > 0 },
+    )
+    .await;
+    let told = client.lease_report().unwrap();
+    assert_eq!(told.extended_by_new_leader_of, Some(1), "{told:?}");
+    // The new leader restarted the lease at TTL + its election timeout, a moment ago.
+    assert!(
+        told.remaining > Duration::ZERO && told.remaining <= ttl + Duration::from_secs(10),
+        "{told:?}"
+    );
+    assert_ne!(c.leader_of(via, 1).await, leader);
+    assert!(!g.is_lost(), "the hold survived the failover");
+    g.release().await.unwrap();
+    client.close().await.unwrap();
+    c.start_again(leader as usize - 1);
+}

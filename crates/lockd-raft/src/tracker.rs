@@ -89,13 +89,16 @@ impl SessionTracker {
 
     /// Refreshes the deadline to `now + ttl` (never earlier than it was). Returns the TTL, or
     /// `None` if the session is unknown or already expiring.
+    /// Renews `session` at `now`: its lease left from `now` in whole milliseconds, rounded
+    /// down (the TTL, or more while a new leader's extension lasts; never less), or `None` if
+    /// it is not tracked or already expiring.
     pub(crate) fn keepalive(&mut self, session: SessionId, now: Instant) -> Option<u64> {
         let t = self.sessions.get_mut(&session)?;
         if t.deadline <= now {
             return None;
         }
         t.deadline = t.deadline.max(now + Duration::from_millis(t.ttl_ms));
-        Some(t.ttl_ms)
+        Some((t.deadline - now).as_millis() as u64)
     }
 
     /// Sessions whose deadline has passed (at most [`MAX_EXPIRE_BATCH`]), in index order.
@@ -196,12 +199,16 @@ mod tests {
         let t0 = Instant::now();
         let mut t = SessionTracker::default();
         t.reset([(S1, 1000), (S2, 2000)], t0, Duration::from_millis(500));
-        assert_eq!(t.keepalive(S1, t0), Some(1000));
+        // The keepalive reply says what is left: the TTL plus the new leader's slack, less the
+        // time since; never less than the TTL.
+        assert_eq!(t.keepalive(S1, t0), Some(1500));
+        assert_eq!(t.keepalive(S2, t0 + Duration::from_millis(200)), Some(2300));
+        assert_eq!(t.keepalive(S2, t0 + Duration::from_millis(600)), Some(2000));
         assert!(t.due(t0 + Duration::from_millis(1499)).is_empty());
         assert_eq!(t.due(t0 + Duration::from_millis(1500)), vec![S1]);
         // A reset saw S2 first: the open's apply must not shorten it.
         t.opened(S2, 2000, t0);
-        assert_eq!(t.due(t0 + Duration::from_millis(2499)), vec![S1]);
+        assert_eq!(t.due(t0 + Duration::from_millis(2599)), vec![S1]);
     }
 
     #[test]

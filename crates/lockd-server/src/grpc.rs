@@ -311,9 +311,11 @@ fn push(ev: SessionEvent) -> pb::session_event::Kind {
         SessionEvent::LeaseExtended {
             group,
             extended_by_ms,
+            remaining_ms,
         } => Kind::LeaseExtended(pb::LeaseExtended {
             group,
             extended_by_ms,
+            remaining_ms,
         }),
     }
 }

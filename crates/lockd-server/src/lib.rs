@@ -40,7 +40,7 @@ use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
 use crate::service::Service;
-use crate::waits::{SessionEvent, Waits};
+use crate::waits::Waits;
 
 /// Everything a node needs to start.
 pub struct ServerConfig {
@@ -392,11 +392,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
             loop {
                 tick.tick().await;
                 for group in svc.metrics.observe_leaders(&svc.node) {
-                    let extended_by_ms = svc.election_timeout_max_ms;
-                    svc.waits.broadcast(SessionEvent::LeaseExtended {
-                        group,
-                        extended_by_ms,
-                    });
+                    tokio::spawn(svc.clone().tell_lease_extended(group));
                 }
             }
         };

@@ -725,6 +725,36 @@ impl Service {
         Ok(ttl)
     }
 
+    /// A new leader of `group` restarted every lease it knows at TTL + election timeout (a new
+    /// leader never shortens a lease). Each session with a stream on this node is told what its
+    /// lease has left there, by that leader: one keepalive per session, sent to the new leader,
+    /// whose answer is exact, pushed as `LeaseExtended`. A session the group does not know is
+    /// not told. At most 64 keepalives are in flight at once.
+    pub async fn tell_lease_extended(self: Arc<Self>, group: GroupId) {
+        use futures::StreamExt as _;
+        let Ok(route) = self.route_of(group) else {
+            return;
+        };
+        let svc = &self;
+        futures::stream::iter(self.waits.stream_sessions())
+            .for_each_concurrent(64, |session| {
+                let route = route.clone();
+                async move {
+                    if let Ok(remaining_ms) = route.keepalive(session).await {
+                        svc.waits.deliver(
+                            session,
+                            crate::waits::SessionEvent::LeaseExtended {
+                                group,
+                                extended_by_ms: svc.election_timeout_max_ms,
+                                remaining_ms,
+                            },
+                        );
+                    }
+                }
+            })
+            .await;
+    }
+
     /// Closes the session everywhere, releasing all its locks at once.
     pub async fn close_session(
         &self,

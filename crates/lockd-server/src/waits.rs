@@ -64,7 +64,13 @@ pub enum SessionEvent {
         reason: SessionEndReason,
     },
     /// A group changed leader; the new leader restarted every lease at TTL + election timeout.
-    LeaseExtended { group: GroupId, extended_by_ms: u64 },
+    /// `remaining_ms` is what the session's lease has left in that group, as its new leader
+    /// answered a keepalive sent for the notice.
+    LeaseExtended {
+        group: GroupId,
+        extended_by_ms: u64,
+        remaining_ms: u64,
+    },
 }
 
 type Key = (GroupId, WaiterId);
@@ -248,12 +254,10 @@ impl Waits {
             .is_some_and(|(_, tx)| tx.send(event).is_ok())
     }
 
-    /// Tells every attached stream something (e.g. a leader change extended their leases).
-    pub fn broadcast(&self, event: SessionEvent) {
+    /// The sessions with a stream attached on this node.
+    pub fn stream_sessions(&self) -> Vec<SessionId> {
         let inner = self.inner.lock().expect("waits lock");
-        for (_, tx) in inner.streams.values() {
-            let _ = tx.send(event.clone());
-        }
+        inner.streams.keys().copied().collect()
     }
 
     fn finish(&self, inner: &mut Inner, key: Key, outcome: WaitOutcome, orphan: Option<Orphan>) {

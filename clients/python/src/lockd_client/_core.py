@@ -279,6 +279,9 @@ class Core:
         #: settling acquires whose answer a broken stream lost.
         self.held: Dict[int, Hold] = {}
         self.lease_expired = 0
+        # New leaders' notices: how many, and the last one's (group, ms left) as that leader said.
+        self.lease_extended = 0
+        self.lease_extension: Optional[Tuple[int, int]] = None
         self.lease: Optional[Lease] = None
 
     # ----- plumbing -------------------------------------------------------------------------
@@ -665,8 +668,11 @@ class Core:
         elif kind in ("granted", "wait_ended"):
             self._push(ev, None)
         elif kind == "lease_extended":
-            log.debug("lockd: lease extended by a new leader of group %d; the local deadline stays",
-                      ev.lease_extended.group)
+            le = ev.lease_extended
+            self.lease_extended += 1
+            self.lease_extension = (le.group, le.remaining_ms)
+            log.info("lockd: a new leader of group %d extended the lease (%d ms left); the local "
+                     "deadline keeps its own, shorter rule", le.group, le.remaining_ms)
         else:
             log.debug("lockd: unexpected session event %s", kind)
 

@@ -268,6 +268,16 @@ class AsyncClient:
         return self._core.endpoint
 
     @property
+    def lease_extended_count(self) -> int:
+        """How many times a group's new leader extended this client's lease and said so."""
+        return self._core.lease_extended
+
+    @property
+    def lease_extension(self) -> Optional[Tuple[int, int]]:
+        """The last new leader's notice: (group, milliseconds the lease had left), or None."""
+        return self._core.lease_extension
+
+    @property
     def lease_expired_count(self) -> int:
         """How many times a lease ran out while the application still held a lock (each is also
         reported to the service's ``lockd_lease_expired_while_holding_total`` metric)."""

@@ -286,6 +286,16 @@ class Client:
         return self._core.endpoint
 
     @property
+    def lease_extended_count(self) -> int:
+        """How many times a group's new leader extended this client's lease and said so."""
+        return self._core.lease_extended
+
+    @property
+    def lease_extension(self) -> Optional[Tuple[int, int]]:
+        """The last new leader's notice: (group, milliseconds the lease had left), or None."""
+        return self._core.lease_extension
+
+    @property
     def lease_expired_count(self) -> int:
         """How many times a lease ran out while the application still held a lock."""
         return self._core.lease_expired

@@ -538,12 +538,14 @@ class SessionEvent(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., opened: _Optional[_Union[OpenSessionResponse, _Mapping]] = ..., keepalive: _Optional[_Union[KeepAliveResponse, _Mapping]] = ..., acquired: _Optional[_Union[AcquireResponse, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., released: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., closed: _Optional[_Union[CloseSessionResponse, _Mapping]] = ..., granted: _Optional[_Union[Granted, _Mapping]] = ..., wait_ended: _Optional[_Union[WaitEnded, _Mapping]] = ..., session_ended: _Optional[_Union[SessionEnded, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., lease_extended: _Optional[_Union[LeaseExtended, _Mapping]] = ..., state: _Optional[_Union[LockState, _Mapping]] = ...) -> None: ...
 
 class LeaseExtended(_message.Message):
-    __slots__ = ("group", "extended_by_ms")
+    __slots__ = ("group", "extended_by_ms", "remaining_ms")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     EXTENDED_BY_MS_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
     group: int
     extended_by_ms: int
-    def __init__(self, group: _Optional[int] = ..., extended_by_ms: _Optional[int] = ...) -> None: ...
+    remaining_ms: int
+    def __init__(self, group: _Optional[int] = ..., extended_by_ms: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
 
 class Queued(_message.Message):
     __slots__ = ("group", "waiter", "name", "position", "wait_estimate_ms")
