@@ -247,22 +247,22 @@ impl Metrics {
             );
             r.register(
                 "sessions_expired",
-                "Sessions expired (applied locally)",
+                "Sessions expired, counted by the leader of each group that expired them",
                 m.expired.clone(),
             );
             r.register(
                 "sessions_closed",
-                "Sessions closed (applied locally)",
+                "Sessions closed, counted by the leader of each group the session was in",
                 m.closed.clone(),
             );
             r.register(
                 "waits_timed_out",
-                "Queued acquires that timed out (applied locally)",
+                "Queued acquires that timed out, counted by their group's leader",
                 m.waits_timed_out.clone(),
             );
             r.register(
                 "waiters_granted",
-                "Queued acquires granted (applied locally)",
+                "Queued acquires granted, counted by their group's leader",
                 m.waiters_granted.clone(),
             );
             r.register(

@@ -97,6 +97,37 @@ pub struct EffectCounters {
     pub sessions_closed: std::sync::atomic::AtomicU64,
 }
 
+impl EffectCounters {
+    /// Counts one applied entry's events. Called on the replica that led the group when it
+    /// applied them only, like the contention metrics: every replica applies the same events,
+    /// and a per-replica count would be multiplied by the replica count in a cluster-wide sum.
+    fn count(&self, events: &[lockd_core::LockEvent]) {
+        use lockd_core::LockEvent;
+        use std::sync::atomic::Ordering::Relaxed;
+        for e in events {
+            let counter = match e {
+                LockEvent::HoldStarted {
+                    waiter: Some(_), ..
+                } => &self.granted_waiters,
+                LockEvent::WaitEnded {
+                    reason: WaitEndReason::TimedOut,
+                    ..
+                } => &self.waits_timed_out,
+                LockEvent::SessionEnded {
+                    reason: SessionEndReason::Expired,
+                    ..
+                } => &self.sessions_expired,
+                LockEvent::SessionEnded {
+                    reason: SessionEndReason::Closed,
+                    ..
+                } => &self.sessions_closed,
+                _ => continue,
+            };
+            counter.fetch_add(1, Relaxed);
+        }
+    }
+}
+
 /// The registry of parked waits; the node's [`EffectSink`].
 pub struct Waits {
     inner: Mutex<Inner>,
@@ -300,6 +331,7 @@ impl EffectSink for Waits {
             log.write(group, index, now_ms, &events);
         }
         if leading {
+            self.counters.count(&events);
             if let Some(svc) = self.service.get().and_then(|w| w.upgrade()) {
                 svc.metrics
                     .lock_events(|name| svc.namespace_name(name), &events);
@@ -321,7 +353,6 @@ impl EffectSink for Waits {
     }
 
     fn applied(&self, group: GroupId, effects: &[Effect]) {
-        use std::sync::atomic::Ordering::Relaxed;
         let mut inner = self.inner.lock().expect("waits lock");
         for e in effects {
             match e {
@@ -332,7 +363,6 @@ impl EffectSink for Waits {
                     token,
                     lease_ttl_ms,
                 } => {
-                    self.counters.granted_waiters.fetch_add(1, Relaxed);
                     let orphan = Orphan {
                         group,
                         session: *session,
@@ -364,9 +394,6 @@ impl EffectSink for Waits {
                     name,
                     reason,
                 } => {
-                    if *reason == WaitEndReason::TimedOut {
-                        self.counters.waits_timed_out.fetch_add(1, Relaxed);
-                    }
                     if let Some((_, tx)) = inner.streams.get(session) {
                         let _ = tx.send(SessionEvent::WaitEnded {
                             group,
@@ -386,11 +413,6 @@ impl EffectSink for Waits {
                 Effect::SessionEnded {
                     session, reason, ..
                 } => {
-                    let counter = match reason {
-                        SessionEndReason::Expired => &self.counters.sessions_expired,
-                        SessionEndReason::Closed => &self.counters.sessions_closed,
-                    };
-                    counter.fetch_add(1, Relaxed);
                     if let Some((_, tx)) = inner.streams.get(session) {
                         let _ = tx.send(SessionEvent::Ended {
                             group,

@@ -380,7 +380,8 @@ async fn a_new_member_at_another_nodes_peer_address_is_refused_and_the_cluster_k
 }
 
 /// Every replica applies the same events, so contention is counted where the group's leader
-/// applied them: summed over the three nodes, three releases count three, not nine.
+/// applied them: summed over the three nodes, three releases count three, not nine; likewise a
+/// granted waiter, a timed-out wait and a closed session count once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contention_counts_each_event_once_across_replicas() {
     let mut c = cluster(3, 1).await;
@@ -392,8 +393,36 @@ async fn contention_counts_each_event_once_across_replicas() {
         let token = r.body["token"].as_u64().expect("granted");
         assert_eq!(h.release(&name, &s, token).await.status, 200);
     }
-    let line = "lockd_lock_holds_ended_total{namespace=\"default\",cause=\"release\"} ";
-    let sum = |texts: Vec<String>| -> u64 {
+    // One wait that times out and one that is granted.
+    let w = h.session("waiter", 15).await;
+    let token = h.acquire("counted-w", json!({"session_id": s})).await.body["token"]
+        .as_u64()
+        .unwrap();
+    let r = h
+        .acquire("counted-w", json!({"session_id": w, "wait_ms": 100}))
+        .await;
+    assert_eq!(r.body["acquired"], false, "{}", r.body);
+    let waiting = {
+        let (h, w) = (h.clone(), w.clone());
+        tokio::spawn(async move {
+            h.acquire("counted-w", json!({"session_id": w, "wait_ms": 20_000}))
+                .await
+        })
+    };
+    wait_until_queued(&h, "counted-w").await;
+    assert_eq!(h.release("counted-w", &s, token).await.status, 200);
+    assert_eq!(waiting.await.unwrap().body["acquired"], true);
+    assert_eq!(h.delete(&format!("/v1/sessions/{w}")).await.status, 200);
+    let want = [
+        (
+            "lockd_lock_holds_ended_total{namespace=\"default\",cause=\"release\"} ",
+            4,
+        ),
+        ("lockd_waiters_granted_total ", 1),
+        ("lockd_waits_timed_out_total ", 1),
+        ("lockd_sessions_closed_total ", 1),
+    ];
+    let sum = |texts: &[String], line: &str| -> u64 {
         texts
             .iter()
             .flat_map(|t| t.lines())
@@ -410,12 +439,19 @@ async fn contention_counts_each_event_once_across_replicas() {
         texts
     };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while sum(scrape().await) < 3 {
-        assert!(Instant::now() < deadline, "never counted 3 releases");
+    loop {
+        let texts = scrape().await;
+        if want.iter().all(|(line, n)| sum(&texts, line) >= *n) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never counted {want:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The followers have applied the same entries by now or soon: still 3.
+    // The followers have applied the same entries by now or soon: still once each.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(sum(scrape().await), 3);
+    let texts = scrape().await;
+    for (line, n) in want {
+        assert_eq!(sum(&texts, line), n, "{line}");
+    }
     c.stop_all().await;
 }
