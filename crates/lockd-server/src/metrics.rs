@@ -90,6 +90,8 @@ pub struct Metrics {
     waits_timed_out: Counter,
     auth_failures: Counter,
     waiters_granted: Counter,
+    watches: Gauge,
+    watches_too_slow: Counter,
     last_leaders: Mutex<std::collections::HashMap<u32, u64>>,
     client_connections: Family<PortLabel, Gauge>,
     client_connections_max: Family<PortLabel, Gauge>,
@@ -153,6 +155,8 @@ impl Metrics {
             waits_timed_out: Counter::default(),
             auth_failures: Counter::default(),
             waiters_granted: Counter::default(),
+            watches: Gauge::default(),
+            watches_too_slow: Counter::default(),
             last_leaders: Mutex::default(),
             client_connections: Family::default(),
             client_connections_max: Family::default(),
@@ -264,6 +268,16 @@ impl Metrics {
                 "waiters_granted",
                 "Queued acquires granted, counted by their group's leader",
                 m.waiters_granted.clone(),
+            );
+            r.register(
+                "watches",
+                "Watches open on this node (SSE and gRPC)",
+                m.watches.clone(),
+            );
+            r.register(
+                "watches_too_slow",
+                "Watches this node cut off for falling more than 4096 entries behind",
+                m.watches_too_slow.clone(),
             );
             r.register(
                 "client_connections",
@@ -487,6 +501,8 @@ impl Metrics {
         sync(&self.closed, c.sessions_closed.load(Relaxed));
         sync(&self.waits_timed_out, c.waits_timed_out.load(Relaxed));
         sync(&self.waiters_granted, c.granted_waiters.load(Relaxed));
+        self.watches.set(waits.watch.open_watches() as i64);
+        sync(&self.watches_too_slow, waits.watch.cut_off_too_slow());
         let mut out = String::new();
         encode(&mut out, &self.registry.lock().expect("registry lock"))
             .expect("encoding to a String cannot fail");

@@ -184,6 +184,8 @@ pub struct Hub {
     ring: Mutex<Ring>,
     history: usize,
     lag_limit: usize,
+    /// Watches cut off for falling too far behind, since start (`lockd_watches_too_slow_total`).
+    too_slow: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Hub {
@@ -199,6 +201,7 @@ impl Hub {
             }),
             history,
             lag_limit,
+            too_slow: Arc::default(),
         }
     }
 
@@ -304,7 +307,18 @@ impl Hub {
             seen: after.clone(),
             delivered: after.clone(),
             lag_limit: self.lag_limit,
+            too_slow: self.too_slow.clone(),
         })
+    }
+
+    /// Watches open on this node now.
+    pub fn open_watches(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// Watches cut off as too slow since start.
+    pub fn cut_off_too_slow(&self) -> u64 {
+        self.too_slow.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -324,6 +338,7 @@ pub struct Watch {
     /// Per group, what the caller has been handed.
     delivered: Positions,
     lag_limit: usize,
+    too_slow: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Watch {
@@ -362,6 +377,8 @@ impl Watch {
                     }
                     Ok(Item::Reset(_)) => continue,
                     Err(broadcast::error::RecvError::Lagged(n)) => {
+                        self.too_slow
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return Some(Err(ApiError::new(
                             ErrorCode::WatchTooSlow,
                             format!(
@@ -370,7 +387,7 @@ impl Watch {
                                 self.lag_limit,
                                 format_positions(&self.delivered)
                             ),
-                        )))
+                        )));
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 },
@@ -736,6 +753,7 @@ mod tests {
                 &Positions::new(),
             )
             .unwrap();
+        assert_eq!((hub.open_watches(), hub.cut_off_too_slow()), (1, 0));
         hub.publish(1, 1, 0, vec![started("a", 1)]);
         assert_eq!(take(&mut w, 1).await, vec![(1, 1)]);
         for i in 2..=10 {
@@ -744,6 +762,13 @@ mod tests {
         let e = w.next().await.unwrap().err().unwrap();
         assert_eq!(e.code, ErrorCode::WatchTooSlow);
         assert!(e.message.contains("after=1:1"), "{}", e.message);
+        assert_eq!(
+            hub.cut_off_too_slow(),
+            1,
+            "counted for lockd_watches_too_slow_total"
+        );
+        drop(w);
+        assert_eq!(hub.open_watches(), 0);
     }
 
     #[tokio::test]
