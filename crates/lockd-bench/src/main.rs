@@ -228,6 +228,10 @@ enum Cmd {
         /// Length of each cycle measurement, seconds.
         #[arg(long, default_value_t = 10)]
         secs: u64,
+        /// Keep the loaded cluster up this many seconds (printing its dashboard's URLs) for
+        /// outside tools, before the follower restart.
+        #[arg(long, default_value_t = 0)]
+        hold_for_s: u64,
         #[command(flatten)]
         lockd: LockdArgs,
     },
@@ -436,6 +440,7 @@ async fn run(cli: Cli) -> Result<()> {
             load_inflight,
             load_timeout_s,
             secs,
+            hold_for_s,
             lockd,
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
@@ -451,6 +456,7 @@ async fn run(cli: Cli) -> Result<()> {
                 load_inflight,
                 load_timeout: Duration::from_secs(load_timeout_s),
                 cycle_secs: secs,
+                hold_for: Duration::from_secs(hold_for_s),
             };
             let r = scale::run(&mut cluster, &args).await?;
             println!(

@@ -49,6 +49,8 @@ pub struct ScaleArgs {
     pub held: u64,
     /// Locks held during the baseline measurement.
     pub baseline_held: u64,
+    /// How long to keep the loaded cluster up for outside tools before the restart (0: not).
+    pub hold_for: Duration,
     /// Sessions the held locks are spread over (each holds held/sessions, rounded up).
     pub sessions: usize,
     /// Closed-loop clients of the cycle measurement (C=1 is always measured too).
@@ -499,6 +501,22 @@ pub async fn run(cluster: &mut Cluster, a: &ScaleArgs) -> Result<Scale> {
         loadavgs.push(("full".into(), loadavg()));
         rows.extend(measure(cluster, &full_label, a.concurrency, a.cycle_secs).await?);
         cluster.check_alive()?;
+        if !a.hold_for.is_zero() {
+            // For outside tools (the dashboard's load time at 1M held): the cluster as loaded.
+            let urls: Vec<String> = cluster
+                .http_addrs()
+                .iter()
+                .map(|a| format!("http://{a}/ui"))
+                .collect();
+            eprintln!(
+                "[scale] holding {} locks for {:?}; dashboard at {}",
+                l.acquired,
+                a.hold_for,
+                urls.join(" ")
+            );
+            sleep(a.hold_for).await;
+            cluster.check_alive()?;
+        }
 
         loadavgs.push(("restart".into(), loadavg()));
         let (_, held_name) = name_of(0, per_session);
