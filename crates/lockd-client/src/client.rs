@@ -230,18 +230,28 @@ impl Client {
     }
 
     /// How many times a group's new leader extended this client's lease and told it so (each
-    /// with the exact time left, [`Client::lease_report`]).
+    /// with the exact time left, [`Client::lease_extension`]).
     pub fn lease_extended_count(&self) -> u64 {
         self.core.lease_extended.load(Relaxed)
     }
 
-    /// What the service last said this client's lease has left: from the last keepalive reply
-    /// (counted from its send time), or from a new leader's notice. `None` before the first.
-    /// The local deadline the guards watch keeps its own, shorter rule (send time + TTL -
-    /// margin); this is the server's side, for logs and dashboards.
+    /// What the last keepalive reply said this client's lease has left (counted from its send
+    /// time; the least over the session's groups). `None` before the first. The local deadline
+    /// the guards watch keeps its own, shorter rule (send time + TTL - margin); this is the
+    /// server's side, for logs and dashboards.
     pub fn lease_report(&self) -> Option<crate::LeaseReport> {
         self.core
             .lease_report
+            .lock()
+            .expect("lease report lock")
+            .clone()
+    }
+
+    /// The last notice from a group's new leader of what the lease has left there
+    /// (`extended_by_new_leader_of` names the group). `None` before the first.
+    pub fn lease_extension(&self) -> Option<crate::LeaseReport> {
+        self.core
+            .lease_extension
             .lock()
             .expect("lease report lock")
             .clone()

@@ -80,13 +80,19 @@ pub(crate) struct Core {
     pub lease_expired: AtomicU64,
     /// Leader changes that extended this client's lease, as the new leaders told it.
     pub lease_extended: AtomicU64,
-    /// What the service last said the lease has left.
+    /// What the last keepalive reply said the lease has left.
     pub lease_report: Mutex<Option<crate::LeaseReport>>,
+    /// The last new leader's notice of what the lease has left.
+    pub lease_extension: Mutex<Option<crate::LeaseReport>>,
 }
 
 impl Core {
     fn report_lease(&self, r: crate::LeaseReport) {
-        *self.lease_report.lock().expect("lease report lock") = Some(r);
+        let slot = match r.extended_by_new_leader_of {
+            None => &self.lease_report,
+            Some(_) => &self.lease_extension,
+        };
+        *slot.lock().expect("lease report lock") = Some(r);
     }
 
     /// Fails if the bearer token cannot be sent as a header value.
@@ -116,6 +122,7 @@ impl Core {
             lease_expired: AtomicU64::new(0),
             lease_extended: AtomicU64::new(0),
             lease_report: Mutex::default(),
+            lease_extension: Mutex::default(),
         })
     }
 

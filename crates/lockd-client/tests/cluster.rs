@@ -715,9 +715,19 @@ async fn a_new_leader_tells_the_session_what_its_lease_has_left() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::start(3, 1).await;
     let ttl = Duration::from_secs(3);
-    // The leader of lock group 1, and a client whose stream is on another node.
-    let leader = c.leader_of(0, 1).await;
-    assert!(leader > 0, "group 1 has a leader");
+    // The leader of lock group 1 once the cluster has balanced its leaders (stable for 2 s),
+    // and a client whose stream is on another node.
+    let mut leader = c.leader_of(0, 1).await;
+    let settle = Instant::now() + Duration::from_secs(30);
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = c.leader_of(0, 1).await;
+        if now == leader && now > 0 {
+            break;
+        }
+        assert!(Instant::now() < settle, "group 1's leader never settled");
+        leader = now;
+    }
     let via = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
     let client = Client::connect_with([c.grpc[via].clone()], options(ttl))
         .await
@@ -733,16 +743,20 @@ async fn a_new_leader_tells_the_session_what_its_lease_has_left() {
         kept.remaining >= ttl,
         "a keepalive never reports less than the TTL: {kept:?}"
     );
-    assert_eq!(client.lease_extended_count(), 0);
+    let before = client.lease_extended_count();
+    let killed = Instant::now();
 
     c.kill(leader as usize - 1);
     eventually(
         Duration::from_secs(15),
         "the new leader's notice",
-        || async { client.lease_extended_count() > 0 },
+        || async {
+            client.lease_extended_count() > before
+                && client.lease_extension().is_some_and(|e| e.at > killed)
+        },
     )
     .await;
-    let told = client.lease_report().unwrap();
+    let told = client.lease_extension().unwrap();
     assert_eq!(told.extended_by_new_leader_of, Some(1), "{told:?}");
     // The new leader restarted the lease at TTL + its election timeout, a moment ago.
     assert!(

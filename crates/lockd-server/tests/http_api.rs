@@ -67,7 +67,7 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     assert_eq!(r.status, 200);
     assert_eq!(
         r.body,
-        json!({"acquired": false, "holder": "payout-worker-17/batch-2210", "queue_position": 1, "lock_delay_until_ms": null})
+        json!({"acquired": false, "holder": "payout-worker-17/batch-2210", "queue_position": 1, "lock_delay_until_ms": null, "wait_estimate_ms": null})
     );
 
     let info = h.admin().inspect(name).await;
