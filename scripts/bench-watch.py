@@ -100,7 +100,8 @@ async def with_watchers(n: int, ports: list, read: bool, run) -> tuple:
     await asyncio.sleep(0.5 + n / 1000)  # let them connect
     out = await run()
     stop.set()
-    await asyncio.wait(tasks, timeout=10)
+    if tasks:
+        await asyncio.wait(tasks, timeout=10)
     for t in tasks:
         t.cancel()
     return out, sum(counts), ended

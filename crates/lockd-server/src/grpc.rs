@@ -642,7 +642,7 @@ impl Lock for GrpcApi {
             }
         }
         let opened = self.svc.watch(&r.name, &r.prefix, &after, &c);
-        let (mut w, admin) = match opened {
+        let (w, admin) = match opened {
             Ok(x) => {
                 self.svc
                     .metrics
@@ -651,36 +651,22 @@ impl Lock for GrpcApi {
             }
             Err(e) => return self.finish("watch", start, Err(e)),
         };
-        let (tx, rx) = mpsc::channel::<Result<pb::WatchEvent, Status>>(64);
-        tokio::spawn(async move {
-            loop {
-                let next = tokio::select! {
-                    n = w.next() => n,
-                    () = tx.closed() => return,
-                };
-                let item = match next {
-                    None => return,
-                    Some(Ok(d)) => {
-                        let mut e = crate::watches::to_pb(&d, admin);
-                        e.resume = w
-                            .positions()
-                            .iter()
-                            .map(|(g, p)| pb::WatchPosition {
-                                group: *g,
-                                index: p.index,
-                                events: crate::watches::events_done(*p),
-                            })
-                            .collect();
-                        Ok(e)
-                    }
-                    Some(Err(e)) => Err(status(e)),
-                };
-                let end = item.is_err();
-                if tx.send(item).await.is_err() || end {
-                    return;
-                }
-            }
-        });
+        let rx = crate::watches::pump(
+            w,
+            move |d, positions| {
+                let mut e = crate::watches::to_pb(d, admin);
+                e.resume = positions
+                    .iter()
+                    .map(|(g, p)| pb::WatchPosition {
+                        group: *g,
+                        index: p.index,
+                        events: crate::watches::events_done(*p),
+                    })
+                    .collect();
+                Ok(e)
+            },
+            |e| Err(status(e)),
+        );
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))

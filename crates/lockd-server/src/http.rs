@@ -998,22 +998,24 @@ async fn watch(
         Err(e) => return finish(&svc, "watch", start, Err(e)),
     };
     svc.metrics.record("http", "watch", "ok", start.elapsed());
-    let events = futures::stream::unfold(Some(w), move |w| async move {
-        let mut w = w?;
-        let ev = match w.next().await? {
-            Ok(d) => {
-                let ev = Event::default()
-                    .event(crate::watches::kind(d.event()))
-                    .id(format_positions(w.positions()))
-                    .data(&*d.json(admin));
-                return Some((Ok::<_, std::convert::Infallible>(ev), Some(w)));
-            }
-            Err(e) => Event::default()
+    let rx = crate::watches::pump(
+        w,
+        move |d, positions| {
+            Event::default()
+                .event(crate::watches::kind(d.event()))
+                .id(format_positions(positions))
+                .data(&*d.json(admin))
+        },
+        |e| {
+            Event::default()
                 .event("error")
-                .data(json!({"error": {"code": e.code.name(), "message": e.message}}).to_string()),
-        };
-        Some((Ok(ev), None))
-    });
+                .data(json!({"error": {"code": e.code.name(), "message": e.message}}).to_string())
+        },
+    );
+    let events = futures::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+        Ok::<_, std::convert::Infallible>,
+    );
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
         .into_response()

@@ -13,6 +13,11 @@
 //! positions it reached so it can resume. A resume from before what this node kept (or across a
 //! snapshot that replaced a replica here) ends with `watch_compacted`: re-read the names, then
 //! watch from now. Memory is bounded by `history` (shared) plus `lag_limit` entries (shared).
+//!
+//! A consumer that stops reading (its connection's writes block) must not keep a watch open
+//! for ever: [`pump`] drains the watch in a task of its own into at most [`QUEUED`] encoded
+//! events, and a consumer that leaves that queue full for [`STALL_LIMIT`] is cut off with
+//! `watch_too_slow`, naming the positions after the last event queued for it.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -30,6 +35,13 @@ use crate::error::{ApiError, ErrorCode};
 pub const HISTORY_EVENTS: usize = 65_536;
 /// Entries a watch may fall behind before it is cut off.
 pub const LAG_LIMIT: usize = 4_096;
+
+/// Encoded events queued per watch for its consumer (one more slot is kept for the error that
+/// ends the watch).
+pub const QUEUED: usize = 256;
+
+/// How long a consumer may leave its queue full before it is cut off as too slow.
+pub const STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The events one applied entry made.
 #[derive(Debug)]
@@ -320,6 +332,71 @@ impl Hub {
     pub fn cut_off_too_slow(&self) -> u64 {
         self.too_slow.load(std::sync::atomic::Ordering::Relaxed)
     }
+}
+
+/// Drains `w` in a task of its own into a queue of [`QUEUED`] items for its consumer (an SSE or
+/// gRPC stream): `event` encodes an event with the positions after it, `end` the error that ends
+/// the watch. A consumer that leaves the queue full for [`STALL_LIMIT`] is cut off with
+/// `watch_too_slow`. The task ends with the watch or when the consumer goes away.
+pub fn pump<T: Send + 'static>(
+    w: Watch,
+    event: impl Fn(&Delivered, &Positions) -> T + Send + 'static,
+    end: impl Fn(ApiError) -> T + Send + 'static,
+) -> tokio::sync::mpsc::Receiver<T> {
+    pump_with(w, STALL_LIMIT, event, end)
+}
+
+fn pump_with<T: Send + 'static>(
+    mut w: Watch,
+    stall_limit: std::time::Duration,
+    event: impl Fn(&Delivered, &Positions) -> T + Send + 'static,
+    end: impl Fn(ApiError) -> T + Send + 'static,
+) -> tokio::sync::mpsc::Receiver<T> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<T>(QUEUED + 1);
+    tokio::spawn(async move {
+        // The positions after the last event queued: where the consumer resumes if cut off.
+        let mut queued = w.positions().clone();
+        loop {
+            let next = tokio::select! {
+                n = w.next() => n,
+                () = tx.closed() => return,
+            };
+            let item = match next {
+                None => return,
+                Some(Ok(d)) => event(&d, w.positions()),
+                Some(Err(e)) => {
+                    let _ = tx.try_send(end(e));
+                    return;
+                }
+            };
+            // Two free slots: one for this event, one kept for the error that may end the watch.
+            match tokio::time::timeout(stall_limit, tx.reserve_many(2)).await {
+                Ok(Ok(mut permits)) => {
+                    if let Some(p) = permits.next() {
+                        p.send(item);
+                    }
+                    queued.clone_from(w.positions());
+                }
+                Ok(Err(_)) => return, // the consumer went away
+                Err(_) => {
+                    w.too_slow
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let e = ApiError::new(
+                        ErrorCode::WatchTooSlow,
+                        format!(
+                            "this watch's consumer left {QUEUED} events unread for {:?} and was \
+                             cut off; resume with after={}",
+                            stall_limit,
+                            format_positions(&queued)
+                        ),
+                    );
+                    let _ = tx.try_send(end(e));
+                    return;
+                }
+            }
+        }
+    });
+    rx
 }
 
 fn compacted(msg: String) -> ApiError {
@@ -741,6 +818,43 @@ mod tests {
         );
         let e = hub.open(sel, &[(1, 14)], &at(&[(1, 14)])).err().unwrap();
         assert_eq!(e.code, ErrorCode::WatchCompacted);
+    }
+
+    #[tokio::test]
+    async fn a_consumer_that_stops_reading_is_cut_off_and_told_where_to_resume() {
+        let hub = Hub::new(10_000, 10_000);
+        let w = hub
+            .open(
+                Selector::Prefix(String::new()),
+                &[(1, 0)],
+                &Positions::new(),
+            )
+            .unwrap();
+        let mut rx = pump_with(
+            w,
+            std::time::Duration::from_millis(200),
+            |d, _| Ok(d.index),
+            |e| Err(e),
+        );
+        for i in 1..=(QUEUED as u64 + 50) {
+            hub.publish(1, i, 0, vec![started("a", i)]);
+        }
+        // Nobody reads: the queue fills, and after the stall limit the watch is cut off.
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        let mut got = Vec::new();
+        let err = loop {
+            match rx.recv().await.expect("the watch ends with an error") {
+                Ok(i) => got.push(i),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(got, (1..=QUEUED as u64).collect::<Vec<_>>());
+        assert_eq!(err.code, ErrorCode::WatchTooSlow);
+        let after = format!("after=1:{QUEUED}");
+        assert!(err.message.contains(&after), "{}", err.message);
+        assert!(rx.recv().await.is_none(), "nothing after the error");
+        assert_eq!(hub.cut_off_too_slow(), 1);
+        assert_eq!(hub.open_watches(), 0, "the pump let the watch go");
     }
 
     #[tokio::test]
