@@ -834,7 +834,7 @@ mod tests {
             w,
             std::time::Duration::from_millis(200),
             |d, _| Ok(d.index),
-            |e| Err(e),
+            Err,
         );
         for i in 1..=(QUEUED as u64 + 50) {
             hub.publish(1, i, 0, vec![started("a", i)]);
