@@ -129,6 +129,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--watchers", default="0,10,1000")
     ap.add_argument("--slow", type=int, default=100, help="slow watchers in the last phase")
+    ap.add_argument("--slow-seconds", type=int, default=30,
+                    help="load under the slow watchers (long enough to fill their sockets' buffers)")
     args = ap.parse_args()
     counts = [int(x) for x in args.watchers.split(",")]
     lockd = os.path.join(REPO, "target/release/lockd")
@@ -172,7 +174,7 @@ def main() -> None:
         print(f"\n| watchers of bench/ | ops/s (each round) | vs {counts[0]} watchers | p50 ms | p99 ms | "
               f"events read | cut off | nodes' RSS MiB |")
         print("|---:|---|---|---|---|---:|---:|---:|")
-        for n in counts:
+        for n in counts if args.rounds else []:
             rs = results[n]
             ratios = " / ".join(f"{r[0] / b:.2f}" for r, b in zip(rs, base))
             print(f"| {n} | {' / '.join(f'{r[0]:.0f}' for r in rs)} | {ratios} | "
@@ -180,13 +182,16 @@ def main() -> None:
                   f"{sum(r[3] for r in rs)} | {sum(r[4] for r in rs)} | {rs[-1][5]:.0f} |")
         # Slow watchers: connections that never read, under the same load.
         before = sum(rss_mib(p) for p in pids)
-        row, _, _ = asyncio.run(with_watchers(
-            args.slow, ports, False, lambda: bench(client, endpoints, args.seconds, args.concurrency)))
+        async def load_then_wait():
+            r = await bench(client, endpoints, args.slow_seconds, args.concurrency)
+            await asyncio.sleep(12)  # past the 10 s a full queue may stay unread
+            return r
+        row, _, _ = asyncio.run(with_watchers(args.slow, ports, False, load_then_wait))
         after = sum(rss_mib(p) for p in pids)
         text = "".join(urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=5).read().decode()
                        for p in ports)
         cut = sum(float(m) for m in re.findall(r'^lockd_watches_too_slow_total (\S+)', text, re.M))
-        print(f"\n{args.slow} watchers that never read, under the same load: {row['ops_per_s']:.0f} ops/s; "
+        print(f"\n{args.slow} watchers that never read, under {args.slow_seconds} s of the same load: {row['ops_per_s']:.0f} ops/s; "
               f"nodes' RSS {before:.0f} -> {after:.0f} MiB; watches cut off as too slow (metrics): {cut:.0f}")
     finally:
         dev.send_signal(signal.SIGTERM)
