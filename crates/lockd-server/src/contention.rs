@@ -206,8 +206,8 @@ impl Handoffs {
 /// Most names a contention report lists per measure (`top`).
 pub const MAX_TOP: usize = 100;
 
-/// Records one step of the longest-holds pass reads while it holds a replica's state: about
-/// at most ~3 ms (2.7 ms measured at 1M held; each record is a cache miss away).
+/// Records one step of the longest-holds pass reads while it holds a replica's state: at most
+/// ~3 ms (2.7 ms measured at 1M held; each record is a cache miss away).
 pub const HELD_STEP: usize = 8_192;
 
 /// How long a finished longest-holds pass is reused.
