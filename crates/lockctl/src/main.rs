@@ -246,7 +246,7 @@ enum Cmd {
     /// --namespace. Prints once, or with --every until a signal (or --count reports).
     Top {
         /// Names per list (1..=100).
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
         top: u32,
         /// Only this namespace's names.
         #[arg(long, default_value = "")]
@@ -1483,10 +1483,11 @@ fn short_ms(ms: u64) -> String {
 
 fn top_human(t: &admin::Contention) -> String {
     let mut out = format!(
-        "top {} of namespaces {} ({} records scanned)",
+        "top {} of namespaces {} ({} record{} scanned)",
         t.top,
         t.namespaces.join(", "),
-        t.scanned
+        t.scanned,
+        if t.scanned == 1 { "" } else { "s" }
     );
     for (title, list) in [
         ("most waiters", &t.most_waiters),

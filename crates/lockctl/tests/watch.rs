@@ -216,6 +216,18 @@ async fn top_shows_the_hot_name_and_how_long_a_wait_would_take() {
         held = queued.await.unwrap().unwrap();
     }
     held.release().await.unwrap();
+    // A list size out of range is refused before anything is sent, naming the flag.
+    let out = lockctl(&c)
+        .args(["top", "--top", "0"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--top"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A namespace that does not exist is a clear error.
     let out = lockctl(&c)
         .args(["top", "--namespace", "nope"])
