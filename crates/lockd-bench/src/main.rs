@@ -201,6 +201,12 @@ enum Cmd {
         /// fewer is closer to many real clients; each connection costs the servers wake-ups).
         #[arg(long, default_value_t = 100)]
         streams_per_connection: usize,
+        /// Nodes in the cluster (`lockd serve` processes on this machine).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=9))]
+        nodes: u16,
+        /// Replicas per lock group (`lockd serve --replicas`; 0: every group on every node).
+        #[arg(long, default_value_t = 0)]
+        replicas: usize,
         #[command(flatten)]
         lockd: LockdArgs,
     },
@@ -371,6 +377,8 @@ async fn run(cli: Cli) -> Result<()> {
             secs,
             unary,
             streams_per_connection,
+            nodes,
+            replicas,
             lockd,
         } => {
             let via = if unary {
@@ -381,13 +389,27 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             };
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
+            let opts = lockd::ServerOpts {
+                replicas,
+                ..lockd.opts()
+            };
+            let root = lockd.measured_root()?;
             let cluster =
-                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
-                    .await?;
+                lockd::Cluster::start(&bin, &root, nodes.into(), lockd.groups, opts).await?;
             let ttl = Duration::from_secs(ttl_s);
             let r = scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs), via)
                 .await?;
-            println!("lockd ({} groups): {}", lockd.groups, r.line());
+            let per = if replicas == 0 {
+                nodes.into()
+            } else {
+                replicas
+            };
+            println!(
+                "lockd ({} nodes, {} groups x {per} replicas): {}",
+                nodes,
+                lockd.groups,
+                r.line()
+            );
             Ok(())
         }
         Cmd::Placement {
