@@ -49,5 +49,5 @@ pub use query::{
     Contended, ContentionScan, HolderInfo, LockInfo, SessionInfo, SessionSummary, WaiterInfo,
 };
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT};
-pub use topology::{GroupRecord, Presence, MAX_EPOCH, MAX_GROUP_REPLICAS};
+pub use topology::{ConfigId, GroupRecord, Presence, MAX_EPOCH, MAX_GROUP_REPLICAS};
 pub use types::*;

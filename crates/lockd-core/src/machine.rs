@@ -521,6 +521,13 @@ impl LockTable {
             } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut ev),
             Op::SetGroupReplicas { group, replicas } => self.set_group_replicas(*group, replicas),
             Op::SetDraining { node, draining } => self.set_draining(*node, *draining),
+            Op::PlaceGroup {
+                group,
+                replicas,
+                placed_at,
+            } => self.place_group(*group, replicas, *placed_at),
+            Op::CloseGroup => self.close_group(),
+            Op::RemoveGroup { group } => self.remove_group(*group),
         };
         if reply.is_ok() {
             self.now_ms = now;

@@ -664,6 +664,13 @@ impl LockTable {
         if buckets.is_empty() {
             return Err(conflict(move_id, "no buckets given"));
         }
+        if self.topology.closed {
+            // The mover reads "cancelled" as the abort it is: it thaws the sender.
+            return Err(conflict(
+                move_id,
+                "this group is closed for removal and takes no bucket: the import is cancelled",
+            ));
+        }
         if self.ownership.map_version == 0 {
             return Err(conflict(
                 move_id,

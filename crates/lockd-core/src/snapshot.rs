@@ -18,6 +18,7 @@ use crate::types::{Namespace, SessionId};
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
+/// - 8: group records carry their placement version; removed groups; a closed lock group.
 /// - 7: the namespaces' version (`Op::ChangeNamespace`).
 /// - 6: the meta group's draining nodes (`cluster.rs`).
 /// - 5: group records (meta), a lock group's birth and adopted sessions (`topology.rs`).
@@ -25,7 +26,7 @@ use crate::types::{Namespace, SessionId};
 /// - 3: the group's bucket ownership and its moves.
 /// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 7;
+pub const SNAPSHOT_FORMAT: u32 = 8;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -280,8 +281,10 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         if format >= 4 {
             self.t.cluster = field(&mut seq, 8)?;
         }
-        if format >= 5 {
+        if format >= 8 {
             self.t.topology = field(&mut seq, 9)?;
+        } else if format >= 5 {
+            self.t.topology = field::<crate::topology::TopologyV5, _>(&mut seq, 9)?.into();
         }
         if format >= 6 {
             self.t.cluster.draining = field(&mut seq, 10)?;

@@ -31,13 +31,32 @@ pub const MAX_GROUP_REPLICAS: usize = 7;
 /// The meta group's record of one lock group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupRecord {
-    /// The nodes the group was placed on, ascending (membership calls may change the group's
-    /// members later; the group's own membership is the truth).
+    /// The nodes the group is placed on, ascending: its members as of membership config
+    /// `placed_at` (the group's own membership is the truth; this record follows it).
     pub replicas: Vec<u64>,
     /// 0 for a founding group; one more than the newest group's for each group created since.
     pub born_epoch: u64,
     /// Founded, and so served: sessions, keepalives and buckets go to it.
     pub ready: bool,
+    /// The version of `replicas`: the group's membership config they were read from (zero for
+    /// the placement the group was founded or created with).
+    pub placed_at: ConfigId,
+}
+
+/// Identifies one membership config of a group: the Raft log id of the entry that set it. A
+/// later config of the same group has a larger id, so placements are ordered by it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct ConfigId {
+    pub term: u64,
+    pub index: u64,
+}
+
+impl std::fmt::Display for ConfigId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.term, self.index)
+    }
 }
 
 /// Whether a group knows a session.
@@ -61,6 +80,52 @@ pub(crate) struct Topology {
     pub birth: Option<u64>,
     /// Lock group: sessions older than the group that came here (adopted or imported).
     pub adopted: BTreeSet<SessionId>,
+    /// Meta group: removed lock groups and the epochs they were born at (ids and epochs are
+    /// never used again).
+    pub removed: BTreeMap<u32, u64>,
+    /// Lock group: closed for removal (`Op::CloseGroup`).
+    pub closed: bool,
+}
+
+/// A group record as snapshot formats 5–7 wrote it (no placement version).
+#[derive(Deserialize)]
+struct GroupRecordV5 {
+    replicas: Vec<u64>,
+    born_epoch: u64,
+    ready: bool,
+}
+
+/// [`Topology`] as snapshot formats 5–7 wrote it.
+#[derive(Deserialize)]
+pub(crate) struct TopologyV5 {
+    groups: BTreeMap<u32, GroupRecordV5>,
+    birth: Option<u64>,
+    adopted: BTreeSet<SessionId>,
+}
+
+impl From<TopologyV5> for Topology {
+    fn from(t: TopologyV5) -> Topology {
+        let groups = t
+            .groups
+            .into_iter()
+            .map(|(g, r)| {
+                let record = GroupRecord {
+                    replicas: r.replicas,
+                    born_epoch: r.born_epoch,
+                    ready: r.ready,
+                    placed_at: ConfigId::default(),
+                };
+                (g, record)
+            })
+            .collect();
+        Topology {
+            groups,
+            birth: t.birth,
+            adopted: t.adopted,
+            removed: BTreeMap::new(),
+            closed: false,
+        }
+    }
 }
 
 impl SessionId {
@@ -141,6 +206,7 @@ impl LockTable {
                 replicas: sorted(replicas),
                 born_epoch: 0,
                 ready: true,
+                placed_at: ConfigId::default(),
             };
             self.topology.groups.insert(*g, record);
         }
@@ -159,6 +225,9 @@ impl LockTable {
     ) -> Result<Reply, Rejection> {
         check_record(group, replicas)?;
         let replicas = sorted(replicas);
+        if self.topology.removed.contains_key(&group) {
+            return Err(Rejection::GroupRemoved { group });
+        }
         if let Some(r) = self.topology.groups.get(&group) {
             if r.replicas == replicas {
                 return Ok(Reply::GroupRecorded {
@@ -183,11 +252,10 @@ impl LockTable {
         if let Some(n) = replicas.iter().find(|n| self.cluster.retired.contains(n)) {
             return Err(Rejection::NodeRetired { node: *n });
         }
-        let newest = self
-            .topology
-            .groups
-            .values()
-            .map(|r| r.born_epoch)
+        // A removed group's epoch counts: sessions that carry it must not look older than
+        // the next group.
+        let newest = (self.topology.groups.values().map(|r| r.born_epoch))
+            .chain(self.topology.removed.values().copied())
             .max()
             .unwrap_or(0);
         if newest >= MAX_EPOCH {
@@ -199,6 +267,7 @@ impl LockTable {
             replicas,
             born_epoch: newest + 1,
             ready: false,
+            placed_at: ConfigId::default(),
         };
         self.topology.groups.insert(group, record.clone());
         Ok(Reply::GroupRecorded { group, record })
@@ -221,6 +290,118 @@ impl LockTable {
             group,
             record: r.clone(),
         })
+    }
+
+    /// Meta group: records that group `group` is on `replicas` as of membership config
+    /// `placed_at`; a view older than the recorded one changes nothing (see [`Op::PlaceGroup`]).
+    ///
+    /// [`Op::PlaceGroup`]: crate::Op::PlaceGroup
+    pub(crate) fn place_group(
+        &mut self,
+        group: u32,
+        replicas: &[u64],
+        placed_at: ConfigId,
+    ) -> Result<Reply, Rejection> {
+        check_record(group, replicas)?;
+        if self.topology.removed.contains_key(&group) {
+            return Err(Rejection::GroupRemoved { group });
+        }
+        let r = self
+            .topology
+            .groups
+            .get_mut(&group)
+            .ok_or(Rejection::UnknownGroup { group })?;
+        if placed_at >= r.placed_at {
+            r.replicas = sorted(replicas);
+            r.placed_at = placed_at;
+        }
+        Ok(Reply::GroupRecorded {
+            group,
+            record: r.clone(),
+        })
+    }
+
+    /// Lock group: closes this group for removal (see [`Op::CloseGroup`]). Idempotent.
+    ///
+    /// [`Op::CloseGroup`]: crate::Op::CloseGroup
+    pub(crate) fn close_group(&mut self) -> Result<Reply, Rejection> {
+        if self.topology.closed {
+            return Ok(Reply::GroupClosed);
+        }
+        let own = &self.ownership;
+        let refuse = |reason: String| Err(Rejection::GroupNotEmpty { reason });
+        if own.map_version == 0 {
+            return refuse(
+                "its buckets were never assigned, so it owns every bucket; move them to other \
+                 groups first"
+                    .into(),
+            );
+        }
+        if !own.owned.is_empty() {
+            return refuse(format!(
+                "it owns {} buckets ({}); move them to other groups first",
+                own.owned.len(),
+                own.owned
+            ));
+        }
+        let outgoing = own.moves.iter().find_map(|(id, m)| match m {
+            crate::MoveRecord::Outgoing { to_group, .. } => Some((*id, *to_group)),
+            _ => None,
+        });
+        if let Some((id, to)) = outgoing {
+            return refuse(format!(
+                "move {id} out of it to group {to} is under way; let it finish (any move call \
+                 finishes it) and retry"
+            ));
+        }
+        self.topology.closed = true;
+        Ok(Reply::GroupClosed)
+    }
+
+    /// Lock group: closed for removal.
+    pub fn is_closed(&self) -> bool {
+        self.topology.closed
+    }
+
+    /// Meta group: removes lock group `group`, which must own no bucket by the shard map
+    /// (the server closes the group itself first). Idempotent.
+    pub(crate) fn remove_group(&mut self, group: u32) -> Result<Reply, Rejection> {
+        if group == 0 {
+            return Err(Rejection::InvalidGroup {
+                reason: "group 0 is the meta group; it cannot be removed".into(),
+            });
+        }
+        if self.topology.removed.contains_key(&group) {
+            return Ok(Reply::GroupRemoved { group });
+        }
+        let r = self
+            .topology
+            .groups
+            .get(&group)
+            .ok_or(Rejection::UnknownGroup { group })?;
+        let in_map = match &self.shard_map {
+            Some(map) => map.groups.iter().filter(|g| **g == group).count(),
+            // Never changed: the founding groups own the initial map's buckets.
+            None if r.born_epoch == 0 => 1,
+            None => 0,
+        };
+        if in_map > 0 {
+            return Err(Rejection::GroupNotEmpty {
+                reason: format!(
+                    "the shard map sends {in_map} buckets to group {group}; move them to other \
+                     groups first"
+                ),
+            });
+        }
+        let born = r.born_epoch;
+        self.topology.groups.remove(&group);
+        self.topology.removed.insert(group, born);
+        Ok(Reply::GroupRemoved { group })
+    }
+
+    /// Meta group: the removed lock groups.
+    pub fn removed_groups(&self) -> &BTreeMap<u32, u64> {
+        &self.topology.removed
     }
 
     /// Meta group: marks a created group ready (founded). Idempotent.
@@ -511,6 +692,101 @@ mod tests {
             "invalid_group",
             "a group in use is never founded"
         );
+    }
+
+    #[test]
+    fn placements_follow_the_newest_config_and_removed_groups_stay_removed() {
+        let mut t = LockTable::new();
+        let founding = BTreeMap::from([(1, vec![1, 2, 3]), (2, vec![1, 2, 3])]);
+        assert!(apply(&mut t, Op::RecordGroups { groups: founding }).is_ok());
+        let at = |term, index| ConfigId { term, index };
+        let place = |g, r: &[u64], c| Op::PlaceGroup {
+            group: g,
+            replicas: r.to_vec(),
+            placed_at: c,
+        };
+        assert!(apply(&mut t, place(1, &[4, 2, 3], at(2, 9))).is_ok());
+        assert_eq!(t.group_records()[&1].replicas, vec![2, 3, 4]);
+        // An older view (a lagging replica, an interrupted call) changes nothing.
+        let Ok(Reply::GroupRecorded { record, .. }) =
+            apply(&mut t, place(1, &[1, 2, 3], at(1, 40)))
+        else {
+            panic!("refused")
+        };
+        assert_eq!(
+            (record.replicas, record.placed_at),
+            (vec![2, 3, 4], at(2, 9))
+        );
+        // The same config again may correct it (an admin call placing a node ahead of its add).
+        assert!(apply(&mut t, place(1, &[2, 3, 4, 5], at(2, 9))).is_ok());
+        assert!(apply(&mut t, place(1, &[2, 3, 5], at(3, 1))).is_ok());
+        assert_eq!(t.group_records()[&1].replicas, vec![2, 3, 5]);
+
+        // Removal: refused while the initial map (never changed) gives the group buckets.
+        let e = apply(&mut t, Op::RemoveGroup { group: 2 }).unwrap_err();
+        assert_eq!(e.code(), "group_not_empty", "{e}");
+        let mut map = crate::ShardMap::initial(2);
+        map.groups.iter_mut().for_each(|g| *g = 1);
+        assert!(apply(&mut t, Op::PutShardMap { map: map.clone() }).is_ok());
+        assert!(apply(
+            &mut t,
+            Op::CreateGroup {
+                group: 3,
+                replicas: vec![7]
+            }
+        )
+        .is_ok());
+        assert!(apply(&mut t, Op::GroupReady { group: 3 }).is_ok());
+        let born_3 = t.group_records()[&3].born_epoch;
+        for g in [2, 3] {
+            let r = apply(&mut t, Op::RemoveGroup { group: g });
+            assert_eq!(r, Ok(Reply::GroupRemoved { group: g }));
+            let again = apply(&mut t, Op::RemoveGroup { group: g });
+            assert_eq!(again, Ok(Reply::GroupRemoved { group: g }), "idempotent");
+        }
+        assert_eq!(t.group_records().keys().collect::<Vec<_>>(), vec![&1]);
+        let e = apply(&mut t, Op::RemoveGroup { group: 1 }).unwrap_err();
+        assert_eq!(
+            e.code(),
+            "group_not_empty",
+            "the map sends group 1 every bucket"
+        );
+        assert_eq!(
+            apply(&mut t, Op::RemoveGroup { group: 0 })
+                .unwrap_err()
+                .code(),
+            "invalid_group"
+        );
+        assert_eq!(
+            apply(&mut t, Op::RemoveGroup { group: 8 })
+                .unwrap_err()
+                .code(),
+            "group_not_found"
+        );
+        // An id is never used again, and the next group is born after the removed one.
+        let create = Op::CreateGroup {
+            group: 3,
+            replicas: vec![7],
+        };
+        assert_eq!(apply(&mut t, create).unwrap_err().code(), "group_removed");
+        assert_eq!(
+            apply(&mut t, place(3, &[7], at(9, 9))).unwrap_err().code(),
+            "group_removed"
+        );
+        let Ok(Reply::GroupRecorded { record, .. }) = apply(
+            &mut t,
+            Op::CreateGroup {
+                group: 4,
+                replicas: vec![7],
+            },
+        ) else {
+            panic!("refused")
+        };
+        assert_eq!(record.born_epoch, born_3 + 1);
+
+        let restored = LockTable::restore(&t.snapshot()).unwrap();
+        assert_eq!(restored.group_records(), t.group_records());
+        assert_eq!(restored.removed_groups(), t.removed_groups());
     }
 
     #[test]

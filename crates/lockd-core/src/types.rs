@@ -260,6 +260,21 @@ pub enum Op {
         expected_version: u64,
         change: NamespaceChange,
     },
+    /// Meta group: lock group `group` is on `replicas`, as the group's own membership had it at
+    /// membership config `placed_at` (or as an admin call is about to make it). Applied only if
+    /// `placed_at` is at least the recorded one, so a stale view never overwrites a newer one.
+    /// Replaces `SetGroupReplicas`, which stays for logs written before it.
+    PlaceGroup {
+        group: u32,
+        replicas: Vec<u64>,
+        placed_at: crate::ConfigId,
+    },
+    /// Lock group: closed for removal. Refused while the group owns a bucket or a move out of
+    /// it is under way; from then on it takes no bucket (an import is refused as cancelled).
+    CloseGroup,
+    /// Meta group: lock group `group`, closed and owning no bucket, is removed; its id is never
+    /// used again.
+    RemoveGroup { group: u32 },
 }
 
 impl Op {
@@ -401,6 +416,12 @@ pub enum Reply {
     NamespacesAt {
         version: u64,
         changed: bool,
+    },
+    /// This lock group is closed for removal.
+    GroupClosed,
+    /// Lock group `group` is removed (or was already).
+    GroupRemoved {
+        group: u32,
     },
 }
 
@@ -760,6 +781,14 @@ pub enum Rejection {
     TooManySessions {
         limit: usize,
     },
+    /// The group still owns buckets (or is moving some out), so it cannot be removed.
+    GroupNotEmpty {
+        reason: String,
+    },
+    /// The group was removed; group ids are never reused.
+    GroupRemoved {
+        group: u32,
+    },
 }
 
 impl Rejection {
@@ -797,6 +826,8 @@ impl Rejection {
             Rejection::GroupBeingCreated { .. } => "group_creation_in_progress",
             Rejection::UnknownGroup { .. } => "group_not_found",
             Rejection::InvalidGroup { .. } => "invalid_group",
+            Rejection::GroupNotEmpty { .. } => "group_not_empty",
+            Rejection::GroupRemoved { .. } => "group_removed",
             Rejection::NamespaceVersionConflict { .. } => "namespace_version_conflict",
             Rejection::TooManySessions { .. } => "too_many_sessions",
         }
@@ -939,6 +970,12 @@ impl fmt::Display for Rejection {
             ),
             Rejection::UnknownGroup { group } => write!(f, "there is no lock group {group}"),
             Rejection::InvalidGroup { reason } => write!(f, "invalid group: {reason}"),
+            Rejection::GroupNotEmpty { reason } => write!(f, "group: {reason}"),
+            Rejection::GroupRemoved { group } => write!(
+                f,
+                "group: lock group {group} was removed, and a group id is never reused; \
+                 create the group under a new id"
+            ),
             Rejection::TooManySessions { limit } => write!(
                 f,
                 "session: the cluster holds {limit} live sessions, its limit; close idle ones \

@@ -372,6 +372,9 @@ impl Model {
             | Op::FoundGroup { .. }
             | Op::AdoptSession { .. }
             | Op::SetGroupReplicas { .. }
+            | Op::PlaceGroup { .. }
+            | Op::CloseGroup
+            | Op::RemoveGroup { .. }
             | Op::SetDraining { .. } => {
                 unreachable!("not generated (tests/moves.rs covers moves, cluster.rs the rest)")
             }

@@ -804,3 +804,87 @@ fn step_move(
         *flight = None;
     }
 }
+
+/// A group is closed (for removal) only once it owns nothing and sends nothing, and a closed
+/// group takes no bucket: its refusal reads as a cancelled import, so the sender thaws.
+#[test]
+fn a_group_closes_only_when_empty_and_then_takes_no_bucket() {
+    let (low, high, moving) = halves();
+    let mut a = G::new(1_000, &low);
+    let mut b = G::new(1_000, &high);
+    let s = a.open(1);
+    let name = names_in(&moving, true, 1).remove(0);
+    let t = a.token(s, &name);
+
+    // A group never assigned owns every bucket; one with buckets owns some.
+    let mut fresh = G {
+        t: LockTable::new(),
+        now: 1_000,
+    };
+    assert_eq!(fresh.rej(Op::CloseGroup).code(), "group_not_empty");
+    let e = b.rej(Op::CloseGroup);
+    assert_eq!(e.code(), "group_not_empty");
+    assert!(e.to_string().contains("2048 buckets"), "{e}");
+
+    // B gives everything to A; while that move is under way B still refuses.
+    let freeze = Op::FreezeBuckets {
+        move_id: 9,
+        to_group: 1,
+        buckets: high.clone(),
+    };
+    b.ok(freeze);
+    assert_eq!(b.rej(Op::CloseGroup).code(), "group_not_empty");
+    let Some(MoveRecord::Outgoing { export, .. }) = b.t.move_record(9).cloned() else {
+        panic!("no export")
+    };
+    a.ok(Op::ImportBuckets {
+        move_id: 9,
+        from_group: 2,
+        buckets: high.clone(),
+        map_version: 2,
+        export,
+    });
+    b.ok(Op::DropBuckets {
+        move_id: 9,
+        map_version: 2,
+    });
+    let (r, _) = b.ok(Op::CloseGroup);
+    assert_eq!(r, Reply::GroupClosed);
+    b.again(Op::CloseGroup, &r);
+    assert!(b.t.is_closed());
+
+    // A move of A's buckets to the closed B: refused as cancelled, and A thaws them.
+    a.ok(Op::FreezeBuckets {
+        move_id: 10,
+        to_group: 2,
+        buckets: moving.clone(),
+    });
+    let Some(MoveRecord::Outgoing { export, .. }) = a.t.move_record(10).cloned() else {
+        panic!("no export")
+    };
+    let e = b.rej(Op::ImportBuckets {
+        move_id: 10,
+        from_group: 1,
+        buckets: moving.clone(),
+        map_version: 3,
+        export,
+    });
+    assert_eq!(e.code(), "move_conflict");
+    assert!(e.to_string().contains("cancelled"), "{e}");
+    a.ok(Op::ThawBuckets { move_id: 10 });
+    let Some(Reply::Released { .. }) = a
+        .run(Op::Release {
+            session: s,
+            name: name.clone(),
+            token: t,
+        })
+        .reply
+        .ok()
+    else {
+        panic!("the holder is back in A after the thaw")
+    };
+
+    // The closed state survives a snapshot.
+    let restored = LockTable::restore(&b.t.snapshot()).unwrap();
+    assert!(restored.is_closed());
+}
