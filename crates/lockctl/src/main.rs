@@ -163,6 +163,10 @@ enum GroupsCmd {
         #[arg(long, value_delimiter = ',', required = true)]
         nodes: Vec<u64>,
     },
+    /// Remove lock group ID, which must own no bucket (`lockctl buckets move` its buckets to
+    /// other groups first). Its nodes stop hosting it, and its id is never used again.
+    /// Running it again is safe.
+    Remove { id: u32 },
 }
 
 #[derive(Subcommand, Clone)]
@@ -1168,7 +1172,10 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 async fn groups(cli: &Cli, out: &Out, cmd: &GroupsCmd) -> Result<(), Fail> {
-    let group_json = |g: &admin::LockGroup| json!({"group": g.group, "nodes": g.nodes, "born_epoch": g.born_epoch, "ready": g.ready});
+    let group_json = |g: &admin::LockGroup| {
+        json!({"group": g.group, "nodes": g.nodes, "born_epoch": g.born_epoch, "ready": g.ready,
+               "placed_at": {"term": g.placed_at.0, "index": g.placed_at.1}})
+    };
     let row = |g: &admin::LockGroup| {
         let nodes: Vec<String> = g.nodes.iter().map(u64::to_string).collect();
         let state = if g.ready { "ready" } else { "being created" };
@@ -1202,6 +1209,13 @@ async fn groups(cli: &Cli, out: &Out, cmd: &GroupsCmd) -> Result<(), Fail> {
             let c = Client::lazy(endpoints(cli), opts)?;
             let g = c.create_group(*id, nodes).await?;
             out.print(group_json(&g), || format!("{HEAD}\n{}", row(&g)));
+        }
+        GroupsCmd::Remove { id } => {
+            let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+            c.remove_group(*id).await?;
+            out.print(json!({"group": id, "removed": true}), || {
+                format!("group {id} removed")
+            });
         }
     }
     Ok(())

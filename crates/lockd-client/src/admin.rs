@@ -175,12 +175,15 @@ pub struct MoveReport {
 pub struct LockGroup {
     /// The group's id.
     pub group: u32,
-    /// The nodes it was placed on.
+    /// The nodes it is placed on: its members as of membership config `placed_at`.
     pub nodes: Vec<u64>,
     /// 0 for a founding group; one more for each group created since.
     pub born_epoch: u64,
     /// Founded and served.
     pub ready: bool,
+    /// The version of `nodes`: the Raft log id (term, index) of the group's membership config
+    /// they were read from; (0, 0) for the placement it was founded or created with.
+    pub placed_at: (u64, u64),
 }
 
 /// The namespaces and their version ([`Client::list_namespaces`](crate::Client::list_namespaces)).
@@ -456,6 +459,7 @@ impl From<pb::LockGroup> for LockGroup {
             nodes: g.nodes,
             born_epoch: g.born_epoch,
             ready: g.ready,
+            placed_at: (g.placed_at_term, g.placed_at_index),
         }
     }
 }

@@ -491,6 +491,16 @@ impl Client {
             .map(|r| r.document)
     }
 
+    /// Removes lock group `group`, which must own no bucket (move them away first); its id is
+    /// never used again. Idempotent; needs the admin token.
+    pub async fn remove_group(&self, group: u32) -> Result<(), Error> {
+        let req = pb::RemoveGroupRequest { group };
+        self.core
+            .admin(|mut c| async move { c.remove_group(req).await })
+            .await
+            .map(|_| ())
+    }
+
     /// Every lock group as the meta group records it; needs the admin token.
     pub async fn list_groups(&self) -> Result<Vec<crate::admin::LockGroup>, Error> {
         self.core

@@ -273,7 +273,12 @@ impl Node {
             // of (membership calls may have added it since); a joiner hosts every group, empty
             // until a membership call adds it.
             let has_data = matches!(cfg.storage, crate::Storage::Disk) && dir.exists();
-            if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
+            // A group the cluster removed is never hosted again (`Node::unhost_group`).
+            let removed = matches!(cfg.storage, crate::Storage::Disk)
+                && removed_dir(&cfg.data_dir, id).exists();
+            if removed {
+                info!(group = id, "not hosting a removed group");
+            } else if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
                 groups.insert(
                     id,
                     open_group(&cfg, id, &sink, clock, &pool, timing, &shared).await?,
@@ -500,6 +505,39 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// Stops hosting group `id`, a group the cluster removed: shuts its replica down, forgets
+    /// where the group is, and (on disk) renames its data dir to `group-<id>.removed`, so no
+    /// later start of this node hosts it again (a founding group above all, which a founder
+    /// would otherwise start and initialise afresh). Returns whether it hosted the group.
+    /// Idempotent.
+    pub async fn unhost_group(&self, id: GroupId) -> std::io::Result<bool> {
+        let _one = self.maker.opening.lock().await;
+        self.shared
+            .remotes
+            .write()
+            .expect("remotes poisoned")
+            .remove(&id);
+        let g = self.groups.write().expect("groups poisoned").remove(&id);
+        if let Some(g) = &g {
+            g.shutdown().await;
+        }
+        if matches!(self.maker.cfg.storage, crate::Storage::Disk) {
+            let dir = self.maker.cfg.data_dir.join(format!("group-{id}"));
+            if dir.exists() {
+                std::fs::rename(&dir, removed_dir(&self.maker.cfg.data_dir, id))?;
+                std::fs::File::open(&self.maker.cfg.data_dir)?.sync_all()?;
+            }
+        }
+        if g.is_some() {
+            info!(
+                node = self.node_id,
+                group = id,
+                "stopped hosting a removed group"
+            );
+        }
+        Ok(g.is_some())
     }
 
     /// The lock groups this cluster was founded with and the nodes each was placed on; `None`
@@ -908,6 +946,11 @@ async fn open_group(
         timing,
         shared.clone(),
     )))
+}
+
+/// Where a removed group's data goes.
+fn removed_dir(data_dir: &std::path::Path, id: GroupId) -> std::path::PathBuf {
+    data_dir.join(format!("group-{id}.removed"))
 }
 
 /// The `group-<id>` dirs under `data_dir` of groups outside the founding placement.

@@ -102,7 +102,7 @@ impl Service {
         let all = self.member_groups(&[])?;
         if draining {
             let now = self.member_calls(&all, MemberCall::Describe).await?;
-            if !now.iter().any(|g| members(&g.membership).contains(&id)) {
+            if !now.iter().any(|g| g.membership.members().contains(&id)) {
                 return Err(ApiError::new(
                     ErrorCode::NotFound,
                     format!("node_id: node {id} is not a member of any group"),
@@ -203,13 +203,13 @@ impl Service {
         let groups = self.member_groups(groups)?;
         let all = self.member_groups(&[])?;
         let is_member =
-            |gs: &[GroupMembers]| gs.iter().any(|g| members(&g.membership).contains(&id));
+            |gs: &[GroupMembers]| gs.iter().any(|g| g.membership.members().contains(&id));
         let was = is_member(&self.member_calls(&all, MemberCall::Describe).await?);
         let out = self
             .member_calls(&groups, MemberCall::Remove { id })
             .await?;
         for g in &out {
-            if !members(&g.membership).contains(&id) {
+            if !g.membership.members().contains(&id) {
                 self.place_member(g.group, id, false).await?;
             }
         }
@@ -241,12 +241,4 @@ pub fn role(m: &Membership, id: NodeId) -> &'static str {
     } else {
         "learner"
     }
-}
-
-/// Every member of `m`: voters, then learners, by id.
-pub fn members(m: &Membership) -> Vec<NodeId> {
-    let mut ids: Vec<NodeId> = m.voters.iter().chain(&m.learners).copied().collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
 }

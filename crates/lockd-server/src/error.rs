@@ -62,7 +62,9 @@ impl Code for ErrorCode {
             | ErrorCode::GroupCreationInProgress
             | ErrorCode::MemberChangeRefused
             | ErrorCode::NamespaceVersionConflict
-            | ErrorCode::NamespaceNameTaken => 409,
+            | ErrorCode::NamespaceNameTaken
+            | ErrorCode::GroupNotEmpty
+            | ErrorCode::GroupRemoved => 409,
             ErrorCode::BodyTooLarge => 413,
             ErrorCode::UriTooLong => 414,
             ErrorCode::UnsupportedMediaType => 415,

@@ -1003,7 +1003,8 @@ fn members_response(groups: Vec<crate::admin::GroupMembers>) -> pb::ListMembersR
                     group: g.group,
                     leader: m.leader.unwrap_or(0),
                     joint: m.joint,
-                    members: crate::admin::members(m)
+                    members: m
+                        .members()
                         .into_iter()
                         .map(|id| pb::Member {
                             node_id: id,
@@ -1241,6 +1242,21 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         .await;
         self.api.finish("list_groups", start, out)
     }
+
+    async fn remove_group(
+        &self,
+        req: Request<pb::RemoveGroupRequest>,
+    ) -> Result<Response<pb::RemoveGroupResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", &req);
+        let group = req.get_ref().group;
+        let out = async {
+            self.api.svc.remove_group(&c, group).await?;
+            Ok(pb::RemoveGroupResponse { group })
+        }
+        .await;
+        self.api.finish("remove_group", start, out)
+    }
 }
 
 fn lock_group(group: u32, r: lockd_core::GroupRecord) -> pb::LockGroup {
@@ -1249,6 +1265,8 @@ fn lock_group(group: u32, r: lockd_core::GroupRecord) -> pb::LockGroup {
         nodes: r.replicas,
         born_epoch: r.born_epoch,
         ready: r.ready,
+        placed_at_term: r.placed_at.term,
+        placed_at_index: r.placed_at.index,
     }
 }
 

@@ -19,7 +19,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 use lockd_core::{limits, LockMode, SessionId};
 use serde::Deserialize;
@@ -63,6 +63,7 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("post", "/v1/admin/buckets:move"),
     ("get", "/v1/admin/groups"),
     ("post", "/v1/admin/groups"),
+    ("delete", "/v1/admin/groups/{id}"),
     ("get", "/v1/admin/namespaces"),
     ("post", "/v1/admin/namespaces"),
     ("post", "/v1/admin/namespaces:delete"),
@@ -94,6 +95,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/admin/buckets", get(shard_view))
         .route("/v1/admin/buckets:move", post(move_buckets))
         .route("/v1/admin/groups", get(list_groups).post(create_group))
+        .route("/v1/admin/groups/{id}", delete(remove_group))
         .route(
             "/v1/admin/namespaces",
             get(list_namespaces).post(put_namespace),
@@ -796,7 +798,8 @@ fn members_json(groups: Vec<crate::admin::GroupMembers>) -> Value {
         .into_iter()
         .map(|g| {
             let m = &g.membership;
-            let members: Vec<Value> = crate::admin::members(m)
+            let members: Vec<Value> = m
+                .members()
                 .into_iter()
                 .map(|id| {
                     json!({
@@ -1181,6 +1184,7 @@ fn group_json(group: u32, r: &lockd_core::GroupRecord) -> Value {
         "nodes": r.replicas,
         "born_epoch": r.born_epoch,
         "ready": r.ready,
+        "placed_at": {"term": r.placed_at.term, "index": r.placed_at.index},
     })
 }
 
@@ -1213,6 +1217,28 @@ async fn backup(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response
     }
     .await;
     finish(&svc, "backup", start, r)
+}
+
+/// `DELETE /v1/admin/groups/{id}`: removes a lock group that owns no bucket.
+async fn remove_group(
+    State(svc): State<Arc<Service>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let creds = credentials(&headers);
+        svc.require_admin(&creds, "removing a group")?;
+        let group: u32 = id.parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "group: '{id}' is not a group id (a lock group is 1-4294967295)"
+            ))
+        })?;
+        svc.remove_group(&creds, group).await?;
+        Ok(json!({ "group": group, "removed": true }))
+    }
+    .await;
+    finish(&svc, "remove_group", start, r)
 }
 
 async fn list_groups(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {

@@ -78,6 +78,8 @@ pub(crate) enum Query {
     NamespaceConfig,
     /// The group's counters: revision, sessions, locks, holds (for a backup).
     Stats,
+    /// The meta group's removed lock groups (id → birth epoch).
+    RemovedGroups,
 }
 
 /// The answer to a [`Query`] (the variant of the same name).
@@ -99,6 +101,7 @@ pub(crate) enum Answer {
     Draining(Vec<u64>),
     NamespaceConfig((u64, Vec<Namespace>)),
     Stats(lockd_core::Stats),
+    RemovedGroups(std::collections::BTreeMap<GroupId, u64>),
 }
 
 impl Query {
@@ -138,6 +141,7 @@ impl Query {
                 Answer::NamespaceConfig((t.namespaces_version(), t.namespaces().cloned().collect()))
             }
             Query::Stats => Answer::Stats(t.stats()),
+            Query::RemovedGroups => Answer::RemovedGroups(t.removed_groups().clone()),
         }
     }
 }

@@ -104,14 +104,26 @@ impl Service {
     /// Reads the meta group's records and acts on them (see the module doc).
     pub async fn reconcile_topology(&self) -> Result<(), ApiError> {
         let meta = self.route_of(META_GROUP)?;
-        let (records, draining) = match &meta {
-            Route::Local(g) => g.read_local(|t| (t.group_records().clone(), t.draining_nodes())),
+        let (records, draining, removed) = match &meta {
+            Route::Local(g) => g.read_local(|t| {
+                let removed = t.removed_groups().clone();
+                (t.group_records().clone(), t.draining_nodes(), removed)
+            }),
             Route::Remote(_) => (
                 answer_of!(self, &meta, Query::Groups, Groups)?,
                 answer_of!(self, &meta, Query::Draining, Draining)?,
+                answer_of!(self, &meta, Query::RemovedGroups, RemovedGroups)?,
             ),
         };
         self.node.set_draining(draining.into_iter().collect());
+        for &id in removed.keys() {
+            if self.node.group(id).is_some() || self.node.route(id).is_some() {
+                if let Err(e) = self.node.unhost_group(id).await {
+                    tracing::warn!(group = id, error = %e, "could not set a removed group's data aside");
+                }
+            }
+        }
+        self.heal_placements(&meta, &records).await;
         let me = self.node.node_id();
         for (&id, r) in &records {
             // The founding groups are hosted from the founding placement (`Node::start`).
@@ -141,6 +153,42 @@ impl Service {
         }
         *self.records.write().expect("records poisoned") = records;
         Ok(())
+    }
+
+    /// For each group this node leads: if its membership changed since the meta group's record
+    /// (an admin call interrupted between the change and the record), record the members now.
+    /// The record's version makes a stale view harmless, so several leaders may do this at once.
+    async fn heal_placements(&self, meta: &Route, records: &BTreeMap<GroupId, GroupRecord>) {
+        let me = self.node.node_id();
+        for (id, m) in self.node.memberships() {
+            let Some(r) = records.get(&id) else {
+                continue;
+            };
+            if m.leader != Some(me) || m.joint || m.config_id <= r.placed_at {
+                continue;
+            }
+            let members = m.members();
+            if members == r.replicas || members.is_empty() {
+                continue;
+            }
+            let op = Op::PlaceGroup {
+                group: id,
+                replicas: members.clone(),
+                placed_at: m.config_id,
+            };
+            match self.propose(meta, op).await {
+                Ok(_) => tracing::info!(
+                    group = id,
+                    recorded = ?r.replicas,
+                    members = ?members,
+                    config = %m.config_id,
+                    "the group's record follows its membership"
+                ),
+                Err(e) => {
+                    tracing::debug!(group = id, error = %e, "could not update a group record")
+                }
+            }
+        }
     }
 
     /// The peer address of each of `nodes`, from the meta group's membership.
@@ -268,7 +316,14 @@ impl Service {
         let Some(r) = records.get(&group) else {
             return Ok(());
         };
-        let mut replicas = r.replicas.clone();
+        let m = self.node.member_call(group, MemberCall::Describe).await?;
+        // After a change, the members as they are; before an add (the new node must host the
+        // group before it can catch up), the record and the node.
+        let mut replicas = if add || m.joint {
+            r.replicas.clone()
+        } else {
+            m.members()
+        };
         replicas.retain(|n| *n != id);
         if add {
             replicas.push(id);
@@ -277,9 +332,78 @@ impl Service {
         if replicas == r.replicas || replicas.is_empty() {
             return Ok(());
         }
-        self.propose(&meta, Op::SetGroupReplicas { group, replicas })
-            .await?;
+        let op = Op::PlaceGroup {
+            group,
+            replicas,
+            placed_at: m.config_id.max(r.placed_at),
+        };
+        self.propose(&meta, op).await?;
         Ok(())
+    }
+
+    /// `DELETE /v1/admin/groups/{id}`: removes lock group `group`, which must own no bucket
+    /// (move them away first). The group is closed first (from then on it takes no bucket),
+    /// moves frozen toward it are rolled back, then the meta group removes it and every node
+    /// stops hosting it. Its id is never used again. Idempotent.
+    pub async fn remove_group(&self, creds: &Credentials, group: GroupId) -> Result<(), ApiError> {
+        self.require_admin(creds, "removing a group")?;
+        if group == META_GROUP {
+            return Err(ApiError::bad_request(
+                "group: 0 is the meta group; it cannot be removed",
+            ));
+        }
+        let meta = self.route_of(META_GROUP)?;
+        let removed = answer_of!(self, &meta, Query::RemovedGroups, RemovedGroups)?;
+        if !removed.contains_key(&group) {
+            let records = answer_of!(self, &meta, Query::Groups, Groups)?;
+            let Some(record) = records.get(&group) else {
+                return Err(ApiError::new(
+                    ErrorCode::GroupNotFound,
+                    format!(
+                        "group: there is no lock group {group} (lock groups are {:?})",
+                        records.keys().collect::<Vec<_>>()
+                    ),
+                ));
+            };
+            // A group never made ready was never sent a bucket or a move.
+            if record.ready {
+                self.close_group(group).await?;
+            }
+            self.propose(&meta, Op::RemoveGroup { group })
+                .await
+                .map_err(|e| with_group(group, e))?;
+            tracing::info!(group, "lock group removed");
+        }
+        let _ = self.reconcile_topology().await;
+        Ok(())
+    }
+
+    /// Closes `group` and rolls back every move frozen toward it, so that once the meta group
+    /// removes it no group waits for it: a move frozen before the close is finished or thawed
+    /// here; one frozen after it meets a group that refuses it (`moves::finish_move` thaws it).
+    async fn close_group(&self, group: GroupId) -> Result<(), ApiError> {
+        let g = self.route_of(group)?;
+        self.propose(&g, Op::CloseGroup)
+            .await
+            .map_err(|e| with_group(group, e))?;
+        for _ in 0..10 {
+            let mut sum = crate::moves::MoveSummary::default();
+            crate::moves::resume_moves(self, &mut sum).await?;
+            let mut pending = false;
+            for from in self.lock_group_ids() {
+                let r = self.route_of(from)?;
+                let moves = answer_of!(self, &r, Query::OutgoingMoves, OutgoingMoves)?;
+                pending |= moves.iter().any(|(_, to, _)| *to == group);
+            }
+            if !pending {
+                return Ok(());
+            }
+        }
+        Err(ApiError::new(
+            ErrorCode::Unavailable,
+            format!("group: moves toward group {group} kept starting; stop them and retry"),
+        )
+        .retry_after(1_000))
     }
 
     /// `GET /v1/admin/groups`: the meta group's record of every lock group.
@@ -322,6 +446,14 @@ impl Service {
         self.propose(group, op).await?;
         tracing::debug!(%session, group = group.id(), "adopted an older session");
         Ok(())
+    }
+}
+
+/// Names the group in a refusal that came from it.
+fn with_group(group: GroupId, e: ApiError) -> ApiError {
+    ApiError {
+        message: format!("group {group}: {}", e.message),
+        ..e
     }
 }
 

@@ -80,7 +80,8 @@ async fn a_group_created_on_joined_nodes_takes_half_the_buckets_under_use() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(
         r.body,
-        json!({"group": 2, "nodes": [4, 5, 6], "born_epoch": 1, "ready": true})
+        json!({"group": 2, "nodes": [4, 5, 6], "born_epoch": 1, "ready": true,
+               "placed_at": {"term": 0, "index": 0}})
     );
     let again = admin
         .post("/v1/admin/groups", json!({"group": 2, "nodes": [4, 5, 6]}))
@@ -275,5 +276,159 @@ async fn a_group_with_the_largest_id_is_served_and_counted() {
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
+    c.stop_all().await;
+}
+
+/// A founding group gives its buckets away and is removed: refused while it owns any, then
+/// closed, removed from the records, no longer hosted (across a restart too), its id never
+/// reused; the locks it held keep their tokens in the group they moved to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_gave_its_buckets_away_is_removed_for_good() {
+    let mut c = cluster(3, 2).await;
+    let admin = Http::new(c.url(0, "")).admin();
+    let near = Http::new(c.url(1, ""));
+    let initial = lockd_core::ShardMap::initial(2);
+    let in_two: Vec<String> = (0..)
+        .map(|i| format!("payouts/r-{i}"))
+        .filter(|n| initial.group_of(n) == 2)
+        .take(5)
+        .collect();
+    let s = near.session("holder", 30).await;
+    let mut tokens = Vec::new();
+    for n in &in_two {
+        let r = near
+            .acquire(n, json!({"session_id": s, "owner": "o"}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        tokens.push(r.body["token"].as_u64().unwrap());
+    }
+
+    // Refusals name the field and change nothing.
+    let r = admin.delete("/v1/admin/groups/2").await;
+    assert_eq!(
+        (r.status, &r.body["error"]["code"]),
+        (409, &json!("group_not_empty")),
+        "{}",
+        r.body
+    );
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("group 2") && msg.contains("2048 buckets"),
+        "{msg}"
+    );
+    for (path, status) in [
+        ("/v1/admin/groups/0", 400),
+        ("/v1/admin/groups/x", 400),
+        ("/v1/admin/groups/9", 404),
+    ] {
+        let r = admin.delete(path).await;
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("group"),
+            "{}",
+            r.body
+        );
+    }
+    let r = near.delete("/v1/admin/groups/2").await;
+    assert_eq!(r.status, 401, "no admin token: {}", r.body);
+    assert!(c.node(0).service.node.group(2).is_some());
+
+    // Every bucket to group 1, then the removal, twice.
+    let r = admin
+        .post(
+            "/v1/admin/buckets:move",
+            json!({"buckets": "0-4095", "to_group": 1}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    for _ in 0..2 {
+        let r = admin.delete("/v1/admin/groups/2").await;
+        assert_eq!(
+            (r.status, &r.body),
+            (200, &json!({"group": 2, "removed": true}))
+        );
+    }
+    let r = admin.get("/v1/admin/groups").await;
+    let ids: Vec<u64> = r.body["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["group"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![1], "{}", r.body);
+    let r = admin
+        .post("/v1/admin/groups", json!({"group": 2, "nodes": [1, 2, 3]}))
+        .await;
+    assert_eq!(
+        (r.status, &r.body["error"]["code"]),
+        (409, &json!("group_removed")),
+        "{}",
+        r.body
+    );
+
+    // Every node stops hosting it (each reads the records every second) and sets its data aside.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    for i in 0..3 {
+        while c.node(i).service.node.group(2).is_some() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {} still hosts group 2",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(!c.dirs[i].path().join("group-2").exists());
+        assert!(c.dirs[i].path().join("group-2.removed").exists());
+    }
+
+    // The holds live on in group 1, tokens unchanged; the session lives on; names still work.
+    let far = Http::new(c.url(2, ""));
+    for (n, t) in in_two.iter().zip(&tokens) {
+        let v = far.inspect(n).await;
+        assert_eq!(v["holders"][0]["token"], *t, "{n}: {v}");
+    }
+    let r = far
+        .post(&format!("/v1/sessions/{s}:keepalive"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = far.release(&in_two[0], &s, tokens[0]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let other = far.session("other", 30).await;
+    let r = far
+        .acquire(&in_two[0], json!({"session_id": other, "owner": "p"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body["token"].as_u64().unwrap() > tokens[0], "{}", r.body);
+
+    // A restarted founder does not host (or initialise) the removed group again.
+    let peers = c.node(2).service.node.memberships()[&0].addrs.clone();
+    let peer_addr = c.node(2).peer_addr;
+    c.stop(2).await;
+    let bind = |a: String| tokio::net::TcpListener::bind(a);
+    let peer = bind(peer_addr.to_string()).await.unwrap();
+    let http = bind("127.0.0.1:0".into()).await.unwrap();
+    let grpc = bind("127.0.0.1:0".into()).await.unwrap();
+    let mut cfg = lockd_raft::NodeConfig::new(3, c.dirs[2].path(), peers);
+    cfg.lock_groups = 2;
+    let three = start_node(cfg, http, grpc, peer).await;
+    wait_serving(&three).await;
+    assert!(
+        three.service.node.group(2).is_none(),
+        "group 2 back after a restart"
+    );
+    assert!(!c.dirs[2].path().join("group-2").exists());
+    let r = Http::new(format!("http://{}", three.http_addr))
+        .acquire(&in_two[1], json!({"session_id": other, "owner": "p"}))
+        .await;
+    assert_eq!(
+        (r.status, &r.body["acquired"]),
+        (200, &json!(false)),
+        "held: {}",
+        r.body
+    );
+    three.stop().await;
     c.stop_all().await;
 }

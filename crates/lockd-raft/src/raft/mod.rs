@@ -611,6 +611,19 @@ pub struct Membership {
     /// Filled in only by the leader: how many entries each other member is behind the
     /// leader's last log entry (`None` for one that has acknowledged nothing yet).
     pub lag: BTreeMap<NodeId, Option<u64>>,
+    /// The log id of the entry that set this membership (zero for none): a later membership
+    /// of the group has a larger one.
+    pub config_id: lockd_core::ConfigId,
+}
+
+impl Membership {
+    /// Every member, voters and learners, ascending.
+    pub fn members(&self) -> Vec<NodeId> {
+        let mut all: Vec<NodeId> = self.voters.iter().chain(&self.learners).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
 }
 
 /// Why a membership change was not made.
@@ -689,6 +702,13 @@ impl RaftGroup {
             addrs: mem.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
             leader: m.current_leader,
             lag,
+            config_id: m.membership_config.log_id().as_ref().map_or_else(
+                lockd_core::ConfigId::default,
+                |l| lockd_core::ConfigId {
+                    term: l.leader_id.term,
+                    index: l.index,
+                },
+            ),
         }
     }
 

@@ -62,6 +62,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_NAMESPACE_NAME_TAKEN: _ClassVar[ErrorCode]
     ERROR_CODE_WATCH_COMPACTED: _ClassVar[ErrorCode]
     ERROR_CODE_WATCH_TOO_SLOW: _ClassVar[ErrorCode]
+    ERROR_CODE_GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
+    ERROR_CODE_GROUP_REMOVED: _ClassVar[ErrorCode]
 
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -122,6 +124,8 @@ ERROR_CODE_TOO_MANY_CONNECTIONS: ErrorCode
 ERROR_CODE_NAMESPACE_NAME_TAKEN: ErrorCode
 ERROR_CODE_WATCH_COMPACTED: ErrorCode
 ERROR_CODE_WATCH_TOO_SLOW: ErrorCode
+ERROR_CODE_GROUP_NOT_EMPTY: ErrorCode
+ERROR_CODE_GROUP_REMOVED: ErrorCode
 MODE_UNSPECIFIED: Mode
 MODE_EXCLUSIVE: Mode
 MODE_SHARED: Mode
@@ -708,16 +712,32 @@ class CreateGroupRequest(_message.Message):
     def __init__(self, group: _Optional[int] = ..., nodes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LockGroup(_message.Message):
-    __slots__ = ("group", "nodes", "born_epoch", "ready")
+    __slots__ = ("group", "nodes", "born_epoch", "ready", "placed_at_term", "placed_at_index")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     BORN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
+    PLACED_AT_TERM_FIELD_NUMBER: _ClassVar[int]
+    PLACED_AT_INDEX_FIELD_NUMBER: _ClassVar[int]
     group: int
     nodes: _containers.RepeatedScalarFieldContainer[int]
     born_epoch: int
     ready: bool
-    def __init__(self, group: _Optional[int] = ..., nodes: _Optional[_Iterable[int]] = ..., born_epoch: _Optional[int] = ..., ready: bool = ...) -> None: ...
+    placed_at_term: int
+    placed_at_index: int
+    def __init__(self, group: _Optional[int] = ..., nodes: _Optional[_Iterable[int]] = ..., born_epoch: _Optional[int] = ..., ready: bool = ..., placed_at_term: _Optional[int] = ..., placed_at_index: _Optional[int] = ...) -> None: ...
+
+class RemoveGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    def __init__(self, group: _Optional[int] = ...) -> None: ...
+
+class RemoveGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    def __init__(self, group: _Optional[int] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
     __slots__ = ()
