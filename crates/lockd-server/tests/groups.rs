@@ -432,3 +432,40 @@ async fn a_group_that_gave_its_buckets_away_is_removed_for_good() {
     three.stop().await;
     c.stop_all().await;
 }
+
+/// A membership change whose admin call stopped before it updated the record (here: made
+/// straight on the node, as a crash between the two steps leaves it) is recorded by the
+/// group's leader within seconds, with the config it came from; nothing rolls it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_record_catches_up_with_a_change_its_call_never_recorded() {
+    let mut c = cluster(3, 1).await;
+    let admin = Http::new(c.url(0, "")).admin();
+    let record = |b: &serde_json::Value| b["groups"][0].clone();
+    let before = record(&admin.get("/v1/admin/groups").await.body);
+    assert_eq!(before["nodes"], json!([1, 2, 3]), "{before}");
+    assert_eq!(
+        before["placed_at"],
+        json!({"term": 0, "index": 0}),
+        "{before}"
+    );
+
+    let call = lockd_raft::MemberCall::Remove { id: 3 };
+    let m = c.node(0).service.node.member_call(1, call).await.unwrap();
+    assert_eq!(m.members(), vec![1, 2]);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let r = record(&admin.get("/v1/admin/groups").await.body);
+        if r["nodes"] == json!([1, 2]) {
+            break r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(after["placed_at"]["index"], m.config_id.index, "{after}");
+    assert_eq!(after["placed_at"]["term"], m.config_id.term, "{after}");
+    // It stays (a second later, after more reconciles on every node).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(record(&admin.get("/v1/admin/groups").await.body), after);
+    c.stop_all().await;
+}
