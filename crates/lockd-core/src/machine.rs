@@ -1307,12 +1307,21 @@ pub fn validate_namespace(ns: &Namespace) -> Result<(), Rejection> {
         ));
     }
     if let Some(digest) = &ns.token_sha256 {
-        if digest.len() != 64
-            || !digest
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            return bad("token_sha256 must be 64 lower-case hex digits".into());
+        let hex = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let salted = digest
+            .strip_prefix(crate::SALTED_DIGEST_PREFIX)
+            .and_then(|rest| rest.split_once('$'))
+            .is_some_and(|(salt, hash)| hex(salt, 32) && hex(hash, 64));
+        if !salted && !hex(digest, 64) {
+            return bad(
+                "token_sha256 must be s1$SALT$HASH (32 and 64 lower-case hex digits) or 64 \
+                 lower-case hex digits"
+                    .into(),
+            );
         }
     }
     if let SafetyClass::Correctness { fenced_resource } = &ns.safety {

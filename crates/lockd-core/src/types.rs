@@ -109,10 +109,15 @@ pub struct Namespace {
     /// Requests per second each node accepts for this namespace's names (0 = unlimited). The
     /// core stores it so every node enforces the same budget; the node's token bucket applies it.
     pub ops_per_s: u32,
-    /// SHA-256 (lower-case hex) of the bearer token callers must present; `None` = open. Only
-    /// the digest is replicated, never the token.
+    /// The digest of the bearer token callers must present; `None` = open. Only the digest is
+    /// replicated, never the token: `s1$SALT$HASH` (the SHA-256 of a random salt and the token,
+    /// [`SALTED_DIGEST_PREFIX`]) or, as versions before salting stored it, the token's plain
+    /// SHA-256, both lower-case hex.
     pub token_sha256: Option<String>,
 }
+
+/// How a salted token digest starts (see [`Namespace::token_sha256`]).
+pub const SALTED_DIGEST_PREFIX: &str = "s1$";
 
 impl Namespace {
     /// The namespace every name falls into when no other prefix matches.

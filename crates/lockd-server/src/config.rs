@@ -81,11 +81,40 @@ fn d_safety() -> String {
     "efficiency".into()
 }
 
-/// SHA-256 of a bearer token, lower-case hex: what the meta group stores and requests are checked
-/// against.
+/// The digest of a bearer token that the meta group stores (never the token): `s1$SALT$HASH`,
+/// HASH the SHA-256 of a fresh random 16-byte SALT followed by the token, both lower-case hex.
+/// The salt makes two namespaces with the same token store different digests, and a leaked
+/// backup useless against a table of precomputed hashes. [`token_matches`] checks a token.
 pub fn token_digest(token: &str) -> String {
+    let salt: [u8; 16] = rand::random();
+    let salt = hex(&salt);
+    let hash = salted_sha256(&salt, token);
+    format!("{}{salt}${hash}", lockd_core::SALTED_DIGEST_PREFIX)
+}
+
+/// Whether `token` is the one `digest` was made from: a salted digest ([`token_digest`]) or a
+/// plain SHA-256 one, as versions before salting stored.
+pub fn token_matches(digest: &str, token: &str) -> bool {
     use sha2::Digest;
-    format!("{:x}", sha2::Sha256::digest(token.as_bytes()))
+    match digest
+        .strip_prefix(lockd_core::SALTED_DIGEST_PREFIX)
+        .and_then(|rest| rest.split_once('$'))
+    {
+        Some((salt, hash)) => salted_sha256(salt, token) == hash,
+        None => hex(&sha2::Sha256::digest(token.as_bytes())) == digest,
+    }
+}
+
+fn salted_sha256(salt_hex: &str, token: &str) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(salt_hex.as_bytes());
+    h.update(token.as_bytes());
+    hex(&h.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl NamespaceConfig {
@@ -188,15 +217,31 @@ mod tests {
         assert_eq!(specs[1].lock_delay_ms, 10_000);
         assert_eq!(specs[1].max_ttl_ms, 60_000);
         assert_eq!(specs[1].ops_per_s, 100);
-        assert_eq!(
-            specs[1].token_sha256.as_deref(),
-            Some(token_digest("payouts-token").as_str())
-        );
-        // A known SHA-256 vector.
-        assert_eq!(
-            token_digest("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        let digest = specs[1].token_sha256.as_deref().unwrap();
+        assert!(token_matches(digest, "payouts-token"), "{digest}");
+        assert!(!token_matches(digest, "payouts-token2"));
+    }
+
+    #[test]
+    fn token_digests_are_salted_and_plain_ones_still_match() {
+        let (a, b) = (token_digest("abc"), token_digest("abc"));
+        assert_ne!(a, b, "a fresh salt each time");
+        for d in [&a, &b] {
+            assert!(d.starts_with("s1$") && d.len() == 3 + 32 + 1 + 64, "{d}");
+            assert!(token_matches(d, "abc"));
+            assert!(!token_matches(d, "abd") && !token_matches(d, ""));
+            lockd_core::validate_namespace(&Namespace {
+                token_sha256: Some(d.clone()),
+                ..Namespace::default_namespace()
+            })
+            .unwrap();
+        }
+        // A known SHA-256 vector: the plain digests that earlier versions stored.
+        let plain = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert!(token_matches(plain, "abc"));
+        assert!(!token_matches(plain, "abd"));
+        // A digest is never the token: neither form matches its own text.
+        assert!(!token_matches(&a, &a) && !token_matches(plain, plain));
 
         let bad: FileConfig = toml::from_str(
             "[[namespace]]\nname = \"p\"\nprefix = \"p/\"\nsafety = \"correctness\"\n",

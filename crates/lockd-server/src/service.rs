@@ -17,7 +17,7 @@ use lockd_core::{
 };
 use lockd_raft::{Group, GroupError, GroupId, Node, Route, META_GROUP};
 
-use crate::config::token_digest;
+use crate::config::{token_digest, token_matches};
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::route::{answer_of, Query};
@@ -324,7 +324,7 @@ impl Service {
 
     /// Whether the caller presented the admin token.
     pub fn is_admin(&self, creds: &Credentials) -> bool {
-        matches!((&self.admin_sha256, &creds.bearer), (Some(want), Some(got)) if token_digest(got) == *want)
+        matches!((&self.admin_sha256, &creds.bearer), (Some(want), Some(got)) if token_matches(want, got))
     }
 
     /// 429 when the caller's address has no failed authentication left to spend
@@ -479,13 +479,15 @@ impl Service {
                 format!("namespace '{}' requires a bearer token", ns.name),
             ));
         };
-        let got = token_digest(bearer);
-        if got == want {
+        if token_matches(want, bearer) {
             return Ok(());
         }
         let other = self.group(META_GROUP)?.read_local(|t| {
-            t.namespaces()
-                .any(|n| n.token_sha256.as_deref() == Some(got.as_str()))
+            t.namespaces().any(|n| {
+                n.token_sha256
+                    .as_deref()
+                    .is_some_and(|d| token_matches(d, bearer))
+            })
         });
         if other {
             Err(ApiError::new(
@@ -1182,10 +1184,10 @@ impl Service {
         } else if self.inspect_as_admin(creds)? {
             all.clone()
         } else {
-            let digest = creds.bearer.as_deref().map(token_digest);
+            let opens = |d: &str| creds.bearer.as_deref().is_some_and(|b| token_matches(d, b));
             self.group(META_GROUP)?.read_local(|t| {
                 t.namespaces()
-                    .filter(|n| n.token_sha256.is_none() || n.token_sha256 == digest)
+                    .filter(|n| n.token_sha256.as_deref().is_none_or(opens))
                     .map(|n| n.name.clone())
                     .collect()
             })
@@ -1225,10 +1227,12 @@ impl Service {
             self.auth_failures.succeeded(ip, token);
             return Ok(true);
         }
-        let digest = token_digest(token);
         let some_namespace = self.group(META_GROUP)?.read_local(|t| {
-            t.namespaces()
-                .any(|n| n.token_sha256.as_deref() == Some(digest.as_str()))
+            t.namespaces().any(|n| {
+                n.token_sha256
+                    .as_deref()
+                    .is_some_and(|d| token_matches(d, token))
+            })
         });
         if !some_namespace {
             self.auth_failures.failed(ip, std::time::Instant::now());
