@@ -14,9 +14,7 @@ use pb::session_request::Kind;
 use tonic::Code;
 
 async fn grpc(c: &Cluster) -> LockClient<tonic::transport::Channel> {
-    LockClient::connect(format!("http://{}", c.node(0).grpc_addr))
-        .await
-        .unwrap()
+    LockClient::new(c.grpc_channel(0).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,8 +46,8 @@ async fn a_request_over_64_kib_is_refused_before_it_is_read() {
 async fn a_session_stream_that_is_never_read_is_cut_off_and_its_session_lives_on() {
     let c = cluster(1, 1).await;
     // HTTP/2's smallest windows, so what the client does not read backs up to the node soon.
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", c.node(0).grpc_addr))
-        .unwrap()
+    let ch = c
+        .grpc_endpoint(0)
         .initial_stream_window_size(Some(65_535))
         .initial_connection_window_size(Some(65_535))
         .connect()

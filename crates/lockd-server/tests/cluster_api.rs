@@ -220,7 +220,11 @@ async fn peers_named_by_dns_form_a_cluster_and_a_named_member_joins() {
         .into_iter()
         .map(Some)
         .collect();
-    let mut c = Cluster { nodes, dirs };
+    let mut c = Cluster {
+        nodes,
+        dirs,
+        tls: false,
+    };
     c.wait_ready().await;
     let members = c.node(0).service.node.memberships()[&0].addrs.clone();
     assert!(

@@ -50,6 +50,7 @@ async fn a_node_serves_no_name_until_its_meta_replica_has_caught_up() {
     let mut c = Cluster {
         nodes: nodes.into_iter().map(Some).collect(),
         dirs,
+        tls: false,
     };
     c.wait_ready().await;
     for i in 0..3 {

@@ -16,9 +16,7 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 async fn client(c: &Cluster, i: usize) -> LockClient<Channel> {
-    LockClient::connect(format!("http://{}", c.node(i).grpc_addr))
-        .await
-        .unwrap()
+    LockClient::new(c.grpc_channel(i).await)
 }
 
 async fn open(cl: &mut LockClient<Channel>, client: &str) -> String {
@@ -631,11 +629,7 @@ async fn reflection_and_health_answer() {
     use tonic_reflection::pb::v1::ServerReflectionRequest;
 
     let mut c = cluster(1, 1).await;
-    let channel = Channel::from_shared(format!("http://{}", c.node(0).grpc_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = c.grpc_channel(0).await;
     let mut r = ServerReflectionClient::new(channel.clone());
     let req = ServerReflectionRequest {
         host: String::new(),

@@ -829,7 +829,7 @@ async fn admin_members_need_the_admin_and_check_their_input() {
 async fn every_error_is_json_and_bodies_are_json_objects() {
     let (mut c, h) = single().await;
     let s = h.session("s", 15).await;
-    let client = reqwest::Client::new();
+    let client = http_client().build().unwrap();
     let url = |p: &str| c.url(0, p);
     let shape = |what: &str, status: u16, want: u16, code: &str, body: &str| {
         let v: serde_json::Value =
@@ -1112,9 +1112,7 @@ async fn failed_authentications_are_budgeted_per_client_address() {
     // What needs no credential goes on.
     h.session("open-namespace", 15).await;
     // gRPC reads the same address, so an unproven token is refused there too.
-    let mut admin = AdminClient::connect(format!("http://{}", c.node(0).grpc_addr))
-        .await
-        .unwrap();
+    let mut admin = AdminClient::new(c.grpc_channel(0).await);
     let mut req = tonic::Request::new(lockd_proto::v1::ListMembersRequest {});
     req.metadata_mut().insert(
         "authorization",
@@ -1124,7 +1122,7 @@ async fn failed_authentications_are_budgeted_per_client_address() {
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
 
     // Another address (127.0.0.2 is loopback too) has its own budget.
-    let other = reqwest::Client::builder()
+    let other = http_client()
         .local_address(Some("127.0.0.2".parse().unwrap()))
         .build()
         .unwrap();

@@ -157,9 +157,7 @@ async fn over_grpc(cl: &mut LockClient<Channel>, call: &Call) -> (Code, String, 
 async fn http_and_grpc_refuse_the_same_input_with_the_same_code() {
     let mut c = cluster(1, 2).await;
     let h = Http::new(c.url(0, ""));
-    let mut cl = LockClient::connect(format!("http://{}", c.node(0).grpc_addr))
-        .await
-        .unwrap();
+    let mut cl = LockClient::new(c.grpc_channel(0).await);
     let s = h.session("s", 15).await;
     let other = h.session("o", 15).await;
     let tight = h.session_in("t", 15, "tight").await;

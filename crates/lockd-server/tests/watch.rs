@@ -25,7 +25,7 @@ impl SseReader {
         token: Option<&str>,
         last_id: Option<&str>,
     ) -> Result<Self, (u16, Value)> {
-        let mut req = reqwest::Client::new().get(url);
+        let mut req = http_client().build().unwrap().get(url);
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -145,7 +145,11 @@ async fn a_prefix_watch_sees_every_change_in_order_and_resumes_without_a_gap_or_
     assert_eq!(sse.next().await.2, next.2);
 
     // From before what the node keeps (it keeps what it applied since it started): told plainly.
-    let r = reqwest::get(c.url(0, "/v1/watch?prefix=w/&after=1:0,2:0"))
+    let r = http_client()
+        .build()
+        .unwrap()
+        .get(c.url(0, "/v1/watch?prefix=w/&after=1:0,2:0"))
+        .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 410);
@@ -210,9 +214,7 @@ async fn watches_are_authorised_like_reads_and_bad_requests_name_the_field() {
 async fn a_grpc_watch_shows_the_admin_session_ids_and_resumes_by_its_positions() {
     let mut c = cluster(1, 2).await;
     let h = Http::new(c.url(0, ""));
-    let mut client = LockClient::connect(format!("http://{}", c.node(0).grpc_addr))
-        .await
-        .unwrap();
+    let mut client = LockClient::new(c.grpc_channel(0).await);
     let watch = |after: Vec<pb::WatchPosition>| {
         let mut req = tonic::Request::new(pb::WatchRequest {
             name: "g/one".into(),

@@ -56,6 +56,8 @@ pub fn namespaces() -> Vec<Namespace> {
 pub struct Cluster {
     pub nodes: Vec<Option<Running>>,
     pub dirs: Vec<tempfile::TempDir>,
+    /// Its client ports speak TLS.
+    pub tls: bool,
 }
 
 /// `n` nodes of one cluster, each hosting every group, on loopback port 0.
@@ -64,8 +66,36 @@ pub async fn cluster(n: usize, lock_groups: u32) -> Cluster {
 }
 
 /// `n` nodes with each lock group placed on `replicas` of them (`lockd_raft::initial_placement`).
+/// In TLS mode ([`tls_mode`]) every port speaks TLS, the peers' mutually.
 pub async fn placed_cluster(n: usize, lock_groups: u32, replicas: usize) -> Cluster {
-    cluster_with(n, lock_groups, replicas, None).await
+    let tls = tls_mode().then(|| TlsSetup {
+        pki: test_pki(),
+        client_certs: false,
+    });
+    cluster_with(n, lock_groups, replicas, tls).await
+}
+
+/// A reqwest client builder that trusts the test CA in TLS mode.
+pub fn http_client() -> reqwest::ClientBuilder {
+    let b = reqwest::Client::builder();
+    if !tls_mode() {
+        return b;
+    }
+    let ca = std::fs::read(&test_pki().ca).unwrap();
+    b.add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+}
+
+/// Whether this test process runs its in-process clusters over TLS (`LOCKD_TEST_TLS=1`):
+/// `scripts/verify` runs the API suites a second time that way. [`Cluster::url`],
+/// [`Cluster::grpc_channel`] and [`Http`] follow it.
+pub fn tls_mode() -> bool {
+    std::env::var("LOCKD_TEST_TLS").is_ok_and(|v| v == "1")
+}
+
+/// The one CA and node certificates (ids 1..=9) of a TLS-mode test process.
+pub fn test_pki() -> &'static Pki {
+    static PKI: std::sync::OnceLock<Pki> = std::sync::OnceLock::new();
+    PKI.get_or_init(|| pki(9))
 }
 
 /// A throwaway CA and one certificate per node (`lockd dev --tls`'s), for localhost and
@@ -142,7 +172,11 @@ pub async fn cluster_with(
         .into_iter()
         .map(Some)
         .collect();
-    let c = Cluster { nodes, dirs };
+    let c = Cluster {
+        nodes,
+        dirs,
+        tls: tls.is_some(),
+    };
     c.wait_ready().await;
     c
 }
@@ -263,11 +297,35 @@ pub async fn joiner(c: &Cluster, id: u64, timing: (u64, u64, u64)) -> (Running, 
 
 impl Cluster {
     pub fn url(&self, i: usize, path: &str) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
         format!(
-            "http://{}{}",
+            "{scheme}://{}{}",
             self.nodes[i].as_ref().unwrap().http_addr,
             path
         )
+    }
+
+    /// A gRPC channel to node `i`'s client port (over TLS, trusting the test CA, if the
+    /// cluster speaks it).
+    pub async fn grpc_channel(&self, i: usize) -> tonic::transport::Channel {
+        self.grpc_endpoint(i).connect().await.unwrap()
+    }
+
+    /// [`Cluster::grpc_channel`]'s endpoint, to set more options on.
+    pub fn grpc_endpoint(&self, i: usize) -> tonic::transport::Endpoint {
+        let addr = self.node(i).grpc_addr;
+        if self.tls {
+            let ca = std::fs::read(&test_pki().ca).unwrap();
+            let tls = tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+                .domain_name("localhost");
+            tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+                .unwrap()
+                .tls_config(tls)
+                .unwrap()
+        } else {
+            tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap()
+        }
     }
 
     pub fn node(&self, i: usize) -> &Running {
@@ -338,9 +396,15 @@ pub struct Resp {
 }
 
 impl Http {
+    /// A client of `base`; an `https://` base is trusted through the test CA ([`test_pki`]).
     pub fn new(base: String) -> Http {
+        let client = if base.starts_with("https://") {
+            http_client().build().unwrap()
+        } else {
+            reqwest::Client::new()
+        };
         Http {
-            client: reqwest::Client::new(),
+            client,
             base,
             token: None,
         }
