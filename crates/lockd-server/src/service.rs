@@ -257,6 +257,11 @@ impl Service {
             match self.node.route(META_GROUP) {
                 Some(Route::Local(meta)) if !self.caught_up_flag() => {
                     if meta.read(|_| ()).await.is_ok() {
+                        // The group records as of now, before any name is served: which groups
+                        // sessions go to (a group removed while this node was down is not one).
+                        if let Err(e) = self.reconcile_topology().await {
+                            tracing::debug!(error = %e, "group records not read at catch-up");
+                        }
                         self.meta_caught_up.store(true, Ordering::Release);
                         tracing::info!("caught up with the cluster's configuration; serving names");
                     }

@@ -33,7 +33,18 @@ impl Service {
     pub(crate) fn lock_group_ids(&self) -> Vec<GroupId> {
         let records = self.records.read().expect("records poisoned");
         if records.is_empty() {
-            return (1..=self.lock_groups).collect();
+            // Not read yet: the local meta replica's, if it has them (a founding group may
+            // have been removed since the cluster was founded).
+            let local = self.node.group(META_GROUP).map(|m| {
+                m.read_local(|t| {
+                    let r = t.group_records();
+                    r.iter().filter(|(_, r)| r.ready).map(|(g, _)| *g).collect()
+                })
+            });
+            return match local {
+                Some(ids) if !Vec::is_empty(&ids) => ids,
+                _ => (1..=self.lock_groups).collect(),
+            };
         }
         records
             .iter()

@@ -110,9 +110,23 @@ async fn a_group_created_on_joined_nodes_takes_half_the_buckets_under_use() {
             i + 1
         );
     }
+    // (A majority made the group ready; the third node may start its replica at its next read
+    // of the records, a second later, and learn the membership then.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     for (j, dir) in &joined {
+        let hosted = || {
+            let g = j.service.node.group(2);
+            g.is_some_and(|g| g.status().members.len() == 3)
+        };
+        while !hosted() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "group 2 on node {}",
+                j.service.node.node_id()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         assert!(dir.path().join("group-2").exists());
-        assert_eq!(j.service.node.group(2).unwrap().status().members.len(), 3);
     }
 
     // Move half the buckets (0-2047) while the names are held.
@@ -372,7 +386,11 @@ async fn a_group_that_gave_its_buckets_away_is_removed_for_good() {
     // Every node stops hosting it (each reads the records every second) and sets its data aside.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     for i in 0..3 {
-        while c.node(i).service.node.group(2).is_some() {
+        let set_aside = |i: usize| {
+            c.node(i).service.node.group(2).is_none()
+                && c.dirs[i].path().join("group-2.removed").exists()
+        };
+        while !set_aside(i) {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "node {} still hosts group 2",
