@@ -202,9 +202,21 @@ impl Service {
         check_node_id(id)?;
         let groups = self.member_groups(groups)?;
         let all = self.member_groups(&[])?;
-        let is_member =
-            |gs: &[GroupMembers]| gs.iter().any(|g| g.membership.members().contains(&id));
-        let was = is_member(&self.member_calls(&all, MemberCall::Describe).await?);
+        let before = self.member_calls(&all, MemberCall::Describe).await?;
+        let was = before.iter().any(|g| g.membership.members().contains(&id));
+        let stays = before
+            .iter()
+            .any(|g| !groups.contains(&g.group) && g.membership.members().contains(&id));
+        // Leaving every group: retire the id for good, so that no later add can bring it back
+        // (a wiped node rejoins under a new id). First, not last: a call that fails half-way
+        // is retried when the node may be in no group any more, and must not leave the id
+        // reusable then.
+        if was && !stays {
+            let meta = self.route_of(META_GROUP)?;
+            self.propose(&meta, lockd_core::Op::RetireNode { node: id })
+                .await?;
+            tracing::info!(node = id, "node id retired: the call removes it from every group");
+        }
         let out = self
             .member_calls(&groups, MemberCall::Remove { id })
             .await?;
@@ -212,14 +224,6 @@ impl Service {
             if !g.membership.members().contains(&id) {
                 self.place_member(g.group, id, false).await?;
             }
-        }
-        // Gone from every group (this call's and the others'): retire the id for good, so
-        // that no later add can bring it back (a wiped node rejoins under a new id).
-        if was && !is_member(&self.member_calls(&all, MemberCall::Describe).await?) {
-            let meta = self.route_of(META_GROUP)?;
-            self.propose(&meta, lockd_core::Op::RetireNode { node: id })
-                .await?;
-            tracing::info!(node = id, "node id retired: it left every group");
         }
         Ok(out)
     }
