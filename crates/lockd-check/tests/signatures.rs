@@ -38,17 +38,17 @@ fn signature_then_clean(sabotage: Sabotage, want: Signature, seed: u64) {
 
 #[test]
 fn client_deadline_causes_a_belief_overlap() {
-    signature_then_clean(Sabotage::ClientDeadline, Signature::BeliefOverlap, 9);
+    signature_then_clean(Sabotage::ClientDeadline, Signature::BeliefOverlap, 4);
 }
 
 #[test]
 fn leader_lease_causes_a_grant_while_believed() {
-    signature_then_clean(Sabotage::LeaderLease, Signature::GrantWhileBelieved, 29);
+    signature_then_clean(Sabotage::LeaderLease, Signature::GrantWhileBelieved, 14);
 }
 
 #[test]
 fn store_fence_causes_a_stale_write() {
-    signature_then_clean(Sabotage::StoreFence, Signature::StaleWrite, 21);
+    signature_then_clean(Sabotage::StoreFence, Signature::StaleWrite, 25);
 }
 
 #[test]
@@ -58,10 +58,10 @@ fn stale_read_causes_a_stale_read() {
 
 #[test]
 fn revision_floor_causes_a_token_regression() {
-    signature_then_clean(Sabotage::RevisionFloor, Signature::TokenRegression, 9);
+    signature_then_clean(Sabotage::RevisionFloor, Signature::TokenRegression, 43);
 }
 
 #[test]
 fn ownership_causes_a_double_grant() {
-    signature_then_clean(Sabotage::Ownership, Signature::DoubleGrant, 1);
+    signature_then_clean(Sabotage::Ownership, Signature::DoubleGrant, 5);
 }

@@ -591,6 +591,15 @@ impl Cluster {
 
     /// Who leads each lock group (group 0, the meta group, included), asking any live node.
     pub async fn leaders(&self) -> BTreeMap<u32, u64> {
+        self.leader_terms()
+            .await
+            .into_iter()
+            .map(|(g, (leader, _))| (g, leader))
+            .collect()
+    }
+
+    /// Each group's (leader, term) as the first live node that answers sees them.
+    pub async fn leader_terms(&self) -> BTreeMap<u32, (u64, u64)> {
         for n in &self.nodes {
             if n.retired || n.child.is_none() || proc_state(n.pid) == Some('T') {
                 continue;
@@ -607,11 +616,11 @@ impl Cluster {
             let Ok(Ok(st)) = tokio::time::timeout(Duration::from_secs(1), c.status()).await else {
                 continue;
             };
-            let leaders: BTreeMap<u32, u64> = st
+            let leaders: BTreeMap<u32, (u64, u64)> = st
                 .groups
                 .iter()
                 .filter(|g| g.leader != 0)
-                .map(|g| (g.id, g.leader))
+                .map(|g| (g.id, (g.leader, g.term)))
                 .collect();
             if !leaders.is_empty() {
                 return leaders;

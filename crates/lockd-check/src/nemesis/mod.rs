@@ -8,7 +8,16 @@
 //! * `partition`: cut every link between one node (often a leader) and the others, through the
 //!   fault-injecting proxies, for 2–5 TTLs;
 //! * `clock`: jump a node's wall clock forwards by an hour to a month (libfaketime, monotonic
-//!   clock untouched) for 2–4 TTLs, then back.
+//!   clock untouched) for 2–4 TTLs, then back;
+//! * `move`, `restart`, `replace`: a worker name's bucket moves to another lock group, a node
+//!   stops gracefully and starts again, a node dies with its disk and a new id takes its place
+//!   (see [`FaultKind`]);
+//! * `drain`: a toggle that outlives the faults after it: mark a live node draining through
+//!   the admin API (the call waits until it leads no group), and at the next draw clear the
+//!   mark. Meanwhile the other faults hit any node, the draining one too; a replaced draining
+//!   node's mark ends with its retirement. A check some seconds after each mark counts whether
+//!   the node still leads a group (`drain_still_leading=`); whatever is marked at the end is
+//!   cleared before the checks.
 //!
 //! Afterwards it heals everything, lets the workers finish, reads the store's own log, the
 //! final sets and every node's audit log, and runs the checker over the whole history.
@@ -54,6 +63,10 @@ pub enum FaultKind {
     /// A node dies with its disk: SIGKILL, then a new node id takes its place in every group
     /// it was in (joined as a learner, promoted) and the dead id is removed for good.
     Replace,
+    /// A toggle kept across draws: mark a random live node draining (the admin call waits
+    /// until it leads no group), or, if one is marked, clear the mark. The faults drawn in
+    /// between hit the draining node like any other.
+    Drain,
 }
 
 impl FaultKind {
@@ -74,6 +87,7 @@ impl FaultKind {
             FaultKind::Move => "move",
             FaultKind::Restart => "restart",
             FaultKind::Replace => "replace",
+            FaultKind::Drain => "drain",
         }
     }
 }
@@ -173,6 +187,16 @@ pub struct Progress {
     /// Requested fault kinds of which none was injected (verified): a run too short for a
     /// full round of draws proves nothing about them.
     pub kinds_never_injected: Vec<String>,
+    /// Checks, some seconds after a drain mark, that the node leads no group (while another
+    /// node runs), and how many found it still leading one. Logged, not failed: see
+    /// [`DRAIN_CHECK_AFTER_MS`].
+    pub drain_checks: u64,
+    pub drain_still_leading: u64,
+    /// A draining node seen leading one group in one term for [`DRAIN_STUCK`] or longer,
+    /// under the other faults (logged, not failed).
+    pub drain_stuck: u64,
+    /// Why a draining mark could not be cleared at the end of the run, if so.
+    pub drain_left: Option<String>,
 }
 
 impl Outcome {
@@ -202,6 +226,7 @@ impl Outcome {
         format!(
             "{line} replica_divergence={} audit_entries={}{snapshots} workers_failed={} {nodes} \
              acked_grants={} fenced_adds={} unfenced_lost={} missing_in_audit={} \
+             drain_checks={} drain_still_leading={} drain_stuck={} \
              moves_ok={} moves_failed={} progress_failures={} duration_s={} seed={} sabotage={} \
              violations={}",
             self.replica_divergence,
@@ -211,6 +236,9 @@ impl Outcome {
             d.acked_adds_fenced,
             d.lost_updates_unfenced.unwrap_or(0),
             p.missing_in_audit,
+            p.drain_checks,
+            p.drain_still_leading,
+            p.drain_stuck,
             p.moves_ok,
             p.moves_failed,
             self.progress_failures.len(),
@@ -237,7 +265,122 @@ enum Undo {
     Heal(u64),
     Restart(u64),
     Clock(u64),
+    /// Not an undo: the node marked draining must lead no group by now.
+    DrainCheck(u64),
     Nothing,
+}
+
+/// How long after a drain call answered the nemesis looks whether the node still leads a group
+/// (the call itself waits up to 20 s for that on the server). No other scheduled fault runs
+/// meanwhile, but one just undone may have left a voter catching up, which a hand-over waits
+/// for: a node found still leading is logged and counted, not failed.
+pub const DRAIN_CHECK_AFTER_MS: std::ops::RangeInclusive<u64> = 3000..=5000;
+
+/// A draining node leading one group in one term this long (while every other node runs) is
+/// logged as stuck: leader balancing hands a group over 2 s after a node wins it, and retries
+/// a hand-off that did not take after 10 s, then 20 s.
+pub const DRAIN_STUCK: Duration = Duration::from_secs(30);
+
+/// The node the [`FaultKind::Drain`] toggle marked draining, as far as the nemesis knows.
+struct Drained {
+    node: u64,
+    /// Replaced since: its id is retired, which ends the mark (`retire_node` in lockd-core's
+    /// cluster.rs); the clear that follows must still be accepted (a no-op).
+    retired: bool,
+}
+
+/// Marks node `id` draining (or clears the mark) through the admin API at `endpoints` (the
+/// first preferred); the answer is every group's membership. A mark waits on the server (up to
+/// 20 s) until the node leads no group another voter could take.
+async fn set_draining(
+    endpoints: Vec<String>,
+    id: u64,
+    draining: bool,
+) -> Result<lockd_client::admin::Members, String> {
+    let c = Client::lazy(
+        endpoints,
+        ClientOptions {
+            auth_token: Some(cluster::ADMIN_TOKEN.to_string()),
+            request_timeout: Duration::from_secs(30),
+            ..ClientOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    match tokio::time::timeout(Duration::from_secs(35), c.set_draining(id, draining)).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("no answer in 35 s".into()),
+    }
+}
+
+/// Whether `m` shows node `id` draining; `None` when it is a member of no group.
+fn shown_draining(m: &lockd_client::admin::Members, id: u64) -> Option<bool> {
+    m.groups
+        .iter()
+        .flat_map(|g| &g.members)
+        .find(|x| x.node_id == id)
+        .map(|x| x.draining)
+}
+
+/// The groups of `m` node `id` leads although another voter could take them.
+fn led_with_others(m: &lockd_client::admin::Members, id: u64) -> Vec<u32> {
+    m.groups
+        .iter()
+        .filter(|g| {
+            g.leader == id
+                && g.members
+                    .iter()
+                    .any(|x| x.node_id != id && x.role == "voter")
+        })
+        .map(|g| g.group)
+        .collect()
+}
+
+/// Clears the draining mark of `marked` (if any) and of every member shown draining, once
+/// the faults are over; `Some(why)` if a mark is left.
+async fn clear_drains(cluster: &Cluster, marked: Option<u64>) -> Option<String> {
+    let c = match admin(cluster) {
+        Ok(c) => c,
+        Err(e) => return Some(format!("no admin client: {e}")),
+    };
+    if let Some(id) = marked {
+        match again("undrain", || c.set_draining(id, false)).await {
+            Ok(_) => eprintln!("nemesis: final undrain of node{id}: ok"),
+            Err(e) => return Some(format!("undraining node{id}: {e}")),
+        }
+    }
+    // The answer shows the serving node's view of the marks, read from the meta group at most
+    // a second ago (or just now, by the undrain above): look twice before calling one left.
+    let mut left = Vec::new();
+    for round in 0..3 {
+        let m = match again("list members", || c.list_members()).await {
+            Ok(m) => m,
+            Err(e) => return Some(e.to_string()),
+        };
+        left = m
+            .groups
+            .iter()
+            .flat_map(|g| &g.members)
+            .filter(|x| x.draining)
+            .map(|x| x.node_id)
+            .collect::<BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        if left.is_empty() {
+            return None;
+        }
+        eprintln!(
+            "nemesis: after the faults, members still shown draining: {left:?} (round {round})"
+        );
+        for &id in &left {
+            if let Err(e) = again("undrain", || c.set_draining(id, false)).await {
+                return Some(format!("undraining node{id}: {e}"));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    Some(format!(
+        "members still shown draining after clearing: {left:?}"
+    ))
 }
 
 /// The names the workers lock: a move fault moves one of their buckets.
@@ -462,6 +605,11 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     let mut bag: Vec<FaultKind> = Vec::new();
     let mut injected: BTreeSet<FaultKind> = BTreeSet::new();
     let mut first_round = true;
+    // The drain toggle, its checks, and when each (node, group, term) was first seen led by the
+    // draining node (reported once as stuck after DRAIN_STUCK).
+    let mut drained: Option<Drained> = None;
+    let (mut drain_checks, mut drain_still_leading, mut drain_stuck) = (0u64, 0u64, 0u64);
+    let mut drain_led_since: BTreeMap<(u64, u32, u64), (Instant, bool)> = BTreeMap::new();
     while Instant::now() < end && !faults.is_empty() {
         tokio::time::sleep(Duration::from_millis(rng.u64(1000..=3000))).await;
         if Instant::now() >= end {
@@ -484,18 +632,54 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             }
         }
         let kind = bag.pop().expect("refilled");
-        let leaders = if cluster.is_external() {
+        let terms = if cluster.is_external() {
             BTreeMap::new()
         } else {
-            cluster.leaders().await
+            cluster.leader_terms().await
         };
+        let leaders: BTreeMap<u32, u64> = terms.iter().map(|(g, (l, _))| (*g, *l)).collect();
+        // A draining node that leads a group, here after the last fault was undone: the
+        // balancer hands the group over within seconds, unless no other voter can take it.
+        match &drained {
+            Some(d) if !d.retired => {
+                let others_up = cluster
+                    .ids()
+                    .iter()
+                    .all(|&i| i == d.node || cluster.is_running(i));
+                for (&g, &(l, term)) in &terms {
+                    if l != d.node || !others_up {
+                        continue;
+                    }
+                    let (since, told) = drain_led_since
+                        .entry((l, g, term))
+                        .or_insert((Instant::now(), false));
+                    if !*told && since.elapsed() >= DRAIN_STUCK {
+                        *told = true;
+                        drain_stuck += 1;
+                        eprintln!(
+                            "nemesis: draining node{l} has led group {g} in term {term} for {:.0} \
+                             s with every other node up (logged, not failed)",
+                            since.elapsed().as_secs_f64()
+                        );
+                    }
+                }
+            }
+            _ => drain_led_since.clear(),
+        }
         let lock_leaders: Vec<u64> = leaders
             .iter()
             .filter(|(g, _)| **g != 0)
             .map(|(_, n)| *n)
             .collect();
-        // Leaders more often than not: that is where the interesting failures are.
-        let node = if !lock_leaders.is_empty() && rng.f64() < 0.7 {
+        // Leaders more often than not: that is where the interesting failures are. While a
+        // node is marked draining, it is the target a quarter of the time (it leads nothing).
+        let draining_target = drained
+            .as_ref()
+            .filter(|d| !d.retired && cluster.ids().contains(&d.node))
+            .map(|d| d.node);
+        let node = if let Some(d) = draining_target.filter(|_| rng.f64() < 0.25) {
+            d
+        } else if !lock_leaders.is_empty() && rng.f64() < 0.7 {
             lock_leaders[rng.usize(..lock_leaders.len())]
         } else if cluster.is_external() {
             0
@@ -600,12 +784,82 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             }
             FaultKind::Replace => {
                 let new = replace(&mut cluster, node).await?;
+                if let Some(d) = drained.as_mut().filter(|d| d.node == node) {
+                    // Its id is retired now, which ends the mark; the next drain draw clears
+                    // it all the same (a no-op the server must accept).
+                    d.retired = true;
+                    eprintln!("nemesis: node{node} was draining; retiring its id ends the mark");
+                }
                 (
                     format!("node{node}->node{new}"),
                     true,
                     Undo::Nothing,
                     rng.u64(500..=2000),
                 )
+            }
+            FaultKind::Drain => {
+                let ids = cluster.ids();
+                let via = cluster.endpoints_from(rng.usize(..ids.len().max(1)));
+                match drained.take() {
+                    None => {
+                        let live: Vec<u64> =
+                            ids.into_iter().filter(|&i| cluster.is_running(i)).collect();
+                        if live.is_empty() {
+                            continue;
+                        }
+                        let id = live[rng.usize(..live.len())];
+                        let r = set_draining(via, id, true).await;
+                        // A call that failed may have set the mark all the same: it is
+                        // remembered either way, so the next draw (or the end) clears it.
+                        drained = Some(Drained {
+                            node: id,
+                            retired: false,
+                        });
+                        let verified = match &r {
+                            Ok(m) => {
+                                let led = led_with_others(m, id);
+                                if !led.is_empty() {
+                                    eprintln!(
+                                        "nemesis: drain node{id}: the call answered with the \
+                                         node still leading groups {led:?} (the server's wait \
+                                         ran out)"
+                                    );
+                                }
+                                shown_draining(m, id) == Some(true)
+                            }
+                            Err(e) => {
+                                eprintln!("nemesis: drain node{id}: {e}");
+                                false
+                            }
+                        };
+                        (
+                            format!("node{id} marked"),
+                            verified,
+                            Undo::DrainCheck(id),
+                            rng.u64(DRAIN_CHECK_AFTER_MS),
+                        )
+                    }
+                    Some(d) => {
+                        let r = set_draining(via, d.node, false).await;
+                        // A retired id is a member of nothing: not shown at all.
+                        let verified = match &r {
+                            Ok(m) => shown_draining(m, d.node) != Some(true),
+                            Err(e) => {
+                                eprintln!("nemesis: undrain node{}: {e}", d.node);
+                                false
+                            }
+                        };
+                        let target = format!(
+                            "node{} cleared{}",
+                            d.node,
+                            if d.retired { " (retired)" } else { "" }
+                        );
+                        if !verified {
+                            drained = Some(d);
+                        }
+                        (target, verified, Undo::Nothing, rng.u64(500..=2000))
+                    }
+                }
             }
             FaultKind::Clock => {
                 let offset = rng.i64(3600..=30 * 86_400);
@@ -656,6 +910,28 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             Undo::Heal(id) => cluster.isolate(id, false),
             Undo::Restart(id) => cluster.restart(id)?,
             Undo::Clock(id) => cluster.set_clock_offset(id, 0)?,
+            Undo::DrainCheck(id) => {
+                let others_up = cluster
+                    .ids()
+                    .iter()
+                    .any(|&i| i != id && cluster.is_running(i));
+                let terms = cluster.leader_terms().await;
+                if others_up && !terms.is_empty() {
+                    drain_checks += 1;
+                    let led: Vec<u32> = terms
+                        .iter()
+                        .filter(|(_, (l, _))| *l == id)
+                        .map(|(g, _)| *g)
+                        .collect();
+                    if !led.is_empty() {
+                        drain_still_leading += 1;
+                        eprintln!(
+                            "nemesis: draining node{id} still leads groups {led:?} {hold} ms \
+                             after its drain call answered (logged, not failed)"
+                        );
+                    }
+                }
+            }
             Undo::Nothing => {}
         }
     }
@@ -671,6 +947,12 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         let done = move_bucket(endpoint, MUTEX_NAMES[0].to_string(), groups).await;
         eprintln!("nemesis: final move (finishes interrupted ones) {done:?}");
     }
+    // Whatever is marked draining is cleared before the checks.
+    let drain_left = if faults.contains(&FaultKind::Drain) {
+        clear_drains(&cluster, drained.map(|d| d.node)).await
+    } else {
+        None
+    };
     let (moves_ok, moves_failed) = {
         let l = moves_log.lock().expect("moves log");
         let ok = l.iter().filter(|r| r.is_ok()).count() as u64;
@@ -685,11 +967,11 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         faults_injected: faults_done,
         moves_ok,
         moves_failed,
-        kinds_never_injected: faults
-            .iter()
-            .filter(|k| !injected.contains(k) && (**k != FaultKind::Move || groups >= 2))
-            .map(|k| k.name())
-            .collect(),
+        kinds_never_injected: never_injected(&faults, &injected, groups),
+        drain_checks,
+        drain_still_leading,
+        drain_stuck,
+        drain_left,
         ..Progress::default()
     };
     for (id, pid, mut child, file) in workers {
@@ -920,6 +1202,20 @@ async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::R
     Ok(steps)
 }
 
+/// The requested kinds of which none was injected and verified (a move needs two groups; a
+/// drain whose admin call failed, or whose answer did not show the mark, does not count).
+fn never_injected(
+    faults: &[FaultKind],
+    injected: &BTreeSet<FaultKind>,
+    groups: u32,
+) -> Vec<String> {
+    faults
+        .iter()
+        .filter(|k| !injected.contains(k) && (**k != FaultKind::Move || groups >= 2))
+        .map(|k| k.name())
+        .collect()
+}
+
 /// Waits a few seconds for the healed nodes to catch up, then measures their apply lag.
 async fn settled_apply_lag(cluster: &Cluster) -> Option<u64> {
     let mut lag = None;
@@ -981,6 +1277,11 @@ fn progress_failures(cfg: &NemesisConfig, out: &Outcome, has_audit: bool) -> Vec
             "never_injected={}: requested fault kinds that never ran (a longer --duration \
              gives every kind a turn)",
             p.kinds_never_injected.join(",")
+        ));
+    }
+    if let Some(why) = &p.drain_left {
+        f.push(format!(
+            "drain_left: a draining mark was not cleared after the faults: {why}"
         ));
     }
     if cfg.faults.contains(&FaultKind::Move) && cfg.lock_groups >= 2 && p.moves_ok == 0 {
@@ -1152,6 +1453,25 @@ mod tests {
     }
 
     #[test]
+    fn drain_is_spelled_and_counted_as_drain() {
+        use clap::ValueEnum;
+        assert_eq!(FaultKind::Drain.name(), "drain");
+        assert_eq!(FaultKind::Drain.label(), "drain");
+        assert_eq!(
+            FaultKind::from_str("drain", false),
+            Ok(FaultKind::Drain),
+            "the --faults spelling"
+        );
+        // Only a verified drain counts as injected.
+        let asked = [FaultKind::Kill, FaultKind::Move, FaultKind::Drain];
+        let verified = BTreeSet::from([FaultKind::Kill]);
+        assert_eq!(never_injected(&asked, &verified, 1), vec!["drain"]);
+        assert_eq!(never_injected(&asked, &verified, 2), vec!["move", "drain"]);
+        let verified = BTreeSet::from([FaultKind::Kill, FaultKind::Drain]);
+        assert!(never_injected(&asked, &verified, 1).is_empty());
+    }
+
+    #[test]
     fn a_run_that_did_nothing_fails_every_progress_check() {
         let report = checker::check(&History::default(), Budget::default()).unwrap();
         let mut out = Outcome {
@@ -1169,6 +1489,10 @@ mod tests {
                 moves_failed: 3,
                 missing_in_audit: 4,
                 kinds_never_injected: vec!["restart".into()],
+                drain_checks: 2,
+                drain_still_leading: 1,
+                drain_stuck: 0,
+                drain_left: Some("node 3 still shown draining".into()),
             },
             progress_failures: Vec::new(),
         };
@@ -1189,18 +1513,20 @@ mod tests {
             "fenced_adds=0",
             "faults=0",
             "never_injected=restart",
+            "drain_left: a draining mark was not cleared",
             "moves_ok=0 (of 3)",
             "unfenced_lost=0",
         ] {
             assert!(f.iter().any(|l| l.starts_with(key)), "{key} not in {f:?}");
         }
-        assert_eq!(f.len(), 12, "{f:?}");
+        assert_eq!(f.len(), 13, "{f:?}");
         out.progress_failures = f;
         let line = out.result_line(&cfg());
         assert!(line.contains(" workers_failed=2 nodes_dead=1 node_panics=3 max_apply_lag=1001 "));
+        assert!(line.contains(" drain_checks=2 drain_still_leading=1 drain_stuck=0 "));
         assert!(
             line.ends_with(
-                " moves_ok=0 moves_failed=3 progress_failures=12 duration_s=1 seed=1 \
+                " moves_ok=0 moves_failed=3 progress_failures=13 duration_s=1 seed=1 \
                  sabotage=none violations=false"
             ),
             "{line}"
@@ -1208,6 +1534,6 @@ mod tests {
         // An external cluster: no node checks, reported as such.
         out.progress.nodes = None;
         assert!(out.result_line(&cfg()).contains(" nodes=external "));
-        assert_eq!(progress_failures(&cfg(), &out, true).len(), 8);
+        assert_eq!(progress_failures(&cfg(), &out, true).len(), 9);
     }
 }

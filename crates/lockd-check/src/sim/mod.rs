@@ -21,7 +21,9 @@
 //! interrupted move left), or a move is aborted after the freeze; and membership changes of any
 //! group (meta included): a node joins (learner, then voter) and a voter leaves, the leader
 //! too. A spare node, started as a joiner, gives the changes somewhere to go, so replica sets
-//! wander over the nodes.
+//! wander over the nodes. A draining mark (lockd-server's `Service::set_draining`, with the
+//! admin credential) is set on a node and cleared later, under all of the above: leader
+//! balancing then hands the node's groups to other voters.
 //!
 //! What is checked, one file per invariant, is listed in `checks`. The recorded [`History`]
 //! then goes through the regular checker.
@@ -78,6 +80,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Nodes beyond the founding replicas: started as joiners (members of no group), they enter
 /// groups by the nemesis' member changes, as others leave.
 const SPARE_NODES: u64 = 1;
+/// Every simulated node's admin bearer token (the nemesis' drain faults present it).
+const ADMIN_TOKEN: &str = "lockd-sim-admin";
 
 /// A deliberate bug, to show the simulation catches it (negative control).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

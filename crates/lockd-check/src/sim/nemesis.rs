@@ -6,12 +6,22 @@ pub(crate) async fn nemesis(w: Arc<World>) {
     let end = w.t0 + w.cfg.run_for;
     let n = w.node_count();
     let crashed = Arc::new(Mutex::new(Vec::<NodeId>::new()));
+    let drain = Arc::new(Mutex::new(DrainState::default()));
     loop {
         tokio::time::sleep(w.rand_ms(500, 2_500)).await;
         if Instant::now() + Duration::from_secs(1) >= end {
             return;
         }
-        match w.rand_u64(0..11) {
+        match w.rand_u64(0..13) {
+            11 | 12 => {
+                // A draining mark, set on a node or cleared, through a node's admin API; it
+                // stays between the two, under every other fault.
+                if std::mem::replace(&mut lock(&drain).busy, true) {
+                    continue; // the last drain call has not answered yet
+                }
+                let (w2, d2) = (w.clone(), drain.clone());
+                tokio::spawn(async move { drain_fault(&w2, &d2).await });
+            }
             8 | 9 => {
                 // A topology change: move a name's bucket to the other group while it is in
                 // use (sometimes aborted after the freeze), concurrent with every other fault.
@@ -222,6 +232,83 @@ pub(crate) async fn member_fault(w: &Arc<World>) {
         );
         if !matches!(r, Ok(Ok(_))) {
             return;
+        }
+    }
+}
+
+/// The drain toggle: the node marked draining (as far as the nemesis knows), and whether a
+/// drain call is in flight.
+#[derive(Default)]
+pub(crate) struct DrainState {
+    marked: Option<NodeId>,
+    busy: bool,
+}
+
+/// Marks a node draining through a random node's `Service::set_draining` (the admin API's
+/// code: it proposes the mark to the meta group and waits up to 20 s until the node leads no
+/// group), or clears the mark it set. Half the time the node marked leads a group (its groups
+/// must move); otherwise it is any node, a spare that is a member of nothing too (refused).
+/// A failed mark is remembered all the same (it may have committed): the next draw clears it.
+pub(crate) async fn drain_fault(w: &Arc<World>, state: &Mutex<DrainState>) {
+    let marked = lock(state).marked;
+    let (target, draining) = match marked {
+        Some(id) => (id, false),
+        None => {
+            let leader = if w.chance(0.5) {
+                let g = GROUPS[w.rand_u64(0..GROUPS.len() as u64) as usize];
+                leader_of(w, g)
+            } else {
+                None
+            };
+            (leader.unwrap_or_else(|| w.any_node()), true)
+        }
+    };
+    if draining {
+        lock(state).marked = Some(target);
+    }
+    let via = w.any_node();
+    let r = match w.service(via) {
+        None => Err(format!("node {via} is down")),
+        Some(svc) => {
+            let creds = Credentials {
+                bearer: Some(ADMIN_TOKEN.into()),
+                from: None,
+            };
+            match tokio::time::timeout(
+                Duration::from_secs(30),
+                svc.set_draining(&creds, target, draining),
+            )
+            .await
+            {
+                Ok(Ok(groups)) => Ok(groups
+                    .iter()
+                    .filter_map(|g| g.membership.leader.map(|l| (g.group, l)))
+                    .collect::<Vec<_>>()),
+                Ok(Err(e)) => Err(format!("refused: {e}")),
+                Err(_) => Err("no answer in 30 s".into()),
+            }
+        }
+    };
+    let mut st = lock(state);
+    st.busy = false;
+    let what = if draining { "drain" } else { "undrain" };
+    match r {
+        Ok(leaders) => {
+            if !draining {
+                st.marked = None;
+            }
+            drop(st);
+            w.fault(
+                what,
+                format!("node {target} via node {via}: ok, leaders (group, node) {leaders:?}"),
+            );
+        }
+        Err(e) => {
+            drop(st);
+            w.fault(
+                &format!("{what}_failed"),
+                format!("node {target} via node {via}: {e}"),
+            );
         }
     }
 }

@@ -71,7 +71,8 @@ pub(crate) async fn start_node(w: &Arc<World>, id: NodeId) -> anyhow::Result<()>
     let ids = Mutex::new(fastrand::Rng::with_seed(w.rand_u64(0..u64::MAX)));
     let metrics = Arc::new(lockd_server::metrics::Metrics::new());
     let svc = Service::new(node.clone(), waits, metrics, GROUPS.len() as u32)
-        .with_id_source(Arc::new(move || lock(&ids).u64(1..u64::MAX)));
+        .with_id_source(Arc::new(move || lock(&ids).u64(1..u64::MAX)))
+        .with_admin_token(Some(ADMIN_TOKEN));
     let svc = Arc::new(svc);
     svc.serve_peer_questions();
     let catch_up = tokio::spawn({
@@ -82,7 +83,23 @@ pub(crate) async fn start_node(w: &Arc<World>, id: NodeId) -> anyhow::Result<()>
         let svc = svc.clone();
         async move { svc.release_orphans(orphans).await }
     });
-    let tasks = vec![catch_up.abort_handle(), janitor.abort_handle()];
+    // As `lockd serve` does: read the meta group's records every second, which is how a node
+    // learns the draining marks. The rest has nothing to act on here: the sim's groups are the
+    // founding ones, set up without group records.
+    let reconcile = tokio::spawn({
+        let svc = svc.clone();
+        async move {
+            loop {
+                let _ = svc.reconcile_topology().await;
+                tokio::time::sleep(lockd_server::topology::RECONCILE_EVERY).await;
+            }
+        }
+    });
+    let tasks = vec![
+        catch_up.abort_handle(),
+        janitor.abort_handle(),
+        reconcile.abort_handle(),
+    ];
     lock(&w.services).insert(id, (svc, tasks));
     w.net.up(id, node);
     Ok(())
