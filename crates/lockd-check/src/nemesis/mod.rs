@@ -96,8 +96,9 @@ impl FaultKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
     /// Start with 3 nodes and one lock group; join nodes 4-6, create group 2 on them, move half
-    /// the buckets to it, SIGKILL node 5 and replace it by a new node 7, then restart every
-    /// node in turn (SIGTERM, start again, wait until caught up), all under the workers' load.
+    /// the buckets to it, SIGKILL node 5 and replace it by a new node 7, restart every node in
+    /// turn (SIGTERM, start again, wait until caught up), then move the buckets back and remove
+    /// group 2, all under the workers' load.
     Grow,
 }
 
@@ -1127,7 +1128,8 @@ async fn replace(cluster: &mut Cluster, dead: u64) -> anyhow::Result<u64> {
 }
 
 /// The [`Scenario::Grow`] script; returns the number of steps done. Each step is recorded as a
-/// fault (`join`, `create-group`, `move`, `replace`, `restart`), so the RESULT line counts them.
+/// fault (`join`, `create-group`, `move`, `replace`, `restart`, `remove-group`), so the RESULT
+/// line counts them.
 async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::Result<u64> {
     let mut steps = 0u64;
     let mut step = |kind: &str, target: String| {
@@ -1199,6 +1201,29 @@ async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::R
         }
         step("restart", format!("node{id} (SIGTERM, start, caught up)"));
     }
+
+    // And back: group 2 gives its buckets to group 1 under load and is removed; its nodes
+    // stop hosting it and its id is never used again.
+    let c = admin(cluster)?;
+    let m = again("move buckets back", || c.move_buckets("0-2047", 1)).await?;
+    step(
+        "move",
+        format!(
+            "buckets 0-2047 back to group1 ({} holders kept their tokens)",
+            m.holders
+        ),
+    );
+    again("remove group", || c.remove_group(2)).await?;
+    let groups = again("list groups", || c.list_groups()).await?;
+    anyhow::ensure!(
+        groups.iter().all(|g| g.group != 2),
+        "group 2 is still recorded after its removal: {groups:?}"
+    );
+    step(
+        "remove-group",
+        "group2 (closed, removed, no longer hosted)".into(),
+    );
+    settle().await;
     Ok(steps)
 }
 
