@@ -215,7 +215,10 @@ impl Service {
             let meta = self.route_of(META_GROUP)?;
             self.propose(&meta, lockd_core::Op::RetireNode { node: id })
                 .await?;
-            tracing::info!(node = id, "node id retired: the call removes it from every group");
+            tracing::info!(
+                node = id,
+                "node id retired: the call removes it from every group"
+            );
         }
         let out = self
             .member_calls(&groups, MemberCall::Remove { id })

@@ -693,6 +693,10 @@ impl Lock for GrpcApi {
             let mut attached: Option<(SessionId, u64)> = None;
             // The notice of the session's end, sent last, after every answer.
             let mut ended = None;
+            // The node is leaving: the stream ends with a status that sends the client elsewhere.
+            let mut leaving = None;
+            let left = svc.left();
+            tokio::pin!(left);
             let mut running = FuturesUnordered::new();
             loop {
                 if out.cut_off {
@@ -764,6 +768,13 @@ impl Lock for GrpcApi {
                     Some(ev) = running.next(), if !running.is_empty() => {
                         out.send(ev);
                     }
+                    () = &mut left => {
+                        leaving = Some(Status::unavailable(
+                            "this node is stopping: attach the session on another node (the \
+                             session, its locks and its lease are not affected)",
+                        ));
+                        break;
+                    }
                     ev = ev_rx.recv() => {
                         let Some(ev) = ev else { break };
                         match ev {
@@ -793,6 +804,9 @@ impl Lock for GrpcApi {
             }
             if let Some(ended) = ended {
                 out.event(0, ended);
+            }
+            if let Some(status) = leaving {
+                let _ = out.tx.try_send(Err(status));
             }
             if let Some((session, attachment)) = attached {
                 svc.waits.detach_stream(session, attachment);

@@ -98,6 +98,9 @@ impl Running {
         }
         let limit = Duration::from_millis(2 * self.service.election_timeout_max_ms.max(100));
         self.service.node.hand_over(limit).await;
+        // Session streams end now (their clients attach elsewhere), so the servers' graceful
+        // stop does not wait on them.
+        self.service.leave();
         let _ = self.stop.send(true);
         self.service.node.close_peer_pipes();
         let _ = tokio::time::timeout(Duration::from_secs(5), async {

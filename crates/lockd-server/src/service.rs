@@ -159,6 +159,9 @@ pub struct Service {
     pub(crate) restore: Mutex<Option<crate::backup::RestoreSeed>>,
     /// Failed authentications per client address (`authfail.rs`).
     pub auth_failures: crate::authfail::AuthFailures,
+    /// True once the node is leaving (SIGTERM): its session streams end, telling their clients
+    /// to attach on another node.
+    leaving: tokio::sync::watch::Sender<bool>,
 }
 
 /// Draws the random part of new session and move ids.
@@ -210,6 +213,21 @@ impl Service {
             ids: Arc::new(rand::random::<u64>),
             restore: Mutex::new(None),
             auth_failures: Default::default(),
+            leaving: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// The node is leaving: every session stream ends now with `unavailable`, so its client
+    /// attaches the session on another node at once instead of when the connection drops.
+    pub fn leave(&self) {
+        self.leaving.send_replace(true);
+    }
+
+    /// Resolves once [`Service::leave`] has been called.
+    pub(crate) fn left(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.leaving.subscribe();
+        async move {
+            let _ = rx.wait_for(|l| *l).await;
         }
     }
 

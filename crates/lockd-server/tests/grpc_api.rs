@@ -770,3 +770,60 @@ async fn check_token_says_whether_a_token_is_a_current_holders_on_both_transport
     assert!(!ok.valid);
     c.stop_all().await;
 }
+
+/// A node that is stopping (SIGTERM) ends its session streams with `unavailable` saying to
+/// attach elsewhere, and the session, its lock and its lease live on through another node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_node_sends_its_session_streams_elsewhere() {
+    let mut c = cluster(3, 1).await;
+    let mut cl = client(&c, 0).await;
+    let mut s = Stream::start(&mut cl).await;
+    let id = s.send(Req::Open(pb::OpenSessionRequest {
+        client: "mover".into(),
+        ttl_ms: 15_000,
+        ..Default::default()
+    }));
+    let ev = s.event().await;
+    assert_eq!(ev.request_id, id);
+    let Some(Ev::Opened(opened)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    let session = opened.session_id;
+    let mut other = client(&c, 1).await;
+    let token = other
+        .acquire(acq(&session, "search/shard-9", 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .fencing_token;
+
+    c.stop(0).await;
+    let end = tokio::time::timeout(Duration::from_secs(20), s.down.message())
+        .await
+        .expect("the stream's end in 20 s");
+    let status = end.expect_err("the stream ends with a status");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("attach the session on another node"),
+        "{status:?}"
+    );
+
+    // Attached on node 2: the same session, its lock held with the same token.
+    let mut s2 = Stream::start(&mut other).await;
+    let id = s2.send(Req::Attach(session.clone()));
+    let ev = s2.event().await;
+    assert_eq!(ev.request_id, id);
+    assert!(matches!(ev.kind, Some(Ev::Keepalive(_))), "{ev:?}");
+    let held = other
+        .inspect(pb::InspectRequest {
+            name: "search/shard-9".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(held.holders[0].fencing_token, token, "{held:?}");
+    c.stop_all().await;
+}
