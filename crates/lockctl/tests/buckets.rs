@@ -84,3 +84,39 @@ async fn a_held_and_awaited_lock_moves_to_another_group() {
     holder.close().await.unwrap();
     waiter.close().await.unwrap();
 }
+
+/// `lockctl groups remove`: refused (naming why) while the group owns buckets, done once they
+/// moved away, and the same again; the group is gone from `groups list`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_is_removed_once_its_buckets_moved_away() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(3, 2).await;
+    let refused = lockctl(&c)
+        .arg("--admin-token-file")
+        .arg(c.admin_token_file())
+        .args(["groups", "remove", "2"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("group_not_empty") && err.contains("2048 buckets"),
+        "{err}"
+    );
+
+    let m = buckets(&c, &["move", "0-4095", "--to", "1"]).await;
+    assert_eq!(m["buckets_moved"], 2048, "{m}");
+    for _ in 0..2 {
+        let r = admin_json(&c, &["groups", "remove", "2"]).await;
+        assert_eq!(r, serde_json::json!({"group": 2, "removed": true}));
+    }
+    let list = admin_json(&c, &["groups", "list"]).await;
+    let ids: Vec<u64> = list["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["group"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![1], "{list}");
+}

@@ -339,9 +339,9 @@ impl LockTable {
         }
         if !own.owned.is_empty() {
             return refuse(format!(
-                "it owns {} buckets ({}); move them to other groups first",
+                "it owns {} buckets (`lockctl buckets show` lists them); move them to other \
+                 groups first",
                 own.owned.len(),
-                own.owned
             ));
         }
         let outgoing = own.moves.iter().find_map(|(id, m)| match m {

@@ -62,6 +62,9 @@ impl GrpcApi {
     }
 }
 
+/// The longest status message sent, in bytes.
+const MAX_STATUS_MESSAGE: usize = 1_024;
+
 /// The gRPC status for an API error: the stable code as a `google.rpc.ErrorInfo` (domain
 /// "lockd", reason `WAIT_TOO_LONG`) and the retry hint as a `google.rpc.RetryInfo` in the
 /// standard details, so interceptors in any language read them; the same in lockd's metadata.
@@ -88,7 +91,18 @@ pub fn status(e: ApiError) -> Status {
     if let Some(ms) = e.retry_after_ms {
         details.set_retry_info(Some(std::time::Duration::from_millis(ms)));
     }
-    let mut s = Status::with_error_details(code, e.message, details);
+    // The message rides in a header (`grpc-message`): a long one (a bucket list, say) would
+    // break the response, so it is cut at a character boundary, saying so.
+    let mut message = e.message;
+    if message.len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str(" … (cut)");
+    }
+    let mut s = Status::with_error_details(code, message, details);
     if let Ok(v) = e.code.name().parse() {
         s.metadata_mut().insert("lockd-error-code", v);
     }
@@ -1289,6 +1303,18 @@ mod tests {
     use super::*;
     use crate::error::ErrorCode;
     use tonic_types::StatusExt;
+
+    /// A long message is cut (it rides in a header, and a 10 KB one broke the response), at a
+    /// character boundary.
+    #[test]
+    fn a_long_status_message_is_cut() {
+        let long = "é".repeat(5_000);
+        let s = status(ApiError::new(ErrorCode::GroupNotEmpty, long));
+        assert!(s.message().len() <= MAX_STATUS_MESSAGE + " … (cut)".len());
+        assert!(s.message().ends_with(" … (cut)"), "{}", s.message());
+        let short = status(ApiError::new(ErrorCode::GroupNotEmpty, "group: 2 buckets"));
+        assert_eq!(short.message(), "group: 2 buckets");
+    }
 
     #[test]
     fn a_status_carries_error_info_and_retry_info() {
