@@ -207,6 +207,16 @@ impl Service {
         let stays = before
             .iter()
             .any(|g| !groups.contains(&g.group) && g.membership.members().contains(&id));
+        // Refused before anything changes (the id is retired first, below).
+        if let Some(g) = before
+            .iter()
+            .find(|g| groups.contains(&g.group) && g.membership.voters == [id])
+        {
+            return Err(ApiError::new(
+                ErrorCode::MemberChangeRefused,
+                format!("node {id} is group {}'s only voter", g.group),
+            ));
+        }
         // Leaving every group: retire the id for good, so that no later add can bring it back
         // (a wiped node rejoins under a new id). First, not last: a call that fails half-way
         // is retried when the node may be in no group any more, and must not leave the id
