@@ -462,8 +462,9 @@ impl Service {
 
 /// Names the group in a refusal that came from it.
 fn with_group(group: GroupId, e: ApiError) -> ApiError {
+    let why = e.message.strip_prefix("group: ").unwrap_or(&e.message);
     ApiError {
-        message: format!("group {group}: {}", e.message),
+        message: format!("group {group}: {why}"),
         ..e
     }
 }
