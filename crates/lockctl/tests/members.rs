@@ -145,7 +145,8 @@ async fn members_grow_and_a_dead_node_is_replaced_by_a_new_id_under_a_held_lock(
     let created = admin_json(&c, &["groups", "create", "3", "--nodes", "5,4,3"]).await;
     assert_eq!(
         created,
-        serde_json::json!({"group": 3, "nodes": [3, 4, 5], "born_epoch": 1, "ready": true})
+        serde_json::json!({"group": 3, "nodes": [3, 4, 5], "born_epoch": 1, "ready": true,
+                           "placed_at": {"term": 0, "index": 0}})
     );
     let listed = admin_json(&c, &["groups", "list"]).await;
     let ids: Vec<u64> = listed["groups"]
