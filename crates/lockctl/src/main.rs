@@ -201,6 +201,10 @@ enum NamespaceCmd {
         /// Requests per second each node accepts for the namespace's names (0 = unlimited).
         #[arg(long)]
         ops_per_s: Option<u32>,
+        /// Live sessions the namespace may hold at once, cluster-wide (0 = unlimited: only the
+        /// cluster's 250,000). Lowering it ends no session; opens fail until below it.
+        #[arg(long)]
+        max_sessions: Option<u32>,
         /// `efficiency` or `correctness` (which needs --fenced-resource).
         #[arg(long, value_parser = ["efficiency", "correctness"])]
         safety: Option<String>,
@@ -1226,7 +1230,7 @@ fn namespace_json(n: &admin::NamespaceSpec) -> Value {
         "name": n.name, "prefix": n.prefix, "min_ttl_ms": n.min_ttl_ms, "max_ttl_ms": n.max_ttl_ms,
         "default_ttl_ms": n.default_ttl_ms, "max_waiters_per_name": n.max_waiters_per_name,
         "max_locks_per_session": n.max_locks_per_session, "lock_delay_ms": n.lock_delay_ms,
-        "ops_per_s": n.ops_per_s, "safety": n.safety,
+        "ops_per_s": n.ops_per_s, "max_sessions": n.max_sessions, "safety": n.safety,
         "fenced_resource": (!n.fenced_resource.is_empty()).then_some(&n.fenced_resource),
         "token_required": n.token_required,
     })
@@ -1239,7 +1243,7 @@ fn namespace_row(n: &admin::NamespaceSpec) -> String {
         &n.prefix
     };
     format!(
-        "{:<12}  {:<12}  {:>6}/{:>6}/{:>6}  {:>7}  {:>5}  {:>8}  {:>6}  {:<11}  {}",
+        "{:<12}  {:<12}  {:>6}/{:>6}/{:>6}  {:>7}  {:>5}  {:>8}  {:>6}  {:>8}  {:<11}  {}",
         n.name,
         prefix,
         n.min_ttl_ms,
@@ -1249,12 +1253,13 @@ fn namespace_row(n: &admin::NamespaceSpec) -> String {
         n.max_locks_per_session,
         n.lock_delay_ms,
         n.ops_per_s,
+        n.max_sessions,
         n.safety,
         if n.token_required { "yes" } else { "no" }
     )
 }
 
-const NAMESPACE_HEAD: &str = "name          prefix        ttl ms min/default/max  waiters  locks  delay ms  ops/s   safety       token";
+const NAMESPACE_HEAD: &str = "name          prefix        ttl ms min/default/max  waiters  locks  delay ms   ops/s  sessions  safety       token";
 
 async fn namespace(cli: &Cli, out: &Out, cmd: &NamespaceCmd) -> Result<(), Fail> {
     let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
@@ -1297,6 +1302,7 @@ async fn namespace(cli: &Cli, out: &Out, cmd: &NamespaceCmd) -> Result<(), Fail>
             max_locks,
             lock_delay,
             ops_per_s,
+            max_sessions,
             safety,
             fenced_resource,
             token_file,
@@ -1331,6 +1337,9 @@ async fn namespace(cli: &Cli, out: &Out, cmd: &NamespaceCmd) -> Result<(), Fail>
             }
             if let Some(v) = ops_per_s {
                 spec.ops_per_s = *v;
+            }
+            if let Some(v) = max_sessions {
+                spec.max_sessions = *v;
             }
             if let Some(v) = safety {
                 spec.safety = v.clone();

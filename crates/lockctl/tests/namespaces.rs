@@ -45,13 +45,25 @@ async fn lockctl_puts_changes_and_deletes_a_namespace() {
     assert_eq!(v1, v0 + 1);
 
     // One setting changed; the others, and the token, kept.
-    let changed = namespace(&c, &["put", "search", "--ops-per-s", "500"]).await;
+    let changed = namespace(
+        &c,
+        &[
+            "put",
+            "search",
+            "--ops-per-s",
+            "500",
+            "--max-sessions",
+            "40",
+        ],
+    )
+    .await;
     let v2 = changed["version"].as_u64().unwrap();
     let got = namespace(&c, &["get", "search"]).await;
     assert_eq!(got["prefix"], "search/");
     assert_eq!(got["max_ttl_ms"], 30000);
     assert_eq!(got["lock_delay_ms"], 2000);
     assert_eq!(got["ops_per_s"], 500);
+    assert_eq!(got["max_sessions"], 40);
     assert_eq!(got["token_required"], true);
     assert_eq!(got["version"], v2);
 

@@ -216,6 +216,9 @@ pub struct NamespaceSpec {
     pub lock_delay_ms: u64,
     /// Requests per second each node accepts for the namespace's names (0 = unlimited).
     pub ops_per_s: u32,
+    /// Live sessions the namespace may hold at once, cluster-wide (0 = only the cluster's
+    /// limit).
+    pub max_sessions: u32,
     /// `efficiency` (or empty) or `correctness`.
     pub safety: String,
     /// Required with `correctness`: the resource that checks fencing tokens, and how.
@@ -476,6 +479,7 @@ impl From<pb::NamespaceSpec> for NamespaceSpec {
             max_locks_per_session: n.max_locks_per_session,
             lock_delay_ms: n.lock_delay_ms,
             ops_per_s: n.ops_per_s,
+            max_sessions: n.max_sessions,
             safety: n.safety,
             fenced_resource: n.fenced_resource,
             token_required: n.token_required,
@@ -495,6 +499,7 @@ impl From<NamespaceSpec> for pb::NamespaceSpec {
             max_locks_per_session: n.max_locks_per_session,
             lock_delay_ms: n.lock_delay_ms,
             ops_per_s: n.ops_per_s,
+            max_sessions: n.max_sessions,
             safety: n.safety,
             fenced_resource: n.fenced_resource,
             token_required: n.token_required,

@@ -254,7 +254,9 @@ impl LockTable {
                 }
             }
         }
+        let mut per_namespace: hashbrown::HashMap<&str, u32> = Default::default();
         for (id, s) in &self.sessions {
+            *per_namespace.entry(&*s.namespace).or_default() += 1;
             // What `OpenSession` checked. The namespace is the name of the one it was opened in
             // (empty: restored from a format-1 snapshot); that namespace may since have been
             // deleted, and the session lives on, so the name need not be a current namespace.
@@ -320,6 +322,20 @@ impl LockTable {
                     );
                 }
             }
+        }
+        // The per-namespace counts `max_sessions` is checked against are the sessions'.
+        let counted = self.namespace_sessions.len() == per_namespace.len()
+            && per_namespace
+                .iter()
+                .all(|(ns, n)| self.namespace_sessions.get(*ns) == Some(n));
+        if !counted {
+            return fail(
+                "limit",
+                format!(
+                    "sessions per namespace {:?}, counted as {:?}",
+                    per_namespace, self.namespace_sessions
+                ),
+            );
         }
         Ok(())
     }

@@ -184,6 +184,9 @@ pub struct LockTable {
     /// ([`Op::ChangeNamespace`]); 0 until the first change (a seed then applies).
     pub(crate) namespaces_version: u64,
     pub(crate) sessions: HashMap<SessionId, Session>,
+    /// Live sessions per namespace name (`Session::namespace`), for `max_sessions`; only
+    /// [`LockTable::insert_session`] and [`LockTable::remove_session`] change it.
+    pub(crate) namespace_sessions: HashMap<Box<str>, u32>,
     pub(crate) locks: LockMap,
     /// (deadline, waiter, name) of every queued acquire: what a tick times out.
     pub(crate) wait_deadlines: BTreeSet<(u64, WaiterId, Arc<str>)>,
@@ -328,6 +331,7 @@ impl LockTable {
             namespaces,
             namespaces_version: 0,
             sessions: HashMap::default(),
+            namespace_sessions: HashMap::default(),
             locks: LockMap::default(),
             wait_deadlines: BTreeSet::new(),
             delays: BTreeSet::new(),
@@ -427,7 +431,9 @@ impl LockTable {
                 client,
                 ttl_ms,
                 namespace,
-            } => self.open_session(now, *session, client, *ttl_ms, namespace),
+            } => self
+                .admit_session(namespace)
+                .and_then(|()| self.open_session(now, *session, client, *ttl_ms, namespace)),
             Op::CloseSession { session } => self.close_session(now, *session, &mut ev),
             Op::ExpireSessions { sessions } => self.expire_sessions(now, sessions, &mut ev),
             Op::Acquire {
@@ -462,8 +468,14 @@ impl LockTable {
             Op::Tick => Ok(self.tick(now, &mut ev)),
             Op::RaiseRevision { floor } => self.raise_revision(*floor),
             Op::PutNamespace { namespace } => self.put_namespace(namespace),
+            Op::PutNamespaceV8 { namespace } => self.put_namespace(&namespace.clone().into()),
             Op::DeleteNamespace { prefix } => self.delete_namespace(prefix),
             Op::SeedNamespaces { namespaces } => self.seed_namespaces(namespaces),
+            Op::SeedNamespacesV8 { namespaces } => {
+                let namespaces: Vec<Namespace> =
+                    namespaces.iter().cloned().map(Namespace::from).collect();
+                self.seed_namespaces(&namespaces)
+            }
             Op::ChangeNamespace {
                 expected_version,
                 change,
@@ -557,6 +569,43 @@ impl LockTable {
         })
     }
 
+    /// A new session's place in its namespace's `max_sessions` (only [`Op::OpenSession`]
+    /// asks: an adopted or imported session was admitted by the cluster already).
+    fn admit_session(&self, namespace: &str) -> Result<(), Rejection> {
+        let Some(ns) = self.namespace_by_name(namespace) else {
+            return Ok(()); // open_session refuses it
+        };
+        let live = self.namespace_sessions.get(ns.name.as_str()).copied();
+        if ns.max_sessions != 0 && live.unwrap_or(0) >= ns.max_sessions {
+            return Err(Rejection::NamespaceSessionsFull {
+                namespace: ns.name.clone(),
+                limit: ns.max_sessions,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stores a new session and counts it in its namespace.
+    pub(crate) fn insert_session(&mut self, id: SessionId, s: Session) {
+        *self
+            .namespace_sessions
+            .entry(s.namespace.clone())
+            .or_default() += 1;
+        self.sessions.insert(id, s);
+    }
+
+    /// Removes a session and its place in its namespace's count.
+    pub(crate) fn remove_session(&mut self, id: SessionId) -> Option<Session> {
+        let s = self.sessions.remove(&id)?;
+        if let Some(n) = self.namespace_sessions.get_mut(&*s.namespace) {
+            *n -= 1;
+            if *n == 0 {
+                self.namespace_sessions.remove(&*s.namespace);
+            }
+        }
+        Some(s)
+    }
+
     fn open_session(
         &mut self,
         now: u64,
@@ -585,7 +634,7 @@ impl LockTable {
                 limit: limits::MAX_SESSIONS,
             });
         }
-        self.sessions.insert(
+        self.insert_session(
             session,
             Session {
                 ttl_ms,
@@ -721,7 +770,7 @@ impl LockTable {
         ev: &mut Vec<LockEvent>,
     ) -> (u32, u32) {
         let (cancelled, mut touched) = self.cancel_waits(now, session, ev);
-        let Some(sess) = self.sessions.remove(&session) else {
+        let Some(sess) = self.remove_session(session) else {
             return (0, 0);
         };
         for (name, token) in &sess.held {
@@ -1202,6 +1251,7 @@ impl LockTable {
         }
         match change {
             crate::NamespaceChange::Put(ns) => self.put_namespace(ns)?,
+            crate::NamespaceChange::PutV8(ns) => self.put_namespace(&ns.clone().into())?,
             crate::NamespaceChange::Delete { prefix } => self.delete_namespace(prefix)?,
         };
         Ok(Reply::NamespacesAt {
@@ -1297,6 +1347,13 @@ pub fn validate_namespace(ns: &Namespace) -> Result<(), Rejection> {
             "max_locks_per_session {} must be within 1..={}",
             ns.max_locks_per_session,
             limits::HARD_MAX_LOCKS_PER_SESSION
+        ));
+    }
+    if ns.max_sessions as usize > limits::MAX_SESSIONS {
+        return bad(format!(
+            "max_sessions {} exceeds {} (0 = no limit but the cluster's)",
+            ns.max_sessions,
+            limits::MAX_SESSIONS
         ));
     }
     if ns.lock_delay_ms > limits::MAX_LOCK_DELAY_MS {

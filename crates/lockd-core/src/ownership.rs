@@ -691,7 +691,7 @@ impl LockTable {
             if self.sessions.contains_key(&s.id) {
                 continue;
             }
-            self.sessions.insert(
+            self.insert_session(
                 s.id,
                 Session {
                     ttl_ms: s.ttl_ms,

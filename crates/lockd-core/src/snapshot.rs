@@ -18,6 +18,7 @@ use crate::types::{Namespace, SessionId};
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
+/// - 9: a namespace's `max_sessions`.
 /// - 8: group records carry their placement version; removed groups; a closed lock group.
 /// - 7: the namespaces' version (`Op::ChangeNamespace`).
 /// - 6: the meta group's draining nodes (`cluster.rs`).
@@ -26,7 +27,7 @@ use crate::types::{Namespace, SessionId};
 /// - 3: the group's bucket ownership and its moves.
 /// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 8;
+pub const SNAPSHOT_FORMAT: u32 = 9;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -236,7 +237,12 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         }
         self.t.now_ms = field(&mut seq, 1)?;
         self.t.mint = field::<Mint, _>(&mut seq, 2)?;
-        let namespaces: Vec<Namespace> = field(&mut seq, 3)?;
+        let namespaces: Vec<Namespace> = if format >= 9 {
+            field(&mut seq, 3)?
+        } else {
+            let old: Vec<crate::types::NamespaceV8> = field(&mut seq, 3)?;
+            old.into_iter().map(Namespace::from).collect()
+        };
         // The image lists each kind of record sorted by its key, once; the maps it is decoded
         // into would silently keep one of two records with the same key.
         if let Err(e) = strictly_sorted("namespace prefix", namespaces.iter().map(|n| &n.prefix)) {
@@ -269,7 +275,7 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         }
         self.t.sessions.reserve(sessions.len());
         for (id, s) in sessions {
-            self.t.sessions.insert(id, s);
+            self.t.insert_session(id, s);
         }
         seq.next_element_seed(LocksSeed(&mut self))?
             .ok_or_else(|| de::Error::invalid_length(5, &"a lockd snapshot image"))?;
@@ -373,7 +379,27 @@ mod tests {
     use super::*;
     use crate::limits;
     use crate::machine::{Holder, Waiter};
-    use crate::types::{Command, LockMode, Op};
+    use crate::types::{Command, LockMode, NamespaceV8, Op};
+
+    /// Namespaces as formats before 9 wrote them (no `max_sessions`).
+    fn v8(namespaces: &[&Namespace]) -> Vec<NamespaceV8> {
+        namespaces
+            .iter()
+            .map(|n| NamespaceV8 {
+                name: n.name.clone(),
+                prefix: n.prefix.clone(),
+                min_ttl_ms: n.min_ttl_ms,
+                max_ttl_ms: n.max_ttl_ms,
+                default_ttl_ms: n.default_ttl_ms,
+                max_waiters_per_name: n.max_waiters_per_name,
+                max_locks_per_session: n.max_locks_per_session,
+                lock_delay_ms: n.lock_delay_ms,
+                safety: n.safety.clone(),
+                ops_per_s: n.ops_per_s,
+                token_sha256: n.token_sha256.clone(),
+            })
+            .collect()
+    }
 
     fn table() -> LockTable {
         let mut t = LockTable::new();
@@ -450,10 +476,10 @@ mod tests {
             );
         }
         let mut other = bytes.clone();
-        other[0] = 9; // the format is the first varint
+        other[0] = 10; // the format is the first varint
         assert_eq!(
             LockTable::restore(&other).err(),
-            Some(RestoreError::Format(9))
+            Some(RestoreError::Format(10))
         );
 
         // A holder whose session is not in the image.
@@ -740,7 +766,7 @@ mod tests {
             format: u32,
             now_ms: u64,
             mint: &'a Mint,
-            namespaces: Vec<&'a Namespace>,
+            namespaces: Vec<NamespaceV8>,
             sessions: Vec<(SessionId, &'a Session)>,
             locks: Vec<(&'a str, &'a Lock)>,
             shard_map: Option<&'a ShardMap>,
@@ -751,7 +777,7 @@ mod tests {
             format: 2,
             now_ms: i.now_ms,
             mint: i.mint,
-            namespaces: i.namespaces.clone(),
+            namespaces: v8(&i.namespaces),
             sessions: i.sessions.clone(),
             locks: i.locks.clone(),
             shard_map: i.shard_map,
@@ -777,7 +803,7 @@ mod tests {
             format: u32,
             now_ms: u64,
             mint: &'a Mint,
-            namespaces: Vec<&'a Namespace>,
+            namespaces: Vec<NamespaceV8>,
             sessions: Vec<(SessionId, SessionV1Ref<'a>)>,
             locks: Vec<(&'a str, &'a Lock)>,
             shard_map: Option<&'a ShardMap>,
@@ -788,7 +814,7 @@ mod tests {
             format: 1,
             now_ms: image.now_ms,
             mint: image.mint,
-            namespaces: image.namespaces.clone(),
+            namespaces: v8(&image.namespaces),
             sessions: image
                 .sessions
                 .iter()
@@ -812,5 +838,62 @@ mod tests {
         // Written back, it is the current format, and restores to the same state.
         let again = LockTable::restore(&r.snapshot()).unwrap();
         assert_eq!(again.snapshot(), r.snapshot());
+    }
+
+    /// A format-8 image (namespaces without `max_sessions`) restores with no namespace cap,
+    /// and counts its sessions per namespace as an open would have.
+    #[test]
+    fn a_format_8_image_restores_without_session_caps() {
+        #[derive(Serialize)]
+        struct ImageV8<'a> {
+            format: u32,
+            now_ms: u64,
+            mint: &'a Mint,
+            namespaces: Vec<NamespaceV8>,
+            sessions: Vec<(SessionId, &'a Session)>,
+            locks: Vec<(&'a str, &'a Lock)>,
+            shard_map: Option<&'a ShardMap>,
+            ownership: &'a Ownership,
+            cluster: &'a crate::cluster::ClusterRecord,
+            topology: &'a crate::topology::Topology,
+            draining: &'a std::collections::BTreeSet<u64>,
+            namespaces_version: u64,
+        }
+        let mut t = table();
+        let put = Op::PutNamespace {
+            namespace: Namespace {
+                name: "p".into(),
+                prefix: "p/".into(),
+                ..Namespace::default_namespace()
+            },
+        };
+        let open = |id| Op::OpenSession {
+            session: SessionId(id),
+            client: String::new(),
+            ttl_ms: 0,
+            namespace: "p".into(),
+        };
+        for op in [put, open(40), open(41)] {
+            assert!(t.apply(&Command { now_ms: 3, op }).reply.is_ok());
+        }
+        let i = t.image();
+        let old = ImageV8 {
+            format: 8,
+            now_ms: i.now_ms,
+            mint: i.mint,
+            namespaces: v8(&i.namespaces),
+            sessions: i.sessions.clone(),
+            locks: i.locks.clone(),
+            shard_map: i.shard_map,
+            ownership: i.ownership,
+            cluster: i.cluster,
+            topology: i.topology,
+            draining: i.draining,
+            namespaces_version: i.namespaces_version,
+        };
+        let r = LockTable::restore(&postcard::to_allocvec(&old).unwrap()).unwrap();
+        assert_eq!(r.snapshot(), t.snapshot());
+        assert!(r.namespaces.values().all(|n| n.max_sessions == 0));
+        assert_eq!(r.namespace_sessions.get("p"), Some(&2));
     }
 }

@@ -114,6 +114,70 @@ pub struct Namespace {
     /// [`SALTED_DIGEST_PREFIX`]) or, as versions before salting stored it, the token's plain
     /// SHA-256, both lower-case hex.
     pub token_sha256: Option<String>,
+    /// Live sessions opened in this namespace a group holds at once (0 = only the group's own
+    /// [`limits::MAX_SESSIONS`]). Every session is opened in every lock group, so it is the
+    /// cluster's cap too. Only opens count against it: a session adopted or imported by a
+    /// group is one the cluster admitted already. (Absent from JSON written before it: 0.)
+    #[serde(default)]
+    pub max_sessions: u32,
+}
+
+/// A namespace as the log and snapshots stored it before `max_sessions` (snapshot format 8 and
+/// older; the `*V8` commands). Postcard is not self-describing, so the old layout keeps its
+/// own type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceV8 {
+    pub name: String,
+    pub prefix: String,
+    pub min_ttl_ms: u64,
+    pub max_ttl_ms: u64,
+    pub default_ttl_ms: u64,
+    pub max_waiters_per_name: u32,
+    pub max_locks_per_session: u32,
+    pub lock_delay_ms: u64,
+    pub safety: SafetyClass,
+    pub ops_per_s: u32,
+    pub token_sha256: Option<String>,
+}
+
+impl Namespace {
+    /// The namespace in the layout logs before `max_sessions` used, if it sets no
+    /// `max_sessions`: what a command writes then, so replicas of an older version still read
+    /// it during a rolling upgrade.
+    pub fn as_v8(&self) -> Option<NamespaceV8> {
+        (self.max_sessions == 0).then(|| NamespaceV8 {
+            name: self.name.clone(),
+            prefix: self.prefix.clone(),
+            min_ttl_ms: self.min_ttl_ms,
+            max_ttl_ms: self.max_ttl_ms,
+            default_ttl_ms: self.default_ttl_ms,
+            max_waiters_per_name: self.max_waiters_per_name,
+            max_locks_per_session: self.max_locks_per_session,
+            lock_delay_ms: self.lock_delay_ms,
+            safety: self.safety.clone(),
+            ops_per_s: self.ops_per_s,
+            token_sha256: self.token_sha256.clone(),
+        })
+    }
+}
+
+impl From<NamespaceV8> for Namespace {
+    fn from(n: NamespaceV8) -> Namespace {
+        Namespace {
+            name: n.name,
+            prefix: n.prefix,
+            min_ttl_ms: n.min_ttl_ms,
+            max_ttl_ms: n.max_ttl_ms,
+            default_ttl_ms: n.default_ttl_ms,
+            max_waiters_per_name: n.max_waiters_per_name,
+            max_locks_per_session: n.max_locks_per_session,
+            lock_delay_ms: n.lock_delay_ms,
+            safety: n.safety,
+            ops_per_s: n.ops_per_s,
+            token_sha256: n.token_sha256,
+            max_sessions: 0,
+        }
+    }
 }
 
 /// How a salted token digest starts (see [`Namespace::token_sha256`]).
@@ -134,6 +198,7 @@ impl Namespace {
             safety: SafetyClass::Efficiency,
             ops_per_s: 0,
             token_sha256: None,
+            max_sessions: 0,
         }
     }
 }
@@ -190,8 +255,8 @@ pub enum Op {
     Tick,
     /// Raise the revision to at least `floor` (a bucket moving in from another group).
     RaiseRevision { floor: u64 },
-    /// Create or replace the namespace with this prefix.
-    PutNamespace { namespace: Namespace },
+    /// [`Op::PutNamespace`] as logs before `max_sessions` carry it.
+    PutNamespaceV8 { namespace: NamespaceV8 },
     /// Remove the namespace with this prefix (not the default one).
     DeleteNamespace { prefix: String },
     /// Replace the shard map (meta group only); the version must be the current one plus one.
@@ -255,10 +320,8 @@ pub enum Op {
     /// Meta group: mark node `node` draining (or not): leader balancing hands it no group,
     /// and the groups it leads go to other voters. See `cluster.rs`.
     SetDraining { node: u64, draining: bool },
-    /// Meta group: the namespaces a brand-new cluster starts with (a founder's config file).
-    /// Applied only while the namespaces were never changed (version 0); later a no-op, so a
-    /// node's file never overwrites what the admin API set since.
-    SeedNamespaces { namespaces: Vec<Namespace> },
+    /// [`Op::SeedNamespaces`] as logs before `max_sessions` carry it.
+    SeedNamespacesV8 { namespaces: Vec<NamespaceV8> },
     /// Meta group: the admin's change of one namespace, applied only if the namespaces'
     /// version is still `expected_version` (compare-and-set); every change bumps the version.
     ChangeNamespace {
@@ -280,9 +343,33 @@ pub enum Op {
     /// Meta group: lock group `group`, closed and owning no bucket, is removed; its id is never
     /// used again.
     RemoveGroup { group: u32 },
+    /// Create or replace the namespace with this prefix (a lock group's copy of the meta
+    /// group's namespaces).
+    PutNamespace { namespace: Namespace },
+    /// Meta group: the namespaces a brand-new cluster starts with (a founder's config file).
+    /// Applied only while the namespaces were never changed (version 0); later a no-op, so a
+    /// node's file never overwrites what the admin API set since.
+    SeedNamespaces { namespaces: Vec<Namespace> },
 }
 
 impl Op {
+    /// [`Op::PutNamespace`], or its older layout when that says the same (see
+    /// [`Namespace::as_v8`]).
+    pub fn put_namespace(namespace: Namespace) -> Op {
+        match namespace.as_v8() {
+            Some(namespace) => Op::PutNamespaceV8 { namespace },
+            None => Op::PutNamespace { namespace },
+        }
+    }
+
+    /// [`Op::SeedNamespaces`], or its older layout when that says the same.
+    pub fn seed_namespaces(namespaces: Vec<Namespace>) -> Op {
+        match namespaces.iter().map(Namespace::as_v8).collect() {
+            Some(namespaces) => Op::SeedNamespacesV8 { namespaces },
+            None => Op::SeedNamespaces { namespaces },
+        }
+    }
+
     /// Commands only a group's leader proposes, from its own duties (expiry, ticks, a restored
     /// node raising the groups it leads to the backup's floor): a peer may forward every other command
     /// to the leader, never one of these. A node that took them from the peer port would let
@@ -298,10 +385,22 @@ impl Op {
 /// One change of the namespace set ([`Op::ChangeNamespace`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NamespaceChange {
-    /// Create or replace the namespace with this prefix.
-    Put(Namespace),
+    /// [`NamespaceChange::Put`] as logs before `max_sessions` carry it.
+    PutV8(NamespaceV8),
     /// Remove the namespace with this prefix (not the default one).
     Delete { prefix: String },
+    /// Create or replace the namespace with this prefix.
+    Put(Namespace),
+}
+
+impl NamespaceChange {
+    /// [`NamespaceChange::Put`], or its older layout when that says the same.
+    pub fn put(namespace: Namespace) -> NamespaceChange {
+        match namespace.as_v8() {
+            Some(old) => NamespaceChange::PutV8(old),
+            None => NamespaceChange::Put(namespace),
+        }
+    }
 }
 
 /// The holder of a lock as callers see it.
@@ -786,6 +885,11 @@ pub enum Rejection {
     TooManySessions {
         limit: usize,
     },
+    /// The namespace holds as many live sessions as its `max_sessions` allows.
+    NamespaceSessionsFull {
+        namespace: String,
+        limit: u32,
+    },
     /// The group still owns buckets (or is moving some out), so it cannot be removed.
     GroupNotEmpty {
         reason: String,
@@ -835,6 +939,7 @@ impl Rejection {
             Rejection::GroupRemoved { .. } => "group_removed",
             Rejection::NamespaceVersionConflict { .. } => "namespace_version_conflict",
             Rejection::TooManySessions { .. } => "too_many_sessions",
+            Rejection::NamespaceSessionsFull { .. } => "too_many_sessions",
         }
     }
 }
@@ -985,6 +1090,11 @@ impl fmt::Display for Rejection {
                 f,
                 "session: the cluster holds {limit} live sessions, its limit; close idle ones \
                  (one per process is enough) or retry later"
+            ),
+            Rejection::NamespaceSessionsFull { namespace, limit } => write!(
+                f,
+                "session: namespace '{namespace}' holds {limit} live sessions, its max_sessions; \
+                 close idle ones (one per process is enough), ask the admin for more, or retry later"
             ),
             Rejection::NamespaceVersionConflict { expected, current } => write!(
                 f,

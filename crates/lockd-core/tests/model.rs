@@ -354,6 +354,8 @@ impl Model {
                 })
             }
             Op::PutNamespace { .. }
+            | Op::PutNamespaceV8 { .. }
+            | Op::SeedNamespacesV8 { .. }
             | Op::DeleteNamespace { .. }
             | Op::SeedNamespaces { .. }
             | Op::ChangeNamespace { .. }

@@ -1424,3 +1424,189 @@ fn the_contention_scan_ranks_names_by_waiters_waits_and_holds_within_its_bound()
         (vec!["busy".to_string(), "old".into(), "team/q".into()], 3)
     );
 }
+
+#[test]
+fn a_namespace_holds_at_most_max_sessions_and_adopted_sessions_are_not_refused() {
+    let mut h = H::new();
+    // A group born at epoch 1: sessions of epoch 0 are adopted here, not opened.
+    h.ok(Op::FoundGroup {
+        born_epoch: 1,
+        map_version: 1,
+    });
+    let capped = Namespace {
+        name: "team".into(),
+        prefix: "team/".into(),
+        max_sessions: 2,
+        ..Namespace::default_namespace()
+    };
+    h.ok(Op::PutNamespace {
+        namespace: capped.clone(),
+    });
+    let open = |id: u64, ns: &str| Op::OpenSession {
+        session: SessionId::with_epoch(1, id << 4),
+        client: String::new(),
+        ttl_ms: 0,
+        namespace: ns.into(),
+    };
+    h.ok(open(1, "team"));
+    h.ok(open(2, "team"));
+    let full = Rejection::NamespaceSessionsFull {
+        namespace: "team".into(),
+        limit: 2,
+    };
+    assert_eq!(h.rej(open(3, "team")), full);
+    assert_eq!(full.code(), "too_many_sessions");
+    assert!(full.to_string().contains("max_sessions"), "{full}");
+    // Other namespaces are not counted against it.
+    h.ok(open(4, ""));
+    h.ok(open(5, ""));
+    // An older session the cluster admitted before is adopted even at the cap.
+    let older = SessionId::with_epoch(0, 9);
+    h.ok(Op::AdoptSession {
+        session: older,
+        client: String::new(),
+        ttl_ms: 0,
+        namespace: "team".into(),
+    });
+    assert_eq!(h.rej(open(6, "team")), full);
+    // Closing or expiring one makes room for one.
+    h.ok(Op::CloseSession { session: older });
+    h.ok(Op::ExpireSessions {
+        sessions: vec![SessionId::with_epoch(1, 1 << 4)],
+    });
+    h.ok(open(7, "team"));
+    assert_eq!(h.rej(open(8, "team")), full);
+    // Lowering the cap ends no session; 0 lifts it.
+    h.ok(Op::PutNamespace {
+        namespace: Namespace {
+            max_sessions: 1,
+            ..capped.clone()
+        },
+    });
+    assert_eq!(h.t.stats().sessions, 4);
+    h.ok(Op::PutNamespace {
+        namespace: Namespace {
+            max_sessions: 0,
+            ..capped.clone()
+        },
+    });
+    h.ok(open(8, "team"));
+    // The counts survive a snapshot: the cap holds on a restored replica.
+    h.ok(Op::PutNamespace {
+        namespace: capped.clone(),
+    });
+    let mut r = LockTable::restore(&h.t.snapshot()).unwrap();
+    let out = r.apply(&Command {
+        now_ms: h.now,
+        op: open(9, "team"),
+    });
+    assert_eq!(out.reply.unwrap_err().code(), "too_many_sessions");
+    // Above the cluster's own cap is not a namespace a put may make.
+    let too_many = Namespace {
+        max_sessions: limits::MAX_SESSIONS as u32 + 1,
+        ..capped
+    };
+    assert_eq!(
+        h.rej(Op::PutNamespace {
+            namespace: too_many
+        })
+        .code(),
+        "invalid_namespace"
+    );
+}
+
+/// Logs written before `max_sessions` carry namespaces in the old layout under the old
+/// variant indexes; they still decode and apply, with no session cap.
+#[test]
+fn namespace_commands_logged_before_max_sessions_still_apply() {
+    let old = NamespaceV8 {
+        name: "team".into(),
+        prefix: "team/".into(),
+        min_ttl_ms: 5_000,
+        max_ttl_ms: 60_000,
+        default_ttl_ms: 15_000,
+        max_waiters_per_name: 10,
+        max_locks_per_session: 10,
+        lock_delay_ms: 0,
+        safety: SafetyClass::Efficiency,
+        ops_per_s: 0,
+        token_sha256: None,
+    };
+    let body = postcard::to_allocvec(&old).unwrap();
+    // What the previous version wrote: the variant's index, then its fields.
+    let with_index = |index: u8, fields: &[u8]| [&[index][..], fields].concat();
+    let put = postcard::from_bytes::<Op>(&with_index(8, &body)).unwrap();
+    assert_eq!(
+        put,
+        Op::PutNamespaceV8 {
+            namespace: old.clone()
+        }
+    );
+    let seed = [&[1u8][..], &body].concat(); // a one-namespace list
+    let seed = postcard::from_bytes::<Op>(&with_index(26, &seed)).unwrap();
+    assert!(matches!(seed, Op::SeedNamespacesV8 { .. }), "{seed:?}");
+    // ChangeNamespace (27): expected_version 0, then NamespaceChange::Put (index 0 then).
+    let change =
+        postcard::from_bytes::<Op>(&with_index(27, &with_index(0, &with_index(0, &body)))).unwrap();
+    assert!(
+        matches!(
+            change,
+            Op::ChangeNamespace {
+                change: NamespaceChange::PutV8(_),
+                ..
+            }
+        ),
+        "{change:?}"
+    );
+    for op in [put, seed, change] {
+        let mut h = H::new();
+        h.ok(op);
+        let ns = h.t.namespace_for("team/x");
+        assert_eq!((ns.name.as_str(), ns.max_sessions), ("team", 0));
+    }
+}
+
+/// A namespace that sets no `max_sessions` is written in the older layout, so replicas of the
+/// previous version still read the command during a rolling upgrade; one that sets it is not.
+#[test]
+fn namespace_commands_use_the_older_layout_when_it_says_the_same() {
+    let plain = Namespace {
+        name: "team".into(),
+        prefix: "team/".into(),
+        ..Namespace::default_namespace()
+    };
+    let capped = Namespace {
+        max_sessions: 5,
+        ..plain.clone()
+    };
+    assert!(matches!(
+        Op::put_namespace(plain.clone()),
+        Op::PutNamespaceV8 { .. }
+    ));
+    assert!(matches!(
+        Op::put_namespace(capped.clone()),
+        Op::PutNamespace { .. }
+    ));
+    assert!(matches!(
+        Op::seed_namespaces(vec![plain.clone()]),
+        Op::SeedNamespacesV8 { .. }
+    ));
+    assert!(matches!(
+        Op::seed_namespaces(vec![plain.clone(), capped.clone()]),
+        Op::SeedNamespaces { .. }
+    ));
+    assert!(matches!(
+        NamespaceChange::put(plain.clone()),
+        NamespaceChange::PutV8(_)
+    ));
+    assert!(matches!(
+        NamespaceChange::put(capped.clone()),
+        NamespaceChange::Put(_)
+    ));
+    // Either way the group ends up with the same namespace.
+    for ns in [plain, capped] {
+        let mut h = H::new();
+        h.ok(Op::put_namespace(ns.clone()));
+        assert_eq!(h.t.namespace_for("team/x"), &ns);
+    }
+}

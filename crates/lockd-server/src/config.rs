@@ -8,6 +8,7 @@
 //! max_ttl_ms = 30000
 //! lock_delay_ms = 10000
 //! ops_per_s = 5000
+//! max_sessions = 2000
 //! safety = "correctness"
 //! fenced_resource = "payouts DB: UPDATE ... WHERE fence <= $token"
 //! token = "s3cret-payouts"
@@ -51,6 +52,10 @@ pub struct NamespaceConfig {
     /// Requests per second this node accepts for the namespace's names (0 = unlimited).
     #[serde(default)]
     pub ops_per_s: u32,
+    /// Live sessions the namespace may hold at once, cluster-wide (0 = unlimited: only the
+    /// cluster's 250,000).
+    #[serde(default)]
+    pub max_sessions: u32,
     /// `efficiency` (default) or `correctness`.
     #[serde(default = "d_safety")]
     pub safety: String,
@@ -148,6 +153,7 @@ impl NamespaceConfig {
             safety,
             ops_per_s: self.ops_per_s,
             token_sha256: self.token.as_deref().map(token_digest),
+            max_sessions: self.max_sessions,
         };
         if let Some(t) = &self.token {
             if t.len() < 8 {
@@ -208,6 +214,7 @@ mod tests {
             fenced_resource = "payouts DB fence column"
             token = "payouts-token"
             ops_per_s = 100
+            max_sessions = 300
             "#,
         )
         .unwrap();
@@ -217,6 +224,7 @@ mod tests {
         assert_eq!(specs[1].lock_delay_ms, 10_000);
         assert_eq!(specs[1].max_ttl_ms, 60_000);
         assert_eq!(specs[1].ops_per_s, 100);
+        assert_eq!(specs[1].max_sessions, 300);
         let digest = specs[1].token_sha256.as_deref().unwrap();
         assert!(token_matches(digest, "payouts-token"), "{digest}");
         assert!(!token_matches(digest, "payouts-token2"));

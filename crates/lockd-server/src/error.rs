@@ -154,7 +154,9 @@ impl From<Rejection> for ApiError {
                 .unwrap_or(ErrorCode::Internal);
         let retry = match &r {
             Rejection::QueueFull { retry_after_ms, .. } => Some(*retry_after_ms),
-            Rejection::TooManyLocks { .. } | Rejection::TooManySessions { .. } => Some(1_000),
+            Rejection::TooManyLocks { .. }
+            | Rejection::TooManySessions { .. }
+            | Rejection::NamespaceSessionsFull { .. } => Some(1_000),
             Rejection::WrongGroup { .. } | Rejection::BucketMoving { .. } => Some(100),
             Rejection::SessionNotHere { .. } => Some(100),
             _ => None,

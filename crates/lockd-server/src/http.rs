@@ -1276,6 +1276,8 @@ struct NamespaceBody {
     #[serde(default, deserialize_with = "null_default")]
     ops_per_s: u32,
     #[serde(default, deserialize_with = "null_default")]
+    max_sessions: u32,
+    #[serde(default, deserialize_with = "null_default")]
     safety: String,
     #[serde(default, deserialize_with = "null_default")]
     fenced_resource: String,
@@ -1310,6 +1312,7 @@ fn namespace_json(spec: &lockd_proto::v1::NamespaceSpec) -> Value {
         "max_locks_per_session": spec.max_locks_per_session,
         "lock_delay_ms": spec.lock_delay_ms,
         "ops_per_s": spec.ops_per_s,
+        "max_sessions": spec.max_sessions,
         "safety": spec.safety,
         "fenced_resource": (!spec.fenced_resource.is_empty()).then_some(&spec.fenced_resource),
         "token_required": spec.token_required,
@@ -1348,6 +1351,7 @@ async fn put_namespace(State(svc): State<Arc<Service>>, headers: HeaderMap, b: B
             max_locks_per_session: n.max_locks_per_session,
             lock_delay_ms: n.lock_delay_ms,
             ops_per_s: n.ops_per_s,
+            max_sessions: n.max_sessions,
             safety: n.safety,
             fenced_resource: n.fenced_resource,
             token_required: false,

@@ -66,9 +66,7 @@ impl Service {
     /// its namespaces were never set, else keeps its own (and this says so if they differ).
     pub(crate) async fn seed_namespaces(&self, file: &[Namespace]) -> Result<(), ApiError> {
         let meta = self.route_of(META_GROUP)?;
-        let op = Op::SeedNamespaces {
-            namespaces: file.to_vec(),
-        };
+        let op = Op::seed_namespaces(file.to_vec());
         if let Reply::NamespacesAt {
             changed: false,
             version,
@@ -99,10 +97,7 @@ impl Service {
             let have = answer_of!(self, &group, Query::Namespaces, Namespaces)?;
             for ns in &want {
                 if !have.contains(ns) {
-                    let op = Op::PutNamespace {
-                        namespace: ns.clone(),
-                    };
-                    self.propose(&group, op).await?;
+                    self.propose(&group, Op::put_namespace(ns.clone())).await?;
                 }
             }
             for ns in &have {
@@ -188,6 +183,7 @@ pub fn spec_of(ns: &Namespace) -> lockd_proto::v1::NamespaceSpec {
         max_locks_per_session: ns.max_locks_per_session,
         lock_delay_ms: ns.lock_delay_ms,
         ops_per_s: ns.ops_per_s,
+        max_sessions: ns.max_sessions,
         safety: safety.into(),
         fenced_resource,
         token_required: ns.token_sha256.is_some(),
@@ -251,6 +247,7 @@ pub fn namespace_of(
         safety,
         ops_per_s: spec.ops_per_s,
         token_sha256,
+        max_sessions: spec.max_sessions,
     };
     lockd_core::validate_namespace(&ns).map_err(ApiError::from)?;
     Ok(ns)
@@ -300,7 +297,7 @@ impl Service {
         }
         let current = all.iter().find(|n| n.prefix == spec.prefix);
         let ns = namespace_of(spec, &token, current)?;
-        self.change_namespace(creds, expected_version, NamespaceChange::Put(ns))
+        self.change_namespace(creds, expected_version, NamespaceChange::put(ns))
             .await
     }
 

@@ -286,10 +286,7 @@ impl Service {
                 let g = self.route_of(group)?;
                 self.propose(&g, found.clone()).await?;
                 for ns in &namespaces {
-                    let op = Op::PutNamespace {
-                        namespace: ns.clone(),
-                    };
-                    self.propose(&g, op).await?;
+                    self.propose(&g, Op::put_namespace(ns.clone())).await?;
                 }
                 Ok::<_, ApiError>(())
             }

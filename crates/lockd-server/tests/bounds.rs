@@ -11,6 +11,7 @@ use lockd_proto::v1 as pb;
 use lockd_proto::v1::lock_client::LockClient;
 use lockd_server::grpc::STREAM_BUFFER;
 use pb::session_request::Kind;
+use serde_json::json;
 use tonic::Code;
 
 async fn grpc(c: &Cluster) -> LockClient<tonic::transport::Channel> {
@@ -123,4 +124,96 @@ async fn a_session_stream_that_is_never_read_is_cut_off_and_its_session_lives_on
         .await;
     assert!(kept.is_ok(), "{kept:?}");
     drop(tx);
+}
+
+/// A namespace's `max_sessions` caps its live sessions across the cluster: the next open is a
+/// 429 naming the limit, leaves no session half-open in any group, and other namespaces still
+/// open; a closed session makes room. Over gRPC it is RESOURCE_EXHAUSTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_holds_at_most_max_sessions_live_sessions() {
+    let c = cluster(1, 2).await;
+    let h = Http::new(c.url(0, ""));
+    let admin = h.admin();
+    let v = admin.get("/v1/admin/namespaces").await.body["version"]
+        .as_u64()
+        .unwrap();
+    let put = |v: u64, max: u64| {
+        let admin = admin.clone();
+        async move {
+            admin
+                .post(
+                    "/v1/admin/namespaces",
+                    json!({"expected_version": v, "namespace":
+                        {"name": "capped", "prefix": "capped/", "max_sessions": max}}),
+                )
+                .await
+        }
+    };
+    // Above the cluster's own cap: a 400 naming the field, nothing changed.
+    let r = put(v, 250_001).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_sessions 250001 exceeds 250000"),
+        "{}",
+        r.body
+    );
+    let r = put(v, 2).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let listed = admin.get("/v1/admin/namespaces").await.body;
+    let ns = listed["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "capped")
+        .unwrap()
+        .clone();
+    assert_eq!(ns["max_sessions"], 2);
+
+    let first = h.session_in("a", 10, "capped").await;
+    h.session_in("b", 10, "capped").await;
+    let sessions_per_group = || {
+        let node = &c.node(0).service.node;
+        node.group_ids()
+            .into_iter()
+            .filter(|g| *g != lockd_raft::META_GROUP)
+            .map(|g| node.group(g).unwrap().read_local(|t| t.stats().sessions))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(sessions_per_group(), vec![2, 2]);
+    let open = json!({"client": "c", "ttl_s": 10, "namespace": "capped"});
+    let r = h.post("/v1/sessions", open.clone()).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "too_many_sessions");
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("namespace 'capped' holds 2 live sessions, its max_sessions"),
+        "{msg}"
+    );
+    assert_eq!(r.retry_after.as_deref(), Some("1"));
+    assert_eq!(
+        sessions_per_group(),
+        vec![2, 2],
+        "a refused open left a session"
+    );
+    // The default namespace is not counted against it.
+    h.session("d", 10).await;
+    // gRPC says the same.
+    let mut g = LockClient::new(c.grpc_channel(0).await);
+    let e = g
+        .open_session(pb::OpenSessionRequest {
+            client: "g".into(),
+            ttl_ms: 10_000,
+            namespace: "capped".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("max_sessions"), "{}", e.message());
+    // A closed session makes room for one.
+    assert_eq!(h.delete(&format!("/v1/sessions/{first}")).await.status, 200);
+    h.session_in("e", 10, "capped").await;
 }

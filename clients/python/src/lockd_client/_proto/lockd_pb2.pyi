@@ -624,7 +624,7 @@ class BackupResponse(_message.Message):
     def __init__(self, document: _Optional[bytes] = ...) -> None: ...
 
 class NamespaceSpec(_message.Message):
-    __slots__ = ("name", "prefix", "min_ttl_ms", "max_ttl_ms", "default_ttl_ms", "max_waiters_per_name", "max_locks_per_session", "lock_delay_ms", "ops_per_s", "safety", "fenced_resource", "token_required")
+    __slots__ = ("name", "prefix", "min_ttl_ms", "max_ttl_ms", "default_ttl_ms", "max_waiters_per_name", "max_locks_per_session", "lock_delay_ms", "ops_per_s", "safety", "fenced_resource", "token_required", "max_sessions")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     MIN_TTL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -637,6 +637,7 @@ class NamespaceSpec(_message.Message):
     SAFETY_FIELD_NUMBER: _ClassVar[int]
     FENCED_RESOURCE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    MAX_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     prefix: str
     min_ttl_ms: int
@@ -649,7 +650,8 @@ class NamespaceSpec(_message.Message):
     safety: str
     fenced_resource: str
     token_required: bool
-    def __init__(self, name: _Optional[str] = ..., prefix: _Optional[str] = ..., min_ttl_ms: _Optional[int] = ..., max_ttl_ms: _Optional[int] = ..., default_ttl_ms: _Optional[int] = ..., max_waiters_per_name: _Optional[int] = ..., max_locks_per_session: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., ops_per_s: _Optional[int] = ..., safety: _Optional[str] = ..., fenced_resource: _Optional[str] = ..., token_required: bool = ...) -> None: ...
+    max_sessions: int
+    def __init__(self, name: _Optional[str] = ..., prefix: _Optional[str] = ..., min_ttl_ms: _Optional[int] = ..., max_ttl_ms: _Optional[int] = ..., default_ttl_ms: _Optional[int] = ..., max_waiters_per_name: _Optional[int] = ..., max_locks_per_session: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., ops_per_s: _Optional[int] = ..., safety: _Optional[str] = ..., fenced_resource: _Optional[str] = ..., token_required: bool = ..., max_sessions: _Optional[int] = ...) -> None: ...
 
 class ListNamespacesRequest(_message.Message):
     __slots__ = ()
