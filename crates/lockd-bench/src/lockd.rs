@@ -208,7 +208,7 @@ impl Cluster {
                 loopback(grpc[i]),
                 cluster.dir.path().join(format!("node-{id}")),
             );
-            serve.common.groups = groups;
+            serve.common.groups = Some(groups);
             serve.common.admin_token_file = Some(token_file.clone());
             serve.common.worker_threads = opts.threads;
             serve.common.no_leader_balance = !opts.leader_balance;

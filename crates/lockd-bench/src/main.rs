@@ -49,17 +49,19 @@ struct LockdArgs {
     /// the workspace's target/release). Build it with `cargo build --release -p lockd-server`.
     #[arg(long, env = "LOCKD_BIN")]
     lockd_bin: Option<PathBuf>,
-    /// Lock groups per lockd cluster (`lockd serve --groups`).
-    #[arg(long, default_value_t = 4)]
-    groups: u32,
+    /// Lock groups per lockd cluster (`lockd serve --groups`). Default: what `lockd dev
+    /// --nodes 3` picks on this machine (one per core each node gets, 1..=4).
+    #[arg(long = "groups")]
+    groups_flag: Option<u32>,
     /// Where the servers' temp data dirs go (must be a real disk for fsync to mean anything).
     #[arg(long)]
     data_root: Option<PathBuf>,
     /// Scheduler threads per replica: `lockd serve --worker-threads` and etcd's GOMAXPROCS
     /// (0 = each server's default, one per core). Every replica of a cluster shares this one
-    /// machine, so by default each gets one, as it would get a machine of its own.
-    #[arg(long, default_value_t = 1)]
-    server_threads: u16,
+    /// machine, so by default each gets its share, as `lockd dev --nodes 3` gives it (cores /
+    /// 3, at least 1).
+    #[arg(long)]
+    server_threads: Option<u16>,
     /// Turn off lockd's leader balance (`lockd serve --no-leader-balance`). It is on by
     /// default, as in `lockd serve`, so the headline measures lockd's default configuration.
     /// On shared cores spreading the leaders gained nothing in earlier runs and cost ~0.15 ms
@@ -70,7 +72,23 @@ struct LockdArgs {
 
 impl LockdArgs {
     fn threads(&self) -> Option<u16> {
-        (self.server_threads > 0).then_some(self.server_threads)
+        let t = self.server_threads.unwrap_or_else(|| {
+            lockd_server::cli::shared_machine_threads(
+                3,
+                std::thread::available_parallelism().map_or(1, |c| c.get()),
+            )
+        });
+        (t > 0).then_some(t)
+    }
+
+    /// Lock groups: `--groups`, else `lockd dev --nodes 3`'s default on this machine.
+    fn groups(&self) -> u32 {
+        self.groups_flag.unwrap_or_else(|| {
+            lockd_server::cli::shared_machine_groups(
+                3,
+                std::thread::available_parallelism().map_or(1, |c| c.get()),
+            )
+        })
     }
 
     fn opts(&self) -> lockd::ServerOpts {
@@ -136,7 +154,7 @@ enum Cmd {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "lockd,lockd-http,lockd-leader,lockd-1g,etcd,etcd-lock,etcd-gw,redis-aof,redis-mem"
+            default_value = "lockd,lockd-http,lockd-leader,lockd-4g,etcd,etcd-lock,etcd-gw,redis-aof,redis-mem"
         )]
         systems: Vec<SystemKind>,
         /// The systems the ratio columns divide by.
@@ -348,11 +366,16 @@ async fn run(cli: Cli) -> Result<()> {
             lockd,
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            let mut cluster =
-                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
-                    .await?;
+            let mut cluster = lockd::Cluster::start(
+                &bin,
+                &lockd.measured_root()?,
+                3,
+                lockd.groups(),
+                lockd.opts(),
+            )
+            .await?;
             let f = scenarios::failover(&mut cluster, trials, load, graceful).await?;
-            println!("lockd ({} groups): {}", lockd.groups, f.line());
+            println!("lockd ({} groups): {}", lockd.groups(), f.line());
             Ok(())
         }
         Cmd::Hotlock {
@@ -361,13 +384,18 @@ async fn run(cli: Cli) -> Result<()> {
             lockd,
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            let cluster =
-                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
-                    .await?;
+            let cluster = lockd::Cluster::start(
+                &bin,
+                &lockd.measured_root()?,
+                3,
+                lockd.groups(),
+                lockd.opts(),
+            )
+            .await?;
             for routing in [Routing::Spread, Routing::Leader] {
                 let dur = Duration::from_secs(secs);
                 let h = scenarios::hot_lock(&cluster, routing, waiters, dur).await?;
-                println!("lockd ({} groups): {}", lockd.groups, h.line());
+                println!("lockd ({} groups): {}", lockd.groups(), h.line());
             }
             Ok(())
         }
@@ -395,7 +423,7 @@ async fn run(cli: Cli) -> Result<()> {
             };
             let root = lockd.measured_root()?;
             let cluster =
-                lockd::Cluster::start(&bin, &root, nodes.into(), lockd.groups, opts).await?;
+                lockd::Cluster::start(&bin, &root, nodes.into(), lockd.groups(), opts).await?;
             let ttl = Duration::from_secs(ttl_s);
             let r = scenarios::session_load(&cluster, count, ttl, Duration::from_secs(secs), via)
                 .await?;
@@ -407,7 +435,7 @@ async fn run(cli: Cli) -> Result<()> {
             println!(
                 "lockd ({} nodes, {} groups x {per} replicas): {}",
                 nodes,
-                lockd.groups,
+                lockd.groups(),
                 r.line()
             );
             Ok(())
@@ -434,7 +462,7 @@ async fn run(cli: Cli) -> Result<()> {
             lockd,
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            let groups = lockd.groups.max(2);
+            let groups = lockd.groups().max(2);
             let cluster =
                 lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, groups, lockd.opts())
                     .await?;
@@ -467,9 +495,14 @@ async fn run(cli: Cli) -> Result<()> {
         } => {
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
             let started = std::time::Instant::now();
-            let mut cluster =
-                lockd::Cluster::start(&bin, &lockd.measured_root()?, 3, lockd.groups, lockd.opts())
-                    .await?;
+            let mut cluster = lockd::Cluster::start(
+                &bin,
+                &lockd.measured_root()?,
+                3,
+                lockd.groups(),
+                lockd.opts(),
+            )
+            .await?;
             let args = scale::ScaleArgs {
                 held,
                 baseline_held,
@@ -489,7 +522,7 @@ async fn run(cli: Cli) -> Result<()> {
                 "machine: {} cores; lockd {} ({} groups, 3 nodes, fsync on, snapshot every {} entries)",
                 std::thread::available_parallelism().map_or(0, |n| n.get()),
                 bin.display(),
-                lockd.groups,
+                lockd.groups(),
                 scale::SNAPSHOT_EVERY,
             );
             println!("cycle rows: closed-loop acquire+release on fresh names, spread over the nodes; latency = acquires'\n");
@@ -501,11 +534,11 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Instructions { ops, lockd } => {
             procs::ensure_packages(&[("valgrind", "valgrind")])?;
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            let r = instructions::run(&bin, &lockd.measured_root()?, lockd.groups, ops).await?;
+            let r = instructions::run(&bin, &lockd.measured_root()?, lockd.groups(), ops).await?;
             println!(
                 "lockd-bench instructions: lockd {} ({} groups, 3 nodes, fsync on, leader balance on)",
                 bin.display(),
-                lockd.groups
+                lockd.groups()
             );
             print!("{}", r.render());
             Ok(())
@@ -594,10 +627,10 @@ async fn compare(
         if quick { " --quick" } else { "" }
     );
     println!(
-        "machine: {} cores; lockd {} ({} groups, lockd-1g 1; 3 nodes; leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}",
+        "machine: {} cores; lockd {} ({} groups, lockd-4g 4; 3 nodes; leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         bin.as_ref().map_or("-".into(), |b| b.display().to_string()),
-        lockd.groups,
+        lockd.groups(),
         if lockd.no_leader_balance { "off" } else { "on" },
         lockd.threads().map_or("one per core".to_string(), |t| t.to_string()),
         procs::version_of("etcd"),
@@ -639,10 +672,10 @@ async fn run_lockd(
     args: &LockdArgs,
     extras: &Extras,
 ) -> Result<(Vec<Row>, Vec<String>)> {
-    let groups = if s == SystemKind::Lockd1g {
-        1
+    let groups = if s == SystemKind::Lockd4g {
+        lockd_server::cli::DEFAULT_GROUPS
     } else {
-        args.groups
+        args.groups()
     };
     let mut opts = args.opts();
     opts.tls = s == SystemKind::LockdTls;
@@ -698,7 +731,7 @@ async fn run_lockd(
 async fn smoke(nodes: usize, args: &LockdArgs) -> Result<()> {
     let bin = lockd::find_binary(args.lockd_bin.as_deref())?;
     let cluster =
-        lockd::Cluster::start(&bin, &args.data_root(), nodes, args.groups, args.opts()).await?;
+        lockd::Cluster::start(&bin, &args.data_root(), nodes, args.groups(), args.opts()).await?;
     let plan = Plan::smoke();
     let cx = |system| Ctx {
         system,
@@ -831,7 +864,7 @@ async fn run_system(
         | SystemKind::LockdUnary
         | SystemKind::LockdHttp
         | SystemKind::LockdLeader
-        | SystemKind::Lockd1g
+        | SystemKind::Lockd4g
         | SystemKind::LockdTls => {
             bail!("{label} runs through run_lockd")
         }

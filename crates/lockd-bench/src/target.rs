@@ -78,10 +78,11 @@ pub enum SystemKind {
     /// The same cluster setup; session streams to every node, each lock request sent on the
     /// stream to its group's leader (no forward).
     LockdLeader,
-    /// `lockd` with one lock group (`--groups 1`), the setting for replicas that share a small
-    /// machine: the same cluster otherwise, gRPC session streams spread over the nodes.
-    #[value(name = "lockd-1g")]
-    Lockd1g,
+    /// `lockd` with 4 lock groups (`--groups 4`), `lockd serve`'s default for a new cluster,
+    /// where `lockd dev --nodes 3` (the `lockd` row) sizes groups to the cores each replica
+    /// gets: the same cluster otherwise, gRPC session streams spread over the nodes.
+    #[value(name = "lockd-4g")]
+    Lockd4g,
     /// `lockd` (the default configuration, gRPC session streams spread over the nodes) with TLS
     /// on every port: client ports over TLS, mutual TLS between the nodes.
     LockdTls,
@@ -108,7 +109,7 @@ impl SystemKind {
                 | SystemKind::LockdUnary
                 | SystemKind::LockdHttp
                 | SystemKind::LockdLeader
-                | SystemKind::Lockd1g
+                | SystemKind::Lockd4g
                 | SystemKind::LockdTls
         )
     }
@@ -120,7 +121,7 @@ impl SystemKind {
             SystemKind::LockdUnary => "lockd-unary",
             SystemKind::LockdHttp => "lockd-http",
             SystemKind::LockdLeader => "lockd-leader",
-            SystemKind::Lockd1g => "lockd-1g",
+            SystemKind::Lockd4g => "lockd-4g",
             SystemKind::LockdTls => "lockd-tls",
             SystemKind::Etcd => "etcd",
             SystemKind::EtcdLock => "etcd-lock",

@@ -22,9 +22,13 @@ pub struct Common {
     #[arg(long, env = "LOCKD_CONFIG")]
     pub config: Option<PathBuf>,
     /// Lock groups (G); group 0, the meta group, comes on top. Recorded in the data dir on
-    /// first start: a later start with another count is refused.
-    #[arg(long, env = "LOCKD_GROUPS", default_value_t = 4)]
-    pub groups: u32,
+    /// first start: a later start with another count is refused. Default: the count the data
+    /// dir recorded; for a new cluster 4, except under `lockd dev --nodes N`, whose N
+    /// replicas share this machine's cores: one group per core each node gets (cores / N,
+    /// within 1..=4), since on shared cores extra groups cost more than they spread
+    /// (docs/BENCHMARKS.md). Add groups later with `lockctl groups create`.
+    #[arg(long, env = "LOCKD_GROUPS")]
+    pub groups: Option<u32>,
     /// Replicas per lock group (3 or 5 in production), placed over the founding nodes: group g
     /// on `replicas` consecutive nodes from the ((g-1) × replicas)-th, so 6 nodes with
     /// `--groups 2 --replicas 3` host groups 1 and 2 on disjoint halves. 0 (the default) or at
@@ -93,7 +97,35 @@ pub struct Common {
     pub peer_ca_file: Option<PathBuf>,
 }
 
+/// Lock groups of a new cluster when nothing says otherwise (`lockd serve`).
+pub const DEFAULT_GROUPS: u32 = 4;
+
+/// The default lock groups for `nodes` replicas that share a machine of `cores` cores: one per
+/// core each node gets, within 1..=[`DEFAULT_GROUPS`]. On 2 cores, 3 replicas with 1 group ran
+/// the benchmark mix 1.6x as fast as with 4, at a lower tail (docs/benchmarks-log.md).
+pub fn shared_machine_groups(nodes: u32, cores: usize) -> u32 {
+    let per_node = cores / (nodes.max(1) as usize);
+    (per_node as u32).clamp(1, DEFAULT_GROUPS)
+}
+
+/// The default scheduler threads for each of `nodes` replicas sharing `cores` cores: the
+/// node's share, at least one (one per core each would oversubscribe the machine N times).
+pub fn shared_machine_threads(nodes: u32, cores: usize) -> u16 {
+    let per_node = cores / (nodes.max(1) as usize);
+    per_node.clamp(1, usize::from(u16::MAX)) as u16
+}
+
 impl Common {
+    /// The lock group count to start with: `--groups`, else what `dir` recorded, else
+    /// `fresh` (the default for a new cluster).
+    pub fn groups_for(&self, dir: &std::path::Path, fresh: u32) -> anyhow::Result<u32> {
+        if let Some(g) = self.groups {
+            return Ok(g);
+        }
+        let recorded = lockd_raft::Identity::read(dir).map_err(anyhow::Error::msg)?;
+        Ok(recorded.map_or(fresh, |i| i.lock_groups))
+    }
+
     /// The client ports' TLS, loaded and checked.
     pub fn client_tls(&self) -> anyhow::Result<Option<ClientTls>> {
         match (&self.tls_cert_file, &self.tls_key_file) {
@@ -273,7 +305,9 @@ impl ServeArgs {
         if let Some(f) = config {
             flag("config", f.into());
         }
-        flag("groups", groups.to_string().into());
+        if let Some(g) = groups {
+            flag("groups", g.to_string().into());
+        }
         flag("replicas", replicas.to_string().into());
         flag("cluster-name", cluster_name.into());
         flag("heartbeat-ms", heartbeat_ms.to_string().into());
@@ -427,7 +461,7 @@ mod tests {
         }
         let c = &mut a.common;
         c.config = Some("/etc/lockd/namespaces.toml".into());
-        c.groups = 8;
+        c.groups = Some(8);
         c.replicas = 5;
         c.cluster_name = "payments-eu".into();
         c.heartbeat_ms = 50;
@@ -450,6 +484,48 @@ mod tests {
     }
 
     #[test]
+    fn replicas_sharing_a_machine_get_its_share_of_groups_and_threads() {
+        // This 2-core machine with 3 replicas: one of each (measured faster than 4 groups).
+        assert_eq!(shared_machine_groups(3, 2), 1);
+        assert_eq!(shared_machine_threads(3, 2), 1);
+        assert_eq!(shared_machine_groups(3, 8), 2);
+        assert_eq!(shared_machine_threads(3, 8), 2);
+        assert_eq!(shared_machine_groups(3, 64), DEFAULT_GROUPS);
+        assert_eq!(shared_machine_threads(3, 64), 21);
+        assert_eq!(shared_machine_groups(0, 0), 1);
+        assert_eq!(shared_machine_threads(0, 0), 1);
+    }
+
+    #[test]
+    fn the_group_count_is_the_flag_else_the_data_dirs_else_the_fresh_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ServeArgs::new(
+            1,
+            "1=127.0.0.1:7270",
+            "127.0.0.1:7070".parse().unwrap(),
+            "127.0.0.1:7170".parse().unwrap(),
+            "d",
+        )
+        .common;
+        assert_eq!(c.groups_for(dir.path(), 3).unwrap(), 3, "a new dir");
+        lockd_raft::Identity {
+            cluster: "lockd".into(),
+            node_id: 1,
+            lock_groups: 6,
+            replicas: 0,
+        }
+        .check_or_record(dir.path())
+        .unwrap();
+        assert_eq!(c.groups_for(dir.path(), 3).unwrap(), 6, "the dir's count");
+        c.groups = Some(2);
+        assert_eq!(
+            c.groups_for(dir.path(), 3).unwrap(),
+            2,
+            "the flag (the start then refuses it)"
+        );
+    }
+
+    #[test]
     fn defaults_are_lockd_serves() {
         let a = ServeArgs::new(
             1,
@@ -458,7 +534,7 @@ mod tests {
             "127.0.0.1:7170".parse().unwrap(),
             "d",
         );
-        assert_eq!(a.common.groups, 4);
+        assert_eq!(a.common.groups, None, "the data dir's count, else 4");
         assert_eq!(a.common.heartbeat_ms, 100);
         assert_eq!(a.initial_cluster_state, "new");
         assert!(!a.common.no_leader_balance);

@@ -360,7 +360,7 @@ async fn run_node(
         .await
         .with_context(|| format!("binding the peer port {peer}"))?;
     let mut node = NodeConfig::new(node_id, data_dir, peers);
-    node.lock_groups = common.groups;
+    node.lock_groups = common.groups_for(data_dir, lockd_server::cli::DEFAULT_GROUPS)?;
     node.replicas = common.replicas;
     node.cluster_name = common.cluster_name.clone();
     node.join_existing = extras.join_existing;
@@ -471,6 +471,16 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
         None => dev_admin_token_file(&args.data_dir)?,
     };
     let commons = dev_tls(args)?;
+    // The nodes share this machine's cores: size groups and threads for that, unless told.
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let groups = args.common.groups_for(
+        &args.data_dir.join("node-1"),
+        lockd_server::cli::shared_machine_groups(n, cores),
+    )?;
+    let threads = args
+        .common
+        .worker_threads
+        .unwrap_or_else(|| lockd_server::cli::shared_machine_threads(n, cores));
     let mut children: Vec<(u32, Child, String)> = Vec::new();
     for i in 0..n {
         let (http, grpc) = (at(args.http, i), at(args.grpc, i));
@@ -480,6 +490,8 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
         serve.peer = Some(at(args.peer, i));
         serve.common = c.clone();
         serve.common.admin_token_file = Some(admin.clone());
+        serve.common.groups = Some(groups);
+        serve.common.worker_threads = Some(threads);
         let mut cmd = Command::new(&exe);
         cmd.args(serve.to_args());
         // The nodes log as this process does.
@@ -509,7 +521,11 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
         );
         children.push((i + 1, child, line));
     }
-    println!("{n} nodes running; `kill -9 <pid>` one to watch failover; Ctrl-C stops all");
+    println!(
+        "{n} nodes running on {cores} cores: {groups} lock group(s), {threads} scheduler \
+         thread(s) each (--groups, --worker-threads); `kill -9 <pid>` one to watch failover; \
+         Ctrl-C stops all"
+    );
     println!(
         "admin token in {} (lockctl --admin-token-file)",
         admin.display()

@@ -25,7 +25,7 @@ fn serve(dir: &Path, [http, grpc, peer]: &[String; 3], prefix: &str) -> Command 
         dir,
     );
     args.peer = Some(peer.parse().unwrap());
-    args.common.groups = 1;
+    args.common.groups = Some(1);
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(format!("{prefix} exec \"$0\" \"$@\""))

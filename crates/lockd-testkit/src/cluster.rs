@@ -119,7 +119,7 @@ impl Cluster {
             self.grpc[i].parse().expect("an address"),
             dir.join(format!("node-{id}")),
         );
-        a.common.groups = self.groups;
+        a.common.groups = Some(self.groups);
         a.common.admin_token_file = Some(self.admin_token_file());
         if config {
             a.common.config = Some(dir.join("namespaces.toml"));

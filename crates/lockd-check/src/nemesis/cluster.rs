@@ -120,7 +120,7 @@ fn serve_args(
     if joiner {
         a.initial_cluster_state = "existing".into();
     }
-    a.common.groups = cfg.lock_groups;
+    a.common.groups = Some(cfg.lock_groups);
     a.common.config = Some(cfg.dir.join("namespaces.toml"));
     a.common.admin_token_file = Some(cfg.dir.join("admin-token"));
     a.common.snapshot_every = cfg.snapshot_every;
