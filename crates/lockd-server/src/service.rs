@@ -666,6 +666,8 @@ impl Service {
         namespace: &str,
         creds: &Credentials,
     ) -> Result<SessionOpened, ApiError> {
+        // Checked before it is proposed (to every group), not only at apply.
+        limits::check_optional("client", client, limits::MAX_CLIENT_BYTES)?;
         let ns = self.namespace_named(namespace)?;
         self.authorize(&ns, creds)?;
         // The id carries the group-set epoch: groups born later know it is not theirs yet.
@@ -828,6 +830,9 @@ impl Service {
         creds: &Credentials,
     ) -> Result<AcquireStart, ApiError> {
         limits::check_acquire_args(req.mode, req.wait_ms)?;
+        // Checked before it is proposed, so a bad owner never reaches the log (the core checks
+        // it again at apply).
+        limits::check_optional("owner", &req.owner, limits::MAX_OWNER_BYTES)?;
         self.admit_name(&req.name, creds)?;
         let op = Op::Acquire {
             session: req.session,

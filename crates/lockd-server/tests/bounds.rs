@@ -217,3 +217,54 @@ async fn a_namespace_holds_at_most_max_sessions_live_sessions() {
     assert_eq!(h.delete(&format!("/v1/sessions/{first}")).await.status, 200);
     h.session_in("e", 10, "capped").await;
 }
+
+/// An owner or client string over its limit is refused at the front door, before it is
+/// proposed: the groups' logs do not grow (a check at apply alone would log it first, in every
+/// group for a session, and refuse it there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_strings_are_refused_before_they_reach_the_log() {
+    let c = cluster(1, 2).await;
+    let h = Http::new(c.url(0, ""));
+    let s = h.session("s", 15).await;
+    let applied = || {
+        let node = &c.node(0).service.node;
+        node.group_ids()
+            .into_iter()
+            .map(|g| node.group(g).unwrap().status().applied_index)
+            .collect::<Vec<_>>()
+    };
+    // Settled: nothing is proposed on an idle node for a while.
+    let mut before = applied();
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = applied();
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    let r = h
+        .acquire("n", json!({"session_id": s, "owner": "o".repeat(257)}))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("owner"));
+    let r = h
+        .post("/v1/sessions", json!({"client": "c".repeat(257)}))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("client"));
+    let mut g = LockClient::new(c.grpc_channel(0).await);
+    let e = g
+        .open_session(pb::OpenSessionRequest {
+            client: "c".repeat(257),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(applied(), before, "a refused string was logged");
+    // The control: a good open is logged, in every lock group.
+    h.session("ok", 15).await;
+    assert_ne!(applied(), before);
+}
