@@ -324,6 +324,21 @@ impl LockTable {
             }
         }
         // The per-namespace counts `max_sessions` is checked against are the sessions'.
+        if self.session_ids.len() != self.sessions.len()
+            || !self
+                .session_ids
+                .iter()
+                .all(|id| self.sessions.contains_key(id))
+        {
+            return fail(
+                "limit",
+                format!(
+                    "the session id index lists {} ids for {} sessions",
+                    self.session_ids.len(),
+                    self.sessions.len()
+                ),
+            );
+        }
         let counted = self.namespace_sessions.len() == per_namespace.len()
             && per_namespace
                 .iter()

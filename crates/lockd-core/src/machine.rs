@@ -187,6 +187,9 @@ pub struct LockTable {
     /// Live sessions per namespace name (`Session::namespace`), for `max_sessions`; only
     /// [`LockTable::insert_session`] and [`LockTable::remove_session`] change it.
     pub(crate) namespace_sessions: HashMap<Box<str>, u32>,
+    /// Every session id, in order: a listing's page is a range of it (O(log n + page), not a
+    /// sort of every session under the replica's lock). Kept with `namespace_sessions`.
+    pub(crate) session_ids: BTreeSet<SessionId>,
     pub(crate) locks: LockMap,
     /// (deadline, waiter, name) of every queued acquire: what a tick times out.
     pub(crate) wait_deadlines: BTreeSet<(u64, WaiterId, Arc<str>)>,
@@ -332,6 +335,7 @@ impl LockTable {
             namespaces_version: 0,
             sessions: HashMap::default(),
             namespace_sessions: HashMap::default(),
+            session_ids: BTreeSet::new(),
             locks: LockMap::default(),
             wait_deadlines: BTreeSet::new(),
             delays: BTreeSet::new(),
@@ -591,12 +595,14 @@ impl LockTable {
             .namespace_sessions
             .entry(s.namespace.clone())
             .or_default() += 1;
+        self.session_ids.insert(id);
         self.sessions.insert(id, s);
     }
 
     /// Removes a session and its place in its namespace's count.
     pub(crate) fn remove_session(&mut self, id: SessionId) -> Option<Session> {
         let s = self.sessions.remove(&id)?;
+        self.session_ids.remove(&id);
         if let Some(n) = self.namespace_sessions.get_mut(&*s.namespace) {
             *n -= 1;
             if *n == 0 {

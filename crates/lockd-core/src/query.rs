@@ -70,16 +70,12 @@ impl LockTable {
 
     /// Up to `limit` sessions with ids above `after`, in id order (a page of a listing).
     pub fn session_page(&self, after: Option<SessionId>, limit: usize) -> Vec<SessionSummary> {
-        let mut ids: Vec<SessionId> = self
-            .sessions
-            .keys()
-            .copied()
-            .filter(|id| after.is_none_or(|a| *id > a))
-            .collect();
-        ids.sort_unstable();
-        ids.truncate(limit);
-        ids.into_iter()
-            .map(|id| {
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.session_ids
+            .range((from, Bound::Unbounded))
+            .take(limit)
+            .map(|&id| {
                 let s = &self.sessions[&id];
                 SessionSummary {
                     session: id,

@@ -1610,3 +1610,29 @@ fn namespace_commands_use_the_older_layout_when_it_says_the_same() {
         assert_eq!(h.t.namespace_for("team/x"), &ns);
     }
 }
+
+#[test]
+fn a_session_listing_pages_through_every_session_in_id_order() {
+    let mut h = H::new();
+    let ids = [90u64, 7, 55, 3, 120, 41];
+    for id in ids {
+        h.open(id);
+    }
+    h.ok(Op::CloseSession {
+        session: SessionId(55),
+    });
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = h.t.session_page(after, 2);
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some(last.session);
+        seen.extend(page.iter().map(|s| s.session.0));
+    }
+    assert_eq!(seen, vec![3, 7, 41, 90, 120]);
+    // A restored replica lists the same.
+    let r = LockTable::restore(&h.t.snapshot()).unwrap();
+    assert_eq!(r.session_page(None, 10), h.t.session_page(None, 10));
+    assert_eq!(h.t.session_page(Some(SessionId(90)), 10).len(), 1);
+}

@@ -247,12 +247,18 @@ async fn bad_strings_are_refused_before_they_reach_the_log() {
         .acquire("n", json!({"session_id": s, "owner": "o".repeat(257)}))
         .await;
     assert_eq!(r.status, 400, "{}", r.body);
-    assert!(r.body["error"]["message"].as_str().unwrap().contains("owner"));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("owner"));
     let r = h
         .post("/v1/sessions", json!({"client": "c".repeat(257)}))
         .await;
     assert_eq!(r.status, 400, "{}", r.body);
-    assert!(r.body["error"]["message"].as_str().unwrap().contains("client"));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("client"));
     let mut g = LockClient::new(c.grpc_channel(0).await);
     let e = g
         .open_session(pb::OpenSessionRequest {
