@@ -20,6 +20,10 @@ use crate::error::{ApiError, Code};
 use crate::service::{AcquireOutcome, AcquireRequest, AcquireStart, Credentials, Service};
 use crate::waits::SessionEvent;
 
+/// Streams (calls, session streams, watches) one client gRPC connection may have open at
+/// once; HTTP/2 tells the client, which queues the next one until a stream ends.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
+
 pub struct GrpcApi {
     svc: Arc<Service>,
 }

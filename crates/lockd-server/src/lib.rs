@@ -230,7 +230,11 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let rx = stop_rx.clone();
-    let mut builder = tonic::transport::Server::builder();
+    // Streams at once on one client connection: what one connection can make the node hold
+    // (each session, watch or call a task and its buffers). A client opening more waits for
+    // one to end (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS); a lockd client needs one.
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(grpc::MAX_STREAMS_PER_CONNECTION));
     if let Some(t) = grpc_tls {
         builder = builder.tls_config(t).context("the gRPC port's TLS")?;
     }

@@ -144,3 +144,35 @@ async fn a_request_body_that_never_arrives_is_answered_408() {
     );
     r.stop().await;
 }
+
+/// One client gRPC connection may hold at most `MAX_STREAMS_PER_CONNECTION` streams at once:
+/// the node says so in its HTTP/2 settings (SETTINGS_MAX_CONCURRENT_STREAMS), so a client
+/// queues its next stream until one ends, and h2 refuses a stream past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_connection_holds_a_bounded_number_of_streams() {
+    use lockd_server::grpc::MAX_STREAMS_PER_CONNECTION;
+    let (r, _dir) = single_node_capped(8).await;
+    let tcp = TcpStream::connect(r.grpc_addr).await.unwrap();
+    let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(async move {
+        let mut conn = conn;
+        let settled = std::future::poll_fn(|cx| {
+            // Drive the connection until the server's SETTINGS arrived.
+            let _ = std::future::Future::poll(std::pin::Pin::new(&mut conn), cx);
+            if conn.max_concurrent_send_streams() < usize::MAX {
+                std::task::Poll::Ready(conn.max_concurrent_send_streams())
+            } else {
+                std::task::Poll::Pending
+            }
+        });
+        let limit = tokio::time::timeout(Duration::from_secs(5), settled)
+            .await
+            .expect("no stream limit in the node's HTTP/2 settings within 5 s");
+        tokio::spawn(conn);
+        limit
+    });
+    send = send.ready().await.unwrap();
+    let limit = conn.await.unwrap();
+    assert_eq!(limit, MAX_STREAMS_PER_CONNECTION as usize);
+    drop(send);
+}
