@@ -353,6 +353,46 @@ pub enum Op {
 }
 
 impl Op {
+    /// About how many bytes the command takes in an entry: its strings and lists, plus a
+    /// fixed allowance. Cheap (no encoding), for bounding entries in bytes as well as commands.
+    pub fn approx_bytes(&self) -> usize {
+        const FIXED: usize = 64;
+        let strings = match self {
+            Op::OpenSession {
+                client, namespace, ..
+            }
+            | Op::AdoptSession {
+                client, namespace, ..
+            } => client.len() + namespace.len(),
+            Op::Acquire { name, owner, .. } => name.len() + owner.len(),
+            Op::Release { name, .. } | Op::Extend { name, .. } => name.len(),
+            Op::ExpireSessions { sessions } => 8 * sessions.len(),
+            Op::PutShardMap { map } => 4 * map.groups.len(),
+            Op::ImportBuckets { export, .. } => {
+                let sessions: usize = export
+                    .sessions
+                    .iter()
+                    .map(|s| 32 + s.client.len() + s.namespace.len())
+                    .sum();
+                let locks: usize = export
+                    .locks
+                    .iter()
+                    .map(|l| {
+                        let holders: usize = l.holders.iter().map(|h| 48 + h.owner.len()).sum();
+                        16 + l.name.len() + holders
+                    })
+                    .sum();
+                crate::BUCKETS as usize / 8 + sessions + locks
+            }
+            Op::PutNamespace { namespace } => namespace.name.len() + namespace.prefix.len() + 256,
+            Op::SeedNamespaces { namespaces } => namespaces.len() * 384,
+            Op::SeedNamespacesV8 { namespaces } => namespaces.len() * 384,
+            Op::RecordGroups { groups } => groups.values().map(|r| 12 + 8 * r.len()).sum(),
+            _ => 0,
+        };
+        FIXED + strings
+    }
+
     /// [`Op::PutNamespace`], or its older layout when that says the same (see
     /// [`Namespace::as_v8`]).
     pub fn put_namespace(namespace: Namespace) -> Op {

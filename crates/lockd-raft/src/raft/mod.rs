@@ -180,6 +180,25 @@ const MAX_ENTRIES_IN_FLIGHT: usize = 1;
 /// Most ops in one entry: bounds the entry's size and how long applying it holds the replica.
 const MAX_ENTRY_OPS: usize = 256;
 
+/// About the most bytes of ops in one entry ([`Op::approx_bytes`]): client commands are small
+/// (a few hundred bytes at most), so this bounds entries that batch a bucket move's export
+/// with others. One op always goes, whatever its size.
+const MAX_ENTRY_BYTES: usize = 1 << 20;
+
+/// How many of the waiting `ops`, from the front, the next entry takes: at most
+/// [`MAX_ENTRY_OPS`], and no more than fit in [`MAX_ENTRY_BYTES`] (at least one).
+fn batch_len<'a>(ops: impl Iterator<Item = &'a Op>) -> usize {
+    let (mut n, mut bytes) = (0, 0);
+    for op in ops.take(MAX_ENTRY_OPS) {
+        bytes += op.approx_bytes();
+        if n > 0 && bytes > MAX_ENTRY_BYTES {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 type WriteResult = Result<Result<Reply, Rejection>, WriteError>;
 
 struct PendingWrite {
@@ -489,7 +508,7 @@ async fn write_entries(raft: Raft, replica: Arc<Replica>, writes: Arc<Mutex<Writ
                 q.in_flight -= 1;
                 return;
             }
-            let n = q.waiting.len().min(MAX_ENTRY_OPS);
+            let n = batch_len(q.waiting.iter().map(|w| &w.op));
             q.waiting.drain(..n).collect()
         };
         let (ops, txs): (Vec<Op>, Vec<_>) = batch.into_iter().map(|w| (w.op, w.tx)).unzip();
@@ -785,5 +804,36 @@ impl RaftGroup {
                 .map_err(member_error)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use lockd_core::{LockMode, SessionId};
+
+    fn acquire(owner_bytes: usize) -> Op {
+        Op::Acquire {
+            session: SessionId(1),
+            name: "n".into(),
+            owner: "o".repeat(owner_bytes),
+            mode: LockMode::Exclusive,
+            wait_ms: 0,
+            reentrant: false,
+        }
+    }
+
+    #[test]
+    fn an_entry_is_bounded_in_ops_and_in_bytes_and_takes_at_least_one() {
+        let small: Vec<Op> = (0..300).map(|_| acquire(10)).collect();
+        assert_eq!(batch_len(small.iter()), MAX_ENTRY_OPS);
+        assert_eq!(batch_len(small[..3].iter()), 3);
+        assert_eq!(batch_len(std::iter::empty()), 0);
+        // Ops of ~400 KiB each (bigger than any client sends; a move's export can be): two fit.
+        let big: Vec<Op> = (0..5).map(|_| acquire(400 << 10)).collect();
+        assert_eq!(batch_len(big.iter()), 2);
+        // One op over the bound still goes, alone.
+        let huge = [acquire(2 << 20), acquire(10)];
+        assert_eq!(batch_len(huge.iter()), 1);
     }
 }
