@@ -827,3 +827,34 @@ async fn a_stopping_node_sends_its_session_streams_elsewhere() {
     assert_eq!(held.holders[0].fencing_token, token, "{held:?}");
     c.stop_all().await;
 }
+
+/// Attaching a protected session on a stream is acting on it: without the namespace's token
+/// the attach is refused on the stream, and the session is not kept alive by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attaching_a_protected_session_needs_its_namespace_token() {
+    let mut c = cluster(1, 2).await;
+    let secure = Http::new(c.url(0, "")).with_token(SECURE_TOKEN);
+    let session = secure.session_in("payout-worker", 15, "secure").await;
+    let mut cl = client(&c, 0).await;
+    let mut s = Stream::start(&mut cl).await;
+    let id = s.send(Req::Attach(session.clone()));
+    let ev = s.event().await;
+    let Some(Ev::Error(e)) = ev.kind else {
+        panic!("an anonymous attach of a protected session was taken: {ev:?}")
+    };
+    assert_eq!(
+        (ev.request_id, e.status, e.code.as_str()),
+        (id, 401, "unauthenticated")
+    );
+    // Nor does the stream carry it afterwards: a keepalive naming it is refused.
+    let id = s.send(Req::Keepalive(pb::KeepAliveRequest {
+        session_id: session.clone(),
+    }));
+    let ev = s.event().await;
+    let Some(Ev::Error(e)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(ev.request_id, id);
+    assert!(e.status == 400 || e.status == 401, "{e:?}");
+    c.stop_all().await;
+}

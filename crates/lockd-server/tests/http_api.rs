@@ -700,10 +700,28 @@ async fn sessions_are_capabilities_of_their_namespace() {
     );
     // A session of the open default namespace: its id is the capability, no token needed.
     assert_eq!(h.post(&keepalive(&open), json!({})).await.status, 200);
-    // The namespace's token closes it, and frees its lock.
-    let r = secure.delete(&session(&sec)).await;
+    // A stuck lock (its holder alive but hung): the admin reads the holder and releases that
+    // one hold, and can end the holder's session, freeing all it holds at once.
+    let admin = h.admin();
+    let stuck = admin.inspect("secure/a").await;
+    let holder = stuck["holder"]["session"].as_str().unwrap().to_string();
+    let r = admin
+        .release("secure/a", &holder, stuck["token"].as_u64().unwrap())
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(admin.inspect("secure/a").await["holder"], json!(null));
+    secure.acquire("secure/a", json!({"session_id": sec})).await;
+    let r = admin.delete(&session(&sec)).await;
     assert_eq!((r.status, r.body["released"].clone()), (200, json!(1)));
-    assert_eq!(secure.inspect("secure/a").await["holder"], json!(null));
+    assert_eq!(admin.inspect("secure/a").await["holder"], json!(null));
+    // The namespace's token closes its own sessions too, and frees their locks.
+    let sec2 = secure.session_in("payout-worker-2", 15, "secure").await;
+    secure
+        .acquire("secure/b", json!({"session_id": sec2}))
+        .await;
+    let r = secure.delete(&session(&sec2)).await;
+    assert_eq!((r.status, r.body["released"].clone()), (200, json!(1)));
+    assert_eq!(secure.inspect("secure/b").await["holder"], json!(null));
     c.stop_all().await;
 }
 

@@ -153,6 +153,9 @@ async fn a_corrupt_log_record_is_a_clear_startup_failure() {
     sigterm(&mut child);
     let (status, stderr) = wait_exit(child, Duration::from_secs(20));
     assert!(status.success(), "{status}; stderr:\n{stderr}");
+    // Served without TLS, the node said so at start, for both kinds of port.
+    assert!(stderr.contains("client ports in PLAIN TEXT"), "{stderr}");
+    assert!(stderr.contains("peer port in PLAIN TEXT"), "{stderr}");
 
     // Bit rot in the last byte of group 1's log: a complete record whose checksum fails.
     let chunk = newest_chunk(&dir.join("group-1").join("log"));
