@@ -591,10 +591,12 @@ impl LockTable {
 
     /// Stores a new session and counts it in its namespace.
     pub(crate) fn insert_session(&mut self, id: SessionId, s: Session) {
-        *self
-            .namespace_sessions
-            .entry(s.namespace.clone())
-            .or_default() += 1;
+        match self.namespace_sessions.get_mut(&*s.namespace) {
+            Some(n) => *n += 1,
+            None => {
+                self.namespace_sessions.insert(s.namespace.clone(), 1);
+            }
+        }
         self.session_ids.insert(id);
         self.sessions.insert(id, s);
     }
