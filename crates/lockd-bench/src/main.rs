@@ -534,11 +534,13 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Instructions { ops, lockd } => {
             procs::ensure_packages(&[("valgrind", "valgrind")])?;
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            let r = instructions::run(&bin, &lockd.measured_root()?, lockd.groups(), ops).await?;
+            // Node 1 must lead one lock group and follow another: at least two groups, even
+            // where the default shape has one; the figures are one leader's and one follower's.
+            let groups = lockd.groups().max(2);
+            let r = instructions::run(&bin, &lockd.measured_root()?, groups, ops).await?;
             println!(
-                "lockd-bench instructions: lockd {} ({} groups, 3 nodes, fsync on, leader balance on)",
+                "lockd-bench instructions: lockd {} ({groups} groups, 3 nodes, fsync on, leader balance on)",
                 bin.display(),
-                lockd.groups()
             );
             print!("{}", r.render());
             Ok(())

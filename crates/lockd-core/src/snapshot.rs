@@ -385,19 +385,7 @@ mod tests {
     fn v8(namespaces: &[&Namespace]) -> Vec<NamespaceV8> {
         namespaces
             .iter()
-            .map(|n| NamespaceV8 {
-                name: n.name.clone(),
-                prefix: n.prefix.clone(),
-                min_ttl_ms: n.min_ttl_ms,
-                max_ttl_ms: n.max_ttl_ms,
-                default_ttl_ms: n.default_ttl_ms,
-                max_waiters_per_name: n.max_waiters_per_name,
-                max_locks_per_session: n.max_locks_per_session,
-                lock_delay_ms: n.lock_delay_ms,
-                safety: n.safety.clone(),
-                ops_per_s: n.ops_per_s,
-                token_sha256: n.token_sha256.clone(),
-            })
+            .map(|n| n.as_v8().expect("no max_sessions in these tests"))
             .collect()
     }
 
