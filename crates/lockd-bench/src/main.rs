@@ -534,9 +534,10 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Instructions { ops, lockd } => {
             procs::ensure_packages(&[("valgrind", "valgrind")])?;
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            // Node 1 must lead one lock group and follow another: at least two groups, even
-            // where the default shape has one; the figures are one leader's and one follower's.
-            let groups = lockd.groups().max(2);
+            // Node 1 must lead one lock group and follow another (leader balance hands group g
+            // to voter g mod 3: node 1 leads group 3): at least 4 groups, serve's default and
+            // the shape of every earlier row, even where dev's default has one.
+            let groups = lockd.groups().max(lockd_server::cli::DEFAULT_GROUPS);
             let r = instructions::run(&bin, &lockd.measured_root()?, groups, ops).await?;
             println!(
                 "lockd-bench instructions: lockd {} ({groups} groups, 3 nodes, fsync on, leader balance on)",
