@@ -98,6 +98,8 @@ pub struct Scale {
     pub held_full: Vec<f64>,
     pub load: Load,
     pub keepalives: (u64, u64, u64, f64),
+    /// Of the keepalive errors, those before the follower restart (`None`: it never ran).
+    pub keepalive_errors_before_restart: Option<u64>,
     pub restart: Restart,
     pub loadavg: Vec<(String, String)>,
     pub leaders: Vec<usize>,
@@ -422,6 +424,9 @@ pub async fn run(cluster: &mut Cluster, a: &ScaleArgs) -> Result<Scale> {
     );
     let (ka_sent, ka_err, ka_exp) = (keep.sent.clone(), keep.errors.clone(), keep.expired.clone());
     let ka_start = Instant::now();
+    // Keepalive errors counted before the follower's restart: the bench's sender keeps each
+    // session on one node and does not fail over, so the rest fall in the victim's downtime.
+    let ka_err_before_restart = AtomicU64::new(u64::MAX);
 
     let mut conns = Vec::new();
     for addr in cluster.grpc_addrs() {
@@ -519,6 +524,7 @@ pub async fn run(cluster: &mut Cluster, a: &ScaleArgs) -> Result<Scale> {
         }
 
         loadavgs.push(("restart".into(), loadavg()));
+        ka_err_before_restart.store(ka_err.load(Ordering::Relaxed), Ordering::Relaxed);
         let (_, held_name) = name_of(0, per_session);
         let restart = restart_follower(cluster, &held_name).await?;
         cluster.check_alive()?;
@@ -549,6 +555,8 @@ pub async fn run(cluster: &mut Cluster, a: &ScaleArgs) -> Result<Scale> {
         held_full,
         load,
         keepalives: ka,
+        keepalive_errors_before_restart: Some(ka_err_before_restart.load(Ordering::Relaxed))
+            .filter(|n| *n != u64::MAX),
         restart,
         loadavg: loadavgs,
         leaders,
@@ -591,7 +599,7 @@ impl Scale {
         let added = full.saturating_sub(self.baseline_held);
         let _ = writeln!(
             out,
-            "| sessions | {} × {} locks, opened in {:.1} s, TTL {} s, kept alive every {} s ({} keepalives at {:.0}/s, {} errors, {} expired) | - | - |",
+            "| sessions | {} × {} locks, opened in {:.1} s, TTL {} s, kept alive every {} s ({} keepalives at {:.0}/s, {} errors ({} before the follower restart), {} expired) | - | - |",
             self.sessions,
             self.per_session,
             self.open_secs,
@@ -600,6 +608,8 @@ impl Scale {
             self.keepalives.0,
             self.keepalives.0 as f64 / self.keepalives.3.max(1e-9),
             self.keepalives.1,
+            self.keepalive_errors_before_restart
+                .map_or("-".to_string(), |n| n.to_string()),
             self.keepalives.2,
         );
         let l = &self.load;
