@@ -403,15 +403,20 @@ impl Cluster {
         status(self.nodes[i].http).await
     }
 
-    /// The sum of every sample of metric `name` (e.g. `lockd_held_locks`, over its groups) in
-    /// node `i`'s `GET /metrics`.
-    pub async fn metric_sum(&self, i: usize, name: &str) -> Result<f64> {
+    /// Node `i`'s `GET /metrics` text.
+    pub async fn metrics_text(&self, i: usize) -> Result<String> {
         let mut c = HttpConn::connect(self.nodes[i].http).await?;
         let (code, body) = c.request(Method::GET, "/metrics", None).await?;
         if code != StatusCode::OK {
             bail!("node {}: GET /metrics: {code}", self.nodes[i].id);
         }
-        Ok(sum_metric(&String::from_utf8_lossy(&body), name))
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The sum of every sample of metric `name` (e.g. `lockd_held_locks`, over its groups) in
+    /// node `i`'s `GET /metrics`.
+    pub async fn metric_sum(&self, i: usize, name: &str) -> Result<f64> {
+        Ok(sum_metric(&self.metrics_text(i).await?, name))
     }
 
     /// Starts node `i` again from its data dir (after `kill`) and waits until every group has a
@@ -487,7 +492,7 @@ fn leaders_of(all: &[(usize, Status)], groups: u32) -> Result<Vec<usize>> {
 }
 
 /// The sum of the samples of `name` (with or without labels) in OpenMetrics text.
-fn sum_metric(text: &str, name: &str) -> f64 {
+pub fn sum_metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {

@@ -301,13 +301,20 @@ enum Cmd {
         #[command(flatten)]
         lockd: LockdArgs,
     },
-    /// Instructions per acquire+release on a leader and on a follower (node 1 under valgrind's
-    /// callgrind; Debian's valgrind is installed if missing): a per-operation cost that the
-    /// machine's noise does not move, to track over time. About 2 minutes.
+    /// The per-operation cost model: instructions per acquire, release, keepalive and read on
+    /// a group's leader and on a follower (one node under valgrind's callgrind; Debian's
+    /// valgrind is installed if missing), a figure the machine's noise does not move; then the
+    /// µs of CPU each costs every process under load, on a plain cluster. About 5 minutes.
     Instructions {
-        /// Acquire+release pairs per phase.
+        /// Operations of each kind per role under callgrind.
         #[arg(long, default_value_t = 1000)]
         ops: usize,
+        /// Clients of the load phases (0: skip them).
+        #[arg(long, default_value_t = 256)]
+        concurrency: usize,
+        /// Seconds per load phase.
+        #[arg(long, default_value_t = 3)]
+        secs: u64,
         #[command(flatten)]
         lockd: LockdArgs,
     },
@@ -531,17 +538,29 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Smoke { nodes, lockd } => smoke(nodes, &lockd).await,
         Cmd::SmokeEtcd { data_root } => smoke_etcd(data_root).await,
-        Cmd::Instructions { ops, lockd } => {
+        Cmd::Instructions {
+            ops,
+            concurrency,
+            secs,
+            lockd,
+        } => {
             procs::ensure_packages(&[("valgrind", "valgrind")])?;
             let bin = lockd::find_binary(lockd.lockd_bin.as_deref())?;
-            // Node 1 must lead one lock group and follow another (leader balance hands group g
-            // to voter g mod 3: node 1 leads group 3): at least 4 groups, serve's default and
-            // the shape of every earlier row, even where dev's default has one.
-            let groups = lockd.groups().max(lockd_server::cli::DEFAULT_GROUPS);
-            let r = instructions::run(&bin, &lockd.measured_root()?, groups, ops).await?;
+            let groups = lockd.groups();
+            let r = instructions::run(
+                &bin,
+                &lockd.measured_root()?,
+                groups,
+                ops,
+                lockd.opts(),
+                concurrency,
+                secs,
+            )
+            .await?;
             println!(
-                "lockd-bench instructions: lockd {} ({groups} groups, 3 nodes, fsync on, leader balance on)",
+                "lockd-bench instructions: lockd {} ({groups} lock groups, 3 nodes, fsync on, leader balance on; load phases: {} scheduler threads per node)",
                 bin.display(),
+                lockd.threads().map_or("default".to_string(), |t| t.to_string()),
             );
             print!("{}", r.render());
             Ok(())
