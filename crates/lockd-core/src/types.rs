@@ -984,6 +984,15 @@ impl Rejection {
     }
 }
 
+/// "1 live session", "250000 live sessions": a session count in an error message.
+fn live_sessions(n: u64) -> String {
+    if n == 1 {
+        "1 live session".to_string()
+    } else {
+        format!("{n} live sessions")
+    }
+}
+
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -1128,13 +1137,15 @@ impl fmt::Display for Rejection {
             ),
             Rejection::TooManySessions { limit } => write!(
                 f,
-                "session: the cluster holds {limit} live sessions, its limit; close idle ones \
-                 (one per process is enough) or retry later"
+                "session: the cluster holds {}, its limit; close idle ones \
+                 (one per process is enough) or retry later",
+                live_sessions(*limit as u64)
             ),
             Rejection::NamespaceSessionsFull { namespace, limit } => write!(
                 f,
-                "session: namespace '{namespace}' holds {limit} live sessions, its max_sessions; \
-                 close idle ones (one per process is enough), ask the admin for more, or retry later"
+                "session: namespace '{namespace}' holds {}, its max_sessions; close idle \
+                 ones (one per process is enough), ask the admin for more, or retry later",
+                live_sessions(u64::from(*limit))
             ),
             Rejection::NamespaceVersionConflict { expected, current } => write!(
                 f,

@@ -1457,6 +1457,12 @@ fn a_namespace_holds_at_most_max_sessions_and_adopted_sessions_are_not_refused()
     assert_eq!(h.rej(open(3, "team")), full);
     assert_eq!(full.code(), "too_many_sessions");
     assert!(full.to_string().contains("max_sessions"), "{full}");
+    assert!(full.to_string().contains("holds 2 live sessions"), "{full}");
+    let one = Rejection::NamespaceSessionsFull {
+        namespace: "solo".into(),
+        limit: 1,
+    };
+    assert!(one.to_string().contains("holds 1 live session,"), "{one}");
     // Other namespaces are not counted against it.
     h.ok(open(4, ""));
     h.ok(open(5, ""));
