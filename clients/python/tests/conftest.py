@@ -28,6 +28,11 @@ CONFIG = f"""
 name = "secure"
 prefix = "secure/"
 token = "{SECURE_TOKEN}"
+
+[[namespace]]
+name = "solo"
+prefix = "solo/"
+max_sessions = 1
 """
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import lockd_client
 from lockd_client import (AsyncClient, Client, Conflict, InvalidArgument, LockLost, Mode,
-                          NotAcquired, PermissionDenied, Unauthenticated)
+                          NotAcquired, PermissionDenied, ResourceExhausted, Unauthenticated)
 from lockd_client import _core
 
 from conftest import SECURE_TOKEN, Cluster, wait_until
@@ -283,3 +283,22 @@ def test_a_fencing_rejection_is_reported_and_counted(cluster: Cluster, client: C
     wait_until(lambda: _fencing_rejections(cluster) == before + 2, 5, "both reports counted")
     with pytest.raises(InvalidArgument):
         client.report_fencing_rejected("")
+
+
+def test_a_full_namespace_refuses_a_session_at_once(cluster: Cluster, name: str) -> None:
+    # Namespace "solo" holds at most one live session (conftest's config).
+    with Client(cluster.endpoints, ttl=6, namespace="solo") as first:
+        with first.lock("solo/" + name):
+            started = time.monotonic()
+            with Client(cluster.endpoints, ttl=6, namespace="solo") as second:
+                with pytest.raises(ResourceExhausted) as e:
+                    second.lock("solo/" + name + "-b")
+            took = time.monotonic() - started
+            assert e.value.code == "too_many_sessions" and e.value.status == 429
+            assert "holds 1 live session, its max_sessions" in str(e.value)
+            # The service's answer at once, not after seconds of backoff (Retry-After is 1 s).
+            assert took < 0.9, took
+    # The first client closed its session: the namespace takes a new one.
+    with Client(cluster.endpoints, ttl=6, namespace="solo") as third:
+        with third.lock("solo/" + name + "-c") as lk:
+            assert lk.token > 0

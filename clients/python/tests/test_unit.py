@@ -67,6 +67,7 @@ class FakeRpcError(grpc.RpcError):
     (grpc.StatusCode.FAILED_PRECONDITION, "stale_token", errors.Conflict, 409, False),
     (grpc.StatusCode.NOT_FOUND, "session_not_found", errors.SessionNotFound, 404, False),
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "queue_full", errors.ResourceExhausted, 429, True),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "too_many_sessions", errors.ResourceExhausted, 429, False),
     (grpc.StatusCode.RESOURCE_EXHAUSTED, "payload_too_large", errors.ResourceExhausted, 413, False),
     (grpc.StatusCode.PERMISSION_DENIED, "wrong_namespace", errors.PermissionDenied, 403, False),
     (grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", errors.Unauthenticated, 401, False),

@@ -159,7 +159,9 @@ fn endpoint(addr: &str, tls: Option<&TlsOptions>) -> Result<tonic::transport::En
 
 impl Client {
     /// Connects to a cluster given some of its nodes' gRPC addresses (`127.0.0.1:7170` or
-    /// `http://…`) with default options, and opens the session.
+    /// `http://…`) with default options, and opens the session. Errors a retry may cure (no
+    /// leader yet, a node down, load shed) are retried with backoff; a namespace or cluster at
+    /// its session cap (`too_many_sessions`, 429) is returned at once ([`Error::is_retryable`]).
     pub async fn connect<I, S>(endpoints: I) -> Result<Client, Error>
     where
         I: IntoIterator<Item = S>,

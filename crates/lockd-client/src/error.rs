@@ -66,11 +66,16 @@ impl Error {
         }
     }
 
-    /// Whether sending the same request again may succeed: no leader yet, a node or the network
-    /// is down, or the service is shedding load (429/503).
+    /// Whether sending the same request again soon may succeed, so that the client retries it
+    /// with backoff: no leader yet, a node or the network is down, or the service is shedding
+    /// load (429/503). Not a cluster or namespace at its session cap (`too_many_sessions`,
+    /// 429): a place frees only when another process closes its session, which seconds of
+    /// backoff cannot count on, so the caller gets the answer at once and decides.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Api { status, .. } => matches!(status, 429 | 503),
+            Error::Api { status, code, .. } => {
+                matches!(status, 429 | 503) && code != "too_many_sessions"
+            }
             Error::Unavailable(_) => true,
             _ => false,
         }
@@ -155,5 +160,15 @@ mod tests {
 
         let e = Error::from(tonic::Status::unavailable("connection refused"));
         assert_eq!((e.code(), e.is_retryable()), ("unavailable", true));
+
+        // Both are 429; only the load shedding is worth retrying at once.
+        let limited = |code: &str| Error::Api {
+            status: 429,
+            code: code.into(),
+            message: String::new(),
+            retry_after: Some(Duration::from_secs(1)),
+        };
+        assert!(limited("rate_limited").is_retryable());
+        assert!(!limited("too_many_sessions").is_retryable());
     }
 }

@@ -8,9 +8,11 @@ Every error is a :class:`LockdError` with
   ``lock_lost``, ``fence_rejected``;
 * ``status``: the HTTP status the service mapped the error to (400, 401, 403, 404, 409, 413, 429,
   503), or ``None`` when the service did not answer;
-* ``retryable``: whether the same request may succeed later (no leader yet, a node or the network
+* ``retryable``: whether the same request may succeed soon (no leader yet, a node or the network
   is down, load shedding: 429 and 503). The client has already retried those with backoff before
-  raising them;
+  raising them. A cluster or namespace at its session cap (``too_many_sessions``, 429) is not
+  retryable: a place frees only when another process closes its session, so the client raises it
+  at once;
 * ``retry_after``: the service's hint in seconds (429 and 503), or ``None``.
 
 The class says what kind of failure it is; match on the class or on ``code``.
@@ -61,8 +63,9 @@ class LockdError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """Whether sending the same request again may succeed (429, 503, no answer)."""
-        return self.status in (429, 503)
+        """Whether sending the same request again soon may succeed (429, 503, no answer), so
+        that the client retries it; not ``too_many_sessions`` (see the module's doc)."""
+        return self.status in (429, 503) and self.code != "too_many_sessions"
 
     def __str__(self) -> str:
         where = f" ({self.status})" if self.status is not None else ""
@@ -104,8 +107,9 @@ class Conflict(LockdError):
 
 
 class ResourceExhausted(LockdError):
-    """A limit was hit: ``queue_full``, ``too_many_locks``, ``rate_limited`` (429, retryable) or
-    ``payload_too_large`` (413, not retryable)."""
+    """A limit was hit: ``queue_full``, ``too_many_locks``, ``rate_limited``
+    (429, retryable), ``too_many_sessions`` (429, not retryable: a full namespace or cluster)
+    or ``payload_too_large`` (413, not retryable)."""
 
     default_code = "resource_exhausted"
 
