@@ -19,8 +19,9 @@
 //! **CPU under load.** A plain cluster (no valgrind, the shape asked for), `concurrency` clients
 //! spread over the nodes, each op kind in its own closed-loop phase on names of every group: the
 //! CPU time each process used over the phase (`/proc/<pid>/stat`), per operation done, with the
-//! groups each node leads. This is the regime the peak rate is made in, where many requests
-//! share one Raft entry, one fsync and one peer batch.
+//! groups each node leads. A last phase runs the seed's mix interleaved in each client, beside
+//! the mix weighted from the single kinds. This is the regime the peak rate is made in, where
+//! many requests share one Raft entry, one fsync and one peer batch.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,9 @@ use crate::target::{LockTarget, Token};
 
 /// The operations of the cost model, in the order each phase runs them.
 pub const OPS: [&str; 4] = ["acquire", "release", "keepalive", "read"];
+
+/// The load phases, in order: each op kind, then the seed's mix of them.
+const LOAD_PHASES: [&str; 5] = ["acquire", "release", "keepalive", "read", "mix"];
 
 /// The node (index) that leader balance makes group 1's leader: voter `1 mod 3` in id order.
 const GROUP1_LEADER: usize = 1;
@@ -90,6 +94,19 @@ pub struct Breakdown {
 }
 
 impl Report {
+    /// The seed mix's CPU per op (three replicas, lockd-bench) as the weighted sum of the
+    /// single-kind load rows: acquire 40%, release 40%, keepalive 8%, read 12%.
+    fn mix_from_parts(&self) -> Option<(f64, f64)> {
+        let weights = [0.40, 0.40, 0.08, 0.12];
+        let (mut servers, mut bench) = (0.0, 0.0);
+        for (op, w) in OPS.iter().zip(weights) {
+            let l = self.load.iter().find(|l| l.op == *op)?;
+            servers += w * l.nodes_us.iter().sum::<f64>();
+            bench += w * l.bench_us;
+        }
+        Some((servers, bench))
+    }
+
     pub fn render(&self) -> String {
         let mut out = format!(
             "instructions per operation (valgrind --tool=callgrind on the measured node), {} of each op per role, one client, fresh names of group 1 ({} lock groups); idle subtracted: {:.0} (leader run), {:.0} (follower run) instructions/s\n\n| role | acquire | release | keepalive | read | acquire+release |\n|---|---:|---:|---:|---:|---:|\n",
@@ -140,6 +157,17 @@ impl Report {
                     n.join(" | "),
                     l.nodes_us.iter().sum::<f64>(),
                     l.bench_us
+                ));
+            }
+            if let Some((servers, bench)) = self.mix_from_parts() {
+                let mix = self.load.iter().find(|l| l.op == "mix");
+                out.push_str(&format!(
+                    "\nthe mix weighted from the single-kind rows (40/40/8/12): three replicas {servers:.1} µs, lockd-bench {bench:.1} µs{}\n",
+                    mix.map_or(String::new(), |m| format!(
+                        "; measured: {:.1} µs and {:.1} µs",
+                        m.nodes_us.iter().sum::<f64>(),
+                        m.bench_us
+                    ))
                 ));
             }
         }
@@ -485,6 +513,9 @@ enum LoadOp {
     Release,
     Keepalive,
     Read,
+    /// The seed's mix, interleaved in each client: acquire 40%, release 40% (of a lock the
+    /// client holds; an acquire when it holds none), keepalive 8%, read 12%.
+    Mix,
 }
 
 /// One client's state across the load phases: its names and the tokens it holds.
@@ -494,6 +525,8 @@ struct Loader {
     held: Vec<(String, Token)>,
     names: Vec<String>,
     next: usize,
+    /// The mix's xorshift state (never 0).
+    rng: u64,
 }
 
 impl Loader {
@@ -508,38 +541,71 @@ impl Loader {
     async fn phase(&mut self, t: &GrpcTarget, op: LoadOp, end: Instant) -> Result<usize> {
         let mut done = 0;
         while done < LOAD_MAX_PER_CLIENT && Instant::now() < end {
-            match op {
-                LoadOp::Acquire => {
-                    let name = self.fresh();
-                    let owner = format!("load-{}-{}", self.id, self.next);
-                    let token = t
-                        .acquire(&mut self.client, &name, &owner)
-                        .await?
-                        .with_context(|| format!("{name} was taken"))?;
-                    self.held.push((name, token));
-                }
-                LoadOp::Release => {
-                    let Some((name, token)) = self.held.pop() else {
-                        break;
-                    };
-                    if !t.release(&mut self.client, &name, &token).await? {
-                        bail!("release of {name} refused");
-                    }
-                    self.names.push(name);
-                }
-                LoadOp::Keepalive => t.keepalive(&mut self.client, None).await?,
-                LoadOp::Read => {
-                    if self.names.is_empty() {
-                        let name = self.fresh();
-                        self.names.push(name);
-                    }
-                    let name = &self.names[done % self.names.len()];
-                    t.read(&mut self.client, name).await?;
-                }
+            let op = match op {
+                LoadOp::Mix => self.draw(),
+                op => op,
+            };
+            if !self.one(t, op, done).await? {
+                break;
             }
             done += 1;
         }
         Ok(done)
+    }
+
+    /// The next op kind of the mix.
+    fn draw(&mut self) -> LoadOp {
+        draw(&mut self.rng, !self.held.is_empty())
+    }
+
+    /// One op of kind `op` (not `Mix`); false when there was nothing to do (no lock to release).
+    async fn one(&mut self, t: &GrpcTarget, op: LoadOp, done: usize) -> Result<bool> {
+        match op {
+            LoadOp::Acquire => {
+                let name = self.fresh();
+                let owner = format!("load-{}-{}", self.id, self.next);
+                let token = t
+                    .acquire(&mut self.client, &name, &owner)
+                    .await?
+                    .with_context(|| format!("{name} was taken"))?;
+                self.held.push((name, token));
+            }
+            LoadOp::Release => {
+                let Some((name, token)) = self.held.pop() else {
+                    return Ok(false);
+                };
+                if !t.release(&mut self.client, &name, &token).await? {
+                    bail!("release of {name} refused");
+                }
+                self.names.push(name);
+            }
+            LoadOp::Keepalive => t.keepalive(&mut self.client, None).await?,
+            LoadOp::Read => {
+                if self.names.is_empty() {
+                    let name = self.fresh();
+                    self.names.push(name);
+                }
+                let name = &self.names[done % self.names.len()];
+                t.read(&mut self.client, name).await?;
+            }
+            LoadOp::Mix => unreachable!("drawn into one kind first"),
+        }
+        Ok(true)
+    }
+}
+
+/// The next op kind of the seed's mix from the xorshift state `rng` (acquire 40%, release 40%,
+/// keepalive 8%, read 12%); a release only if the client `holds` a lock, else an acquire.
+fn draw(rng: &mut u64, holds: bool) -> LoadOp {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    match *rng % 100 {
+        0..40 => LoadOp::Acquire,
+        40..80 if !holds => LoadOp::Acquire,
+        40..80 => LoadOp::Release,
+        80..88 => LoadOp::Keepalive,
+        _ => LoadOp::Read,
     }
 }
 
@@ -579,6 +645,7 @@ async fn load_costs(
             held: Vec::new(),
             names: Vec::new(),
             next: 0,
+            rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
         });
     }
     let kinds = [
@@ -586,10 +653,11 @@ async fn load_costs(
         LoadOp::Release,
         LoadOp::Keepalive,
         LoadOp::Read,
+        LoadOp::Mix,
     ];
     let mut out = Vec::new();
     for (k, op) in kinds.into_iter().enumerate() {
-        eprintln!("[load] {}", OPS[k]);
+        eprintln!("[load] {}", LOAD_PHASES[k]);
         let start = Instant::now() + Duration::from_millis(50);
         let end = start + Duration::from_secs(secs);
         tokio::time::sleep_until(start.into()).await;
@@ -617,7 +685,7 @@ async fn load_costs(
             .collect();
         let us = |secs: f64| secs * 1e6 / done.max(1) as f64;
         out.push(LoadCost {
-            op: OPS[k],
+            op: LOAD_PHASES[k],
             ops_per_s: done as f64 / took,
             nodes_us: cpu.iter().map(|&c| us(c)).collect(),
             bench_us: us(cpu_secs(None) - self0),
@@ -731,6 +799,27 @@ mod tests {
             "version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nsummary: 114467\n\nfn=main\n";
         assert_eq!(summary(dump), Some(114467));
         assert_eq!(summary("events: Ir\n"), None);
+    }
+
+    #[test]
+    fn the_mix_draws_the_seed_weights() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut n = [0u32; 4];
+        for _ in 0..100_000 {
+            let k = match draw(&mut rng, true) {
+                LoadOp::Acquire => 0,
+                LoadOp::Release => 1,
+                LoadOp::Keepalive => 2,
+                LoadOp::Read => 3,
+                LoadOp::Mix => unreachable!(),
+            };
+            n[k] += 1;
+        }
+        for (got, want) in n.iter().zip([40_000, 40_000, 8_000, 12_000]) {
+            assert!(got.abs_diff(want) < 1_000, "{n:?}");
+        }
+        // Holding nothing, a release is an acquire.
+        assert!((0..1_000).all(|_| !matches!(draw(&mut rng, false), LoadOp::Release)));
     }
 
     #[test]
