@@ -19,8 +19,8 @@
 //! **CPU under load.** A plain cluster (no valgrind, the shape asked for), `concurrency` clients
 //! spread over the nodes, each op kind in its own closed-loop phase on names of every group: the
 //! CPU time each process used over the phase (`/proc/<pid>/stat`), per operation done, with the
-//! groups each node leads. A last phase runs the seed's mix interleaved in each client, beside
-//! the mix weighted from the single kinds. This is the regime the peak rate is made in, where
+//! groups each node leads. A last phase runs `compare`'s mix (`workload::MixClient`), beside the
+//! mix weighted from the single kinds. This is the regime the peak rate is made in, where
 //! many requests share one Raft entry, one fsync and one peer batch.
 
 use std::future::Future;
@@ -36,6 +36,7 @@ use tokio::task::JoinSet;
 use crate::lockd::{sum_metric, Cluster, GrpcTarget, Routing, ServerOpts};
 use crate::procs::cpu_secs;
 use crate::target::{LockTarget, Token};
+use crate::workload::MixClient;
 
 /// The operations of the cost model, in the order each phase runs them.
 pub const OPS: [&str; 4] = ["acquire", "release", "keepalive", "read"];
@@ -95,11 +96,10 @@ pub struct Breakdown {
 
 impl Report {
     /// The seed mix's CPU per op (three replicas, lockd-bench) as the weighted sum of the
-    /// single-kind load rows: acquire 40%, release 40%, keepalive 8%, read 12%.
+    /// single-kind load rows, by the mix's shares (40/40/8/12).
     fn mix_from_parts(&self) -> Option<(f64, f64)> {
-        let weights = [0.40, 0.40, 0.08, 0.12];
         let (mut servers, mut bench) = (0.0, 0.0);
-        for (op, w) in OPS.iter().zip(weights) {
+        for (op, w) in OPS.iter().zip(crate::workload::mix_shares()) {
             let l = self.load.iter().find(|l| l.op == *op)?;
             servers += w * l.nodes_us.iter().sum::<f64>();
             bench += w * l.bench_us;
@@ -513,8 +513,7 @@ enum LoadOp {
     Release,
     Keepalive,
     Read,
-    /// The seed's mix, interleaved in each client: acquire 40%, release 40% (of a lock the
-    /// client holds; an acquire when it holds none), keepalive 8%, read 12%.
+    /// The seed's mix, as `compare`'s mix rows send it (`workload::MixClient`).
     Mix,
 }
 
@@ -525,8 +524,7 @@ struct Loader {
     held: Vec<(String, Token)>,
     names: Vec<String>,
     next: usize,
-    /// The mix's xorshift state (never 0).
-    rng: u64,
+    mix: MixClient,
 }
 
 impl Loader {
@@ -541,21 +539,17 @@ impl Loader {
     async fn phase(&mut self, t: &GrpcTarget, op: LoadOp, end: Instant) -> Result<usize> {
         let mut done = 0;
         while done < LOAD_MAX_PER_CLIENT && Instant::now() < end {
-            let op = match op {
-                LoadOp::Mix => self.draw(),
-                op => op,
-            };
-            if !self.one(t, op, done).await? {
+            if let LoadOp::Mix = op {
+                self.mix.step(t, &mut self.client).await;
+            } else if !self.one(t, op, done).await? {
                 break;
             }
             done += 1;
         }
+        if let (errors @ 1.., first) = self.mix.errors() {
+            bail!("{errors} requests of the mix failed, the first: {first:?}");
+        }
         Ok(done)
-    }
-
-    /// The next op kind of the mix.
-    fn draw(&mut self) -> LoadOp {
-        draw(&mut self.rng, !self.held.is_empty())
     }
 
     /// One op of kind `op` (not `Mix`); false when there was nothing to do (no lock to release).
@@ -588,24 +582,9 @@ impl Loader {
                 let name = &self.names[done % self.names.len()];
                 t.read(&mut self.client, name).await?;
             }
-            LoadOp::Mix => unreachable!("drawn into one kind first"),
+            LoadOp::Mix => unreachable!("the mix runs through MixClient"),
         }
         Ok(true)
-    }
-}
-
-/// The next op kind of the seed's mix from the xorshift state `rng` (acquire 40%, release 40%,
-/// keepalive 8%, read 12%); a release only if the client `holds` a lock, else an acquire.
-fn draw(rng: &mut u64, holds: bool) -> LoadOp {
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
-    match *rng % 100 {
-        0..40 => LoadOp::Acquire,
-        40..80 if !holds => LoadOp::Acquire,
-        40..80 => LoadOp::Release,
-        80..88 => LoadOp::Keepalive,
-        _ => LoadOp::Read,
     }
 }
 
@@ -645,7 +624,7 @@ async fn load_costs(
             held: Vec::new(),
             names: Vec::new(),
             next: 0,
-            rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
+            mix: MixClient::new(id, "lockd-bench/mixload".into()),
         });
     }
     let kinds = [
@@ -799,27 +778,6 @@ mod tests {
             "version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nsummary: 114467\n\nfn=main\n";
         assert_eq!(summary(dump), Some(114467));
         assert_eq!(summary("events: Ir\n"), None);
-    }
-
-    #[test]
-    fn the_mix_draws_the_seed_weights() {
-        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut n = [0u32; 4];
-        for _ in 0..100_000 {
-            let k = match draw(&mut rng, true) {
-                LoadOp::Acquire => 0,
-                LoadOp::Release => 1,
-                LoadOp::Keepalive => 2,
-                LoadOp::Read => 3,
-                LoadOp::Mix => unreachable!(),
-            };
-            n[k] += 1;
-        }
-        for (got, want) in n.iter().zip([40_000, 40_000, 8_000, 12_000]) {
-            assert!(got.abs_diff(want) < 1_000, "{n:?}");
-        }
-        // Holding nothing, a release is an acquire.
-        assert!((0..1_000).all(|_| !matches!(draw(&mut rng, false), LoadOp::Release)));
     }
 
     #[test]

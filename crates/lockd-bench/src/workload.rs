@@ -359,6 +359,16 @@ struct MixState {
 }
 
 impl MixState {
+    fn new(id: usize, seed: u64, prefix: String) -> MixState {
+        MixState {
+            id,
+            seq: 0,
+            held: None,
+            rng: fastrand::Rng::with_seed(seed),
+            prefix,
+        }
+    }
+
     fn random_name(&mut self) -> String {
         format!("{}/{}", self.prefix, self.rng.u64(0..MIX_NAMES))
     }
@@ -404,18 +414,53 @@ impl MixState {
     }
 }
 
+/// The share of each request kind in the seed's mix (acquire, release, keepalive, read), as
+/// [`MIX`] has them.
+pub(crate) fn mix_shares() -> [f64; 4] {
+    let share = |op: Op| MIX.iter().filter(|o| **o == op).count() as f64 / MIX.len() as f64;
+    [
+        share(Op::Acquire),
+        share(Op::Release),
+        share(Op::Keepalive),
+        share(Op::Read),
+    ]
+}
+
+/// One client of the seed's mix for measurements made elsewhere (`instructions.rs`): the same
+/// requests, in the same order, as the `mix` rows send.
+pub(crate) struct MixClient {
+    state: MixState,
+    stats: Stats,
+    next: u64,
+}
+
+impl MixClient {
+    pub(crate) fn new(id: usize, prefix: String) -> MixClient {
+        MixClient {
+            state: MixState::new(id, id as u64, prefix),
+            stats: Stats::new(),
+            next: 0,
+        }
+    }
+
+    /// Sends this client's next request of the mix.
+    pub(crate) async fn step<T: LockTarget>(&mut self, t: &T, cl: &mut T::Client) {
+        self.state.step(t, cl, self.next, &mut self.stats).await;
+        self.next += 1;
+    }
+
+    /// The requests that failed so far, and the first failure's text.
+    pub(crate) fn errors(&self) -> (u64, Option<&str>) {
+        (self.stats.errors, self.stats.first_error.as_deref())
+    }
+}
+
 /// The mix in a closed loop with `plan.max_rate_clients` clients: the maximum rate.
 pub async fn mix_max<T: LockTarget>(cx: &Ctx<'_>, t: &Arc<T>) -> Result<Row> {
     let n = cx.plan.max_rate_clients;
     let dur = cx.plan.mix_duration;
     let (st, run) = run_clients(cx, t, n, |t, mut cl, id, start| async move {
-        let mut s = MixState {
-            id,
-            seq: 0,
-            held: None,
-            rng: fastrand::Rng::with_seed(id as u64),
-            prefix: "lockd-bench/mixmax".into(),
-        };
+        let mut s = MixState::new(id, id as u64, "lockd-bench/mixmax".into());
         sleep_until(start).await;
         let deadline = start + dur;
         let mut st = Stats::new();
@@ -448,13 +493,7 @@ pub async fn mix_open<T: LockTarget>(cx: &Ctx<'_>, t: &Arc<T>, rate: u64) -> Res
     let per_client =
         ((rate as f64 * dur.as_secs_f64() / n as f64).ceil() as u64).min(MAX_OPS_PER_CLIENT);
     let (st, run) = run_clients(cx, t, n, |t, mut cl, id, start| async move {
-        let mut s = MixState {
-            id,
-            seq: 0,
-            held: None,
-            rng: fastrand::Rng::with_seed(id as u64 ^ rate),
-            prefix: format!("lockd-bench/mix{rate}"),
-        };
+        let mut s = MixState::new(id, id as u64 ^ rate, format!("lockd-bench/mix{rate}"));
         let first = start + interval.mul_f64(id as f64 / n as f64);
         let hard_stop = start + dur + OPEN_LOOP_GRACE;
         let mut st = Stats::new();
@@ -553,6 +592,14 @@ pub async fn run_all<T: LockTarget>(cx: &Ctx<'_>, t: T) -> Result<Vec<Row>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mix_has_the_seed_shares() {
+        let s = mix_shares();
+        for (got, want) in s.iter().zip([0.40, 0.40, 0.08, 0.12]) {
+            assert!((got - want).abs() < 1e-9, "{s:?}");
+        }
+    }
 
     #[test]
     fn half_the_max_is_rounded_down_to_a_hundred() {
