@@ -14,8 +14,16 @@
 //! removal): leader balancing then prefers the other voters of every group, so the groups the
 //! node leads move off it with a hand-off and no group is handed to it. Only leadership moves:
 //! the node stays a voter and keeps serving clients until it is removed or stopped.
+//!
+//! **Incarnations.** A node's identity is its disk: its data dir carries an incarnation, a
+//! random id made when the dir was first created. Each node records its own here once it can
+//! reach the meta group; the first one recorded for an id stands. A node that comes back under
+//! its id with another incarnation has lost its log and its vote (a voter that forgot both can
+//! vote twice in one term, or help elect a leader that lacks a commit), so the record refuses
+//! it, every node refuses its peer calls (`lockd-raft/src/peer`), and it must rejoin under a new
+//! id (`lockctl members replace OLD NEW ADDR`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +57,21 @@ pub(crate) struct ClusterRecord {
     /// In the image as a field of its own (format 6), after the topology.
     #[serde(skip)]
     pub draining: BTreeSet<u64>,
+    /// In the image as a field of its own (format 10), after the namespaces' version.
+    #[serde(skip)]
+    pub incarnations: BTreeMap<u64, u64>,
+}
+
+/// What a node that came back with a new data dir under a known id is told (by the meta group,
+/// by its peers, and at its start): what happened, why it may not serve, and the fix.
+pub fn wiped_disk_message(node: u64, known: u64, given: u64) -> String {
+    format!(
+        "the cluster knows node {node} by data dir incarnation {known:016x}, and this data dir \
+         is incarnation {given:016x}: the node lost its data (a wiped or replaced disk), and a \
+         voter that forgot its log and its vote must not come back under its old id. Rejoin \
+         under a new id: `lockctl members replace {node} NEW_ID NEW_PEER_ADDR`, then start this \
+         node with --node-id NEW_ID, --initial-cluster-state existing and this empty data dir"
+    )
 }
 
 impl LockTable {
@@ -86,6 +109,34 @@ impl LockTable {
         Ok(Reply::DrainingSet { node, draining })
     }
 
+    /// Every node's recorded data dir incarnation, by node id.
+    pub fn incarnations(&self) -> &BTreeMap<u64, u64> {
+        &self.cluster.incarnations
+    }
+
+    /// Records node `node`'s incarnation. The same again is a no-op; another one is refused
+    /// (the node lost its disk), and so is a retired id.
+    pub(crate) fn register_incarnation(
+        &mut self,
+        node: u64,
+        incarnation: u64,
+    ) -> Result<Reply, Rejection> {
+        if self.cluster.retired.contains(&node) {
+            return Err(Rejection::NodeRetired { node });
+        }
+        match self.cluster.incarnations.get(&node) {
+            Some(&known) if known != incarnation => Err(Rejection::IncarnationMismatch {
+                node,
+                known,
+                given: incarnation,
+            }),
+            _ => {
+                self.cluster.incarnations.insert(node, incarnation);
+                Ok(Reply::IncarnationRegistered { node, incarnation })
+            }
+        }
+    }
+
     /// Records the cluster's timing; the same again is a no-op, another one is refused.
     pub(crate) fn set_cluster_timing(&mut self, t: ClusterTiming) -> Result<Reply, Rejection> {
         if !(0 < t.heartbeat_ms && t.heartbeat_ms < t.election_min_ms)
@@ -110,6 +161,7 @@ impl LockTable {
     pub(crate) fn retire_node(&mut self, id: u64) -> Result<Reply, Rejection> {
         self.cluster.retired.insert(id);
         self.cluster.draining.remove(&id);
+        self.cluster.incarnations.remove(&id);
         Ok(Reply::NodeRetired { node: id })
     }
 }
@@ -192,5 +244,37 @@ mod tests {
             Vec::<u64>::new(),
             "a refusal changes nothing"
         );
+    }
+
+    #[test]
+    fn the_first_incarnation_stands_another_is_refused_and_retirement_forgets_it() {
+        let mut t = LockTable::new();
+        let reg = |node, incarnation| Op::RegisterIncarnation { node, incarnation };
+        assert!(apply(&mut t, reg(1, 0xa1)).is_ok());
+        assert!(
+            apply(&mut t, reg(1, 0xa1)).is_ok(),
+            "the same again is a no-op"
+        );
+        assert!(apply(&mut t, reg(2, 0xb2)).is_ok());
+        let before = t.snapshot();
+        let e = apply(&mut t, reg(1, 0xc3)).unwrap_err();
+        assert_eq!(e.code(), "member_change_refused");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("00000000000000a1")
+                && msg.contains("00000000000000c3")
+                && msg.contains("lockctl members replace 1 "),
+            "{msg}"
+        );
+        assert_eq!(t.snapshot(), before, "a refusal changes nothing");
+        let restored = LockTable::restore(&before).unwrap();
+        assert_eq!(
+            restored.incarnations().iter().collect::<Vec<_>>(),
+            vec![(&1, &0xa1), (&2, &0xb2)]
+        );
+        assert!(apply(&mut t, Op::RetireNode { node: 1 }).is_ok());
+        assert!(!t.incarnations().contains_key(&1));
+        let e = apply(&mut t, reg(1, 0xc3)).unwrap_err();
+        assert_eq!(e.code(), "node_retired");
     }
 }

@@ -38,7 +38,7 @@ mod topology;
 mod types;
 
 pub use bucket::{bucket_of, ShardMap, BUCKETS};
-pub use cluster::ClusterTiming;
+pub use cluster::{wiped_disk_message, ClusterTiming};
 pub use invariants::Violation;
 pub use machine::{validate_namespace, Applied, LockTable, Stats};
 pub use ownership::{

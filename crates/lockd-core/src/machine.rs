@@ -537,6 +537,9 @@ impl LockTable {
             } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut ev),
             Op::SetGroupReplicas { group, replicas } => self.set_group_replicas(*group, replicas),
             Op::SetDraining { node, draining } => self.set_draining(*node, *draining),
+            Op::RegisterIncarnation { node, incarnation } => {
+                self.register_incarnation(*node, *incarnation)
+            }
             Op::PlaceGroup {
                 group,
                 replicas,

@@ -18,6 +18,7 @@ use crate::types::{Namespace, SessionId};
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
+/// - 10: the meta group's node incarnations (`cluster.rs`).
 /// - 9: a namespace's `max_sessions`.
 /// - 8: group records carry their placement version; removed groups; a closed lock group.
 /// - 7: the namespaces' version (`Op::ChangeNamespace`).
@@ -27,7 +28,7 @@ use crate::types::{Namespace, SessionId};
 /// - 3: the group's bucket ownership and its moves.
 /// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 9;
+pub const SNAPSHOT_FORMAT: u32 = 10;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -51,6 +52,7 @@ struct ImageRef<'a> {
     topology: &'a crate::topology::Topology,
     draining: &'a std::collections::BTreeSet<u64>,
     namespaces_version: u64,
+    incarnations: &'a BTreeMap<u64, u64>,
 }
 
 /// Why a snapshot could not be restored.
@@ -113,6 +115,7 @@ impl LockTable {
             topology: &self.topology,
             draining: &self.cluster.draining,
             namespaces_version: self.namespaces_version,
+            incarnations: &self.cluster.incarnations,
         }
     }
 
@@ -206,6 +209,7 @@ const IMAGE_FIELDS: &[&str] = &[
     "topology",
     "draining",
     "namespaces_version",
+    "incarnations",
 ];
 
 impl<'de> DeserializeSeed<'de> for ImageSeed<'_> {
@@ -302,6 +306,9 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         } else {
             u64::from(self.t.namespaces.len() > 1)
         };
+        if format >= 10 {
+            self.t.cluster.incarnations = field(&mut seq, 12)?;
+        }
         Ok(())
     }
 }
@@ -464,10 +471,10 @@ mod tests {
             );
         }
         let mut other = bytes.clone();
-        other[0] = 10; // the format is the first varint
+        other[0] = 11; // the format is the first varint
         assert_eq!(
             LockTable::restore(&other).err(),
-            Some(RestoreError::Format(10))
+            Some(RestoreError::Format(11))
         );
 
         // A holder whose session is not in the image.

@@ -350,6 +350,10 @@ pub enum Op {
     /// Applied only while the namespaces were never changed (version 0); later a no-op, so a
     /// node's file never overwrites what the admin API set since.
     SeedNamespaces { namespaces: Vec<Namespace> },
+    /// Meta group: node `node` runs on the data dir with this incarnation (a random id made
+    /// when the dir was first created). The first one recorded stands; another is refused,
+    /// because a node that comes back with another incarnation lost its disk (`cluster.rs`).
+    RegisterIncarnation { node: u64, incarnation: u64 },
 }
 
 impl Op {
@@ -419,6 +423,36 @@ impl Op {
             self,
             Op::Tick | Op::ExpireSessions { .. } | Op::RaiseRevision { .. }
         )
+    }
+
+    /// Whether a node ever forwards this command to a group of this kind (`meta`: the meta
+    /// group), so that the peer port may take it. The meta group takes no copy of a namespace
+    /// (its namespaces change by compare-and-set, [`Op::ChangeNamespace`]), and a lock group
+    /// takes none of the meta group's records. [`Op::SetGroupReplicas`] is written by no node
+    /// any more (only replayed from old logs).
+    pub fn forwarded_to(&self, meta: bool) -> bool {
+        let meta_only = matches!(
+            self,
+            Op::PutShardMap { .. }
+                | Op::SetClusterTiming { .. }
+                | Op::RetireNode { .. }
+                | Op::RecordGroups { .. }
+                | Op::CreateGroup { .. }
+                | Op::GroupReady { .. }
+                | Op::SetDraining { .. }
+                | Op::SeedNamespacesV8 { .. }
+                | Op::SeedNamespaces { .. }
+                | Op::ChangeNamespace { .. }
+                | Op::PlaceGroup { .. }
+                | Op::RemoveGroup { .. }
+                | Op::RegisterIncarnation { .. }
+        );
+        let copies = matches!(
+            self,
+            Op::PutNamespaceV8 { .. } | Op::PutNamespace { .. } | Op::DeleteNamespace { .. }
+        );
+        let retired = matches!(self, Op::SetGroupReplicas { .. });
+        !retired && if meta { !copies } else { !meta_only }
     }
 }
 
@@ -566,6 +600,11 @@ pub enum Reply {
     /// Lock group `group` is removed (or was already).
     GroupRemoved {
         group: u32,
+    },
+    /// The node's incarnation is the recorded one (recorded now or before).
+    IncarnationRegistered {
+        node: u64,
+        incarnation: u64,
     },
 }
 
@@ -938,6 +977,13 @@ pub enum Rejection {
     GroupRemoved {
         group: u32,
     },
+    /// The cluster knows node `node` by another data dir: this one is new (a wiped or
+    /// replaced disk), and a voter that forgot its log and its vote must not come back.
+    IncarnationMismatch {
+        node: u64,
+        known: u64,
+        given: u64,
+    },
 }
 
 impl Rejection {
@@ -970,6 +1016,7 @@ impl Rejection {
             Rejection::ClusterTimingMismatch { .. } => "cluster_timing_mismatch",
             Rejection::InvalidClusterTiming { .. } => "invalid_cluster_timing",
             Rejection::NodeRetired { .. } => "node_retired",
+            Rejection::IncarnationMismatch { .. } => "member_change_refused",
             Rejection::SessionNotHere { .. } => "session_not_here",
             Rejection::GroupExists { .. } => "group_exists",
             Rejection::GroupBeingCreated { .. } => "group_creation_in_progress",
@@ -1113,6 +1160,11 @@ impl fmt::Display for Rejection {
                 f,
                 "node id {node} left this cluster for good, and a node id is never reused: start \
                  the node with a new --node-id and an empty data dir"
+            ),
+            Rejection::IncarnationMismatch { node, known, given } => write!(
+                f,
+                "{}",
+                crate::cluster::wiped_disk_message(*node, *known, *given)
             ),
             Rejection::SessionNotHere { session } => write!(
                 f,

@@ -377,7 +377,8 @@ impl Model {
             | Op::PlaceGroup { .. }
             | Op::CloseGroup
             | Op::RemoveGroup { .. }
-            | Op::SetDraining { .. } => {
+            | Op::SetDraining { .. }
+            | Op::RegisterIncarnation { .. } => {
                 unreachable!("not generated (tests/moves.rs covers moves, cluster.rs the rest)")
             }
         }
