@@ -350,6 +350,9 @@ def cmd_systemd_cluster(a: argparse.Namespace) -> None:
     token = work / "admin-token"
     token.write_text("packaging-check-admin-token-0123456789\n")
     token.chmod(0o600)
+    secret = work / "peer-secret"
+    secret.write_text("packaging-check-peer-secret-0123456789abcdef\n")
+    secret.chmod(0o600)
     ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
     peers = ",".join(f"{i + 1}=127.0.0.1:{p[2]}" for i, p in enumerate(ports))
     stop_budget = seconds((unit_get(e, "TimeoutStopSec") or ["90s"])[-1])
@@ -361,7 +364,7 @@ def cmd_systemd_cluster(a: argparse.Namespace) -> None:
         for i, (http, grpc, _peer) in enumerate(ports):
             env = dict(base, LOCKD_NODE_ID=str(i + 1), LOCKD_PEERS=peers,
                        LOCKD_HTTP=f"127.0.0.1:{http}", LOCKD_GRPC=f"127.0.0.1:{grpc}",
-                       LOCKD_ADMIN_TOKEN_FILE=str(token))
+                       LOCKD_ADMIN_TOKEN_FILE=str(token), LOCKD_PEER_SECRET_FILE=str(secret))
             argv = exec_start_argv(e, env)
             argv[0] = a.lockd
             argv[argv.index("--data-dir") + 1] = str(work / f"node-{i + 1}")
@@ -627,7 +630,8 @@ def cmd_k8s_pod(a: argparse.Namespace) -> None:
     # With the optional secrets and config mounted.
     etc = work / "etc-full"
     for f in ("admin/admin-token", "config/namespaces.toml", "tls/tls.crt", "tls/tls.key",
-              "peer-tls/node-2.pem", "peer-tls/node-2-key.pem", "peer-tls/ca.pem"):
+              "peer-tls/node-2.pem", "peer-tls/node-2-key.pem", "peer-tls/ca.pem",
+              "peer-secret/peer-secret"):
         (etc / f).parent.mkdir(parents=True, exist_ok=True)
         (etc / f).write_text("x")
     argv = entrypoint_argv(script, dict(container_env(c, f"{name}-1"), LOCKD_ETC=str(etc)), work)
@@ -635,8 +639,10 @@ def cmd_k8s_pod(a: argparse.Namespace) -> None:
           and flag(argv, "--config") == f"{etc}/config/namespaces.toml"
           and flag(argv, "--tls-cert-file") == f"{etc}/tls/tls.crt"
           and flag(argv, "--peer-cert-file") == f"{etc}/peer-tls/node-2.pem"
-          and flag(argv, "--peer-ca-file") == f"{etc}/peer-tls/ca.pem",
-          "with the optional secrets mounted: admin token, namespaces, client TLS, node 2's peer certificate")
+          and flag(argv, "--peer-ca-file") == f"{etc}/peer-tls/ca.pem"
+          and flag(argv, "--peer-secret-file") == f"{etc}/peer-secret/peer-secret",
+          "with the optional secrets mounted: admin token, namespaces, client TLS, node 2's peer "
+          "certificate, the peer secret")
     # The lockd-nodes ConfigMap: `founded` guards the founders' data dirs; POD=ID gives a pod
     # whose disk was lost a new node id.
     nodes = work / "etc-nodes"
@@ -662,8 +668,9 @@ def cmd_k8s_pod(a: argparse.Namespace) -> None:
     r, _ = entrypoint_run(script, env, work)
     check(r.returncode == 1 and "holds no node id" in r.stderr, "an id that is not a number is refused")
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
-    check({"/etc/lockd/admin", "/etc/lockd/config", "/etc/lockd/tls", "/etc/lockd/peer-tls", "/etc/lockd/nodes"} <= mounts,
-          "those five directories are the container's volume mounts")
+    check({"/etc/lockd/admin", "/etc/lockd/config", "/etc/lockd/tls", "/etc/lockd/peer-tls", "/etc/lockd/nodes",
+           "/etc/lockd/peer-secret"} <= mounts,
+          "those six directories are the container's volume mounts")
     r = subprocess.run(["/bin/sh", "-c", k8s_expand(script, container_env(c, "web"))],
                        env=dict(container_env(c, "web"), PATH=os.environ.get("PATH", "")), capture_output=True, text=True)
     check(r.returncode != 0 and "ordinal" in r.stderr, "a pod name without an ordinal is refused")
@@ -769,6 +776,9 @@ def cmd_k8s_cluster(a: argparse.Namespace) -> None:
     (etc / "admin").mkdir(parents=True, exist_ok=True)
     token = "packaging-check-admin-token-0123456789"
     (etc / "admin" / "admin-token").write_text(token + "\n")
+    # The manifest's header asks for the peer secret before the first start.
+    (etc / "peer-secret").mkdir(parents=True, exist_ok=True)
+    (etc / "peer-secret" / "peer-secret").write_text("packaging-check-peer-secret-0123456789abcdef\n")
     port = {n: int(container_env(c, "x")[f"LOCKD_{n.upper()}_PORT"]) for n in ("http", "grpc", "peer")}
     procs: dict[int, subprocess.Popen[bytes]] = {}
     logs: dict[int, Path] = {}

@@ -425,6 +425,19 @@ impl Op {
         )
     }
 
+    /// Whether node `from`, not a member of any group yet (a joiner waiting to be added), may
+    /// propose this command through a member's peer port: only the records a node's start
+    /// writes about itself, so that a joiner with the wrong Raft timing or a wiped disk is
+    /// refused before it is added. The first timing recorded stands, and an incarnation is
+    /// recorded once, so neither can be changed this way.
+    pub fn stranger_may_propose(&self, from: u64) -> bool {
+        match self {
+            Op::SetClusterTiming { .. } => true,
+            Op::RegisterIncarnation { node, .. } => *node == from,
+            _ => false,
+        }
+    }
+
     /// Whether a node ever forwards this command to a group of this kind (`meta`: the meta
     /// group), so that the peer port may take it. The meta group takes no copy of a namespace
     /// (its namespaces change by compare-and-set, [`Op::ChangeNamespace`]), and a lock group

@@ -95,6 +95,10 @@ pub struct NodeConfig {
     /// node then presents a certificate of the cluster's CA naming it ([`peer_dns_name`]), and
     /// refuses a caller without one.
     pub peer_tls: Option<PeerTls>,
+    /// The cluster's peer secret: every peer call carries it and every node checks it, so a
+    /// plain-text peer port answers the cluster's nodes only (`peer/book.rs`). `None`: no
+    /// check (mutual TLS, or a port the operator declared open with `--insecure-peer-port`).
+    pub peer_secret: Option<String>,
     /// SIMULATION ONLY: rate of this node's clock relative to real (tokio) time, for lockd's own
     /// time reads (group-time stamping, session tracker). 1.0 in production.
     #[doc(hidden)]
@@ -124,6 +128,7 @@ impl NodeConfig {
             peers,
             cluster_name: "lockd".into(),
             peer_tls: None,
+            peer_secret: None,
             join_existing: false,
             lock_groups: 1,
             replicas: 0,

@@ -51,7 +51,7 @@ pub use fatal::GroupFailure;
 pub use group::{Group, GroupStatus, ProposeResult};
 pub use identity::Identity;
 pub use node::{MemberCall, Node, Route, META_MAX_VOTERS};
-pub use peer::{Method as PeerMethod, PeerPool, PeerTransport};
+pub use peer::{Method as PeerMethod, PeerBook, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
 pub use placement::initial_placement;
 pub use raft::{

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::group::{Group, Timing};
-use crate::peer::{Method, PeerPool, PeerServer, PeerService, PeerTransport, Peers};
+use crate::peer::{Method, PeerBook, PeerPool, PeerServer, PeerService, PeerTransport, Peers};
 use crate::raft::{MemberError, Membership, RaftGroup};
 use crate::remote::RemoteGroup;
 use crate::replica::Replica;
@@ -149,6 +149,8 @@ pub(crate) struct Shared {
     /// A handle on every group of the cluster over the peer port: for when this node has no
     /// member replica of it, or its replica is stranded (`Group::is_stranded`).
     pub(crate) remotes: Arc<RwLock<BTreeMap<GroupId, Arc<RemoteGroup>>>>,
+    /// Who may call the peer port; the meta group's replica keeps it current.
+    pub(crate) book: Option<Arc<PeerBook>>,
 }
 
 /// Every group hosted by this process.
@@ -168,6 +170,8 @@ pub struct Node {
     shared: Shared,
     /// The first group that stopped by itself (`fatal.rs`).
     pub(crate) failed: watch::Sender<Option<crate::GroupFailure>>,
+    /// Who may call this node's peer port (`peer/book.rs`).
+    book: Arc<PeerBook>,
 }
 
 fn validate(cfg: &NodeConfig) -> Result<(), StartError> {
@@ -219,14 +223,26 @@ impl Node {
         sink: Arc<dyn EffectSink>,
     ) -> Result<Arc<Node>, StartError> {
         validate(&cfg)?;
+        let recorded = record_identity(&cfg)?;
+        let incarnation = recorded.map_or(0, |r| r.incarnation);
+        let book = Arc::new(PeerBook::new(incarnation, cfg.peer_secret.clone()));
         let pool = PeerPool::new(
             &cfg.peers,
             &cfg.cluster_name,
             cfg.node_id,
             cfg.peer_tls.as_ref(),
+            book.clone(),
         )
         .map_err(StartError::Config)?;
-        Node::start_with_transport(cfg, sink, Arc::new(pool)).await
+        let pool: Arc<dyn PeerTransport> = Arc::new(pool);
+        if recorded.is_some_and(|r| r.fresh) {
+            if let Err(e) = ask_peers_first(&cfg, &*pool).await {
+                // Forget the new identity, so that a supervisor's restart asks again.
+                let _ = std::fs::remove_file(cfg.data_dir.join(crate::identity::FILE));
+                return Err(e);
+            }
+        }
+        Node::start_inner(cfg, sink, pool, book).await
     }
 
     /// [`Node::start`] with peer calls sent through `transport` instead of the gRPC pool (the
@@ -237,20 +253,17 @@ impl Node {
         transport: Arc<dyn PeerTransport>,
     ) -> Result<Arc<Node>, StartError> {
         validate(&cfg)?;
-        if matches!(cfg.storage, crate::Storage::Disk) {
-            let me = crate::Identity {
-                cluster: cfg.cluster_name.clone(),
-                node_id: cfg.node_id,
-                lock_groups: cfg.lock_groups,
-                replicas: cfg.replicas,
-            };
-            if me
-                .check_or_record(&cfg.data_dir)
-                .map_err(StartError::Identity)?
-            {
-                info!(node = cfg.node_id, cluster = %cfg.cluster_name, "recorded the data dir's identity");
-            }
-        }
+        let incarnation = record_identity(&cfg)?.map_or(0, |r| r.incarnation);
+        let book = Arc::new(PeerBook::new(incarnation, cfg.peer_secret.clone()));
+        Node::start_inner(cfg, sink, transport, book).await
+    }
+
+    async fn start_inner(
+        cfg: NodeConfig,
+        sink: Arc<dyn EffectSink>,
+        transport: Arc<dyn PeerTransport>,
+        book: Arc<PeerBook>,
+    ) -> Result<Arc<Node>, StartError> {
         let election_max = Duration::from_millis(cfg.election_timeout_ms.1);
         let timing = Timing {
             election_max,
@@ -264,7 +277,10 @@ impl Node {
         let clock = NodeClock::new(cfg.clock_rate);
         let founders: Vec<NodeId> = cfg.peers.keys().copied().collect();
         let placement = crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas);
-        let shared = Shared::default();
+        let shared = Shared {
+            book: Some(book.clone()),
+            ..Shared::default()
+        };
         let mut groups = BTreeMap::new();
         let mut remotes = BTreeMap::new();
         for (&id, placed) in &placement {
@@ -372,6 +388,7 @@ impl Node {
                 shared
             },
             failed,
+            book,
         });
         if timing.balance_leaders {
             // Over the groups hosted at each check, so groups created later are balanced too.
@@ -382,6 +399,57 @@ impl Node {
                 .push(tokio::spawn(balancer));
         }
         Ok(node)
+    }
+
+    /// This node's data dir incarnation (0: storage in memory, not tracked).
+    pub fn incarnation(&self) -> u64 {
+        self.book.incarnation()
+    }
+
+    pub(crate) fn peer_book(&self) -> &PeerBook {
+        &self.book
+    }
+
+    /// Admits a peer call of `method` on group `group` from node `from` by membership, or says
+    /// why not. Raft's elections (vote, pre-vote, leadership transfer) only from a member of
+    /// the group as this node's replica knows it. Every other call from a node of the cluster
+    /// (a member of a group this node hosts, or a peer it has an address for): `Ok(true)`. A
+    /// caller that is neither is a *stranger* (`Ok(false)`): a joiner waiting to be added, or
+    /// not a node at all; `dispatch_one` takes from it only what a joiner needs before its add
+    /// (`Op::stranger_may_propose`). A node none of whose replicas has a membership yet (a
+    /// joiner itself) knows nobody, and takes every caller as a node: it holds nothing yet.
+    pub(crate) fn admit_member(
+        &self,
+        from: NodeId,
+        method: Method,
+        group: GroupId,
+    ) -> Result<bool, tonic::Status> {
+        let election = matches!(
+            method,
+            Method::Vote | Method::PreVote | Method::TransferLeader
+        );
+        if election {
+            if let Some(g) = self.group(group) {
+                let m = g.raft().membership();
+                let member = m.voters.contains(&from) || m.learners.contains(&from);
+                if member || (m.voters.is_empty() && m.learners.is_empty()) {
+                    return Ok(true);
+                }
+                return Err(tonic::Status::permission_denied(format!(
+                    "node {from} is not a member of group {group}: it may not call elections"
+                )));
+            }
+        }
+        if from == self.node_id || self.maker.pool.knows(from) {
+            return Ok(true);
+        }
+        let memberships = self.memberships();
+        if memberships.values().any(|m| m.addrs.contains_key(&from)) {
+            return Ok(true);
+        }
+        Ok(memberships
+            .values()
+            .all(|m| m.voters.is_empty() && m.learners.is_empty()))
     }
 
     /// Records the nodes marked draining (the meta group's mark, as the server last read it).
@@ -931,11 +999,13 @@ async fn open_group(
     shared: &Shared,
 ) -> Result<Arc<Group>, StartError> {
     let dir = cfg.data_dir.join(format!("group-{id}"));
+    let book = (id == META_GROUP).then(|| shared.book.clone()).flatten();
     let replica = Arc::new(Replica::new(
         id,
         sink.clone(),
         clock,
         cfg.skip_ownership_check,
+        book,
     ));
     let raft = RaftGroup::start(cfg, id, &dir, replica.clone(), pool.clone()).await?;
     Ok(Arc::new(Group::new(
@@ -968,4 +1038,63 @@ fn created_group_dirs(
         .collect();
     ids.sort_unstable();
     ids
+}
+
+/// Checks (or records, on a first start) the data dir's identity; `None` for storage in memory.
+fn record_identity(cfg: &NodeConfig) -> Result<Option<crate::identity::Recorded>, StartError> {
+    if !matches!(cfg.storage, crate::Storage::Disk) {
+        return Ok(None);
+    }
+    let me = crate::Identity {
+        cluster: cfg.cluster_name.clone(),
+        node_id: cfg.node_id,
+        lock_groups: cfg.lock_groups,
+        replicas: cfg.replicas,
+    };
+    let r = me
+        .check_or_record(&cfg.data_dir)
+        .map_err(StartError::Identity)?;
+    if r.fresh {
+        info!(node = cfg.node_id, cluster = %cfg.cluster_name, incarnation = %format!("{:016x}", r.incarnation), "recorded the data dir's identity");
+    }
+    Ok(Some(r))
+}
+
+/// How long a node with a new data dir waits for each peer's answer before it starts.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A node whose data dir is new asks every other peer, before it opens a group, whether the
+/// cluster knows its id by another data dir (as etcd's "member has already been
+/// bootstrapped"): a wiped disk restarted under its old id is refused here, with the fix,
+/// before it can initialise a group or vote. A peer that cannot be reached says nothing: a
+/// new cluster's founders start in any order. If every peer is down, the peers' own checks
+/// (`peer/book.rs`) refuse the node and stop it when they come back.
+async fn ask_peers_first(cfg: &NodeConfig, pool: &dyn PeerTransport) -> Result<(), StartError> {
+    let others: Vec<NodeId> = cfg
+        .peers
+        .keys()
+        .copied()
+        .filter(|n| *n != cfg.node_id)
+        .collect();
+    let asks = others.iter().map(|&n| async move {
+        let got = pool
+            .call(n, Method::Hello, META_GROUP, Vec::new(), HELLO_TIMEOUT)
+            .await;
+        (n, got)
+    });
+    for (n, got) in futures_util::future::join_all(asks).await {
+        match got {
+            Ok(_) => {}
+            Err(st) if crate::peer::book::refused_why(&st).is_some() => {
+                return Err(StartError::Identity(format!(
+                    "node {n} refused this node: {}",
+                    st.message()
+                )));
+            }
+            Err(st) => {
+                tracing::debug!(peer = n, error = %st.message(), "no answer to the start-up hello");
+            }
+        }
+    }
+    Ok(())
 }

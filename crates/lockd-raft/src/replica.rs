@@ -41,6 +41,9 @@ pub(crate) struct Replica {
     installs: AtomicU64,
     /// NEGATIVE CONTROL ONLY: every table here skips the ownership check.
     skip_ownership_check: bool,
+    /// The meta group's replica keeps the node's peer book in step with what it records about
+    /// the nodes (incarnations, retired ids) as it applies them (`peer/book.rs`).
+    book: Option<Arc<crate::PeerBook>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -60,6 +63,7 @@ impl Replica {
         sink: Arc<dyn EffectSink>,
         clock: NodeClock,
         skip_ownership_check: bool,
+        book: Option<Arc<crate::PeerBook>>,
     ) -> Replica {
         let mut table = LockTable::new();
         if skip_ownership_check {
@@ -79,6 +83,18 @@ impl Replica {
             sink,
             clock,
             installs: AtomicU64::new(0),
+            book,
+        }
+    }
+
+    /// Copies what the table records about the nodes into the peer book, if this replica
+    /// keeps one.
+    fn update_book(&self, table: &LockTable) {
+        if let Some(book) = &self.book {
+            book.set(
+                table.incarnations().clone(),
+                table.retired_nodes().into_iter().collect(),
+            );
         }
     }
 
@@ -104,6 +120,10 @@ impl Replica {
         let mut effects = Vec::new();
         let mut events = Vec::new();
         let leading;
+        let nodes_changed = self.book.is_some()
+            && ops
+                .iter()
+                .any(|op| matches!(op, Op::RegisterIncarnation { .. } | Op::RetireNode { .. }));
         {
             let mut st = lock(&self.state);
             let at = self.clock.now();
@@ -136,6 +156,9 @@ impl Replica {
             st.index = index;
             st.term = term;
             st.at = at;
+            if nodes_changed {
+                self.update_book(&st.table);
+            }
         }
         if !effects.is_empty() {
             self.sink.applied(self.group, &effects);
@@ -168,6 +191,7 @@ impl Replica {
             st.index = index;
             st.term = term;
             st.at = self.clock.now();
+            self.update_book(&st.table);
             // A snapshot only reaches a follower; if a stale leader view survived, drop it so
             // the leader duties start over from the new state.
             lock(&self.leader).deactivate();

@@ -95,6 +95,16 @@ pub struct Common {
     /// The cluster's CA (PEM): the only issuer whose peers are let in.
     #[arg(long, env = "LOCKD_PEER_CA_FILE", requires = "peer_cert_file")]
     pub peer_ca_file: Option<PathBuf>,
+    /// A file holding the cluster's peer secret (32-256 printable ASCII characters), the same on
+    /// every node: every peer call carries it and a call without it is refused, so a plain-text
+    /// peer port answers the cluster's nodes only. `lockd dev` makes one in its data dir.
+    #[arg(long, env = "LOCKD_PEER_SECRET_FILE")]
+    pub peer_secret_file: Option<PathBuf>,
+    /// Serve a plain-text peer port on a non-loopback address with no --peer-secret-file:
+    /// anything that reaches the port can then act as a node (vote, append, propose). Without
+    /// this flag such a start is refused.
+    #[arg(long, env = "LOCKD_INSECURE_PEER_PORT")]
+    pub insecure_peer_port: bool,
 }
 
 /// Lock groups of a new cluster when nothing says otherwise (`lockd serve`).
@@ -124,6 +134,25 @@ impl Common {
         }
         let recorded = lockd_raft::Identity::read(dir).map_err(anyhow::Error::msg)?;
         Ok(recorded.map_or(fresh, |i| i.lock_groups))
+    }
+
+    /// The peer secret every node's calls must carry (`--peer-secret-file`), checked against
+    /// how the peer port at `peer` is served: a plain-text port off loopback needs a secret or
+    /// `--insecure-peer-port`. `None`: no secret (mutual TLS, loopback, or declared open).
+    pub fn peer_secret(&self, peer: std::net::SocketAddr) -> anyhow::Result<Option<String>> {
+        if let Some(path) = &self.peer_secret_file {
+            return read_secret(path, "peer secret", 32).map(Some);
+        }
+        if self.peer_cert_file.is_none() && !peer.ip().is_loopback() && !self.insecure_peer_port {
+            anyhow::bail!(
+                "the peer port {peer} is plain text (no --peer-cert-file) off loopback and has no \
+                 --peer-secret-file: anything that reached it could act as a node (vote, append \
+                 entries, propose). Give every node the same --peer-secret-file, or mutual TLS \
+                 (--peer-cert-file, --peer-key-file, --peer-ca-file), or say \
+                 --insecure-peer-port to serve it open on a network you trust"
+            );
+        }
+        Ok(None)
     }
 
     /// The client ports' TLS, loaded and checked.
@@ -280,6 +309,8 @@ impl ServeArgs {
             peer_cert_file,
             peer_key_file,
             peer_ca_file,
+            peer_secret_file,
+            insecure_peer_port,
         } = common;
         let mut v: Vec<OsString> = vec!["serve".into()];
         let mut flag = |name: &str, value: OsString| {
@@ -332,6 +363,7 @@ impl ServeArgs {
             ("peer-cert-file", peer_cert_file),
             ("peer-key-file", peer_key_file),
             ("peer-ca-file", peer_ca_file),
+            ("peer-secret-file", peer_secret_file),
         ];
         for (name, file) in files {
             if let Some(f) = file {
@@ -340,6 +372,9 @@ impl ServeArgs {
         }
         if *no_leader_balance {
             v.push("--no-leader-balance".into());
+        }
+        if *insecure_peer_port {
+            v.push("--insecure-peer-port".into());
         }
         v
     }
@@ -436,6 +471,23 @@ pub fn config_file_env(
         }
     }
     Ok(out)
+}
+
+/// Reads a secret from `path`: one line of `min`-256 printable ASCII characters.
+pub fn read_secret(path: &std::path::Path, what: &str, min: usize) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the {what} file {}", path.display()))?;
+    let secret = raw.trim();
+    if !(min..=256).contains(&secret.len()) || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+        anyhow::bail!(
+            "the {what} in {} must be {min}-256 printable ASCII characters without spaces (it \
+             has {} bytes)",
+            path.display(),
+            secret.len()
+        );
+    }
+    Ok(secret.to_string())
 }
 
 #[cfg(test)]

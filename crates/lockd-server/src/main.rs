@@ -243,9 +243,23 @@ fn read_admin_token(path: &Path) -> anyhow::Result<String> {
 /// `lockd dev`'s admin token: `DATA_DIR/admin-token`, made (0600, 32 random bytes as hex) if it
 /// is not there yet.
 fn dev_admin_token_file(data_dir: &Path) -> anyhow::Result<PathBuf> {
+    dev_secret_file(data_dir, "admin-token")
+}
+
+/// `lockd dev`'s peer secret, shared by its nodes: `DATA_DIR/peer-secret` (made like the admin
+/// token), unless `--peer-secret-file` names one.
+fn dev_peer_secret_file(common: &Common, data_dir: &Path) -> anyhow::Result<PathBuf> {
+    match &common.peer_secret_file {
+        Some(p) => Ok(p.clone()),
+        None => dev_secret_file(data_dir, "peer-secret"),
+    }
+}
+
+/// `DATA_DIR/NAME`, made (0600, 32 random bytes as hex) if it is not there yet.
+fn dev_secret_file(data_dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     use std::io::Write as _;
     use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-    let path = data_dir.join("admin-token");
+    let path = data_dir.join(name);
     if path.exists() {
         return Ok(path);
     }
@@ -372,6 +386,7 @@ async fn run_node(
     node.snapshot_every = common.snapshot_every;
     node.balance_leaders = !common.no_leader_balance;
     node.peer_tls = common.peer_tls()?;
+    node.peer_secret = common.peer_secret(peer.local_addr()?)?;
     let tls = common.client_tls()?;
     if extras.skip_leader_lease_check {
         tracing::warn!("NEGATIVE CONTROL: skip-leader-lease-check; this node is unsafe");
@@ -410,11 +425,18 @@ async fn run_node(
              tokens and session ids cross the network in clear; for loopback development only"
         ),
     }
-    if common.peer_cert_file.is_none() {
-        banner!(
-            "lockd node {node_id}: peer port in PLAIN TEXT (no --peer-cert-file): anything that \
-             reaches it can speak Raft; keep it on loopback or a private network"
-        );
+    match (&common.peer_cert_file, &common.peer_secret_file) {
+        (Some(_), _) => {}
+        (None, Some(path)) => banner!(
+            "lockd node {node_id}: peer port in plain text, open to the cluster's nodes only \
+             (the peer secret in {}); it is readable on the wire: keep the port on loopback or \
+             a private network, or use --peer-cert-file",
+            path.display()
+        ),
+        (None, None) => banner!(
+            "lockd node {node_id}: peer port in PLAIN TEXT with NO peer secret \
+             (--peer-secret-file): anything that reaches it can act as a node"
+        ),
     }
     match &extras.admin_token_file {
         Some(path) => banner!(
@@ -470,6 +492,7 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
         Some(p) => p.clone(),
         None => dev_admin_token_file(&args.data_dir)?,
     };
+    let secret = dev_peer_secret_file(&args.common, &args.data_dir)?;
     let commons = dev_tls(args)?;
     // The nodes share this machine's cores: size groups and threads for that, unless told.
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
@@ -490,6 +513,7 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
         serve.peer = Some(at(args.peer, i));
         serve.common = c.clone();
         serve.common.admin_token_file = Some(admin.clone());
+        serve.common.peer_secret_file = Some(secret.clone());
         serve.common.groups = Some(groups);
         serve.common.worker_threads = Some(threads);
         let mut cmd = Command::new(&exe);
@@ -642,13 +666,19 @@ async fn run(cli: Cli) -> ExitCode {
                 Some(p) => Ok(p.clone()),
                 None => dev_admin_token_file(&a.data_dir),
             };
-            match admin.and_then(|admin| Ok((admin, dev_tls(a)?))) {
-                Ok((admin, commons)) => {
+            let ready = admin.and_then(|admin| {
+                let secret = dev_peer_secret_file(&a.common, &a.data_dir)?;
+                Ok((admin, secret, dev_tls(a)?))
+            });
+            match ready {
+                Ok((admin, secret, commons)) => {
                     let extras = ServeExtras {
                         admin_token_file: Some(admin),
                         ..ServeExtras::default()
                     };
-                    run_node(1, peers, listen, &a.data_dir, &commons[0], extras).await
+                    let mut common = commons[0].clone();
+                    common.peer_secret_file = Some(secret);
+                    run_node(1, peers, listen, &a.data_dir, &common, extras).await
                 }
                 Err(e) => Err(e),
             }

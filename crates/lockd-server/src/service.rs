@@ -1512,6 +1512,28 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
+        // This node's data dir incarnation: the first one recorded for its id stands, and a
+        // node that comes back with another (a wiped disk) stops with the fix
+        // (`lockd-core/src/cluster.rs`). Its peers refuse it meanwhile (`lockd-raft/src/peer`).
+        let incarnation = self.node.incarnation();
+        if incarnation != 0 {
+            let op = Op::RegisterIncarnation {
+                node: self.node.node_id(),
+                incarnation,
+            };
+            match self.propose(&meta, op).await {
+                Ok(_) => {}
+                Err(e) if e.code == ErrorCode::MemberChangeRefused => {
+                    self.node.refuse_to_serve(META_GROUP, e.message.clone());
+                    return Err(e);
+                }
+                // A retired id serves nothing new; its refusal is the admin API's to say.
+                Err(e) if e.code == ErrorCode::NodeRetired => {
+                    tracing::warn!(error = %e, "this node's id is retired");
+                }
+                Err(e) => return Err(e),
+            }
+        }
         // The founding lock groups, so that groups created later get the next epochs
         // (`topology.rs`); once recorded, this is a no-op.
         if let Some(founding) = self.node.founding_placement() {

@@ -66,13 +66,18 @@ async fn the_peer_service_and_the_client_api_never_share_a_port() {
     assert!(on_client.status(pb::StatusRequest::default()).await.is_ok());
 }
 
-/// A peer may forward a client's command to the leader, never a leader's own duty: a forged
-/// session expiry, tick or revision raise sent to the peer port is refused and changes nothing,
-/// while an ordinary forwarded command is served.
+/// The peer port answers the cluster's nodes only, and takes from them only what a node
+/// forwards. Against a live node holding a victim's lock, each forgery is refused and changes
+/// nothing: a call without the cluster's peer secret; a made-up node 9 with the secret (a
+/// proposal, a session sweep through `App`, a vote storm); the node's own id from another data
+/// dir incarnation; and, with the real identity, a leader's own duty (expiry, tick, revision
+/// raise) or a namespace copy sent to the meta group (which skips its compare-and-set). The
+/// positive control: the real identity's forwarded extend is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_peer_port_refuses_leader_only_commands() {
+async fn the_peer_port_answers_members_only_and_only_what_a_node_forwards() {
     use lockd_core::{Op, SessionId};
-    use lockd_raft::{PeerMethod, PeerPool, PeerTransport};
+    use lockd_raft::{PeerBook, PeerMethod, PeerPool, PeerTransport};
+    use std::sync::Arc;
     use std::time::Duration;
 
     let c = cluster(1, 1).await;
@@ -92,33 +97,93 @@ async fn the_peer_port_refuses_leader_only_commands() {
         )
         .await;
     assert_eq!(got.body["acquired"], true, "{}", got.body);
+    let node = c.node(0).service.node.clone();
+    let real = node.incarnation();
+    assert_ne!(real, 0, "a node on disk has an incarnation");
+    // The node has recorded its incarnation and read the records back (once a second).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let before = c.hashes(0);
 
-    // A stranger on the peer port, speaking the real protocol as "node 2" of this cluster.
     let peers = std::collections::BTreeMap::from([(1, c.node(0).peer_addr.to_string())]);
-    let forger = PeerPool::new(&peers, "lockd", 2, None).unwrap();
-    let group = c.node(0).service.route("held").unwrap().id();
-    let send = |op: Op| {
-        let payload = postcard::to_allocvec(&op).unwrap();
-        forger.call(
-            1,
-            PeerMethod::Propose,
-            group,
-            payload,
-            Duration::from_secs(2),
-        )
+    let forger = |me: u64, incarnation: u64, secret: Option<&str>| {
+        let book = Arc::new(PeerBook::new(incarnation, secret.map(String::from)));
+        PeerPool::new(&peers, "lockd", me, None, book).unwrap()
     };
+    let group = c.node(0).service.route("held").unwrap().id();
     let session = SessionId::parse(&sid).unwrap();
-    for op in [
-        Op::ExpireSessions {
-            sessions: vec![session],
-        },
-        Op::Tick,
-        Op::RaiseRevision { floor: u64::MAX },
-    ] {
-        let st = send(op.clone())
+    let token = got.body["token"].as_u64().unwrap();
+    let extend = Op::Extend {
+        session,
+        name: "held".into(),
+        token,
+    };
+    let close = Op::CloseSession { session };
+    async fn send(
+        p: &PeerPool,
+        method: PeerMethod,
+        group: u32,
+        op: &Op,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        let payload = postcard::to_allocvec(op).unwrap();
+        p.call(1, method, group, payload, Duration::from_secs(2))
             .await
-            .expect_err("a leader-only command was served");
+    }
+
+    // No secret, or a wrong one: not a node of this cluster.
+    for secret in [None, Some("not-the-secret-not-the-secret-00")] {
+        let p = forger(1, real, secret);
+        let st = send(&p, PeerMethod::Propose, group, &close)
+            .await
+            .expect_err("a call without the peer secret was served");
+        assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
+    }
+
+    // A made-up node 9 with the secret: no group has it as a member.
+    let nine = forger(9, 0x99, Some(TEST_PEER_SECRET));
+    for (method, g) in [
+        (PeerMethod::Propose, group),
+        (PeerMethod::Propose, 0),
+        (PeerMethod::App, group),
+        (PeerMethod::Vote, group),
+        (PeerMethod::Vote, 0),
+        (PeerMethod::Append, group),
+    ] {
+        let st = send(&nine, method, g, &close)
+            .await
+            .expect_err("a non-member's call was served");
+        assert_eq!(st.code(), Code::PermissionDenied, "{method:?}: {st:?}");
+    }
+
+    // Node 1's id from another data dir (a wiped disk): refused, and the node keeps serving.
+    let wiped = forger(1, real ^ 0xffff, Some(TEST_PEER_SECRET));
+    let st = send(&wiped, PeerMethod::Propose, group, &extend)
+        .await
+        .expect_err("another incarnation was served");
+    assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
+    assert!(st.message().contains("members replace 1 "), "{st:?}");
+
+    // The real identity: never a leader's own duty, never a namespace copy in the meta group.
+    let member = forger(1, real, Some(TEST_PEER_SECRET));
+    for (g, op) in [
+        (
+            group,
+            Op::ExpireSessions {
+                sessions: vec![session],
+            },
+        ),
+        (group, Op::Tick),
+        (group, Op::RaiseRevision { floor: u64::MAX }),
+        (
+            0,
+            Op::DeleteNamespace {
+                prefix: "secure/".into(),
+            },
+        ),
+        (group, Op::RetireNode { node: 1 }),
+    ] {
+        let st = send(&member, PeerMethod::Propose, g, &op)
+            .await
+            .expect_err("a command no node forwards was served");
         assert_eq!(st.code(), Code::PermissionDenied, "{op:?}: {st:?}");
     }
     assert_eq!(c.hashes(0), before, "a refused forgery changed state");
@@ -128,12 +193,14 @@ async fn the_peer_port_refuses_leader_only_commands() {
         "{}",
         still.body
     );
+    let ready = h.get("/readyz").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
 
-    // The positive control: a forwardable command through the same door is served.
-    let extend = Op::Extend {
-        session,
-        name: "held".into(),
-        token: got.body["token"].as_u64().unwrap(),
-    };
-    assert!(send(extend).await.is_ok(), "a forwarded extend was refused");
+    // The positive control: a forwardable command with the real identity is served.
+    assert!(
+        send(&member, PeerMethod::Propose, group, &extend)
+            .await
+            .is_ok(),
+        "a forwarded extend was refused"
+    );
 }

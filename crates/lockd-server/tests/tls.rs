@@ -203,6 +203,30 @@ async fn peer_call_to(
     node: Option<&str>,
     to: Option<&str>,
 ) -> tonic::Status {
+    peer_call_with(ch, cluster, node, to, Some(TEST_PEER_SECRET)).await
+}
+
+/// [`peer_call_with`] from data dir `incarnation` (the `lockd-incarnation` header) if given.
+async fn peer_call_with(
+    ch: Channel,
+    cluster: Option<&str>,
+    node: Option<&str>,
+    to: Option<&str>,
+    secret: Option<&str>,
+) -> tonic::Status {
+    peer_call_full(ch, cluster, node, to, secret, None).await
+}
+
+/// [`peer_call_to`] with the peer secret `secret` (the test clusters' plain-text peer ports
+/// have [`TEST_PEER_SECRET`]; a TLS port ignores it) and the caller's `incarnation`.
+async fn peer_call_full(
+    ch: Channel,
+    cluster: Option<&str>,
+    node: Option<&str>,
+    to: Option<&str>,
+    secret: Option<&str>,
+    incarnation: Option<u64>,
+) -> tonic::Status {
     let mut grpc = tonic::client::Grpc::new(ch);
     if let Err(e) = grpc.ready().await {
         return tonic::Status::unavailable(e.to_string());
@@ -217,6 +241,14 @@ async fn peer_call_to(
     }
     if let Some(t) = to {
         req.metadata_mut().insert("lockd-to", t.parse().unwrap());
+    }
+    if let Some(s) = secret {
+        req.metadata_mut()
+            .insert("lockd-peer-secret", s.parse().unwrap());
+    }
+    if let Some(i) = incarnation {
+        req.metadata_mut()
+            .insert("lockd-incarnation", format!("{i:016x}").parse().unwrap());
     }
     let codec = tonic_prost::ProstCodec::<pb::StatusRequest, pb::StatusResponse>::default();
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/lockd.peer.v1.Peer/Propose");
@@ -237,8 +269,18 @@ async fn the_peer_port_admits_only_nodes_of_this_cluster_by_their_certificates()
     let ca = pem(&pki.ca);
     let as_node = |i: usize| tls_channel(peer, &ca, identity_of(&pki, i), "node-1.lockd");
 
-    // The positive control: node 2's certificate, claiming node 2 of cluster "lockd".
-    let st = peer_call(as_node(1).await.unwrap(), Some("lockd"), Some("2")).await;
+    // The positive control: node 2's certificate, claiming node 2 of cluster "lockd", from
+    // the data dir the cluster recorded for it.
+    let two = c.node(1).service.node.incarnation();
+    let st = peer_call_full(
+        as_node(1).await.unwrap(),
+        Some("lockd"),
+        Some("2"),
+        None,
+        None,
+        Some(two),
+    )
+    .await;
     assert_eq!(
         st.code(),
         Code::InvalidArgument,
@@ -300,6 +342,11 @@ async fn without_tls_the_peer_port_still_refuses_another_cluster_and_unnamed_cal
     let st = peer_call(ch().await, Some("payments-prod"), Some("2")).await;
     assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
     assert!(st.message().contains("payments-prod"), "{}", st.message());
+    // Without the cluster's peer secret, or with another: refused before anything is read.
+    for secret in [None, Some("another-secret-another-secret-00")] {
+        let st = peer_call_with(ch().await, Some("lockd"), Some("2"), None, secret).await;
+        assert_eq!(st.code(), Code::Unauthenticated, "{secret:?}: {st:?}");
+    }
     let st = peer_call(ch().await, Some("lockd"), Some("2")).await;
     assert_eq!(
         st.code(),

@@ -202,14 +202,21 @@ pub async fn start_node_tls(
     start_node_with(node, [http, grpc, peer], tls, namespaces()).await
 }
 
+/// The peer secret of every in-process test node whose peer port is plain text, as
+/// `lockd dev` gives its nodes one: a forger on the peer port needs it (`tests/ports.rs`).
+pub const TEST_PEER_SECRET: &str = "test-peer-secret-0123456789abcdef";
+
 /// One node with `namespaces` as its config file and the admin token, on the given
-/// listeners (HTTP, gRPC, peer).
+/// listeners (HTTP, gRPC, peer); a plain-text peer port gets [`TEST_PEER_SECRET`].
 pub async fn start_node_with(
-    node: NodeConfig,
+    mut node: NodeConfig,
     [http, grpc, peer]: [TcpListener; 3],
     tls: Option<lockd_server::tls::ClientTls>,
     namespaces: Vec<Namespace>,
 ) -> Running {
+    if node.peer_tls.is_none() && node.peer_secret.is_none() {
+        node.peer_secret = Some(TEST_PEER_SECRET.into());
+    }
     lockd_server::start(ServerConfig {
         node,
         http,
@@ -237,7 +244,8 @@ pub async fn single_node_capped(max_client_connections: u32) -> (Running, tempfi
     );
     let dir = tempfile::tempdir().unwrap();
     let peers = BTreeMap::from([(1, peer.local_addr().unwrap().to_string())]);
-    let node = NodeConfig::new(1, dir.path(), peers);
+    let mut node = NodeConfig::new(1, dir.path(), peers);
+    node.peer_secret = Some(TEST_PEER_SECRET.into());
     let r = lockd_server::start(ServerConfig {
         node,
         http,

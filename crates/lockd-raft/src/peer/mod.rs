@@ -12,6 +12,7 @@
 //! network can route calls between in-process nodes without sockets.
 
 mod batch;
+pub(crate) mod book;
 pub(crate) mod pb;
 mod pipe;
 
@@ -27,6 +28,8 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::raft::RaftRpc;
 use crate::{GroupError, GroupId, Node, NodeId};
+pub use book::PeerBook;
+use book::{parse_incarnation, INCARNATION_HEADER, SECRET_HEADER, TO_INCARNATION_HEADER};
 pub use pb::peer_server::PeerServer;
 use pb::{peer_client::PeerClient, PeerReply, PeerRequest};
 
@@ -60,12 +63,15 @@ pub enum Method {
     /// A call of the embedding server (`crate::AppHandler`), served by a node that hosts a
     /// replica of the group for one that hosts none (`remote.rs`).
     App,
+    /// A node with a new data dir asks whether the cluster knows its id by another one
+    /// (`Node::start`): answered by the admission checks alone, from any caller of the cluster.
+    Hello,
 }
 
 impl Method {
     /// Every method, in the order of its number on a pipe (`pipe.rs`): the one place that
     /// numbering is written.
-    const BY_CODE: [Method; 11] = [
+    const BY_CODE: [Method; 12] = [
         Method::Append,
         Method::Vote,
         Method::PreVote,
@@ -77,6 +83,7 @@ impl Method {
         Method::TransferLeader,
         Method::Member,
         Method::App,
+        Method::Hello,
     ];
 
     /// The method's number on a pipe (1-based; 0 is never sent).
@@ -114,6 +121,12 @@ pub trait PeerTransport: Send + Sync + 'static {
     /// Every node this transport can reach by id (default: none beyond those it is asked for).
     fn known_nodes(&self) -> Vec<NodeId> {
         Vec::new()
+    }
+
+    /// Whether this transport has an address for node `id` (a cheap form of
+    /// [`PeerTransport::known_nodes`], asked on every inbound call).
+    fn knows(&self, id: NodeId) -> bool {
+        self.known_nodes().contains(&id)
     }
 }
 
@@ -154,6 +167,10 @@ impl Peers {
         self.transport.known_nodes()
     }
 
+    pub(crate) fn knows(&self, id: NodeId) -> bool {
+        self.transport.knows(id)
+    }
+
     /// A forwarded call: typed request, typed `Result<_, GroupError>` reply, sent in a batch
     /// with the other calls queued for `target`. A transport failure is reported as
     /// `Err(status)`; the caller decides what it means.
@@ -189,25 +206,35 @@ pub(crate) const NODE_HEADER: &str = "lockd-node";
 /// of being taken as a message from a group's member to itself.
 pub(crate) const TO_HEADER: &str = "lockd-to";
 
-/// Stamps every outbound peer call with who sends it (the cluster's name and this node's id)
-/// and, on a channel to one node, whom it is for. The receiver refuses another cluster and a
-/// call meant for another node, and with TLS checks the sender's id against its certificate
-/// ([`PeerService::admit`]).
+/// Stamps every outbound peer call with who sends it (the cluster's name, this node's id and
+/// data dir incarnation, the cluster's peer secret) and, on a channel to one node, whom it is
+/// for (its id, and its incarnation as the meta group recorded it). The receiver refuses
+/// another cluster, a call meant for another node, a wrong secret or incarnation, and with TLS
+/// checks the sender's id against its certificate ([`PeerService::admit`]).
 #[derive(Clone)]
 pub struct PeerHeaders {
     cluster: tonic::metadata::AsciiMetadataValue,
     node: tonic::metadata::AsciiMetadataValue,
-    to: Option<tonic::metadata::AsciiMetadataValue>,
+    incarnation: Option<tonic::metadata::AsciiMetadataValue>,
+    secret: Option<tonic::metadata::AsciiMetadataValue>,
+    to: Option<(NodeId, tonic::metadata::AsciiMetadataValue)>,
+    book: Arc<PeerBook>,
 }
 
 impl PeerHeaders {
     /// The same headers, addressed to node `to`.
     fn to(&self, to: NodeId) -> PeerHeaders {
         PeerHeaders {
-            to: Some(tonic::metadata::AsciiMetadataValue::from(to)),
+            to: Some((to, tonic::metadata::AsciiMetadataValue::from(to))),
             ..self.clone()
         }
     }
+}
+
+fn hex_value(v: u64) -> tonic::metadata::AsciiMetadataValue {
+    format!("{v:016x}")
+        .parse()
+        .expect("hex digits are valid metadata")
 }
 
 impl tonic::service::Interceptor for PeerHeaders {
@@ -215,8 +242,18 @@ impl tonic::service::Interceptor for PeerHeaders {
         let md = req.metadata_mut();
         md.insert(CLUSTER_HEADER, self.cluster.clone());
         md.insert(NODE_HEADER, self.node.clone());
-        if let Some(to) = &self.to {
+        if let Some(i) = &self.incarnation {
+            md.insert(INCARNATION_HEADER, i.clone());
+        }
+        if let Some(s) = &self.secret {
+            md.insert(SECRET_HEADER, s.clone());
+        }
+        if let Some((id, to)) = &self.to {
             md.insert(TO_HEADER, to.clone());
+            // Read per call (a pipe: per stream), so a record learnt later is sent from then on.
+            if let Some(i) = self.book.incarnation_of(*id) {
+                md.insert(TO_INCARNATION_HEADER, hex_value(i));
+            }
         }
         Ok(req)
     }
@@ -230,7 +267,8 @@ pub(crate) type PeerChannel = InterceptedService<Channel, PeerHeaders>;
 pub struct PeerPool {
     addrs: RwLock<HashMap<NodeId, String>>,
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
-    pipes: Mutex<HashMap<NodeId, (String, Arc<pipe::Pipe>)>>,
+    /// Each peer's pipe, with the address and the recorded incarnation it was opened with.
+    pipes: Mutex<HashMap<NodeId, (String, Arc<pipe::Pipe>, Option<u64>)>>,
     headers: PeerHeaders,
     /// The CA and this node's identity; each channel adds the name of the node it dials.
     tls: Option<ClientTlsConfig>,
@@ -238,12 +276,13 @@ pub struct PeerPool {
 
 impl PeerPool {
     /// A pool for `peers` (node id -> peer address), sending as node `me` of `cluster`, over
-    /// mutual TLS when `tls` is given.
+    /// mutual TLS when `tls` is given, with `book`'s incarnation and secret.
     pub fn new(
         peers: &BTreeMap<NodeId, String>,
         cluster: &str,
         me: NodeId,
         tls: Option<&crate::PeerTls>,
+        book: Arc<PeerBook>,
     ) -> Result<PeerPool, String> {
         let value = |v: String| {
             v.parse()
@@ -264,7 +303,10 @@ impl PeerPool {
             headers: PeerHeaders {
                 cluster: value(cluster.to_string())?,
                 node: value(me.to_string())?,
+                incarnation: (book.incarnation() != 0).then(|| hex_value(book.incarnation())),
+                secret: book.secret().map(|s| value(s.to_string())).transpose()?,
                 to: None,
+                book,
             },
             tls,
         })
@@ -288,19 +330,22 @@ impl PeerPool {
             .ok_or_else(|| tonic::Status::unavailable(format!("no address for node {target}")))
     }
 
-    /// The open pipe to `target`, or a new one if there is none or it has ended. Every peer
-    /// call but a snapshot comes here, so the common case allocates nothing.
+    /// The open pipe to `target`, or a new one if there is none, it has ended, or it was
+    /// opened before the meta group recorded `target`'s incarnation (its headers, sent once per
+    /// pipe, must name it: `book.rs`). Every peer call but a snapshot comes here, so the common
+    /// case allocates nothing.
     fn pipe(&self, target: NodeId) -> Result<Arc<pipe::Pipe>, tonic::Status> {
         let mut pipes = self.pipes.lock().expect("peer pipes poisoned");
-        if let Some((a, p)) = pipes.get(&target) {
+        let known = self.headers.book.incarnation_of(target);
+        if let Some((a, p, opened_with)) = pipes.get(&target) {
             let addrs = self.addrs.read().expect("peer addrs poisoned");
-            if addrs.get(&target) == Some(a) && !p.is_closed() {
+            if addrs.get(&target) == Some(a) && !p.is_closed() && *opened_with == known {
                 return Ok(p.clone());
             }
         }
         let addr = self.addr(target)?;
         let p = Arc::new(pipe::Pipe::open(self.client(target)?));
-        pipes.insert(target, (addr, p.clone()));
+        pipes.insert(target, (addr, p.clone(), known));
         Ok(p)
     }
 
@@ -369,6 +414,9 @@ impl PeerPool {
             Method::TransferLeader => client.transfer_leader(req).await,
             Method::Member => client.member(req).await,
             Method::App => client.app(req).await,
+            Method::Hello => {
+                return Err(tonic::Status::internal("a hello travels on a pipe"));
+            }
         };
         Ok(res?.into_inner().payload)
     }
@@ -388,6 +436,13 @@ impl PeerTransport for PeerPool {
 
     fn learn_addr(&self, id: NodeId, addr: &str) {
         self.set_addr(id, addr)
+    }
+
+    fn knows(&self, id: NodeId) -> bool {
+        self.addrs
+            .read()
+            .expect("peer addrs poisoned")
+            .contains_key(&id)
     }
 
     fn known_nodes(&self) -> Vec<NodeId> {
@@ -419,9 +474,12 @@ impl PeerService {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    /// Admits a peer call, or says why not: it must come from this cluster (by name), and under
-    /// TLS from a node whose certificate names the id it claims. Every method and the pipe
-    /// pass here first.
+    /// Admits a peer call, or says why not: it must come from this cluster (by name), carry the
+    /// cluster's secret (a plain-text port that has one), come from the data dir incarnation
+    /// the meta group recorded for its id (never a retired id), and under TLS from a node whose
+    /// certificate names the id it claims. A call that knows this node by another incarnation
+    /// stops this node: its own data dir is the new one (`book.rs`). Every method and the pipe
+    /// pass here first; membership is checked per call (`dispatch`).
     fn admit<T>(&self, req: &tonic::Request<T>) -> Result<NodeId, tonic::Status> {
         let md = req.metadata();
         let header = |key: &str| md.get(key).and_then(|v| v.to_str().ok());
@@ -468,6 +526,26 @@ impl PeerService {
                 )));
             }
         }
+        let book = self.node.peer_book();
+        book.check_secret(header(SECRET_HEADER))?;
+        let given = header(INCARNATION_HEADER)
+            .and_then(parse_incarnation)
+            .unwrap_or(0);
+        book.check_caller(from, given)?;
+        // Told by a node the meta group recorded (not by anyone holding the secret; by any
+        // caller only while this node knows no record, as a wiped one does) that it knows
+        // this node by another incarnation: this node's data dir is the new one.
+        if let Some(known) = header(TO_INCARNATION_HEADER).and_then(parse_incarnation) {
+            let mine = book.incarnation();
+            let vouched = book.incarnation_of(from) == Some(given) || book.knows_none();
+            if mine != 0 && known != mine && vouched {
+                let why = lockd_core::wiped_disk_message(me, known, mine);
+                self.node.refuse_to_serve(crate::META_GROUP, why.clone());
+                return Err(tonic::Status::failed_precondition(format!(
+                    "node {me} is stopping: {why}"
+                )));
+            }
+        }
         Ok(from)
     }
 
@@ -495,16 +573,27 @@ pub(crate) async fn dispatch(
     if node.is_shutting_down() {
         return Err(tonic::Status::unavailable("node is shutting down"));
     }
+    if method == Method::Hello {
+        // Admitted means known: the caller's id is not retired, and not recorded with another
+        // incarnation (`PeerService::admit`).
+        return Ok(Vec::new());
+    }
+    let known = match from {
+        Some(from) => node.admit_member(from, method, group_id)?,
+        None => true,
+    };
+    let caller = Caller { from, known };
     if method != Method::Batch {
-        return dispatch_one(node, method, group_id, payload, from).await;
+        return dispatch_one(node, method, group_id, payload, caller).await;
     }
     // Every member is served as a lone call would be, concurrently; answers keep their order.
     // Keepalives travel in batches of their own (their lane) and are answered from memory, so
     // such a batch needs no futures at all.
     let calls: Vec<batch::Call> = decode(payload)?;
-    let answers: Vec<batch::Answer> = if calls
-        .iter()
-        .all(|c| c.method == batch::Forwarded::Keepalive)
+    let answers: Vec<batch::Answer> = if known
+        && calls
+            .iter()
+            .all(|c| c.method == batch::Forwarded::Keepalive)
     {
         calls
             .iter()
@@ -514,7 +603,7 @@ pub(crate) async fn dispatch(
         futures_util::future::join_all(
             calls
                 .iter()
-                .map(|c| dispatch_one(node, c.method.method(), c.group, &c.payload, from)),
+                .map(|c| dispatch_one(node, c.method.method(), c.group, &c.payload, caller)),
         )
         .await
         .into_iter()
@@ -536,14 +625,38 @@ fn hosted(node: &Node, group_id: GroupId) -> Result<Arc<crate::Group>, tonic::St
         .ok_or_else(|| tonic::Status::not_found(format!("group {group_id} is not hosted here")))
 }
 
+/// Who made a peer call: its node id as admitted (`None`: an in-process network), and whether
+/// it is a node of the cluster (`false`: a stranger, `Node::admit_member`).
+#[derive(Clone, Copy)]
+struct Caller {
+    from: Option<NodeId>,
+    known: bool,
+}
+
+fn stranger(from: Option<NodeId>, what: &str) -> tonic::Status {
+    let from = from.map_or_else(|| "?".to_string(), |n| n.to_string());
+    tonic::Status::permission_denied(format!(
+        "node {from} is no node of this cluster (no group this node hosts has it as a member): \
+         {what}; a node waiting to be added may forward nothing else until `lockctl members \
+         add`"
+    ))
+}
+
 /// Serves one call that is not a batch.
 async fn dispatch_one(
     node: &Node,
     method: Method,
     group_id: GroupId,
     payload: &[u8],
-    from: Option<NodeId>,
+    caller: Caller,
 ) -> Result<Vec<u8>, tonic::Status> {
+    let from = caller.from;
+    if !caller.known && method != Method::Propose {
+        return Err(stranger(
+            from,
+            "it may propose its own start-up records only",
+        ));
+    }
     if method == Method::App {
         return match node.route(group_id) {
             Some(crate::Route::Local(_)) => node.serve_app(group_id, payload.to_vec()).await,
@@ -576,6 +689,15 @@ async fn dispatch_one(
                      taken from a peer",
                 ));
             }
+            if !caller.known && !op.stranger_may_propose(from.unwrap_or(0)) {
+                return Err(stranger(from, "this command is not one it may propose"));
+            }
+            if !op.forwarded_to(group_id == crate::META_GROUP) {
+                return Err(tonic::Status::permission_denied(format!(
+                    "no node forwards this command to group {group_id}, so the peer port \
+                     refuses it"
+                )));
+            }
             reply(
                 &group
                     .propose_on_leader(op)
@@ -592,6 +714,9 @@ async fn dispatch_one(
         }
         Method::Batch => Err(tonic::Status::invalid_argument(
             "a batch may not contain a batch",
+        )),
+        Method::Hello => Err(tonic::Status::invalid_argument(
+            "a hello is not a call of a group",
         )),
         Method::App => unreachable!("served above"),
     }

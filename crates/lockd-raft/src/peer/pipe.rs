@@ -40,9 +40,10 @@ pub(crate) const MAX_PIPE_PAYLOAD: usize = 1 << 20;
 
 type Reply = Result<Vec<u8>, tonic::Status>;
 
-/// A copy of `st` (code and message; tonic's `Status` is not `Clone`).
+/// A copy of `st` (code, message and metadata: a refusal's reason, `book.rs`; tonic's
+/// `Status` is not `Clone`).
 fn copy(st: &tonic::Status) -> tonic::Status {
-    tonic::Status::new(st.code(), st.message().to_string())
+    tonic::Status::with_metadata(st.code(), st.message().to_string(), st.metadata().clone())
 }
 
 /// What tonic answers for a call past its deadline, on either side.
@@ -108,10 +109,10 @@ impl Pipe {
             timeout_ms: u64::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
             payload,
         };
-        if self.tx.send(req).is_err() {
-            self.forget(id);
-            return Err(tonic::Status::unavailable("peer pipe is gone"));
-        }
+        // A send that fails found the stream ended: the drive task fails every call it finds
+        // waiting, this one included (it was recorded before `closed` was set), with the
+        // stream's own status (a refusal says why).
+        let _ = self.tx.send(req);
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err(tonic::Status::unavailable("peer pipe dropped the call")),
@@ -399,7 +400,14 @@ mod tests {
     }
 
     fn pool(addr: SocketAddr) -> PeerPool {
-        PeerPool::new(&BTreeMap::from([(2, addr.to_string())]), "lockd", 1, None).unwrap()
+        PeerPool::new(
+            &BTreeMap::from([(2, addr.to_string())]),
+            "lockd",
+            1,
+            None,
+            Arc::new(crate::PeerBook::new(0, None)),
+        )
+        .unwrap()
     }
 
     const SECOND: Duration = Duration::from_secs(1);
