@@ -1,11 +1,18 @@
-//! The client ports' connections: how many may be open at once, and how long a request's
-//! header and body may take to arrive.
+//! The node's connections (both client ports and the peer port): how many may be open at once,
+//! from one address and in all, and how long a request's first bytes, header and body may take
+//! to arrive.
 //!
 //! Without these a client that opens connections and never finishes a request (or never sends
 //! one) holds a task, its buffers and a file descriptor for as long as it likes: enough of them
 //! and the node runs out, for every other client too. So:
-//! - each client port (HTTP and gRPC) holds at most `--max-client-connections` connections; one
-//!   more is closed at once (on HTTP after a `503 too_many_connections` that says so);
+//! - each client port (HTTP and gRPC) holds at most `--max-client-connections` connections, and
+//!   one address at most a quarter of them, at least 64 ([`ConnCap::new`]); the peer port
+//!   [`PEER_CONNECTIONS`], [`PEER_CONNECTIONS_PER_ADDR`] from one address. One more is closed at
+//!   once (on HTTP after a `503 too_many_connections` that says so);
+//! - a gRPC or peer connection must send its first byte (a TLS hello or the HTTP/2 preface)
+//!   within [`FIRST_BYTE_TIMEOUT`], or it is closed; it holds its place meanwhile;
+//! - gRPC and HTTP/2 connections are pinged every [`H2_KEEPALIVE_INTERVAL`], and closed when a
+//!   ping goes unanswered for [`H2_KEEPALIVE_TIMEOUT`] (a peer that vanished);
 //! - an HTTP/1 request's header must arrive within [`HEADER_READ_TIMEOUT`] of the connection
 //!   opening or of the previous response (the connection is then closed), and its body within
 //!   [`BODY_READ_TIMEOUT`] once the handler reads it (`408 request_timeout`).
@@ -13,10 +20,12 @@
 //! Long polls and session streams are not bounded by these: they wait on the server's side,
 //! after the request has arrived.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,33 +40,87 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default of `--max-client-connections` (per client port).
 pub const DEFAULT_MAX_CLIENT_CONNECTIONS: u32 = 4096;
+/// How long a new gRPC or peer connection may take to send its first byte.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections the peer port holds at once: each other node opens one (plus a few while one
+/// breaks), so this leaves room for far more nodes than a cluster has.
+pub const PEER_CONNECTIONS: u32 = 512;
+/// Connections the peer port holds from one address (nodes sharing a host share an address).
+pub const PEER_CONNECTIONS_PER_ADDR: u32 = 128;
+/// How often an idle HTTP/2 connection is pinged.
+pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a ping may go unanswered before the connection is closed.
+pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The header the HTTP server sets on every request to the client's IP address (one a client
 /// sends is removed first), for the budget of failed authentications.
 pub const CLIENT_ADDR_HEADER: &str = "x-lockd-client-addr";
 
-/// At most `max` connections of one client port open at once.
+/// At most `max` connections of one port open at once, and `per_addr` from one address.
 #[derive(Clone)]
 pub struct ConnCap {
     port: &'static str,
     max: usize,
+    per_addr: usize,
     permits: Arc<Semaphore>,
+    by_addr: Arc<Mutex<HashMap<IpAddr, usize>>>,
     refused: Arc<AtomicU64>,
 }
 
+/// One connection's place: in the port's cap and in its address's.
+pub struct Permit {
+    _port: OwnedSemaphorePermit,
+    addr: IpAddr,
+    by_addr: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut m = self.by_addr.lock().expect("connection counts poisoned");
+        if let Some(n) = m.get_mut(&self.addr) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.addr);
+            }
+        }
+    }
+}
+
 impl ConnCap {
+    /// A client port's cap: `max` in all, a quarter of it from one address (at least 64, or
+    /// all of a smaller cap).
     pub fn new(port: &'static str, max: u32) -> ConnCap {
+        ConnCap::with_per_addr(port, max, (max / 4).max(max.min(64)))
+    }
+
+    /// `max` in all, `per_addr` from one address.
+    pub fn with_per_addr(port: &'static str, max: u32, per_addr: u32) -> ConnCap {
         let max = max as usize;
         ConnCap {
             port,
             max,
+            per_addr: (per_addr as usize).clamp(1, max.max(1)),
             permits: Arc::new(Semaphore::new(max)),
+            by_addr: Arc::default(),
             refused: Arc::default(),
         }
     }
 
-    /// A permit for one more connection, or `None` (and a warning, now and then) at the cap.
-    fn admit(&self) -> Option<OwnedSemaphorePermit> {
-        let permit = self.permits.clone().try_acquire_owned().ok();
+    /// A place for one more connection from `addr`, or `None` (and a warning, now and then)
+    /// at either cap.
+    fn admit(&self, addr: IpAddr) -> Option<Permit> {
+        let permit = self.permits.clone().try_acquire_owned().ok().and_then(|p| {
+            let mut m = self.by_addr.lock().expect("connection counts poisoned");
+            let n = m.entry(addr).or_insert(0);
+            if *n >= self.per_addr {
+                return None;
+            }
+            *n += 1;
+            Some(Permit {
+                _port: p,
+                addr,
+                by_addr: self.by_addr.clone(),
+            })
+        });
         if permit.is_none() {
             let n = self.refused.fetch_add(1, Ordering::Relaxed);
             // The first, then one in 1,000: a flood must not flood the log too.
@@ -65,13 +128,20 @@ impl ConnCap {
                 tracing::warn!(
                     port = self.port,
                     max = self.max,
+                    per_addr = self.per_addr,
+                    %addr,
                     refused = n + 1,
-                    "client connection refused: the port holds as many as \
-                     --max-client-connections allows"
+                    "connection refused: the port holds as many as it allows, in all or from \
+                     this address"
                 );
             }
         }
         permit
+    }
+
+    /// The most connections one address may hold.
+    pub fn per_addr(&self) -> usize {
+        self.per_addr
     }
 
     /// The port's name in logs and metrics ("HTTP", "gRPC").
@@ -100,8 +170,9 @@ impl ConnCap {
             "code": "too_many_connections",
             "message": format!(
                 "this node's {} port holds at most {} client connections at once \
-                 (--max-client-connections); retry later, or use another node",
-                self.port, self.max
+                 (--max-client-connections), at most {} from one address; retry later, or use \
+                 another node",
+                self.port, self.max, self.per_addr
             ),
         })
         .to_string();
@@ -114,10 +185,10 @@ impl ConnCap {
     }
 }
 
-/// A connection that gives its permit back when it closes.
+/// A connection that gives its place back when it closes.
 pub struct Capped<Io> {
     io: Io,
-    _permit: OwnedSemaphorePermit,
+    _permit: Permit,
 }
 
 impl<Io: AsyncRead + Unpin> AsyncRead for Capped<Io> {
@@ -168,35 +239,84 @@ impl tonic::transport::server::Connected for Capped<tokio::net::TcpStream> {
     }
 }
 
-/// The gRPC port's connections, under `cap`: one over it is closed at once.
+/// File descriptors a node needs besides its connections: log segments, snapshots, the
+/// runtime's own, with room to spare.
+const FD_RESERVE: u64 = 512;
+
+/// Checks the process's open-files limit (`RLIMIT_NOFILE`) against what the connection caps
+/// let the node hold (both client ports at `max_client_connections`, the peer port, and
+/// [`FD_RESERVE`]), raising the soft limit up to the hard one if it is lower, as a shell's
+/// default of 1,024 is. Refuses when even the hard limit is too low: a node that runs out of
+/// descriptors fails its next snapshot or log segment, which stops it. Returns the limit in
+/// force.
+pub fn raise_fd_limit(max_client_connections: u32) -> anyhow::Result<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let need = 2 * u64::from(max_client_connections) + u64::from(PEER_CONNECTIONS) + FD_RESERVE;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft >= need {
+        return Ok(soft);
+    }
+    if hard >= need {
+        setrlimit(Resource::RLIMIT_NOFILE, need, hard)?;
+        tracing::info!(from = soft, to = need, "raised the open-files limit");
+        return Ok(need);
+    }
+    anyhow::bail!(
+        "the open-files limit is {soft} (hard {hard}), and this node may hold {need}: 2 client \
+         ports of --max-client-connections {max_client_connections}, {PEER_CONNECTIONS} peer \
+         connections and {FD_RESERVE} files. Raise it (`ulimit -n {need}`, systemd's \
+         LimitNOFILE=) or lower --max-client-connections to {} or less",
+        hard.saturating_sub(u64::from(PEER_CONNECTIONS) + FD_RESERVE) / 2
+    )
+}
+
+/// A gRPC port's connections (the client gRPC port or the peer port), under `cap`: one over
+/// it is closed at once, and one that sends nothing within [`FIRST_BYTE_TIMEOUT`] is closed
+/// then. Accepting goes on meanwhile: a connection waits for its first byte on its own task.
+/// The accepting ends, and the listener closes, when the server drops the stream.
 pub fn capped_grpc(
     listener: tokio::net::TcpListener,
     cap: ConnCap,
 ) -> impl futures::Stream<Item = std::io::Result<Capped<tokio::net::TcpStream>>> {
-    futures::stream::unfold((listener, cap), |(listener, cap)| async move {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
         loop {
-            let (tcp, _) = match listener.accept().await {
-                Ok(c) => c,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off, as tonic's own does.
-                    tracing::warn!(error = %e, "gRPC accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+            let (tcp, addr) = tokio::select! {
+                c = listener.accept() => match c {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off, as tonic's own does.
+                        tracing::warn!(port = cap.port, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                _ = tx.closed() => break,
             };
-            let Some(permit) = cap.admit() else {
+            let Some(permit) = cap.admit(addr.ip()) else {
                 continue;
             };
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::warn!(error = %e, "could not set TCP_NODELAY");
             }
-            let io = Capped {
-                io: tcp,
-                _permit: permit,
-            };
-            return Some((Ok(io), (listener, cap)));
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut first = [0u8; 1];
+                match tokio::time::timeout(FIRST_BYTE_TIMEOUT, tcp.peek(&mut first)).await {
+                    Ok(Ok(n)) if n > 0 => {
+                        let io = Capped {
+                            io: tcp,
+                            _permit: permit,
+                        };
+                        let _ = tx.send(Ok(io)).await;
+                    }
+                    // Closed, failed, or silent past the deadline: dropped, its place freed.
+                    _ => {}
+                }
+            });
         }
-    })
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// Serves `app` on `listener` (plain or TLS) until `stop`, with the HTTP/1 header deadline
@@ -223,7 +343,7 @@ pub async fn serve_http<L>(
             c = listener.accept() => c,
             _ = &mut stop => break,
         };
-        let Some(permit) = cap.admit() else {
+        let Some(permit) = cap.admit(addr.ip()) else {
             let refusal = cap.refusal();
             tokio::spawn(async move {
                 let mut io = io;
@@ -258,7 +378,11 @@ pub async fn serve_http<L>(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT);
-            builder.http2().timer(TokioTimer::new());
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+                .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
             let mut conn = pin!(builder.serve_connection_with_upgrades(io, service));
             let mut closed = false;
             loop {
@@ -282,4 +406,33 @@ pub async fn serve_http<L>(
     let _ = closing_tx.send(true);
     drop(gone_rx);
     gone_tx.closed().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_address_holds_at_most_its_share_and_a_closed_place_comes_back() {
+        let cap = ConnCap::with_per_addr("test", 4, 2);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let a1 = cap.admit(a).expect("first from a");
+        let _a2 = cap.admit(a).expect("second from a");
+        assert!(cap.admit(a).is_none(), "a third from one address");
+        let _b1 = cap.admit(b).expect("another address has room");
+        let _b2 = cap.admit(b).expect("and its own share");
+        assert!(
+            cap.admit("10.0.0.3".parse().unwrap()).is_none(),
+            "the port is full"
+        );
+        assert_eq!(cap.open(), 4);
+        drop(a1);
+        assert_eq!(cap.open(), 3);
+        assert!(cap.admit(a).is_some(), "a's place came back");
+        assert_eq!(cap.refused(), 2);
+        // A client port's share: a quarter, at least 64, or all of a small cap.
+        assert_eq!(ConnCap::new("t", 4096).per_addr(), 1024);
+        assert_eq!(ConnCap::new("t", 100).per_addr(), 64);
+        assert_eq!(ConnCap::new("t", 2).per_addr(), 2);
+    }
 }

@@ -177,15 +177,21 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 
-    // Serving from a pre-bound listener skips tonic's own TCP_NODELAY: set it here, or every
-    // small reply (Raft acks above all) waits out Nagle against the peer's delayed ACK (~40 ms).
-    let nodelay = |l| tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
-
-    // Node-to-node traffic (Raft, forwarded proposals) on its own port, apart from clients.
+    // Node-to-node traffic (Raft, forwarded proposals) on its own port, apart from clients,
+    // under a connection cap of its own (`conns.rs`; it sets TCP_NODELAY, which serving from
+    // a pre-bound listener skips: without it every small reply, Raft acks above all, waits out
+    // Nagle against the peer's delayed ACK, ~40 ms).
     let peer = node.peer_service();
-    let incoming = nodelay(cfg.peer);
+    let peer_cap = conns::ConnCap::with_per_addr(
+        "peer",
+        conns::PEER_CONNECTIONS,
+        conns::PEER_CONNECTIONS_PER_ADDR,
+    );
+    let incoming = conns::capped_grpc(cfg.peer, peer_cap);
     let rx = stop_rx.clone();
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(conns::H2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(conns::H2_KEEPALIVE_TIMEOUT));
     if let Some(t) = peer_tls {
         builder = builder.tls_config(t).context("the peer port's TLS")?;
     }
@@ -234,7 +240,9 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     // (each session, watch or call a task and its buffers). A client opening more waits for
     // one to end (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS); a lockd client needs one.
     let mut builder = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(grpc::MAX_STREAMS_PER_CONNECTION));
+        .max_concurrent_streams(Some(grpc::MAX_STREAMS_PER_CONNECTION))
+        .http2_keepalive_interval(Some(conns::H2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(conns::H2_KEEPALIVE_TIMEOUT));
     if let Some(t) = grpc_tls {
         builder = builder.tls_config(t).context("the gRPC port's TLS")?;
     }

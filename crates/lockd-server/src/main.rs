@@ -360,6 +360,7 @@ async fn run_node(
         Some(path) => Some(read_admin_token(path)?),
         None => None,
     };
+    lockd_server::conns::raise_fd_limit(common.max_client_connections)?;
     let Listen { http, grpc, peer } = listen;
     if peer == grpc || peer == http {
         bail!("the peer address {peer} must differ from the client ports (--http, --grpc)");

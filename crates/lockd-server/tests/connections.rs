@@ -176,3 +176,51 @@ async fn a_grpc_connection_holds_a_bounded_number_of_streams() {
     assert_eq!(limit, MAX_STREAMS_PER_CONNECTION as usize);
     drop(send);
 }
+
+/// Sockets that connect and send nothing, on the peer port past its per-address share and on
+/// the gRPC port: the node keeps serving an honest client throughout (ready, an acquire
+/// within a second), and closes every silent socket once the first-byte deadline passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_on_the_peer_and_grpc_ports_are_capped_and_closed() {
+    use lockd_server::conns::{FIRST_BYTE_TIMEOUT, PEER_CONNECTIONS_PER_ADDR};
+    let (r, _dir) = single_node_capped(4096).await;
+    let peer_n = PEER_CONNECTIONS_PER_ADDR as usize + 22;
+    let mut silent = Vec::new();
+    for _ in 0..peer_n {
+        silent.push(TcpStream::connect(r.peer_addr).await.unwrap());
+    }
+    for _ in 0..50 {
+        silent.push(TcpStream::connect(r.grpc_addr).await.unwrap());
+    }
+    let http = Http::new(format!("http://{}", r.http_addr));
+    let sid = http.session("honest", 15).await;
+    let started = std::time::Instant::now();
+    let mut rounds = 0;
+    while started.elapsed() < FIRST_BYTE_TIMEOUT + Duration::from_secs(3) {
+        let t = std::time::Instant::now();
+        let name = format!("honest-{rounds}");
+        let got = http
+            .acquire(
+                &name,
+                serde_json::json!({"session_id": sid, "owner": "o", "wait_ms": 0}),
+            )
+            .await;
+        assert_eq!(got.body["acquired"], true, "{}", got.body);
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "an acquire took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(http.get("/readyz").await.status, 200);
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Past the deadline every silent socket was closed by the node (the ones over the peer
+    // port's per-address share at once).
+    for (i, s) in silent.iter_mut().enumerate() {
+        let said = read_until_closed(s, Duration::from_secs(5)).await;
+        assert_eq!(said.as_deref(), Some(""), "silent socket {i} still open");
+    }
+    assert!(rounds >= 10, "{rounds}");
+    r.stop().await;
+}

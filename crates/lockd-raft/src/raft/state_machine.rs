@@ -18,6 +18,7 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::{Stream, TryStreamExt};
 use lockd_core::LockTable;
@@ -34,6 +35,14 @@ use crate::wire::WireReply;
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 type Snapshot = SnapshotOf<TypeConfig, SnapshotData>;
+
+/// How long a snapshot waits for a file descriptor before its error stops the group.
+const FD_WAIT: Duration = Duration::from_secs(60);
+
+/// EMFILE or ENFILE: the process or the system is out of file descriptors.
+fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(23 | 24))
+}
 
 /// Where snapshots are made durable.
 #[derive(Clone)]
@@ -144,10 +153,30 @@ impl SnapshotStore {
     async fn persist(&self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<SnapshotData> {
         match &self.backend {
             SnapshotBackend::Disk(dir) => {
-                let (store, dir, m) = (self.clone(), dir.clone(), meta.clone());
-                tokio::task::spawn_blocking(move || store.save(&dir, &m, &data).map(|_| data))
-                    .await
-                    .map_err(io::Error::other)?
+                // Out of file descriptors (a flood of connections, say) is a wait, not a
+                // failure: openraft stops the group on an error here, which stops the node,
+                // while the descriptors come back as the connection caps and deadlines close
+                // what holds them. The log is not purged until the snapshot is written.
+                let data = Arc::new(data);
+                let mut pause = Duration::from_millis(100);
+                let started = tokio::time::Instant::now();
+                loop {
+                    let (store, dir, m, d) =
+                        (self.clone(), dir.clone(), meta.clone(), data.clone());
+                    let saved = tokio::task::spawn_blocking(move || store.save(&dir, &m, &d))
+                        .await
+                        .map_err(io::Error::other)?;
+                    match saved {
+                        Err(e) if out_of_descriptors(&e) && started.elapsed() < FD_WAIT => {
+                            tracing::warn!(error = %e, "no file descriptor for the snapshot; retrying");
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_secs(2));
+                        }
+                        Err(e) => return Err(e),
+                        Ok(()) => break,
+                    }
+                }
+                Ok(Arc::try_unwrap(data).unwrap_or_else(|d| (*d).clone()))
             }
             SnapshotBackend::Memory { disk, gen, group } => {
                 disk.save_snapshot(*gen, *group, meta, &data).await?;
