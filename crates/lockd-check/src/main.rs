@@ -154,7 +154,7 @@ struct NemesisArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "kill,pause-node,pause-client,partition,clock,move,restart,replace,drain"
+        default_value = "kill,pause-node,pause-client,partition,clock,move,restart,replace,wipe,drain"
     )]
     faults: Vec<nemesis::FaultKind>,
     /// Run a scripted topology scenario instead of the random faults (`grow`: 3 nodes and one

@@ -447,6 +447,10 @@ impl Cluster {
         self.node(id).http
     }
 
+    pub fn grpc_addr(&self, id: u64) -> SocketAddr {
+        self.node(id).grpc
+    }
+
     /// SIGKILL, then reap.
     pub async fn kill(&mut self, id: u64) -> anyhow::Result<()> {
         let n = &mut self.nodes[(id - 1) as usize];
@@ -459,6 +463,36 @@ impl Cluster {
 
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         self.spawn((id - 1) as usize)
+    }
+
+    /// A node dies with its disk and is started again under its old id with the same flags,
+    /// as a supervisor would after a disk swap. It must refuse to start (a voter that forgot
+    /// its log and its vote could lose a commit): it must exit non-zero within 15 s, naming the
+    /// fix. Returns that line of its log; an error if it started or said nothing of the kind.
+    pub async fn wipe_and_restart(&mut self, id: u64) -> anyhow::Result<String> {
+        self.kill(id).await?;
+        let dir = self.cfg.dir.join(format!("node{id}"));
+        std::fs::remove_dir_all(&dir).with_context(|| format!("wiping {}", dir.display()))?;
+        let log = self.node(id).log.clone();
+        let seen = std::fs::read_to_string(&log).unwrap_or_default().len();
+        self.restart(id)?;
+        let n = &mut self.nodes[(id - 1) as usize];
+        let mut child = n.child.take().context("the wiped node did not start")?;
+        let Ok(status) = tokio::time::timeout(Duration::from_secs(15), child.wait()).await else {
+            n.child = Some(child);
+            bail!("node{id} restarted on a wiped disk under its old id and was not refused within 15 s");
+        };
+        let status = status?;
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let said = text.get(seen..).unwrap_or_default();
+        let refusal = said.lines().find(|l| l.contains("members replace"));
+        match refusal {
+            Some(line) if !status.success() => Ok(line.trim().to_string()),
+            _ => bail!(
+                "node{id} on a wiped disk exited with {status} without naming the fix; it said: {}",
+                said.trim()
+            ),
+        }
     }
 
     pub fn is_running(&self, id: u64) -> bool {

@@ -63,6 +63,10 @@ pub enum FaultKind {
     /// A node dies with its disk: SIGKILL, then a new node id takes its place in every group
     /// it was in (joined as a learner, promoted) and the dead id is removed for good.
     Replace,
+    /// A node loses its disk and is started again under its old id (a supervisor after a disk
+    /// swap): it must be refused within 15 s, naming the fix; then a new node id takes its
+    /// place as in [`FaultKind::Replace`].
+    Wipe,
     /// A toggle kept across draws: mark a random live node draining (the admin call waits
     /// until it leads no group), or, if one is marked, clear the mark. The faults drawn in
     /// between hit the draining node like any other.
@@ -87,6 +91,7 @@ impl FaultKind {
             FaultKind::Move => "move",
             FaultKind::Restart => "restart",
             FaultKind::Replace => "replace",
+            FaultKind::Wipe => "wipe",
             FaultKind::Drain => "drain",
         }
     }
@@ -783,7 +788,11 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
                     rng.u64(500..=2000),
                 )
             }
-            FaultKind::Replace => {
+            FaultKind::Replace | FaultKind::Wipe => {
+                if kind == FaultKind::Wipe {
+                    let refusal = cluster.wipe_and_restart(node).await?;
+                    eprintln!("nemesis: node{node} on a wiped disk was refused: {refusal}");
+                }
                 let new = replace(&mut cluster, node).await?;
                 if let Some(d) = drained.as_mut().filter(|d| d.node == node) {
                     // Its id is retired now, which ends the mark; the next drain draw clears
@@ -1120,7 +1129,21 @@ async fn replace(cluster: &mut Cluster, dead: u64) -> anyhow::Result<u64> {
     cluster.kill(dead).await?;
     let id = cluster.next_id();
     let dial = cluster.add_joiner(id, Some(dead)).await?.to_string();
-    let c = admin(cluster)?;
+    // Through the members, as an operator does: the new node answers on the dead one's client
+    // ports, and until it is added the peer port of every member refuses its forwarded calls.
+    let members: Vec<String> = cluster
+        .endpoints_except(id)
+        .into_iter()
+        .filter(|e| *e != cluster.grpc_addr(dead).to_string())
+        .collect();
+    let c = Client::lazy(
+        members,
+        ClientOptions {
+            auth_token: Some(cluster::ADMIN_TOKEN.to_string()),
+            request_timeout: Duration::from_secs(120),
+            ..ClientOptions::default()
+        },
+    )?;
     again("add the replacement", || c.add_member(id, &dial, &groups)).await?;
     again("remove the dead node", || c.remove_member(dead, &[])).await?;
     cluster.retire(dead);
