@@ -262,13 +262,19 @@ impl tonic::service::Interceptor for PeerHeaders {
 /// A channel to one peer node, every call on it stamped by [`PeerHeaders`].
 pub(crate) type PeerChannel = InterceptedService<Channel, PeerHeaders>;
 
+/// A peer's pipe, with the address and the recorded incarnation it was opened with.
+struct OpenPipe {
+    addr: String,
+    pipe: Arc<pipe::Pipe>,
+    incarnation: Option<u64>,
+}
+
 /// The production transport: one tonic channel per peer node, connected on first use, with a
 /// pipe (`pipe.rs`) on it for every call but snapshots and large payloads.
 pub struct PeerPool {
     addrs: RwLock<HashMap<NodeId, String>>,
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
-    /// Each peer's pipe, with the address and the recorded incarnation it was opened with.
-    pipes: Mutex<HashMap<NodeId, (String, Arc<pipe::Pipe>, Option<u64>)>>,
+    pipes: Mutex<HashMap<NodeId, OpenPipe>>,
     headers: PeerHeaders,
     /// The CA and this node's identity; each channel adds the name of the node it dials.
     tls: Option<ClientTlsConfig>,
@@ -337,16 +343,22 @@ impl PeerPool {
     fn pipe(&self, target: NodeId) -> Result<Arc<pipe::Pipe>, tonic::Status> {
         let mut pipes = self.pipes.lock().expect("peer pipes poisoned");
         let known = self.headers.book.incarnation_of(target);
-        if let Some((a, p, opened_with)) = pipes.get(&target) {
+        if let Some(o) = pipes.get(&target) {
             let addrs = self.addrs.read().expect("peer addrs poisoned");
-            if addrs.get(&target) == Some(a) && !p.is_closed() && *opened_with == known {
-                return Ok(p.clone());
+            if addrs.get(&target) == Some(&o.addr) && !o.pipe.is_closed() && o.incarnation == known
+            {
+                return Ok(o.pipe.clone());
             }
         }
         let addr = self.addr(target)?;
-        let p = Arc::new(pipe::Pipe::open(self.client(target)?));
-        pipes.insert(target, (addr, p.clone(), known));
-        Ok(p)
+        let pipe = Arc::new(pipe::Pipe::open(self.client(target)?));
+        let open = OpenPipe {
+            addr,
+            pipe: pipe.clone(),
+            incarnation: known,
+        };
+        pipes.insert(target, open);
+        Ok(pipe)
     }
 
     fn client(&self, target: NodeId) -> Result<PeerClient<PeerChannel>, tonic::Status> {
