@@ -241,7 +241,7 @@ impl tonic::transport::server::Connected for Capped<tokio::net::TcpStream> {
 
 /// File descriptors a node needs besides its connections: log segments, snapshots, the
 /// runtime's own, with room to spare.
-const FD_RESERVE: u64 = 512;
+pub const FD_RESERVE: u64 = 512;
 
 /// Checks the process's open-files limit (`RLIMIT_NOFILE`) against what the connection caps
 /// let the node hold (both client ports at `max_client_connections`, the peer port, and
