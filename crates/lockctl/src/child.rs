@@ -104,6 +104,8 @@ pub fn spawn(
         .arg("--")
         .args(command)
         .envs(env.iter().map(|(k, v)| (k, v)))
+        // The namespace's credential is lockctl's, not the command's to read or pass on.
+        .env_remove("LOCKD_AUTH_TOKEN")
         .process_group(0)
         .stdin(if pass_stdin {
             Stdio::inherit()

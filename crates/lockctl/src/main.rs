@@ -52,9 +52,18 @@ struct Cli {
     /// Empty: `acquire` and `run` use the namespace NAME falls into.
     #[arg(long, env = "LOCKD_NAMESPACE", default_value = "", global = true)]
     namespace: String,
-    /// Bearer token for namespaces that require one.
+    /// Bearer token for namespaces that require one. On the command line it shows in `ps` to
+    /// every user of the machine: prefer LOCKD_AUTH_TOKEN or --auth-token-file.
     #[arg(long, env = "LOCKD_AUTH_TOKEN", global = true, hide_env_values = true)]
     auth_token: Option<String>,
+    /// A file holding the bearer token (its first line), instead of --auth-token.
+    #[arg(
+        long,
+        env = "LOCKD_AUTH_TOKEN_FILE",
+        global = true,
+        conflicts_with = "auth_token"
+    )]
+    auth_token_file: Option<std::path::PathBuf>,
     /// A file holding the admin token (for `sessions` and other holders' session ids; it also
     /// opens every namespace). `lockd dev` prints where its file is.
     #[arg(long, env = "LOCKD_ADMIN_TOKEN_FILE", global = true)]
@@ -323,7 +332,7 @@ enum Cmd {
     /// Run CMD while holding the lock; stop it if the lease is lost or lockctl is signalled.
     ///
     /// CMD runs in its own process group with LOCKD_TOKEN (the fencing token) and LOCKD_LOCK
-    /// set, and stdin from /dev/null (see --pass-stdin). If the lease's local deadline passes
+    /// set, LOCKD_AUTH_TOKEN removed, and stdin from /dev/null (see --pass-stdin). If the lease's local deadline passes
     /// without a renewal, the group gets SIGTERM and, 0.5 s later, SIGKILL. If lockctl gets
     /// SIGTERM, SIGHUP, SIGQUIT or SIGINT, the group gets SIGTERM, then SIGKILL after
     /// --kill-grace; the lock is released and lockctl exits 128 + N. If lockctl is killed
@@ -505,6 +514,22 @@ async fn main() -> ExitCode {
     }
     let mut cli = Cli::parse();
     let out = Out { json: cli.json };
+    if let Some(path) = &cli.auth_token_file {
+        match std::fs::read_to_string(path) {
+            Ok(t) if !t.trim().is_empty() => cli.auth_token = Some(t.trim().to_string()),
+            Ok(_) => {
+                eprintln!("lockctl: error: the token file {} is empty", path.display());
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!(
+                    "lockctl: error: reading the token file {}: {e}",
+                    path.display()
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
     if let Some(path) = &cli.admin_token_file {
         match std::fs::read_to_string(path) {
             Ok(t) if !t.trim().is_empty() => cli.admin_token = Some(t.trim().to_string()),

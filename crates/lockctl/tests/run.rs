@@ -304,3 +304,49 @@ async fn a_waiting_run_says_who_holds_the_lock_and_where_it_queues() {
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// The namespace's bearer token is lockctl's: the command it runs does not inherit it, and
+/// a token read from a file never appears on a command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_keeps_the_auth_token_from_its_command() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "run-test-token-0123456789\n").unwrap();
+    for how in ["env", "file"] {
+        let mut cmd = lockctl(&c);
+        match how {
+            "env" => cmd.env("LOCKD_AUTH_TOKEN", "run-test-token-0123456789"),
+            _ => cmd.arg("--auth-token-file").arg(&file),
+        };
+        let out = cmd
+            .args([
+                "run",
+                "fast/env",
+                "--",
+                "sh",
+                "-c",
+                "echo \"[${LOCKD_AUTH_TOKEN:-unset}] token=$LOCKD_TOKEN\"",
+            ])
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("[unset] token="),
+            "{how}: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A missing file is a usage error, said at once.
+    let out = lockctl(&c)
+        .arg("--auth-token-file")
+        .arg(dir.path().join("missing"))
+        .arg("status")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("token file"));
+}
