@@ -20,6 +20,11 @@ pub const MAX_REENTRY: u32 = 1_000_000;
 /// cluster's). The design's 20,000 clients are a twelfth of it; a session costs a replica
 /// about 150 bytes, so a full table is ~40 MB per group.
 pub const MAX_SESSIONS: usize = 250_000;
+/// Live sessions the namespaces without a token hold together, in one group. The other
+/// 100,000 places of [`MAX_SESSIONS`] are kept for namespaces with a token: anyone who reaches a
+/// client port can open sessions in an open namespace (`default`), and a flood of them must not
+/// lock every team with a credential out.
+pub const MAX_OPEN_NAMESPACE_SESSIONS: usize = 150_000;
 /// The highest revision, so the highest fencing token, a group ever reaches.
 ///
 /// Grants alone never get near it (2^63 grants at a million a second take 290,000 years); only

@@ -589,6 +589,22 @@ impl LockTable {
                 limit: ns.max_sessions,
             });
         }
+        if ns.token_sha256.is_none() {
+            // Summed over the namespaces (a few), not kept: a token set or cleared moves a
+            // namespace's sessions between the shares without a second count to update.
+            let open: usize = self
+                .namespaces
+                .values()
+                .filter(|n| n.token_sha256.is_none())
+                .filter_map(|n| self.namespace_sessions.get(n.name.as_str()))
+                .map(|&c| c as usize)
+                .sum();
+            if open >= limits::MAX_OPEN_NAMESPACE_SESSIONS {
+                return Err(Rejection::OpenSessionsFull {
+                    limit: limits::MAX_OPEN_NAMESPACE_SESSIONS,
+                });
+            }
+        }
         Ok(())
     }
 

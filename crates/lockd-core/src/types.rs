@@ -997,6 +997,11 @@ pub enum Rejection {
         known: u64,
         given: u64,
     },
+    /// The namespaces without a token hold as many live sessions together as they may
+    /// ([`limits::MAX_OPEN_NAMESPACE_SESSIONS`]); the rest are kept for namespaces with one.
+    OpenSessionsFull {
+        limit: usize,
+    },
 }
 
 impl Rejection {
@@ -1040,6 +1045,7 @@ impl Rejection {
             Rejection::NamespaceVersionConflict { .. } => "namespace_version_conflict",
             Rejection::TooManySessions { .. } => "too_many_sessions",
             Rejection::NamespaceSessionsFull { .. } => "too_many_sessions",
+            Rejection::OpenSessionsFull { .. } => "too_many_sessions",
         }
     }
 }
@@ -1211,6 +1217,13 @@ impl fmt::Display for Rejection {
                 "session: namespace '{namespace}' holds {}, its max_sessions; close idle \
                  ones (one per process is enough), ask the admin for more, or retry later",
                 live_sessions(u64::from(*limit))
+            ),
+            Rejection::OpenSessionsFull { limit } => write!(
+                f,
+                "session: the namespaces without a token hold {} together, their share of the \
+                 cluster's (the rest is kept for namespaces with a token); close idle ones (one \
+                 per process is enough), use a namespace with a token, or retry later",
+                live_sessions(*limit as u64)
             ),
             Rejection::NamespaceVersionConflict { expected, current } => write!(
                 f,

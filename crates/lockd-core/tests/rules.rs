@@ -1054,45 +1054,59 @@ fn sessions_hold_at_most_their_namespace_limit() {
 }
 
 #[test]
-fn a_group_holds_at_most_max_sessions_live_sessions() {
+fn a_group_holds_at_most_max_sessions_live_sessions_and_keeps_places_for_namespaces_with_a_token() {
     let mut h = H::new();
+    h.put_ns("team/", |ns| ns.token_sha256 = Some("ab".repeat(32)));
+    h.put_ns("anon/", |_| {});
+    let open_in = |s: u64, namespace: &str| Op::OpenSession {
+        session: SessionId(s),
+        client: String::new(),
+        ttl_ms: 0,
+        namespace: namespace.into(),
+    };
     // Straight to the table: checking every invariant after each of 250k opens is quadratic.
-    for id in 1..=limits::MAX_SESSIONS as u64 {
-        let out = h.t.apply(&Command {
-            now_ms: h.now,
-            op: Op::OpenSession {
-                session: SessionId(id),
-                client: String::new(),
-                ttl_ms: 0,
-                namespace: String::new(),
-            },
-        });
-        assert!(out.reply.is_ok(), "session {id}: {:?}", out.reply);
+    let mut apply = |h: &mut H, op: Op| h.t.apply(&Command { now_ms: h.now, op }).reply;
+    // The namespaces without a token, together, take their share and no more.
+    let share = limits::MAX_OPEN_NAMESPACE_SESSIONS as u64;
+    for id in 1..=share {
+        let ns = if id % 2 == 0 { "" } else { "anon" };
+        let out = apply(&mut h, open_in(id, ns));
+        assert!(out.is_ok(), "session {id}: {out:?}");
+    }
+    for ns in ["", "anon"] {
+        assert_eq!(
+            h.rej(open_in(share + 1, ns)),
+            Rejection::OpenSessionsFull {
+                limit: limits::MAX_OPEN_NAMESPACE_SESSIONS
+            }
+        );
+    }
+    // The rest are kept for namespaces with a token, up to the group's cap.
+    for id in share + 1..=limits::MAX_SESSIONS as u64 {
+        let out = apply(&mut h, open_in(id, "team"));
+        assert!(out.is_ok(), "session {id}: {out:?}");
     }
     h.t.check_invariants().unwrap();
     let next = SessionId(limits::MAX_SESSIONS as u64 + 1);
-    let open = |s| Op::OpenSession {
-        session: s,
-        client: String::new(),
-        ttl_ms: 0,
-        namespace: String::new(),
-    };
     assert_eq!(
-        h.rej(open(next)),
+        h.rej(open_in(next.0, "team")),
         Rejection::TooManySessions {
             limit: limits::MAX_SESSIONS
         }
     );
-    // One closed makes room for one.
+    // One closed (an open namespace's) makes room for one, which its share may take.
     h.ok(Op::CloseSession {
         session: SessionId(7),
     });
-    h.ok(open(next));
-    assert_eq!(
-        h.rej(open(SessionId(limits::MAX_SESSIONS as u64 + 2)))
-            .code(),
-        "too_many_sessions"
-    );
+    h.ok(open_in(next.0, "anon"));
+    for ns in ["team", "", "anon"] {
+        let after = limits::MAX_SESSIONS as u64 + 2;
+        assert_eq!(
+            h.rej(open_in(after, ns)).code(),
+            "too_many_sessions",
+            "{ns}"
+        );
+    }
 }
 
 #[test]

@@ -156,7 +156,8 @@ impl From<Rejection> for ApiError {
             Rejection::QueueFull { retry_after_ms, .. } => Some(*retry_after_ms),
             Rejection::TooManyLocks { .. }
             | Rejection::TooManySessions { .. }
-            | Rejection::NamespaceSessionsFull { .. } => Some(1_000),
+            | Rejection::NamespaceSessionsFull { .. }
+            | Rejection::OpenSessionsFull { .. } => Some(1_000),
             Rejection::WrongGroup { .. } | Rejection::BucketMoving { .. } => Some(100),
             Rejection::SessionNotHere { .. } => Some(100),
             _ => None,
