@@ -1065,7 +1065,7 @@ fn a_group_holds_at_most_max_sessions_live_sessions_and_keeps_places_for_namespa
         namespace: namespace.into(),
     };
     // Straight to the table: checking every invariant after each of 250k opens is quadratic.
-    let mut apply = |h: &mut H, op: Op| h.t.apply(&Command { now_ms: h.now, op }).reply;
+    let apply = |h: &mut H, op: Op| h.t.apply(&Command { now_ms: h.now, op }).reply;
     // The namespaces without a token, together, take their share and no more.
     let share = limits::MAX_OPEN_NAMESPACE_SESSIONS as u64;
     for id in 1..=share {
