@@ -654,6 +654,35 @@ fn stranger(from: Option<NodeId>, what: &str) -> tonic::Status {
     ))
 }
 
+/// The command in a forwarded proposal, if a node may forward it to group `group_id` from
+/// `caller`: never a leader's own duty, never one no node forwards to a group of that kind,
+/// and from a stranger only its own start-up records.
+fn forwarded_op(
+    payload: &[u8],
+    group_id: GroupId,
+    caller: Caller,
+) -> Result<lockd_core::Op, tonic::Status> {
+    let op: lockd_core::Op = decode(payload)?;
+    if op.leader_only() {
+        return Err(tonic::Status::permission_denied(
+            "a leader-only command (tick, session expiry, revision raise) is never taken from \
+             a peer",
+        ));
+    }
+    if !caller.known && !op.stranger_may_propose(caller.from.unwrap_or(0)) {
+        return Err(stranger(
+            caller.from,
+            "this command is not one it may propose",
+        ));
+    }
+    if !op.forwarded_to(group_id == crate::META_GROUP) {
+        return Err(tonic::Status::permission_denied(format!(
+            "no node forwards this command to group {group_id}, so the peer port refuses it"
+        )));
+    }
+    Ok(op)
+}
+
 /// Serves one call that is not a batch.
 async fn dispatch_one(
     node: &Node,
@@ -694,22 +723,7 @@ async fn dispatch_one(
         // A proposal forwarded by a follower; answered only if this node leads (no
         // re-forwarding).
         Method::Propose => {
-            let op: lockd_core::Op = decode(payload)?;
-            if op.leader_only() {
-                return Err(tonic::Status::permission_denied(
-                    "a leader-only command (tick, session expiry, revision raise) is never \
-                     taken from a peer",
-                ));
-            }
-            if !caller.known && !op.stranger_may_propose(from.unwrap_or(0)) {
-                return Err(stranger(from, "this command is not one it may propose"));
-            }
-            if !op.forwarded_to(group_id == crate::META_GROUP) {
-                return Err(tonic::Status::permission_denied(format!(
-                    "no node forwards this command to group {group_id}, so the peer port \
-                     refuses it"
-                )));
-            }
+            let op = forwarded_op(payload, group_id, caller)?;
             reply(
                 &group
                     .propose_on_leader(op)
