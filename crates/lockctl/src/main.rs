@@ -505,6 +505,15 @@ impl Out {
     }
 }
 
+/// The first line of a token file (`what`: "token", "admin token"), or why it cannot be used.
+fn read_token_file(path: &std::path::Path, what: &str) -> Result<String, String> {
+    match std::fs::read_to_string(path) {
+        Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
+        Ok(_) => Err(format!("the {what} file {} is empty", path.display())),
+        Err(e) => Err(format!("reading the {what} file {}: {e}", path.display())),
+    }
+}
+
 // One thread: the parent-death signal of `run`'s supervisor is tied to the thread that spawned
 // it, which must live as long as lockctl.
 #[tokio::main(flavor = "current_thread")]
@@ -514,37 +523,16 @@ async fn main() -> ExitCode {
     }
     let mut cli = Cli::parse();
     let out = Out { json: cli.json };
-    if let Some(path) = &cli.auth_token_file {
-        match std::fs::read_to_string(path) {
-            Ok(t) if !t.trim().is_empty() => cli.auth_token = Some(t.trim().to_string()),
-            Ok(_) => {
-                eprintln!("lockctl: error: the token file {} is empty", path.display());
-                return ExitCode::from(2);
-            }
+    for (file, what) in [
+        (&cli.auth_token_file, "token"),
+        (&cli.admin_token_file, "admin token"),
+    ] {
+        let Some(path) = file else { continue };
+        match read_token_file(path, what) {
+            Ok(t) if what == "token" => cli.auth_token = Some(t),
+            Ok(t) => cli.admin_token = Some(t),
             Err(e) => {
-                eprintln!(
-                    "lockctl: error: reading the token file {}: {e}",
-                    path.display()
-                );
-                return ExitCode::from(2);
-            }
-        }
-    }
-    if let Some(path) = &cli.admin_token_file {
-        match std::fs::read_to_string(path) {
-            Ok(t) if !t.trim().is_empty() => cli.admin_token = Some(t.trim().to_string()),
-            Ok(_) => {
-                eprintln!(
-                    "lockctl: error: the admin token file {} is empty",
-                    path.display()
-                );
-                return ExitCode::from(2);
-            }
-            Err(e) => {
-                eprintln!(
-                    "lockctl: error: reading the admin token file {}: {e}",
-                    path.display()
-                );
+                eprintln!("lockctl: error: {e}");
                 return ExitCode::from(2);
             }
         }

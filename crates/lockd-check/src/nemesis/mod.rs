@@ -1084,8 +1084,13 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
 
 /// An admin client over every node of `cluster` (membership calls wait for catch-up).
 fn admin(cluster: &Cluster) -> Result<Client, lockd_client::Error> {
+    admin_via(cluster.endpoints_from(0))
+}
+
+/// [`admin`] through `endpoints` only.
+fn admin_via(endpoints: Vec<String>) -> Result<Client, lockd_client::Error> {
     Client::lazy(
-        cluster.endpoints_from(0),
+        endpoints,
         ClientOptions {
             auth_token: Some(cluster::ADMIN_TOKEN.to_string()),
             request_timeout: Duration::from_secs(120),
@@ -1136,14 +1141,7 @@ async fn replace(cluster: &mut Cluster, dead: u64) -> anyhow::Result<u64> {
         .into_iter()
         .filter(|e| *e != cluster.grpc_addr(dead).to_string())
         .collect();
-    let c = Client::lazy(
-        members,
-        ClientOptions {
-            auth_token: Some(cluster::ADMIN_TOKEN.to_string()),
-            request_timeout: Duration::from_secs(120),
-            ..ClientOptions::default()
-        },
-    )?;
+    let c = admin_via(members)?;
     again("add the replacement", || c.add_member(id, &dial, &groups)).await?;
     again("remove the dead node", || c.remove_member(dead, &[])).await?;
     cluster.retire(dead);
