@@ -18,7 +18,11 @@ use serde_json::json;
 
 /// A base port `b` with `b..b+3*n` all free: HTTP from `b`, gRPC from `b+n`, peers from `b+2n`.
 fn free_block(n: u16) -> u16 {
-    let mut rng = 0x5eed_u32 ^ std::process::id();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let mut rng = nanos ^ std::process::id().rotate_left(16);
     for _ in 0..500 {
         rng = rng.wrapping_mul(1_103_515_245).wrapping_add(12_345);
         let b = 20_000 + (rng >> 8) as u16 % 10_000;
@@ -39,7 +43,12 @@ async fn readyz(base: &str) -> Option<u16> {
     Some(r.status().as_u16())
 }
 
+/// One `lockd dev` at a time in this process: the two cases would share two cores (and
+/// `lockd dev --nodes` needs blocks of consecutive ports).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn attack_dev(nodes: u16) {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let b = free_block(nodes);
     let at = |p: u16| format!("127.0.0.1:{p}");
