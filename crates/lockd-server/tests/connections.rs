@@ -178,8 +178,8 @@ async fn a_grpc_connection_holds_a_bounded_number_of_streams() {
 }
 
 /// Sockets that connect and send nothing, on the peer port past its per-address share and on
-/// the gRPC port: the node keeps serving an honest client throughout (ready, an acquire
-/// within a second), and closes every silent socket once the first-byte deadline passes.
+/// the gRPC port: the node keeps serving an honest client throughout (ready, each acquire
+/// answered promptly), and closes every silent socket once the first-byte deadline passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_sockets_on_the_peer_and_grpc_ports_are_capped_and_closed() {
     use lockd_server::conns::{FIRST_BYTE_TIMEOUT, PEER_CONNECTIONS_PER_ADDR};
@@ -206,8 +206,9 @@ async fn silent_sockets_on_the_peer_and_grpc_ports_are_capped_and_closed() {
             )
             .await;
         assert_eq!(got.body["acquired"], true, "{}", got.body);
+        // A second on a quiet machine; the bound leaves room for a busy 2-core CI runner.
         assert!(
-            t.elapsed() < Duration::from_secs(1),
+            t.elapsed() < Duration::from_secs(3),
             "an acquire took {:?}",
             t.elapsed()
         );
