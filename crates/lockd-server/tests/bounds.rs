@@ -111,10 +111,21 @@ async fn a_session_stream_that_is_never_read_is_cut_off_and_its_session_lives_on
     let by_node = end.message().contains("did not read");
     let by_client_library = format!("{end:?}").contains("too_many_data_frames");
     assert!(by_node || by_client_library, "{end:?}");
-    assert!(
-        answered < SENT && answered >= STREAM_BUFFER as u64,
-        "answered {answered} of {SENT}"
-    );
+    // Never every answer: the node holds a bounded number. Cut by the node, it had filled its
+    // buffer; cut by the client's library, as many as reached the client before its budget
+    // ran out (765-889 in runs here, which the old bound of one full buffer made flaky).
+    assert!(answered < SENT, "answered {answered} of {SENT}");
+    if by_node {
+        assert!(
+            answered >= STREAM_BUFFER as u64,
+            "the node cut the stream after only {answered} answers"
+        );
+    } else {
+        assert!(
+            answered > 0,
+            "the client library cut the stream before any answer"
+        );
+    }
     // The session is alive: a unary keepalive extends it.
     assert!(session.starts_with("s_"), "{session}");
     let kept = g
