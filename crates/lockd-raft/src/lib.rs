@@ -22,24 +22,18 @@
 //! directory.
 
 mod audit;
-mod balance;
 mod clock;
 mod config;
 mod error;
-mod fatal;
 mod group;
 mod identity;
-mod leader;
 mod node;
 mod peer;
 mod placement;
 mod private;
 pub use private::{make_private_dir, write_private_file};
 mod raft;
-mod remote;
-mod replica;
 mod tls_names;
-mod tracker;
 mod watch;
 mod wire;
 
@@ -47,9 +41,10 @@ pub use audit::AuditEvent;
 pub use clock::NodeClock;
 pub use config::{check_peer_addr, peer_dns_name, NodeConfig, PeerTls, Storage};
 pub use error::{GroupError, StartError};
-pub use fatal::GroupFailure;
+pub use group::remote::RemoteGroup;
 pub use group::{Group, GroupStatus, ProposeResult};
 pub use identity::Identity;
+pub use node::fatal::GroupFailure;
 pub use node::{MemberCall, Node, Route, META_MAX_VOTERS};
 pub use peer::{Method as PeerMethod, PeerBook, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
@@ -57,7 +52,6 @@ pub use placement::initial_placement;
 pub use raft::{
     inspect_snapshot, seed_thread_rng, MemStorage, MemberError, Membership, SnapshotReport,
 };
-pub use remote::RemoteGroup;
 
 /// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.
 pub type GroupId = u32;

@@ -11,8 +11,10 @@
 mod log_store;
 mod mem_store;
 mod network;
+pub(crate) mod replica;
 mod runtime;
 mod state_machine;
+pub(crate) mod tracker;
 
 pub use mem_store::MemStorage;
 pub use runtime::seed_thread_rng;
@@ -34,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use crate::peer::Peers;
-use crate::replica::Replica;
+use crate::raft::replica::Replica;
 use crate::wire::WireReply;
 use crate::{GroupId, NodeConfig, NodeId, StartError, Storage};
 

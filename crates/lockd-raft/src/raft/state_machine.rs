@@ -29,7 +29,7 @@ use tracing::info;
 
 use super::mem_store::MemStorage;
 use super::{enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
-use crate::replica::Replica;
+use crate::raft::replica::Replica;
 use crate::wire::WireReply;
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";

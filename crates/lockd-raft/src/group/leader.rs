@@ -17,7 +17,7 @@ use lockd_core::{LockTable, Op, SessionId};
 use tracing::{debug, info, warn};
 
 use crate::group::Group;
-use crate::tracker::SessionTracker;
+use crate::raft::tracker::SessionTracker;
 
 /// How long to back off after a failed expiry or tick proposal before trying again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);

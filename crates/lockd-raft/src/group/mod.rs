@@ -5,6 +5,9 @@
 //! `NoLeader` instead), so a call takes at most one hop. While no leader is known, or a fresh
 //! leader's lease is not yet valid, calls retry internally for a short bounded time.
 
+pub(crate) mod leader;
+pub(crate) mod remote;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +17,10 @@ use tokio::time::Instant;
 use lockd_core::{LockTable, Op, Rejection, Reply, SessionId};
 use tracing::debug;
 
-use crate::leader::KeepaliveRefused;
+use crate::group::leader::KeepaliveRefused;
 use crate::peer::{Method, Peers};
+use crate::raft::replica::Replica;
 use crate::raft::{RaftGroup, WriteError};
-use crate::replica::Replica;
 use crate::wire::WireReply;
 use crate::{GroupError, GroupId, NodeId};
 
@@ -539,7 +542,7 @@ impl Group {
             .balance_leaders
             .then(|| {
                 let draining = self.shared.draining.read().expect("draining poisoned");
-                crate::balance::preferred_leader(self.id, s.voters.iter().copied(), &draining)
+                crate::node::balance::preferred_leader(self.id, s.voters.iter().copied(), &draining)
             })
             .flatten();
         GroupStatus {

@@ -5,6 +5,9 @@
 //! its leader-duty task, and — on the lowest-id node a group is placed on, for groups that have
 //! no membership yet — makes the placed nodes its voters, so a fresh cluster comes up by itself.
 
+pub(crate) mod balance;
+pub(crate) mod fatal;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -14,11 +17,11 @@ use crate::watch;
 use tokio::task::JoinHandle;
 use tracing::info;
 
+use crate::group::remote::RemoteGroup;
 use crate::group::{Group, Timing};
 use crate::peer::{Method, PeerBook, PeerPool, PeerServer, PeerService, PeerTransport, Peers};
+use crate::raft::replica::Replica;
 use crate::raft::{MemberError, Membership, RaftGroup};
-use crate::remote::RemoteGroup;
-use crate::replica::Replica;
 use crate::{
     AppHandler, EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError, META_GROUP,
 };
@@ -357,13 +360,13 @@ impl Node {
         let (stop, _) = watch::channel(false);
         let mut duties: Vec<_> = groups
             .values()
-            .map(|g| tokio::spawn(crate::leader::run(g.clone(), stop.subscribe())))
+            .map(|g| tokio::spawn(crate::group::leader::run(g.clone(), stop.subscribe())))
             .collect();
         let (failed, _) = watch::channel(None);
         duties.extend(
             groups
                 .values()
-                .map(|g| tokio::spawn(crate::fatal::watch_group(g.clone(), failed.clone()))),
+                .map(|g| tokio::spawn(crate::node::fatal::watch_group(g.clone(), failed.clone()))),
         );
         info!(node = cfg.node_id, groups = groups.len(), "node started");
         let node = Arc::new(Node {
@@ -392,7 +395,7 @@ impl Node {
         });
         if timing.balance_leaders {
             // Over the groups hosted at each check, so groups created later are balanced too.
-            let balancer = crate::balance::run(Arc::downgrade(&node), node.stop.subscribe());
+            let balancer = crate::node::balance::run(Arc::downgrade(&node), node.stop.subscribe());
             node.duties
                 .lock()
                 .expect("duties poisoned")
@@ -538,11 +541,11 @@ impl Node {
                 )
                 .await?;
                 let mut duties = self.duties.lock().expect("duties poisoned");
-                duties.push(tokio::spawn(crate::leader::run(
+                duties.push(tokio::spawn(crate::group::leader::run(
                     g.clone(),
                     self.stop.subscribe(),
                 )));
-                duties.push(tokio::spawn(crate::fatal::watch_group(
+                duties.push(tokio::spawn(crate::node::fatal::watch_group(
                     g.clone(),
                     self.failed.clone(),
                 )));
