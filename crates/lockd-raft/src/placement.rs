@@ -7,10 +7,30 @@
 //! founder. The placement is a pure function of the founders and these two numbers, which the
 //! data dir's identity pins, so every founder computes the same one on every start; later
 //! changes go through membership calls and are read from each group's own membership.
+//!
+//! Also here, as the pure rule it is: each group's preferred leader among its voters, which
+//! leader balance (`node/balance.rs`) and a group's status both read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{GroupId, NodeId, META_GROUP};
+
+/// The preferred leader of `group` among `voters` (any order, repeats allowed): the
+/// `(group mod n)`-th of the `n` distinct ids in id order that are not `draining`, or of all
+/// of them if every one is.
+pub(crate) fn preferred_leader(
+    group: GroupId,
+    voters: impl IntoIterator<Item = NodeId>,
+    draining: &BTreeSet<NodeId>,
+) -> Option<NodeId> {
+    let voters: BTreeSet<NodeId> = voters.into_iter().collect();
+    let staying: BTreeSet<NodeId> = voters.difference(draining).copied().collect();
+    let pool = if staying.is_empty() { voters } else { staying };
+    if pool.is_empty() {
+        return None;
+    }
+    pool.iter().nth(group as usize % pool.len()).copied()
+}
 
 /// Group id → the founders it is placed on, in id order, for groups 0..=`lock_groups`.
 pub fn initial_placement(
@@ -40,6 +60,29 @@ pub fn initial_placement(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn preferred_leaders_spread_over_the_voters_in_id_order() {
+        let none = BTreeSet::new();
+        let p: Vec<_> = (0..6)
+            .map(|g| preferred_leader(g, [7, 3, 5, 3], &none).unwrap())
+            .collect();
+        assert_eq!(p, [3, 5, 7, 3, 5, 7]);
+        assert_eq!(preferred_leader(4, [9], &none), Some(9));
+        assert_eq!(preferred_leader(1, [], &none), None);
+    }
+
+    #[test]
+    fn draining_voters_are_never_preferred_unless_all_are() {
+        let five = BTreeSet::from([5]);
+        let p: Vec<_> = (0..4)
+            .map(|g| preferred_leader(g, [7, 3, 5], &five).unwrap())
+            .collect();
+        assert_eq!(p, [3, 7, 3, 7], "node 5's groups spread over 3 and 7");
+        let all = BTreeSet::from([3, 5, 7]);
+        assert_eq!(preferred_leader(1, [7, 3, 5], &all), Some(5));
+        assert_eq!(preferred_leader(1, [], &five), None);
+    }
 
     #[test]
     fn groups_fill_the_nodes_evenly() {

@@ -1,5 +1,5 @@
-//! Leader duties of one group: the group clock, the session tracker, and the loop that proposes
-//! `ExpireSessions` and `Tick` when they fall due.
+//! Leader duties of one group: the loop that proposes `ExpireSessions` and `Tick` when they
+//! fall due, over the state in `raft/leadership.rs` (the group clock, the session tracker).
 //!
 //! They start only once this node leads *and* has applied an entry of its own term (the blank
 //! entry openraft commits on election), so every entry of earlier terms is in the table when the
@@ -13,111 +13,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::watch;
-use lockd_core::{LockTable, Op, SessionId};
+use lockd_core::Op;
 use tracing::{debug, info, warn};
 
 use crate::group::Group;
-use crate::raft::tracker::SessionTracker;
 
 /// How long to back off after a failed expiry or tick proposal before trying again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
-
-/// Base of the leader's stamping clock for one term.
-#[derive(Clone, Copy, Debug)]
-struct Clock {
-    term: u64,
-    base_ms: u64,
-    base_at: Instant,
-}
-
-/// The in-memory, leader-only state of a group (inactive on followers).
-#[derive(Debug, Default)]
-pub(crate) struct Leadership {
-    clock: Option<Clock>,
-    tracker: SessionTracker,
-}
-
-/// Why the leader did not acknowledge a keepalive.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum KeepaliveRefused {
-    /// Leader duties are not active (yet): the caller retries, maybe elsewhere.
-    NotActive,
-    /// Unknown or already expiring.
-    NotFound,
-}
-
-impl Leadership {
-    pub(crate) fn term(&self) -> Option<u64> {
-        self.clock.map(|c| c.term)
-    }
-
-    /// Rule 1 and 2 at election: group time continues from the applied `now_ms`; every session
-    /// gets a full TTL plus `slack` from now. Returns the number of sessions tracked.
-    pub(crate) fn activate(
-        &mut self,
-        term: u64,
-        table: &LockTable,
-        now: Instant,
-        slack: Duration,
-    ) -> usize {
-        self.clock = Some(Clock {
-            term,
-            base_ms: table.now_ms(),
-            base_at: now,
-        });
-        self.tracker.reset(table.session_ttls(), now, slack);
-        self.tracker.len()
-    }
-
-    pub(crate) fn deactivate(&mut self) {
-        self.clock = None;
-        self.tracker.clear();
-    }
-
-    /// Group time on the leader at `now` (the node clock): never behind the applied time,
-    /// advancing with the node's monotonic clock.
-    pub(crate) fn stamp(&self, applied_now_ms: u64, now: Instant) -> Option<u64> {
-        let c = self.clock?;
-        let elapsed = now.saturating_duration_since(c.base_at).as_millis() as u64;
-        Some(c.base_ms.saturating_add(elapsed).max(applied_now_ms))
-    }
-
-    pub(crate) fn session_opened(&mut self, session: SessionId, ttl_ms: u64, now: Instant) {
-        if self.clock.is_some() {
-            self.tracker.opened(session, ttl_ms, now);
-        }
-    }
-
-    pub(crate) fn session_ended(&mut self, session: SessionId) {
-        self.tracker.ended(session);
-    }
-
-    pub(crate) fn keepalive(
-        &mut self,
-        term: u64,
-        session: SessionId,
-        now: Instant,
-    ) -> Result<u64, KeepaliveRefused> {
-        if self.term() != Some(term) {
-            return Err(KeepaliveRefused::NotActive);
-        }
-        self.tracker
-            .keepalive(session, now)
-            .ok_or(KeepaliveRefused::NotFound)
-    }
-
-    fn due(&mut self, now: Instant) -> Vec<SessionId> {
-        self.tracker.due(now)
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.tracker.next_deadline()
-    }
-
-    pub(crate) fn tracked(&self) -> Option<usize> {
-        self.clock.map(|_| self.tracker.len())
-    }
-}
 
 /// Runs the leader duties of `group` until `stop` changes or is dropped.
 pub(crate) async fn run(group: Arc<Group>, mut stop: watch::Receiver<bool>) {

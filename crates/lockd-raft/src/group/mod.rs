@@ -7,6 +7,9 @@
 
 pub(crate) mod leader;
 pub(crate) mod remote;
+mod shared;
+
+pub(crate) use shared::Shared;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,8 +20,8 @@ use tokio::time::Instant;
 use lockd_core::{LockTable, Op, Rejection, Reply, SessionId};
 use tracing::debug;
 
-use crate::group::leader::KeepaliveRefused;
 use crate::peer::{Method, Peers};
+use crate::raft::leadership::KeepaliveRefused;
 use crate::raft::replica::Replica;
 use crate::raft::{RaftGroup, WriteError};
 use crate::wire::WireReply;
@@ -79,7 +82,7 @@ pub struct Group {
     peers: Peers,
     timing: Timing,
     /// The node's draining marks and remote handles.
-    shared: crate::node::Shared,
+    shared: Shared,
     stopping: AtomicBool,
     /// What `is_stranded` decides from, behind one lock.
     drift: std::sync::Mutex<Drift>,
@@ -114,7 +117,7 @@ impl Group {
         replica: Arc<Replica>,
         peers: Peers,
         timing: Timing,
-        shared: crate::node::Shared,
+        shared: Shared,
     ) -> Group {
         Group {
             id,
@@ -542,7 +545,7 @@ impl Group {
             .balance_leaders
             .then(|| {
                 let draining = self.shared.draining.read().expect("draining poisoned");
-                crate::node::balance::preferred_leader(self.id, s.voters.iter().copied(), &draining)
+                crate::placement::preferred_leader(self.id, s.voters.iter().copied(), &draining)
             })
             .flatten();
         GroupStatus {

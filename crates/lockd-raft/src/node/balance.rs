@@ -8,7 +8,7 @@
 //! groups' leaders on one node, one node's CPU is the cluster's ceiling (measured: all four
 //! lock groups led by node 1, its scheduler thread at 77% while the others idled at 20%).
 //!
-//! The rule, in one place: the preferred leader of group `g` is the `(g mod n)`-th of its `n`
+//! The rule, in one place (`placement.rs`, a pure function): the preferred leader of group `g` is the `(g mod n)`-th of its `n`
 //! voters in id order, leaving out the nodes marked draining (unless every voter is): a
 //! draining node is handed no group, and hands the groups it leads to the others. A hand-off is openraft's TransferLeader: the leader stops proposing and
 //! tells the voters; the target, once its log has everything the leader had, starts an election
@@ -17,7 +17,7 @@
 //! the target cannot take over, the group elects a leader after an election timeout, as after a
 //! crash; a node retries a hand-off that did not happen only after a back-off that doubles.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::node::Node;
+use crate::placement::preferred_leader;
 use crate::watch;
 use crate::{GroupId, NodeId};
 
@@ -37,23 +38,6 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// [`RETRY_MAX`] and resets once the preferred voter leads.
 const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(300);
-
-/// The preferred leader of `group` among `voters` (any order, repeats allowed): the
-/// `(group mod n)`-th of the `n` distinct ids in id order that are not `draining`, or of all
-/// of them if every one is.
-pub(crate) fn preferred_leader(
-    group: GroupId,
-    voters: impl IntoIterator<Item = NodeId>,
-    draining: &BTreeSet<NodeId>,
-) -> Option<NodeId> {
-    let voters: BTreeSet<NodeId> = voters.into_iter().collect();
-    let staying: BTreeSet<NodeId> = voters.difference(draining).copied().collect();
-    let pool = if staying.is_empty() { voters } else { staying };
-    if pool.is_empty() {
-        return None;
-    }
-    pool.iter().nth(group as usize % pool.len()).copied()
-}
 
 /// What this node remembers about one group between checks.
 #[derive(Debug)]
@@ -161,29 +145,6 @@ pub(crate) async fn run(node: Weak<Node>, mut stop: watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn preferred_leaders_spread_over_the_voters_in_id_order() {
-        let none = BTreeSet::new();
-        let p: Vec<_> = (0..6)
-            .map(|g| preferred_leader(g, [7, 3, 5, 3], &none).unwrap())
-            .collect();
-        assert_eq!(p, [3, 5, 7, 3, 5, 7]);
-        assert_eq!(preferred_leader(4, [9], &none), Some(9));
-        assert_eq!(preferred_leader(1, [], &none), None);
-    }
-
-    #[test]
-    fn draining_voters_are_never_preferred_unless_all_are() {
-        let five = BTreeSet::from([5]);
-        let p: Vec<_> = (0..4)
-            .map(|g| preferred_leader(g, [7, 3, 5], &five).unwrap())
-            .collect();
-        assert_eq!(p, [3, 7, 3, 7], "node 5's groups spread over 3 and 7");
-        let all = BTreeSet::from([3, 5, 7]);
-        assert_eq!(preferred_leader(1, [7, 3, 5], &all), Some(5));
-        assert_eq!(preferred_leader(1, [], &five), None);
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_leader_hands_over_only_after_settling_to_a_caught_up_voter() {

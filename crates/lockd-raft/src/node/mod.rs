@@ -5,7 +5,7 @@
 //! its leader-duty task, and — on the lowest-id node a group is placed on, for groups that have
 //! no membership yet — makes the placed nodes its voters, so a fresh cluster comes up by itself.
 
-pub(crate) mod balance;
+mod balance;
 pub(crate) mod fatal;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::group::remote::RemoteGroup;
-use crate::group::{Group, Timing};
+use crate::group::{Group, Shared, Timing};
 use crate::peer::{Method, PeerBook, PeerPool, PeerServer, PeerService, PeerTransport, Peers};
 use crate::raft::replica::Replica;
 use crate::raft::{MemberError, Membership, RaftGroup};
@@ -140,20 +140,6 @@ struct Maker {
     timing: Timing,
     /// One group is opened at a time.
     opening: tokio::sync::Mutex<()>,
-}
-
-/// What a node shares with the replicas it hosts.
-#[derive(Clone, Default)]
-pub(crate) struct Shared {
-    /// The nodes marked draining in the meta group (set by the server as it reads the mark):
-    /// leader balancing and the hand-over at stop choose other voters first; a group's status
-    /// names its preferred leader.
-    pub(crate) draining: Arc<RwLock<BTreeSet<NodeId>>>,
-    /// A handle on every group of the cluster over the peer port: for when this node has no
-    /// member replica of it, or its replica is stranded (`Group::is_stranded`).
-    pub(crate) remotes: Arc<RwLock<BTreeMap<GroupId, Arc<RemoteGroup>>>>,
-    /// Who may call the peer port; the meta group's replica keeps it current.
-    pub(crate) book: Option<Arc<PeerBook>>,
 }
 
 /// Every group hosted by this process.

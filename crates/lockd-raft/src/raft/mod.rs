@@ -8,6 +8,7 @@
 //!
 //! Pinned to openraft `=0.10.0-alpha.37`; an upgrade should only touch this directory.
 
+pub(crate) mod leadership;
 mod log_store;
 mod mem_store;
 mod network;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::watch;
 use lockd_core::{Command, Effect, LockTable, Op, Rejection, Reply};
 
-use crate::group::leader::Leadership;
+use crate::raft::leadership::Leadership;
 use crate::{EffectSink, GroupId, NodeClock};
 
 /// What has been applied, and when (on this node's monotonic clock).
