@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::{MemStorage, NodeId};
+use crate::{MemStorage, NodeId, PeerTls};
 
 /// Where a node keeps its Raft logs, votes and snapshots.
 #[derive(Clone, Debug, Default)]
@@ -18,43 +18,6 @@ pub enum Storage {
     /// In memory, with a modelled fsync: only what a completed (simulated, delayed) flush made
     /// durable survives a crash. For the deterministic simulator; no threads, no files.
     Memory(Arc<MemStorage>),
-}
-
-/// The PEM files of a node's peer TLS: the cluster's CA, and this node's certificate (chain)
-/// and private key. The certificate must name [`peer_dns_name`] of this node among its DNS
-/// names and allow both server and client authentication: it is presented on both sides.
-#[derive(Clone)]
-pub struct PeerTls {
-    pub ca_pem: Vec<u8>,
-    pub cert_pem: Vec<u8>,
-    pub key_pem: Vec<u8>,
-}
-
-impl std::fmt::Debug for PeerTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the key.
-        f.debug_struct("PeerTls").finish_non_exhaustive()
-    }
-}
-
-impl PeerTls {
-    /// The peer port's TLS: this node's identity, and a client certificate of the cluster's CA
-    /// required of every caller (which node it is, [`crate::PeerService`] checks per call).
-    pub fn server_config(&self) -> tonic::transport::ServerTlsConfig {
-        tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(
-                &self.cert_pem,
-                &self.key_pem,
-            ))
-            .client_ca_root(tonic::transport::Certificate::from_pem(&self.ca_pem))
-    }
-}
-
-/// The DNS name a node's peer certificate must carry: `node-<id>.lockd`. A caller checks it of
-/// the node it dials; a node checks it of every caller against the id the caller claims, so a
-/// certificate speaks for one node id only. One CA per cluster: the name does not say which.
-pub fn peer_dns_name(id: NodeId) -> String {
-    format!("node-{id}.lockd")
 }
 
 /// How one node hosts its replicas.
@@ -92,7 +55,7 @@ pub struct NodeConfig {
     /// spread over the nodes. On by default.
     pub balance_leaders: bool,
     /// Mutual TLS on the peer port (`None`: plain text, for loopback development only). Every
-    /// node then presents a certificate of the cluster's CA naming it ([`peer_dns_name`]), and
+    /// node then presents a certificate of the cluster's CA naming it ([`peer_dns_name`](crate::peer_dns_name)), and
     /// refuses a caller without one.
     pub peer_tls: Option<PeerTls>,
     /// The cluster's peer secret: every peer call carries it and every node checks it, so a

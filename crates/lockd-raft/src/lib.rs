@@ -33,24 +33,25 @@ mod placement;
 mod private;
 pub use private::{make_private_dir, write_private_file};
 mod raft;
-mod tls_names;
 mod watch;
 mod wire;
 
 pub use audit::AuditEvent;
 pub use clock::NodeClock;
-pub use config::{check_peer_addr, peer_dns_name, NodeConfig, PeerTls, Storage};
+pub use config::{check_peer_addr, NodeConfig, Storage};
 pub use error::{GroupError, StartError};
 pub use group::remote::RemoteGroup;
 pub use group::{Group, GroupStatus, ProposeResult};
 pub use identity::Identity;
 pub use node::fatal::GroupFailure;
-pub use node::{MemberCall, Node, Route, META_MAX_VOTERS};
+pub use node::{Node, Route, META_MAX_VOTERS};
+pub use peer::tls::{peer_dns_name, PeerTls};
 pub use peer::{Method as PeerMethod, PeerBook, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
 pub use placement::initial_placement;
 pub use raft::{
-    inspect_snapshot, seed_thread_rng, MemStorage, MemberError, Membership, SnapshotReport,
+    inspect_snapshot, seed_thread_rng, MemStorage, MemberCall, MemberError, Membership,
+    SnapshotReport,
 };
 
 /// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.

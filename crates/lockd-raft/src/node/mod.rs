@@ -7,6 +7,7 @@
 
 mod balance;
 pub(crate) mod fatal;
+mod inbound;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,7 @@ use crate::group::remote::RemoteGroup;
 use crate::group::{Group, Shared, Timing};
 use crate::peer::{Method, PeerBook, PeerPool, PeerServer, PeerService, PeerTransport, Peers};
 use crate::raft::replica::Replica;
-use crate::raft::{MemberError, Membership, RaftGroup};
+use crate::raft::{MemberCall, MemberError, Membership, RaftGroup};
 use crate::{
     AppHandler, EffectSink, GroupId, NodeClock, NodeConfig, NodeId, StartError, META_GROUP,
 };
@@ -74,17 +75,6 @@ async fn caught_up(g: &Group, id: NodeId, addr: &str) -> Result<(), MemberError>
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// A membership call an operator makes on a group (through the admin API).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum MemberCall {
-    /// Only read the membership, as the leader sees it.
-    Describe,
-    /// Add node `id` at peer address `addr` as a learner, wait for it to catch up, promote it.
-    Add { id: NodeId, addr: String },
-    /// Remove node `id` (handing leadership away first if it leads).
-    Remove { id: NodeId },
 }
 
 /// The most voters the meta group takes; further nodes follow it as learners. Five voters
@@ -485,7 +475,7 @@ impl Node {
         group: GroupId,
         payload: &[u8],
     ) -> Result<Vec<u8>, tonic::Status> {
-        crate::peer::dispatch(self, method, group, payload, None).await
+        inbound::dispatch(self, method, group, payload, None).await
     }
 
     /// This node's replica of group `id`, if it hosts one (it may not be a member yet: a

@@ -7,14 +7,16 @@
 //! a snapshot or a large payload rides one long-lived stream on it (`pipe.rs`).
 //!
 //! **Transport seam.** Outbound calls go through the [`PeerTransport`] trait; [`PeerPool`]
-//! (tonic) is the production implementation. Inbound, [`Node::serve_peer`] dispatches a
-//! `(method, group, payload)` to the node exactly as the tonic service does, so a simulated
-//! network can route calls between in-process nodes without sockets.
+//! (tonic) is the production implementation. Inbound, the service admits a call and hands it to
+//! the node behind it through the [`Inbound`] trait (`node/inbound.rs`); `Node::serve_peer` makes
+//! the same call without tonic, so a simulated network can route calls between in-process nodes
+//! without sockets. This folder is the bottom layer: it knows no group, no `Node`, no openraft.
 
-mod batch;
+pub(crate) mod batch;
 pub(crate) mod book;
 pub(crate) mod pb;
 mod pipe;
+pub(crate) mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -26,8 +28,7 @@ use serde::Serialize;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use crate::raft::RaftRpc;
-use crate::{GroupError, GroupId, Node, NodeId};
+use crate::{GroupError, GroupId, NodeId};
 pub use book::PeerBook;
 use book::{parse_incarnation, INCARNATION_HEADER, SECRET_HEADER, TO_INCARNATION_HEADER};
 pub use pb::peer_server::PeerServer;
@@ -287,7 +288,7 @@ impl PeerPool {
         peers: &BTreeMap<NodeId, String>,
         cluster: &str,
         me: NodeId,
-        tls: Option<&crate::PeerTls>,
+        tls: Option<&tls::PeerTls>,
         book: Arc<PeerBook>,
     ) -> Result<PeerPool, String> {
         let value = |v: String| {
@@ -375,7 +376,7 @@ impl PeerPool {
                     Endpoint::from_shared(format!("{scheme}://{addr}")).map_err(bad)?;
                 if let Some(tls) = &self.tls {
                     // The node dialled must prove it is `target`, whatever address it has.
-                    let tls = tls.clone().domain_name(crate::peer_dns_name(target));
+                    let tls = tls.clone().domain_name(tls::peer_dns_name(target));
                     endpoint = endpoint.tls_config(tls).map_err(bad)?;
                 }
                 let ch = endpoint
@@ -470,9 +471,30 @@ impl PeerTransport for PeerPool {
     }
 }
 
-/// The server half of the peer service; build it with [`Node::peer_service`].
+/// The node behind the peer port, as the transport sees it. The service admits a call (its
+/// cluster, secret, incarnation and certificate) and hands it over; what a call does to a group
+/// is the node's business (`node/inbound.rs`), so this folder knows no group and no openraft.
+pub(crate) trait Inbound: Send + Sync + 'static {
+    fn node_id(&self) -> NodeId;
+    fn book(&self) -> &PeerBook;
+    /// Told by the cluster that this node's data dir is not the one it knows: stop serving.
+    fn stop_for(&self, why: String);
+    /// Resolves when the node ends its inbound pipes (its server is stopping).
+    fn pipes_closed(&self) -> BoxFuture<'static, ()>;
+    /// Serves one admitted call: `from` is the caller as admitted (`None`: an in-process
+    /// network).
+    fn serve<'a>(
+        &'a self,
+        method: Method,
+        group: GroupId,
+        payload: &'a [u8],
+        from: Option<NodeId>,
+    ) -> BoxFuture<'a, Result<Vec<u8>, tonic::Status>>;
+}
+
+/// The server half of the peer service; build it with `Node::peer_service`.
 pub struct PeerService {
-    node: Arc<Node>,
+    node: Arc<dyn Inbound>,
     cluster: String,
     /// Whether the peer port is served over mutual TLS: then every caller must have presented
     /// a certificate of the cluster's CA (the TLS layer checked that) naming the node it claims.
@@ -480,7 +502,11 @@ pub struct PeerService {
 }
 
 impl PeerService {
-    pub(crate) fn server(node: Arc<Node>, cluster: String, tls: bool) -> PeerServer<PeerService> {
+    pub(crate) fn server(
+        node: Arc<dyn Inbound>,
+        cluster: String,
+        tls: bool,
+    ) -> PeerServer<PeerService> {
         PeerServer::new(PeerService { node, cluster, tls })
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -531,14 +557,14 @@ impl PeerService {
             let leaf = certs.first().ok_or_else(|| {
                 tonic::Status::unauthenticated("the peer port needs a client certificate")
             })?;
-            if !crate::tls_names::names(leaf, &crate::peer_dns_name(from)) {
+            if !tls::names(leaf, &tls::peer_dns_name(from)) {
                 return Err(tonic::Status::permission_denied(format!(
                     "the caller's certificate does not name {} (it claims node {from})",
-                    crate::peer_dns_name(from)
+                    tls::peer_dns_name(from)
                 )));
             }
         }
-        let book = self.node.peer_book();
+        let book = self.node.book();
         book.check_secret(header(SECRET_HEADER))?;
         let given = header(INCARNATION_HEADER)
             .and_then(parse_incarnation)
@@ -552,7 +578,7 @@ impl PeerService {
             let vouched = book.incarnation_of(from) == Some(given) || book.knows_none();
             if mine != 0 && known != mine && vouched {
                 let why = lockd_core::wiped_disk_message(me, known, mine);
-                self.node.refuse_to_serve(crate::META_GROUP, why.clone());
+                self.node.stop_for(why.clone());
                 return Err(tonic::Status::failed_precondition(format!(
                     "node {me} is stopping: {why}"
                 )));
@@ -568,192 +594,12 @@ impl PeerService {
     ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
         let from = self.admit(&req)?;
         let req = req.into_inner();
-        let payload = dispatch(&self.node, method, req.group_id, &req.payload, Some(from)).await?;
+        let payload = self
+            .node
+            .serve(method, req.group_id, &req.payload, Some(from))
+            .await?;
         Ok(tonic::Response::new(PeerReply { payload }))
     }
-}
-
-/// Serves one peer call on `node`: what the tonic service does for a request, without tonic.
-/// `from`: the caller as the peer port admitted it (`None`: an in-process network).
-pub(crate) async fn dispatch(
-    node: &Node,
-    method: Method,
-    group_id: GroupId,
-    payload: &[u8],
-    from: Option<NodeId>,
-) -> Result<Vec<u8>, tonic::Status> {
-    if node.is_shutting_down() {
-        return Err(tonic::Status::unavailable("node is shutting down"));
-    }
-    if method == Method::Hello {
-        // Admitted means known: the caller's id is not retired, and not recorded with another
-        // incarnation (`PeerService::admit`).
-        return Ok(Vec::new());
-    }
-    let known = match from {
-        Some(from) => node.admit_member(from, method, group_id)?,
-        None => true,
-    };
-    let caller = Caller { from, known };
-    if method != Method::Batch {
-        return dispatch_one(node, method, group_id, payload, caller).await;
-    }
-    // Every member is served as a lone call would be, concurrently; answers keep their order.
-    // Keepalives travel in batches of their own (their lane) and are answered from memory, so
-    // such a batch needs no futures at all.
-    let calls: Vec<batch::Call> = decode(payload)?;
-    let answers: Vec<batch::Answer> = if known
-        && calls
-            .iter()
-            .all(|c| c.method == batch::Forwarded::Keepalive)
-    {
-        calls
-            .iter()
-            .map(|c| keepalive(node, c.group, &c.payload).into())
-            .collect()
-    } else {
-        futures_util::future::join_all(
-            calls
-                .iter()
-                .map(|c| dispatch_one(node, c.method.method(), c.group, &c.payload, caller)),
-        )
-        .await
-        .into_iter()
-        .map(batch::Answer::from)
-        .collect()
-    };
-    reply(&answers)
-}
-
-/// A forwarded keepalive: answered at once from the leader's tracker.
-fn keepalive(node: &Node, group_id: GroupId, payload: &[u8]) -> Result<Vec<u8>, tonic::Status> {
-    let group = hosted(node, group_id)?;
-    let session: lockd_core::SessionId = decode(payload)?;
-    reply(&group.keepalive_on_leader(session))
-}
-
-fn hosted(node: &Node, group_id: GroupId) -> Result<Arc<crate::Group>, tonic::Status> {
-    node.group(group_id)
-        .ok_or_else(|| tonic::Status::not_found(format!("group {group_id} is not hosted here")))
-}
-
-/// Who made a peer call: its node id as admitted (`None`: an in-process network), and whether
-/// it is a node of the cluster (`false`: a stranger, `Node::admit_member`).
-#[derive(Clone, Copy)]
-struct Caller {
-    from: Option<NodeId>,
-    known: bool,
-}
-
-fn stranger(from: Option<NodeId>, what: &str) -> tonic::Status {
-    let from = from.map_or_else(|| "?".to_string(), |n| n.to_string());
-    tonic::Status::permission_denied(format!(
-        "node {from} is no node of this cluster (no group this node hosts has it as a member): \
-         {what}; a node waiting to be added may forward nothing else until `lockctl members \
-         add`"
-    ))
-}
-
-/// The command in a forwarded proposal, if a node may forward it to group `group_id` from
-/// `caller`: never a leader's own duty, never one no node forwards to a group of that kind,
-/// and from a stranger only its own start-up records.
-fn forwarded_op(
-    payload: &[u8],
-    group_id: GroupId,
-    caller: Caller,
-) -> Result<lockd_core::Op, tonic::Status> {
-    let op: lockd_core::Op = decode(payload)?;
-    if op.leader_only() {
-        return Err(tonic::Status::permission_denied(
-            "a leader-only command (tick, session expiry, revision raise) is never taken from \
-             a peer",
-        ));
-    }
-    if !caller.known && !op.stranger_may_propose(caller.from.unwrap_or(0)) {
-        return Err(stranger(
-            caller.from,
-            "this command is not one it may propose",
-        ));
-    }
-    if !op.forwarded_to(group_id == crate::META_GROUP) {
-        return Err(tonic::Status::permission_denied(format!(
-            "no node forwards this command to group {group_id}, so the peer port refuses it"
-        )));
-    }
-    Ok(op)
-}
-
-/// Serves one call that is not a batch.
-async fn dispatch_one(
-    node: &Node,
-    method: Method,
-    group_id: GroupId,
-    payload: &[u8],
-    caller: Caller,
-) -> Result<Vec<u8>, tonic::Status> {
-    let from = caller.from;
-    if !caller.known && method != Method::Propose {
-        return Err(stranger(
-            from,
-            "it may propose its own start-up records only",
-        ));
-    }
-    if method == Method::App {
-        return match node.route(group_id) {
-            Some(crate::Route::Local(_)) => node.serve_app(group_id, payload.to_vec()).await,
-            _ => Err(tonic::Status::not_found(format!(
-                "group {group_id} has no replica here"
-            ))),
-        };
-    }
-    let group = hosted(node, group_id)?;
-    let raft = group.raft();
-    match method {
-        Method::Append => {
-            let (reply, from_leader) = raft.serve(RaftRpc::Append, payload, from).await?;
-            if from_leader {
-                group.note_leader_contact();
-            }
-            Ok(reply)
-        }
-        Method::Vote => Ok(raft.serve(RaftRpc::Vote, payload, from).await?.0),
-        Method::PreVote => Ok(raft.serve(RaftRpc::PreVote, payload, from).await?.0),
-        Method::Snapshot => Ok(raft.serve(RaftRpc::Snapshot, payload, from).await?.0),
-        Method::TransferLeader => Ok(raft.serve(RaftRpc::TransferLeader, payload, from).await?.0),
-        // A proposal forwarded by a follower; answered only if this node leads (no
-        // re-forwarding).
-        Method::Propose => {
-            let op = forwarded_op(payload, group_id, caller)?;
-            reply(
-                &group
-                    .propose_on_leader(op)
-                    .await
-                    .map(crate::wire::WireReply),
-            )
-        }
-        Method::Keepalive => keepalive(node, group_id, payload),
-        Method::ReadIndex => reply(&group.read_index_for_peer().await),
-        // Served only if this node leads (no re-forwarding).
-        Method::Member => {
-            let call: crate::MemberCall = decode(payload)?;
-            reply(&node.member_call_local(group_id, &call).await)
-        }
-        Method::Batch => Err(tonic::Status::invalid_argument(
-            "a batch may not contain a batch",
-        )),
-        Method::Hello => Err(tonic::Status::invalid_argument(
-            "a hello is not a call of a group",
-        )),
-        Method::App => unreachable!("served above"),
-    }
-}
-
-fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, tonic::Status> {
-    postcard::from_bytes(payload).map_err(|e| tonic::Status::invalid_argument(e.to_string()))
-}
-
-fn reply<T: Serialize>(v: &T) -> Result<Vec<u8>, tonic::Status> {
-    postcard::to_allocvec(v).map_err(|e| tonic::Status::internal(e.to_string()))
 }
 
 #[tonic::async_trait]
@@ -848,7 +694,7 @@ impl pb::peer_server::Peer for PeerService {
             req.into_inner(),
             move |method, group, payload| {
                 let node = node.clone();
-                async move { dispatch(&node, method, group, &payload, Some(from)).await }
+                async move { node.serve(method, group, &payload, Some(from)).await }
             },
             closed,
         )))

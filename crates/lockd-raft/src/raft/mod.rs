@@ -616,6 +616,17 @@ fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> std::io::Result<T> {
     postcard::from_bytes(b).map_err(std::io::Error::other)
 }
 
+/// A membership call an operator makes on a group (through the admin API).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum MemberCall {
+    /// Only read the membership, as the leader sees it.
+    Describe,
+    /// Add node `id` at peer address `addr` as a learner, wait for it to catch up, promote it.
+    Add { id: NodeId, addr: String },
+    /// Remove node `id` (handing leadership away first if it leads).
+    Remove { id: NodeId },
+}
+
 /// A group's membership as one replica sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 pub struct Membership {
