@@ -55,8 +55,28 @@ pub(crate) async fn run(group: Arc<Group>, mut stop: watch::Receiver<bool>) {
 
 /// One pass: follow role changes, propose what is due, and say when to look again.
 async fn step(group: &Group) -> Option<Instant> {
+    let term = follow_role(group)?;
     let replica = group.replica();
     let clock = *replica.clock();
+    let due = replica.with_leadership(|l| l.due(clock.now()));
+    if !due.is_empty() {
+        return Some(expire(group, due).await);
+    }
+    let wake = replica.with_leadership(|l| l.next_deadline());
+    let Some(timer_ms) = replica.read(|t| t.next_timer_ms()) else {
+        return wake;
+    };
+    let now_ms = replica.stamp(term)?;
+    if timer_ms <= now_ms {
+        return Some(tick(group, timer_ms).await);
+    }
+    let at = clock.now() + Duration::from_millis(timer_ms - now_ms);
+    Some(wake.map_or(at, |w| w.min(at)))
+}
+
+/// Starts or stops the duties as the role changed; the term they are active for, if any.
+fn follow_role(group: &Group) -> Option<u64> {
+    let replica = group.replica();
     let status = group.raft().role();
     if !status.is_leader {
         if replica.active_term().is_some() {
@@ -84,50 +104,48 @@ async fn step(group: &Group) -> Option<Instant> {
             "leader duties started"
         );
     }
+    Some(status.term)
+}
 
-    let now = clock.now();
-    let due = replica.with_leadership(|l| l.due(now));
-    if !due.is_empty() {
-        debug!(
-            group = replica.group(),
-            n = due.len(),
-            "proposing ExpireSessions"
-        );
-        return match group
-            .propose_on_leader(Op::ExpireSessions { sessions: due })
-            .await
-        {
-            Ok(_) => Some(clock.now()),
-            Err(e) => {
-                warn!(group = replica.group(), error = %e, "ExpireSessions failed; retrying");
-                Some(clock.now() + RETRY_PAUSE)
-            }
-        };
-    }
-
-    let mut wake = replica.with_leadership(|l| l.next_deadline());
-    if let Some(timer_ms) = replica.read(|t| t.next_timer_ms()) {
-        let now_ms = replica.stamp(status.term)?;
-        if timer_ms <= now_ms {
-            return match group.propose_on_leader(Op::Tick).await {
-                // A tick handles every timer due at its time; if this one is still first, the
-                // machine disagrees with us: do not spin.
-                Ok(_) if replica.read(|t| t.next_timer_ms()) == Some(timer_ms) => {
-                    warn!(
-                        group = replica.group(),
-                        timer_ms, "timer still due after Tick"
-                    );
-                    Some(clock.now() + RETRY_PAUSE)
-                }
-                Ok(_) => Some(clock.now()),
-                Err(e) => {
-                    warn!(group = replica.group(), error = %e, "Tick failed; retrying");
-                    Some(clock.now() + RETRY_PAUSE)
-                }
-            };
+/// Proposes the expiry of the sessions whose deadlines passed; when to look again.
+async fn expire(group: &Group, due: Vec<lockd_core::SessionId>) -> Instant {
+    let replica = group.replica();
+    let clock = *replica.clock();
+    debug!(
+        group = replica.group(),
+        n = due.len(),
+        "proposing ExpireSessions"
+    );
+    match group
+        .propose_on_leader(Op::ExpireSessions { sessions: due })
+        .await
+    {
+        Ok(_) => clock.now(),
+        Err(e) => {
+            warn!(group = replica.group(), error = %e, "ExpireSessions failed; retrying");
+            clock.now() + RETRY_PAUSE
         }
-        let at = clock.now() + Duration::from_millis(timer_ms - now_ms);
-        wake = Some(wake.map_or(at, |w| w.min(at)));
     }
-    wake
+}
+
+/// Proposes a tick for the first timer (due at group time `timer_ms`); when to look again.
+async fn tick(group: &Group, timer_ms: u64) -> Instant {
+    let replica = group.replica();
+    let clock = *replica.clock();
+    match group.propose_on_leader(Op::Tick).await {
+        // A tick handles every timer due at its time; if this one is still first, the
+        // machine disagrees with us: do not spin.
+        Ok(_) if replica.read(|t| t.next_timer_ms()) == Some(timer_ms) => {
+            warn!(
+                group = replica.group(),
+                timer_ms, "timer still due after Tick"
+            );
+            clock.now() + RETRY_PAUSE
+        }
+        Ok(_) => clock.now(),
+        Err(e) => {
+            warn!(group = replica.group(), error = %e, "Tick failed; retrying");
+            clock.now() + RETRY_PAUSE
+        }
+    }
 }

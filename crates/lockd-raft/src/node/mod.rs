@@ -132,6 +132,62 @@ struct Maker {
     opening: tokio::sync::Mutex<()>,
 }
 
+impl Maker {
+    /// Opens the groups this node hosts at start: a founder the groups placed on it, a restart
+    /// also every group it has data of (membership calls may have added it since, or the
+    /// group was created on the running cluster), a joiner every founding group (empty until
+    /// a membership call adds it). A group the cluster removed is never hosted again
+    /// (`Node::unhost_group`).
+    async fn open_groups(
+        &self,
+        placement: &BTreeMap<GroupId, Vec<NodeId>>,
+        shared: &Shared,
+    ) -> Result<BTreeMap<GroupId, Arc<Group>>, StartError> {
+        let cfg = &self.cfg;
+        let on_disk = matches!(cfg.storage, crate::Storage::Disk);
+        let mut ids = Vec::new();
+        for (&id, placed) in placement {
+            let has_data = on_disk && cfg.data_dir.join(format!("group-{id}")).exists();
+            if on_disk && removed_dir(&cfg.data_dir, id).exists() {
+                info!(group = id, "not hosting a removed group");
+            } else if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
+                ids.push(id);
+            }
+        }
+        if on_disk {
+            ids.extend(created_group_dirs(&cfg.data_dir, placement));
+        }
+        let mut groups = BTreeMap::new();
+        for id in ids {
+            let (sink, pool) = (&self.sink, &self.pool);
+            let g = open_group(cfg, id, sink, self.clock, pool, self.timing, shared).await?;
+            groups.insert(id, g);
+        }
+        Ok(groups)
+    }
+
+    /// A handle on every founding group over the peer port, trying the nodes it is placed on
+    /// first, then the other founders.
+    fn remotes(
+        &self,
+        placement: &BTreeMap<GroupId, Vec<NodeId>>,
+        founders: &[NodeId],
+    ) -> BTreeMap<GroupId, Arc<RemoteGroup>> {
+        let me = self.cfg.node_id;
+        let mut remotes = BTreeMap::new();
+        for (&id, placed) in placement {
+            let mut candidates = placed.clone();
+            candidates.extend(founders.iter().filter(|n| !placed.contains(n)));
+            candidates.retain(|n| *n != me);
+            if !candidates.is_empty() {
+                let remote = RemoteGroup::new(id, me, candidates, self.pool.clone(), self.timing);
+                remotes.insert(id, Arc::new(remote));
+            }
+        }
+        remotes
+    }
+}
+
 /// Every group hosted by this process.
 pub struct Node {
     node_id: NodeId,
@@ -151,6 +207,67 @@ pub struct Node {
     pub(crate) failed: watch::Sender<Option<crate::GroupFailure>>,
     /// Who may call this node's peer port (`peer/book.rs`).
     book: Arc<PeerBook>,
+}
+
+/// The retry and timeout budget of every group call, from the Raft timing.
+fn timing(cfg: &NodeConfig) -> Timing {
+    let election_max = Duration::from_millis(cfg.election_timeout_ms.1);
+    Timing {
+        election_max,
+        retry_budget: (2 * election_max).max(Duration::from_secs(1)),
+        retry_pause: Duration::from_millis((cfg.heartbeat_ms / 2).clamp(10, 100)),
+        propose_timeout: Duration::from_secs(5).max(4 * election_max),
+        skip_leader_lease_check: cfg.skip_leader_lease_check,
+        balance_leaders: cfg.balance_leaders && cfg.peers.len() > 1,
+    }
+}
+
+/// A hosted group's duties: its leader duties, and the watch that stops the node when the
+/// group's storage fails.
+fn group_duties(
+    g: &Arc<Group>,
+    stop: &watch::Sender<bool>,
+    failed: &watch::Sender<Option<crate::GroupFailure>>,
+) -> [JoinHandle<()>; 2] {
+    [
+        tokio::spawn(crate::group::leader::run(g.clone(), stop.subscribe())),
+        tokio::spawn(crate::node::fatal::watch_group(g.clone(), failed.clone())),
+    ]
+}
+
+/// Initialises the membership of each founding group this node is the lowest-id founder of
+/// (a no-op for a group that already has one).
+async fn initialise(
+    cfg: &NodeConfig,
+    placement: &BTreeMap<GroupId, Vec<NodeId>>,
+    groups: &BTreeMap<GroupId, Arc<Group>>,
+) -> Result<(), StartError> {
+    for (id, g) in groups {
+        let Some(placed) = placement.get(id) else {
+            continue;
+        };
+        if placed.first() != Some(&cfg.node_id) {
+            continue;
+        }
+        let members: BTreeMap<NodeId, String> = cfg
+            .peers
+            .iter()
+            .filter(|(n, _)| placed.contains(n))
+            .map(|(n, a)| (*n, a.clone()))
+            .collect();
+        let fresh = g
+            .raft()
+            .initialize(&members)
+            .await
+            .map_err(|message| StartError::Raft {
+                group: *id,
+                message,
+            })?;
+        if fresh {
+            info!(group = id, members = ?members.keys(), "initialised group membership");
+        }
+    }
+    Ok(())
 }
 
 fn validate(cfg: &NodeConfig) -> Result<(), StartError> {
@@ -243,129 +360,50 @@ impl Node {
         transport: Arc<dyn PeerTransport>,
         book: Arc<PeerBook>,
     ) -> Result<Arc<Node>, StartError> {
-        let election_max = Duration::from_millis(cfg.election_timeout_ms.1);
-        let timing = Timing {
-            election_max,
-            retry_budget: (2 * election_max).max(Duration::from_secs(1)),
-            retry_pause: Duration::from_millis((cfg.heartbeat_ms / 2).clamp(10, 100)),
-            propose_timeout: Duration::from_secs(5).max(4 * election_max),
-            skip_leader_lease_check: cfg.skip_leader_lease_check,
-            balance_leaders: cfg.balance_leaders && cfg.peers.len() > 1,
-        };
+        let timing = timing(&cfg);
         let pool = Peers::new(transport);
         let clock = NodeClock::new(cfg.clock_rate);
-        let founders: Vec<NodeId> = cfg.peers.keys().copied().collect();
-        let placement = crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas);
         let shared = Shared {
             book: Some(book.clone()),
             ..Shared::default()
         };
-        let mut groups = BTreeMap::new();
-        let mut remotes = BTreeMap::new();
-        for (&id, placed) in &placement {
-            let dir = cfg.data_dir.join(format!("group-{id}"));
-            // A founder hosts the groups placed on it; a restart also every group it has data
-            // of (membership calls may have added it since); a joiner hosts every group, empty
-            // until a membership call adds it.
-            let has_data = matches!(cfg.storage, crate::Storage::Disk) && dir.exists();
-            // A group the cluster removed is never hosted again (`Node::unhost_group`).
-            let removed = matches!(cfg.storage, crate::Storage::Disk)
-                && removed_dir(&cfg.data_dir, id).exists();
-            if removed {
-                info!(group = id, "not hosting a removed group");
-            } else if placed.contains(&cfg.node_id) || has_data || cfg.join_existing {
-                groups.insert(
-                    id,
-                    open_group(&cfg, id, &sink, clock, &pool, timing, &shared).await?,
-                );
-            }
-            let mut candidates = placed.clone();
-            candidates.extend(founders.iter().filter(|n| !placed.contains(n)));
-            candidates.retain(|n| *n != cfg.node_id);
-            if !candidates.is_empty() {
-                remotes.insert(
-                    id,
-                    Arc::new(RemoteGroup::new(
-                        id,
-                        cfg.node_id,
-                        candidates,
-                        pool.clone(),
-                        timing,
-                    )),
-                );
-            }
-        }
-        // Groups created on the running cluster (not in the founding placement) that this node
-        // has data of: host them again at once (the meta group's records list them too).
-        if matches!(cfg.storage, crate::Storage::Disk) {
-            for id in created_group_dirs(&cfg.data_dir, &placement) {
-                groups.insert(
-                    id,
-                    open_group(&cfg, id, &sink, clock, &pool, timing, &shared).await?,
-                );
-            }
-        }
-        if !cfg.join_existing {
-            for (id, g) in &groups {
-                let Some(placed) = placement.get(id) else {
-                    continue;
-                };
-                // Each group is initialised by the lowest-id node it is placed on.
-                if placed.first() != Some(&cfg.node_id) {
-                    continue;
-                }
-                let members: BTreeMap<NodeId, String> = cfg
-                    .peers
-                    .iter()
-                    .filter(|(n, _)| placed.contains(n))
-                    .map(|(n, a)| (*n, a.clone()))
-                    .collect();
-                let fresh =
-                    g.raft()
-                        .initialize(&members)
-                        .await
-                        .map_err(|message| StartError::Raft {
-                            group: *id,
-                            message,
-                        })?;
-                if fresh {
-                    info!(group = id, members = ?members.keys(), "initialised group membership");
-                }
-            }
+        let maker = Maker {
+            cfg,
+            sink,
+            clock,
+            pool,
+            timing,
+            opening: tokio::sync::Mutex::new(()),
+        };
+        let founders: Vec<NodeId> = maker.cfg.peers.keys().copied().collect();
+        let placement =
+            crate::initial_placement(&founders, maker.cfg.lock_groups, maker.cfg.replicas);
+        let groups = maker.open_groups(&placement, &shared).await?;
+        *shared.remotes.write().expect("remotes poisoned") = maker.remotes(&placement, &founders);
+        if !maker.cfg.join_existing {
+            initialise(&maker.cfg, &placement, &groups).await?;
         }
         let (stop, _) = watch::channel(false);
-        let mut duties: Vec<_> = groups
-            .values()
-            .map(|g| tokio::spawn(crate::group::leader::run(g.clone(), stop.subscribe())))
-            .collect();
         let (failed, _) = watch::channel(None);
-        duties.extend(
-            groups
-                .values()
-                .map(|g| tokio::spawn(crate::node::fatal::watch_group(g.clone(), failed.clone()))),
+        let duties = groups
+            .values()
+            .flat_map(|g| group_duties(g, &stop, &failed))
+            .collect();
+        info!(
+            node = maker.cfg.node_id,
+            groups = groups.len(),
+            "node started"
         );
-        info!(node = cfg.node_id, groups = groups.len(), "node started");
         let node = Arc::new(Node {
-            node_id: cfg.node_id,
+            node_id: maker.cfg.node_id,
             groups: RwLock::new(groups),
-
-            maker: Maker {
-                cfg,
-                sink,
-                clock,
-                pool,
-                timing,
-                opening: tokio::sync::Mutex::new(()),
-            },
+            maker,
             app: OnceLock::new(),
             duties: Mutex::new(duties),
             stop,
             pipes_closing: watch::channel(false).0,
             shutting_down: AtomicBool::new(false),
-            shared: {
-                *shared.remotes.write().expect("remotes poisoned") = remotes;
-                shared
-            },
+            shared,
             failed,
             book,
         });
@@ -516,16 +554,10 @@ impl Node {
                     &self.shared,
                 )
                 .await?;
-                let mut duties = self.duties.lock().expect("duties poisoned");
-                duties.push(tokio::spawn(crate::group::leader::run(
-                    g.clone(),
-                    self.stop.subscribe(),
-                )));
-                duties.push(tokio::spawn(crate::node::fatal::watch_group(
-                    g.clone(),
-                    self.failed.clone(),
-                )));
-                drop(duties);
+                self.duties
+                    .lock()
+                    .expect("duties poisoned")
+                    .extend(group_duties(&g, &self.stop, &self.failed));
                 self.groups
                     .write()
                     .expect("groups poisoned")
