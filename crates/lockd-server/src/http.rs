@@ -1051,7 +1051,9 @@ async fn readyz(State(svc): State<Arc<Service>>) -> Response {
 
 async fn metrics(State(svc): State<Arc<Service>>) -> Response {
     svc.metrics.set_ready(svc.not_ready().is_empty());
-    let text = svc.metrics.render(&svc.node, &svc.waits);
+    let text = svc
+        .metrics
+        .render(&svc.node, &svc.waits.counters, &svc.waits.watch);
     (
         [(
             header::CONTENT_TYPE,

@@ -15,8 +15,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::waits::Waits;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpLabels {
     pub op: &'static str,
@@ -60,6 +58,46 @@ pub struct NsCause {
 pub struct NsOutcome {
     pub namespace: String,
     pub outcome: &'static str,
+}
+
+/// Counters of what the local replica applied, for metrics.
+#[derive(Default, Debug)]
+pub struct EffectCounters {
+    pub granted_waiters: std::sync::atomic::AtomicU64,
+    pub waits_timed_out: std::sync::atomic::AtomicU64,
+    pub sessions_expired: std::sync::atomic::AtomicU64,
+    pub sessions_closed: std::sync::atomic::AtomicU64,
+}
+
+impl EffectCounters {
+    /// Counts one applied entry's events. Called on the replica that led the group when it
+    /// applied them only, like the contention metrics: every replica applies the same events,
+    /// and a per-replica count would be multiplied by the replica count in a cluster-wide sum.
+    pub(crate) fn count(&self, events: &[lockd_core::LockEvent]) {
+        use lockd_core::LockEvent;
+        use std::sync::atomic::Ordering::Relaxed;
+        for e in events {
+            let counter = match e {
+                LockEvent::HoldStarted {
+                    waiter: Some(_), ..
+                } => &self.granted_waiters,
+                LockEvent::WaitEnded {
+                    reason: lockd_core::WaitEndReason::TimedOut,
+                    ..
+                } => &self.waits_timed_out,
+                LockEvent::SessionEnded {
+                    reason: lockd_core::SessionEndReason::Expired,
+                    ..
+                } => &self.sessions_expired,
+                LockEvent::SessionEnded {
+                    reason: lockd_core::SessionEndReason::Closed,
+                    ..
+                } => &self.sessions_closed,
+                _ => continue,
+            };
+            counter.fetch_add(1, Relaxed);
+        }
+    }
 }
 
 pub struct Metrics {
@@ -471,8 +509,14 @@ impl Metrics {
         self.ready.set(i64::from(ready));
     }
 
-    /// The text exposition, with gauges refreshed from the local replicas.
-    pub fn render(&self, node: &Node, waits: &Waits) -> String {
+    /// The text exposition, with gauges refreshed from the local replicas, the applied-effect
+    /// `counters` and the watch hub.
+    pub fn render(
+        &self,
+        node: &Node,
+        counters: &EffectCounters,
+        watch: &crate::watches::Hub,
+    ) -> String {
         self.observe_leaders(node);
         for id in node.group_ids() {
             let Some(g) = node.group(id) else { continue };
@@ -496,13 +540,13 @@ impl Metrics {
                 cap.refused(),
             );
         }
-        let c = &waits.counters;
+        let c = counters;
         sync(&self.expired, c.sessions_expired.load(Relaxed));
         sync(&self.closed, c.sessions_closed.load(Relaxed));
         sync(&self.waits_timed_out, c.waits_timed_out.load(Relaxed));
         sync(&self.waiters_granted, c.granted_waiters.load(Relaxed));
-        self.watches.set(waits.watch.open_watches() as i64);
-        sync(&self.watches_too_slow, waits.watch.cut_off_too_slow());
+        self.watches.set(watch.open_watches() as i64);
+        sync(&self.watches_too_slow, watch.cut_off_too_slow());
         let mut out = String::new();
         encode(&mut out, &self.registry.lock().expect("registry lock"))
             .expect("encoding to a String cannot fail");

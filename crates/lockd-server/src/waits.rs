@@ -88,45 +88,8 @@ struct Inner {
     next_stream: u64,
 }
 
-/// Counters of what the local replica applied, for metrics.
-#[derive(Default, Debug)]
-pub struct EffectCounters {
-    pub granted_waiters: std::sync::atomic::AtomicU64,
-    pub waits_timed_out: std::sync::atomic::AtomicU64,
-    pub sessions_expired: std::sync::atomic::AtomicU64,
-    pub sessions_closed: std::sync::atomic::AtomicU64,
-}
-
-impl EffectCounters {
-    /// Counts one applied entry's events. Called on the replica that led the group when it
-    /// applied them only, like the contention metrics: every replica applies the same events,
-    /// and a per-replica count would be multiplied by the replica count in a cluster-wide sum.
-    fn count(&self, events: &[lockd_core::LockEvent]) {
-        use lockd_core::LockEvent;
-        use std::sync::atomic::Ordering::Relaxed;
-        for e in events {
-            let counter = match e {
-                LockEvent::HoldStarted {
-                    waiter: Some(_), ..
-                } => &self.granted_waiters,
-                LockEvent::WaitEnded {
-                    reason: WaitEndReason::TimedOut,
-                    ..
-                } => &self.waits_timed_out,
-                LockEvent::SessionEnded {
-                    reason: SessionEndReason::Expired,
-                    ..
-                } => &self.sessions_expired,
-                LockEvent::SessionEnded {
-                    reason: SessionEndReason::Closed,
-                    ..
-                } => &self.sessions_closed,
-                _ => continue,
-            };
-            counter.fetch_add(1, Relaxed);
-        }
-    }
-}
+/// Counts a leader's applied events as contention (set by the service).
+pub type ContentionCounter = Box<dyn Fn(&[lockd_core::LockEvent]) + Send + Sync>;
 
 /// The registry of parked waits; the node's [`EffectSink`].
 pub struct Waits {
@@ -134,12 +97,11 @@ pub struct Waits {
     /// Where the log's append-to-durable times go (the metrics' histogram).
     log_sync: Mutex<Option<prometheus_client::metrics::histogram::Histogram>>,
     janitor: mpsc::UnboundedSender<Orphan>,
-    pub counters: EffectCounters,
+    pub counters: crate::metrics::EffectCounters,
     /// `--audit-log`, if asked for.
     audit: std::sync::OnceLock<crate::audit::AuditLog>,
-    /// Where contention is counted (the service's metrics and namespaces); weak, as the
-    /// service holds this sink.
-    service: std::sync::OnceLock<std::sync::Weak<crate::service::Service>>,
+    /// Where the leader's events are counted as contention (`Metrics::lock_events`).
+    contention: std::sync::OnceLock<ContentionCounter>,
     /// The watches (`watch.rs`): every replica's events go there.
     pub watch: crate::watches::Hub,
     /// Hand-off rates and wait estimates (`contention.rs`), from every replica's events.
@@ -199,9 +161,9 @@ impl Waits {
             inner: Mutex::default(),
             log_sync: Mutex::default(),
             janitor: tx,
-            counters: EffectCounters::default(),
+            counters: crate::metrics::EffectCounters::default(),
             audit: std::sync::OnceLock::new(),
-            service: std::sync::OnceLock::new(),
+            contention: std::sync::OnceLock::new(),
             watch: crate::watches::Hub::new(
                 crate::watches::HISTORY_EVENTS,
                 crate::watches::LAG_LIMIT,
@@ -216,9 +178,10 @@ impl Waits {
         let _ = self.audit.set(log);
     }
 
-    /// Counts contention in `service`'s metrics from now on (`Metrics::lock_events`).
-    pub fn count_contention(&self, service: &Arc<crate::service::Service>) {
-        let _ = self.service.set(Arc::downgrade(service));
+    /// Hands every entry's events, on the replica that led the group when it applied them,
+    /// to `count` from now on (the service counts contention in its metrics).
+    pub fn count_contention(&self, count: ContentionCounter) {
+        let _ = self.contention.set(count);
     }
 
     /// Sends the log's append-to-durable times to `h`.
@@ -332,9 +295,8 @@ impl EffectSink for Waits {
         }
         if leading {
             self.counters.count(&events);
-            if let Some(svc) = self.service.get().and_then(|w| w.upgrade()) {
-                svc.metrics
-                    .lock_events(|name| svc.namespace_name(name), &events);
+            if let Some(count) = self.contention.get() {
+                count(&events);
             }
         }
         self.handoffs.observe(group, now_ms, &events);
