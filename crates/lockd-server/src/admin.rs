@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId, META_GROUP};
 
+use crate::ask::{answer_of, Query};
 use crate::error::{ApiError, ErrorCode};
-use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
 /// One group's membership, as its leader answered, and the nodes marked draining.

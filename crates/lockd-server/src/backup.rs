@@ -31,8 +31,8 @@ use lockd_core::{limits, Namespace, Op, Stats};
 use lockd_raft::{GroupId, META_GROUP};
 use serde::{Deserialize, Serialize};
 
+use crate::ask::{answer_of, Query};
 use crate::error::{ApiError, ErrorCode};
-use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
 /// The backup document's format; a restore reads only this one.

@@ -7,6 +7,7 @@
 //! port 0 and a cluster's peers know each other's addresses before any node starts.
 
 pub mod admin;
+mod ask;
 pub mod audit;
 pub mod authfail;
 pub mod backup;

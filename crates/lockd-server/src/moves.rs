@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use lockd_core::{BucketSet, MoveId, MoveRecord, Op, Reply, ShardMap, BUCKETS};
 use lockd_raft::{GroupId, META_GROUP};
 
+use crate::ask::{answer_of, Query};
 use crate::error::{ApiError, ErrorCode};
-use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
 /// How often a node that leads the meta group looks for moves left half done.
@@ -190,12 +190,12 @@ impl MoveHost for Service {
         let meta = self.route_of(META_GROUP)?;
         let r = self.query(&meta, Query::ShardMap).await?;
         match r {
-            crate::route::Answer::ShardMap(Some(m)) => Ok(*m),
-            crate::route::Answer::ShardMap(None) => Err(ApiError::new(
+            crate::ask::Answer::ShardMap(Some(m)) => Ok(*m),
+            crate::ask::Answer::ShardMap(None) => Err(ApiError::new(
                 ErrorCode::Unavailable,
                 "the shard map is not set yet",
             )),
-            _ => Err(crate::route::unexpected("ShardMap")),
+            _ => Err(crate::ask::unexpected("ShardMap")),
         }
     }
 }

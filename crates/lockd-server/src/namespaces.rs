@@ -14,8 +14,8 @@ use std::time::Duration;
 use lockd_core::{Namespace, NamespaceChange, Op, Reply};
 use lockd_raft::META_GROUP;
 
+use crate::ask::{answer_of, Query};
 use crate::error::{ApiError, ErrorCode};
-use crate::route::{answer_of, Query};
 use crate::service::{Credentials, Service};
 
 /// How often the meta leader brings the lock groups' copies in line.

@@ -3,7 +3,7 @@
 //! A node hosts only the groups placed on it, yet accepts any request. Proposals and keepalives
 //! for a group it has no member replica of go straight to that group's leader
 //! ([`lockd_raft::RemoteGroup`]). Two things need a node that applies the group's log, and those
-//! are asked of one with [`Ask`] over the peer port ([`lockd_raft::PeerMethod::App`]):
+//! are asked of one with [`Ask`](crate::ask::Ask) over the peer port ([`lockd_raft::PeerMethod::App`]):
 //!
 //! - **reads** ([`Query`]): every read of a group's state is one `Query` variant answered by
 //!   [`Query::answer`], the same function whether the replica is here or there, so a read means
@@ -20,181 +20,26 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use lockd_core::BucketSet;
-use lockd_core::{
-    LockInfo, LockTable, MoveId, MoveRecord, Namespace, OwnershipView, Rejection, SessionId,
-    SessionInfo, SessionSummary, WaiterId,
-};
+use lockd_core::{SessionId, WaiterId};
 use lockd_raft::{AppHandler, GroupError, GroupId, RemoteGroup, Route};
-use serde::{Deserialize, Serialize};
 
+use crate::ask::{encode, Answer, Ask, Query, RemoteOutcome};
 use crate::contention::{Report, MAX_TOP};
 use crate::error::{ApiError, ErrorCode};
 use crate::service::Service;
 use crate::waits::{Orphan, SessionEvent, WaitOutcome};
 
-/// A read of one group's state.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) enum Query {
-    /// A name's holders and waiters, or `wrong_group`/`bucket_moving` if the group does not
-    /// serve it now.
-    LockInfo {
-        name: String,
-    },
-    SessionInfo {
-        session: SessionId,
-    },
-    SessionPage {
-        after: Option<SessionId>,
-        limit: usize,
-    },
-    SessionNamespace {
-        session: SessionId,
-    },
-    Ownership,
-    OutgoingMoves,
-    MoveRecord {
-        move_id: MoveId,
-    },
-    HasNamespace {
-        namespace: Namespace,
-    },
-    ShardMap,
-    IsRetired {
-        node: u64,
-    },
-    /// What a session was opened with: (client, TTL, namespace), to adopt it elsewhere.
-    SessionOpening {
-        session: SessionId,
-    },
-    /// The meta group's record of every lock group.
-    Groups,
-    /// Every namespace the group has.
-    Namespaces,
-    /// The meta group's draining nodes.
-    Draining,
-    /// Every namespace the group has, with the namespaces' version (one read, so a
-    /// compare-and-set made from it compares what was listed).
-    NamespaceConfig,
-    /// The group's counters: revision, sessions, locks, holds (for a backup).
-    Stats,
-    /// The meta group's removed lock groups (id → birth epoch).
-    RemovedGroups,
-}
-
-/// The answer to a [`Query`] (the variant of the same name).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) enum Answer {
-    LockInfo(Result<Option<LockInfo>, Rejection>),
-    SessionInfo(Option<SessionInfo>),
-    SessionPage(Vec<SessionSummary>),
-    SessionNamespace(Option<String>),
-    Ownership(Box<OwnershipView>),
-    OutgoingMoves(Vec<(MoveId, u32, BucketSet)>),
-    MoveRecord(Option<Box<MoveRecord>>),
-    HasNamespace(bool),
-    ShardMap(Option<Box<lockd_core::ShardMap>>),
-    IsRetired(bool),
-    SessionOpening(Option<(String, u64, String)>),
-    Groups(std::collections::BTreeMap<GroupId, lockd_core::GroupRecord>),
-    Namespaces(Vec<Namespace>),
-    Draining(Vec<u64>),
-    NamespaceConfig((u64, Vec<Namespace>)),
-    Stats(lockd_core::Stats),
-    RemovedGroups(std::collections::BTreeMap<GroupId, u64>),
-}
-
-impl Query {
-    /// Answers the query from `t` at group time `now_ms`: the one place each read is written.
-    pub(crate) fn answer(&self, t: &LockTable, now_ms: u64) -> Answer {
-        match self {
-            Query::LockInfo { name } => {
-                Answer::LockInfo(t.check_serves(name).map(|()| t.lock_info(name, now_ms)))
-            }
-            Query::SessionInfo { session } => Answer::SessionInfo(t.session_info(*session)),
-            Query::SessionPage { after, limit } => {
-                Answer::SessionPage(t.session_page(*after, *limit))
-            }
-            Query::SessionNamespace { session } => {
-                Answer::SessionNamespace(t.session_namespace(*session).map(str::to_string))
-            }
-            Query::Ownership => Answer::Ownership(Box::new(t.ownership())),
-            Query::OutgoingMoves => Answer::OutgoingMoves(t.outgoing_moves()),
-            Query::MoveRecord { move_id } => {
-                Answer::MoveRecord(t.move_record(*move_id).cloned().map(Box::new))
-            }
-            Query::HasNamespace { namespace } => {
-                Answer::HasNamespace(t.namespaces().any(|n| n == namespace))
-            }
-            Query::ShardMap => Answer::ShardMap(t.shard_map().cloned().map(Box::new)),
-            Query::IsRetired { node } => Answer::IsRetired(t.is_retired(*node)),
-            Query::SessionOpening { session } => {
-                Answer::SessionOpening(t.session_info(*session).map(|i| {
-                    let ns = t.session_namespace(*session).unwrap_or_default();
-                    (i.client, i.ttl_ms, ns.to_string())
-                }))
-            }
-            Query::Groups => Answer::Groups(t.group_records().clone()),
-            Query::Namespaces => Answer::Namespaces(t.namespaces().cloned().collect()),
-            Query::Draining => Answer::Draining(t.draining_nodes()),
-            Query::NamespaceConfig => {
-                Answer::NamespaceConfig((t.namespaces_version(), t.namespaces().cloned().collect()))
-            }
-            Query::Stats => Answer::Stats(t.stats()),
-            Query::RemovedGroups => Answer::RemovedGroups(t.removed_groups().clone()),
-        }
-    }
-}
-
-/// What a node asks of one that hosts a member replica of the group.
-#[derive(Debug, Serialize, Deserialize)]
-enum Ask {
-    /// A linearizable read; answers `Result<Answer, GroupError>`.
-    Query(Query),
-    /// Waits up to `limit_ms` for waiter `waiter`'s outcome; answers
-    /// `Option<(WaitOutcome, holder on a timeout)>`, `None` if none came in time.
-    AwaitWaiter {
-        waiter: WaiterId,
-        name: String,
-        limit_ms: u64,
-    },
-    /// The group's part of a contention report from the member's replica; answers
-    /// `contention::Report`.
-    Contention {
-        top: usize,
-        namespaces: Option<Vec<String>>,
-    },
-}
-
-/// A remote wait's outcome, with the holder on a timeout; `None`: no outcome in time.
-pub(crate) type RemoteOutcome = Option<(WaitOutcome, Option<String>)>;
-
 /// How much longer than the wait itself the peer call may take.
 const AWAIT_SLACK: Duration = Duration::from_secs(2);
 
-fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, tonic::Status> {
-    postcard::to_allocvec(v).map_err(|e| tonic::Status::internal(e.to_string()))
-}
-
-pub(crate) fn unexpected(what: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::Unavailable,
-        format!("unexpected answer to {what}"),
-    )
-}
-
-/// Pulls the answer of the variant named out of [`Service::query`]'s result.
-macro_rules! answer_of {
-    ($svc:expr, $route:expr, $q:expr, $variant:ident) => {
-        match $svc.query($route, $q).await? {
-            $crate::route::Answer::$variant(v) => Ok::<_, $crate::error::ApiError>(v),
-            _ => Err($crate::route::unexpected(stringify!($variant))),
-        }
-    };
-}
-pub(crate) use answer_of;
-
 impl Service {
+    /// Serves other nodes' questions about this node's replicas (remote waits, reads):
+    /// install once, right after the service is built.
+    pub fn serve_peer_questions(self: &Arc<Self>) {
+        self.node
+            .set_app_handler(Arc::new(AppServer(Arc::downgrade(self))));
+    }
+
     /// How this node reaches group `id`.
     pub(crate) fn route_of(&self, id: GroupId) -> Result<Route, ApiError> {
         if let Some(r) = self.node.route(id) {

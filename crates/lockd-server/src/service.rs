@@ -17,10 +17,10 @@ use lockd_core::{
 };
 use lockd_raft::{Group, GroupError, GroupId, Node, Route, META_GROUP};
 
+use crate::ask::{answer_of, Query};
 use crate::config::{token_digest, token_matches};
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
-use crate::route::{answer_of, Query};
 use crate::waits::{Parked, WaitOutcome, Waits};
 
 /// How long past its deadline a parked wait keeps waiting for the committed tick that ends it
@@ -241,13 +241,6 @@ impl Service {
     /// A fresh random id.
     pub(crate) fn new_id(&self) -> u64 {
         (self.ids)()
-    }
-
-    /// Serves other nodes' questions about this node's replicas (remote waits, reads):
-    /// install once, right after the service is built.
-    pub fn serve_peer_questions(self: &Arc<Self>) {
-        self.node
-            .set_app_handler(Arc::new(crate::route::AppServer(Arc::downgrade(self))));
     }
 
     /// Gives back every grant `orphans` reports (requests that went away while queued), until
@@ -565,7 +558,7 @@ impl Service {
         // Through the meta group's route: a stranded local replica (`Group::is_stranded`),
         // one left behind by a member change above all, would never answer.
         let meta = self.route_of(META_GROUP)?;
-        let map = answer_of!(self, &meta, crate::route::Query::ShardMap, ShardMap)?;
+        let map = answer_of!(self, &meta, crate::ask::Query::ShardMap, ShardMap)?;
         self.mapped_group(map.map(|m| m.group_of(name)), name)
     }
 
@@ -1542,8 +1535,8 @@ impl Service {
         }
         let shard_map = || async {
             match self.query(&meta, Query::ShardMap).await? {
-                crate::route::Answer::ShardMap(m) => Ok(m.map(|m| *m)),
-                _ => Err(crate::route::unexpected("ShardMap")),
+                crate::ask::Answer::ShardMap(m) => Ok(m.map(|m| *m)),
+                _ => Err(crate::ask::unexpected("ShardMap")),
             }
         };
         if shard_map().await?.is_none() {

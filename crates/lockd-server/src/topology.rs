@@ -18,8 +18,8 @@ use lockd_core::{GroupRecord, Op, Reply, SessionId};
 use lockd_raft::{GroupId, MemberCall, NodeId, Route, META_GROUP};
 use tokio::time::Instant;
 
+use crate::ask::{answer_of, unexpected, Query};
 use crate::error::{ApiError, ErrorCode};
-use crate::route::{answer_of, unexpected, Query};
 use crate::service::{Credentials, Service};
 
 /// How often a node reads the meta group's group records.
