@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Structure checks that verify runs (`scripts/verify`), as TigerBeetle's tidy does for its tree.
 
-1. Layers. In a crate with a layer table below, a file may name (through `crate::`, `super::`
+1. Layers. In a crate with a layer table below (lockd-raft and lockd-server), a file may name (through `crate::`, `super::`
    or a child module) files of its own layer and of the layers listed before it, never of a
    later one. Names that lib.rs re-exports count as the file that defines them, so an import
    cannot climb a layer by going through the crate root.
@@ -40,6 +40,24 @@ LAYERS = {
         ["group/"],
         # The node: hosting, membership, balance, the inbound side of the peer port.
         ["node/"],
+    ],
+    "crates/lockd-server/src": [
+        # Parts that know no service: errors, configuration, credentials, TLS, connection caps,
+        # backup documents, the audit log, contention reports.
+        ["audit", "authfail", "backup", "config", "conns", "contention", "error", "inspect", "tls"],
+        # What the node shows: watches and metrics.
+        ["watches", "metrics"],
+        # The node's effect sink: parked waits, session streams, the janitor's orphans.
+        ["waits"],
+        # What one node asks another about a group (plain data and pure reads).
+        ["ask"],
+        # The service: credentials, budgets, sessions, locks, the restore gate.
+        ["service/"],
+        # Operations over the service: routing to any group, membership, namespaces, moves,
+        # topology. The service never calls them.
+        ["admin", "moves", "namespaces", "route", "topology"],
+        # The edge: HTTP, gRPC, the command line.
+        ["cli", "grpc", "http"],
     ],
 }
 

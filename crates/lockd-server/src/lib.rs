@@ -173,13 +173,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         service.restore = std::sync::Mutex::new(Some(seed));
     }
     let service = Arc::new(service);
-    let weak = Arc::downgrade(&service);
-    service.waits.count_contention(Box::new(move |events| {
-        if let Some(svc) = weak.upgrade() {
-            svc.metrics
-                .lock_events(|name| svc.namespace_name(name), events);
-        }
-    }));
+    service.count_contention();
     service.serve_peer_questions();
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();

@@ -4,6 +4,8 @@
 //! routed (name → bucket → group) and proposed. The lock rules themselves live in lockd-core; this
 //! layer adds only what needs a node: sessions that span groups, waiting for a grant, auth, budgets.
 
+mod restore;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -241,6 +243,18 @@ impl Service {
     /// A fresh random id.
     pub(crate) fn new_id(&self) -> u64 {
         (self.ids)()
+    }
+
+    /// Counts the events this node's group leaders apply as contention in the metrics, by
+    /// namespace: install once, right after the service is built.
+    pub fn count_contention(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        self.waits.count_contention(Box::new(move |events| {
+            if let Some(svc) = weak.upgrade() {
+                svc.metrics
+                    .lock_events(|name| svc.namespace_name(name), events);
+            }
+        }));
     }
 
     /// Gives back every grant `orphans` reports (requests that went away while queued), until
