@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Structure checks that verify runs (`scripts/verify`), as TigerBeetle's tidy does for its tree.
 
-1. Layers. In a crate with a layer table below (lockd-raft and lockd-server), a file may name (through `crate::`, `super::`
+1. Layers. In a crate with a layer table below (lockd-core, lockd-raft, lockd-server), a file may name (through `crate::`, `super::`
    or a child module) files of its own layer and of the layers listed before it, never of a
    later one. Names that lib.rs re-exports count as the file that defines them, so an import
    cannot climb a layer by going through the crate root.
@@ -28,6 +28,18 @@ ALLOW = os.path.join(ROOT, "scripts", "tidy-allow.txt")
 # Layers, bottom first. An entry ending in "/" is a folder (every file under it); any other
 # entry is one top-level file (without ".rs"). lib.rs and main.rs sit above every layer.
 LAYERS = {
+    "crates/lockd-core/src": [
+        # The records: the protocol's vocabulary (commands, replies, rejections, limits) and
+        # the state's parts (locks and sessions, buckets and moves, groups, the cluster).
+        ["bucket", "cluster", "entity/", "limits", "ownership", "topology", "types"],
+        # Compact storage of the lock records.
+        ["lock_map"],
+        # The lock table and the command dispatch.
+        ["machine"],
+        # Over the table: the move and topology commands, reads, the snapshot image, the
+        # invariant checks.
+        ["invariants", "ownership_commands", "query", "snapshot", "topology_commands"],
+    ],
     "crates/lockd-raft/src": [
         # Leaves: plain data and helpers that know no group, peer or Raft.
         ["audit", "clock", "error", "identity", "placement", "private", "watch", "wire"],

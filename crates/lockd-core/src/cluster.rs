@@ -27,27 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::LockTable;
-use crate::types::{Rejection, Reply};
-
-/// The Raft timing of every node of a cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ClusterTiming {
-    pub heartbeat_ms: u64,
-    pub election_min_ms: u64,
-    /// The leader lease, and the slack a new leader gives every session.
-    pub election_max_ms: u64,
-}
-
-impl std::fmt::Display for ClusterTiming {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "heartbeat {} ms, election timeout {}..{} ms",
-            self.heartbeat_ms, self.election_min_ms, self.election_max_ms
-        )
-    }
-}
+use crate::types::{ClusterTiming, Rejection, Reply};
 
 /// The meta group's record of the cluster (empty in lock groups).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,56 +42,19 @@ pub(crate) struct ClusterRecord {
     pub incarnations: BTreeMap<u64, u64>,
 }
 
-/// What a node that came back with a new data dir under a known id is told (by the meta group,
-/// by its peers, and at its start): what happened, why it may not serve, and the fix.
-pub fn wiped_disk_message(node: u64, known: u64, given: u64) -> String {
-    format!(
-        "the cluster knows node {node} by data dir incarnation {known:016x}, and this data dir \
-         is incarnation {given:016x}: the node lost its data (a wiped or replaced disk), and a \
-         voter that forgot its log and its vote must not come back under its old id. Rejoin \
-         under a new id: `lockctl members replace {node} NEW_ID NEW_PEER_ADDR`, then start this \
-         node with --node-id NEW_ID, --initial-cluster-state existing and this empty data dir"
-    )
-}
-
-impl LockTable {
-    /// The cluster's Raft timing, once a node has recorded it.
-    pub fn cluster_timing(&self) -> Option<ClusterTiming> {
-        self.cluster.timing
-    }
-
-    /// Whether node `id` has left the cluster for good (its id may not come back).
-    pub fn is_retired(&self, id: u64) -> bool {
-        self.cluster.retired.contains(&id)
-    }
-
-    /// Every retired node id, ascending.
-    pub fn retired_nodes(&self) -> Vec<u64> {
-        self.cluster.retired.iter().copied().collect()
-    }
-
-    /// The nodes marked draining, ascending.
-    pub fn draining_nodes(&self) -> Vec<u64> {
-        self.cluster.draining.iter().copied().collect()
-    }
-
+impl ClusterRecord {
     /// Marks node `node` draining or not; idempotent. A retired id cannot be marked (it is
     /// gone); unmarking one is a no-op, so the mark never outlives a node's retirement.
     pub(crate) fn set_draining(&mut self, node: u64, draining: bool) -> Result<Reply, Rejection> {
-        if draining && self.cluster.retired.contains(&node) {
+        if draining && self.retired.contains(&node) {
             return Err(Rejection::NodeRetired { node });
         }
         if draining {
-            self.cluster.draining.insert(node);
+            self.draining.insert(node);
         } else {
-            self.cluster.draining.remove(&node);
+            self.draining.remove(&node);
         }
         Ok(Reply::DrainingSet { node, draining })
-    }
-
-    /// Every node's recorded data dir incarnation, by node id.
-    pub fn incarnations(&self) -> &BTreeMap<u64, u64> {
-        &self.cluster.incarnations
     }
 
     /// Records node `node`'s incarnation. The same again is a no-op; another one is refused
@@ -121,36 +64,36 @@ impl LockTable {
         node: u64,
         incarnation: u64,
     ) -> Result<Reply, Rejection> {
-        if self.cluster.retired.contains(&node) {
+        if self.retired.contains(&node) {
             return Err(Rejection::NodeRetired { node });
         }
-        match self.cluster.incarnations.get(&node) {
+        match self.incarnations.get(&node) {
             Some(&known) if known != incarnation => Err(Rejection::IncarnationMismatch {
                 node,
                 known,
                 given: incarnation,
             }),
             _ => {
-                self.cluster.incarnations.insert(node, incarnation);
+                self.incarnations.insert(node, incarnation);
                 Ok(Reply::IncarnationRegistered { node, incarnation })
             }
         }
     }
 
     /// Records the cluster's timing; the same again is a no-op, another one is refused.
-    pub(crate) fn set_cluster_timing(&mut self, t: ClusterTiming) -> Result<Reply, Rejection> {
+    pub(crate) fn set_timing(&mut self, t: ClusterTiming) -> Result<Reply, Rejection> {
         if !(0 < t.heartbeat_ms && t.heartbeat_ms < t.election_min_ms)
             || t.election_min_ms >= t.election_max_ms
         {
             return Err(Rejection::InvalidClusterTiming { given: t });
         }
-        match self.cluster.timing {
+        match self.timing {
             Some(have) if have != t => Err(Rejection::ClusterTimingMismatch {
                 cluster: have,
                 given: t,
             }),
             _ => {
-                self.cluster.timing = Some(t);
+                self.timing = Some(t);
                 Ok(Reply::ClusterTimingSet { timing: t })
             }
         }
@@ -159,9 +102,9 @@ impl LockTable {
     /// Retires node `id` for good; idempotent. (Node ids are checked, 1 and up, where they
     /// enter: the admin API.)
     pub(crate) fn retire_node(&mut self, id: u64) -> Result<Reply, Rejection> {
-        self.cluster.retired.insert(id);
-        self.cluster.draining.remove(&id);
-        self.cluster.incarnations.remove(&id);
+        self.retired.insert(id);
+        self.draining.remove(&id);
+        self.incarnations.remove(&id);
         Ok(Reply::NodeRetired { node: id })
     }
 }
@@ -169,7 +112,7 @@ impl LockTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Command, Op};
+    use crate::{Command, LockTable, Op};
 
     fn timing(max: u64) -> ClusterTiming {
         ClusterTiming {

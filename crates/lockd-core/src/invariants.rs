@@ -8,9 +8,11 @@ use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 
 use crate::bucket::{bucket_of, BUCKETS};
+use crate::entity::Lock;
 use crate::limits::{self, check_name, check_optional};
-use crate::machine::{validate_namespace, Lock, LockTable};
-use crate::ownership::{validate_export, BucketSet, MoveRecord};
+use crate::machine::{validate_namespace, LockTable};
+use crate::ownership::{BucketSet, MoveRecord};
+use crate::ownership_commands::validate_export;
 use crate::types::LockMode;
 
 /// An invariant that does not hold, with the rule's number from docs/INVARIANTS.md.

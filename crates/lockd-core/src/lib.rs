@@ -27,18 +27,20 @@
 
 mod bucket;
 mod cluster;
+mod entity;
 mod invariants;
 pub mod limits;
 mod lock_map;
 mod machine;
 mod ownership;
+mod ownership_commands;
 mod query;
 mod snapshot;
 mod topology;
+mod topology_commands;
 mod types;
 
 pub use bucket::{bucket_of, ShardMap, BUCKETS};
-pub use cluster::{wiped_disk_message, ClusterTiming};
 pub use invariants::Violation;
 pub use machine::{validate_namespace, Applied, LockTable, Stats};
 pub use ownership::{

@@ -2,7 +2,7 @@
 //!
 //! A limit exists so that no client can make a replica do unbounded work or hold unbounded memory.
 
-use crate::types::{LockMode, Rejection};
+use crate::types::{LockMode, Namespace, Rejection, SafetyClass};
 
 /// Longest lock name, in bytes.
 pub const MAX_NAME_BYTES: usize = 512;
@@ -167,6 +167,26 @@ pub fn check_acquire_args(mode: LockMode, wait_ms: u64) -> Result<(), Rejection>
         });
     }
     Ok(())
+}
+
+impl Namespace {
+    /// The namespace every name falls into when no other prefix matches.
+    pub fn default_namespace() -> Namespace {
+        Namespace {
+            name: "default".into(),
+            prefix: String::new(),
+            min_ttl_ms: DEFAULT_MIN_TTL_MS,
+            max_ttl_ms: DEFAULT_MAX_TTL_MS,
+            default_ttl_ms: DEFAULT_TTL_MS,
+            max_waiters_per_name: DEFAULT_MAX_WAITERS_PER_NAME,
+            max_locks_per_session: DEFAULT_MAX_LOCKS_PER_SESSION,
+            lock_delay_ms: 0,
+            safety: SafetyClass::Efficiency,
+            ops_per_s: 0,
+            token_sha256: None,
+            max_sessions: 0,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! it was. Iteration that decides an outcome only walks ordered structures (`BTreeSet`s, queues),
 //! never a `HashMap`, so every replica that applies the same commands reaches the same state.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -12,155 +12,11 @@ use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::bucket::ShardMap;
+use crate::entity::{compatible, modes_conflict, HoldRequest, Lock, Mint, Session, Waiter};
 use crate::limits::{self, check_name, check_optional, check_printable};
-use crate::lock_map::{Holders, LockMap};
+use crate::lock_map::LockMap;
 use crate::ownership::Ownership;
 use crate::types::*;
-
-/// A held grant of a lock.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Holder {
-    pub session: SessionId,
-    pub token: Token,
-    pub mode: LockMode,
-    pub granted_at_ms: u64,
-    pub reentry: u32,
-    pub reentrant: bool,
-    pub owner: Box<str>,
-}
-
-/// A queued acquire.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Waiter {
-    pub id: WaiterId,
-    pub session: SessionId,
-    pub mode: LockMode,
-    pub enqueued_at_ms: u64,
-    pub deadline_ms: u64,
-    pub reentrant: bool,
-    pub owner: Box<str>,
-}
-
-/// One name's record. It exists only while it has holders, waiters or a pending lock-delay.
-///
-/// Most locks are held by one holder without contention: that holder is stored inline (see
-/// [`Holders`]), and the waiter queue and the lock-delay live in a box that exists only while
-/// there is one. [`LockMap`] boxes each record with its name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Lock {
-    pub holders: Holders,
-    contention: Option<Box<Contention>>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct Contention {
-    waiters: VecDeque<Waiter>,
-    /// Group time until which nothing is granted (0 = no delay). Cleared only by a tick.
-    delay_until_ms: u64,
-}
-
-static NO_WAITERS: VecDeque<Waiter> = VecDeque::new();
-
-impl Lock {
-    pub fn waiters(&self) -> &VecDeque<Waiter> {
-        self.contention.as_ref().map_or(&NO_WAITERS, |c| &c.waiters)
-    }
-
-    pub fn waiters_mut(&mut self) -> &mut VecDeque<Waiter> {
-        &mut self.contention.get_or_insert_with(Default::default).waiters
-    }
-
-    pub fn delay_until_ms(&self) -> u64 {
-        self.contention.as_ref().map_or(0, |c| c.delay_until_ms)
-    }
-
-    pub fn set_delay_until(&mut self, until_ms: u64) {
-        if until_ms != 0 || self.contention.is_some() {
-            self.contention
-                .get_or_insert_with(Default::default)
-                .delay_until_ms = until_ms;
-        }
-    }
-
-    /// Drops the contention box once it holds nothing, so equal states have equal bytes.
-    fn tidy(&mut self) {
-        if self
-            .contention
-            .as_ref()
-            .is_some_and(|c| c.waiters.is_empty() && c.delay_until_ms == 0)
-        {
-            self.contention = None;
-        }
-    }
-
-    /// Whether the contention box is present but empty (an invariant says it never is).
-    pub fn has_empty_contention(&self) -> bool {
-        self.contention
-            .as_ref()
-            .is_some_and(|c| c.waiters.is_empty() && c.delay_until_ms == 0)
-    }
-
-    fn is_idle(&self) -> bool {
-        self.holders.is_empty() && self.contention.is_none()
-    }
-
-    /// The mode that the name is in use with, if any (a semaphore's limit must match it).
-    fn mode_in_use(&self) -> Option<LockMode> {
-        self.holders
-            .first()
-            .map(|h| h.mode)
-            .or_else(|| self.waiters().front().map(|w| w.mode))
-    }
-
-    fn holder_view(&self) -> Option<HolderView> {
-        self.holders.first().map(|h| HolderView {
-            session: h.session,
-            owner: h.owner.to_string(),
-            token: h.token,
-        })
-    }
-}
-
-/// Whether a grant in `mode` can join the current `holders`.
-fn compatible(holders: &[Holder], mode: LockMode) -> bool {
-    match mode {
-        LockMode::Exclusive => holders.is_empty(),
-        LockMode::Shared => holders.iter().all(|h| h.mode == LockMode::Shared),
-        LockMode::Semaphore { limit } => holders.len() < limit as usize,
-    }
-}
-
-/// Exclusive and shared mix on one name; a semaphore only with itself at the same limit.
-fn modes_conflict(in_use: LockMode, requested: LockMode) -> bool {
-    let in_use_sem = matches!(in_use, LockMode::Semaphore { .. });
-    let requested_sem = matches!(requested, LockMode::Semaphore { .. });
-    (in_use_sem || requested_sem) && in_use != requested
-}
-
-/// A client's session. Its lease timer lives on the leader, not here: the log only learns that a
-/// session ended (closed or expired).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Session {
-    pub ttl_ms: u64,
-    pub opened_at_ms: u64,
-    pub client: Box<str>,
-    /// The name of the namespace the session was opened in: it may take only that namespace's
-    /// names. Empty only for a session restored from a format-1 snapshot (taken before sessions
-    /// recorded it), which keeps the old unrestricted behaviour until it ends.
-    pub namespace: Box<str>,
-    /// (name, token) of every hold. Derived from the locks; rebuilt on restore.
-    #[serde(skip)]
-    pub held: BTreeSet<(Arc<str>, Token)>,
-    /// (name, waiter) of every queued acquire. Derived; rebuilt on restore.
-    #[serde(skip)]
-    pub waits: BTreeSet<(Arc<str>, WaiterId)>,
-}
-
-impl Session {
-    fn load(&self) -> usize {
-        self.held.len() + self.waits.len()
-    }
-}
 
 /// The outcome of one command: the proposer's reply, the ownership changes it made (in order),
 /// and what of them the shell must push to others ([`Effect::of`] each event).
@@ -205,27 +61,6 @@ pub struct LockTable {
     pub(crate) topology: crate::topology::Topology,
 }
 
-/// The counters a grant moves, apart from the maps so a grant can borrow a lock mutably.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Mint {
-    /// The fencing counter: bumped by every grant, raised by `RaiseRevision`, never lowered.
-    pub revision: u64,
-    /// The next waiter id; ids grow in enqueue order.
-    pub next_waiter: WaiterId,
-    /// Number of holds (not counting re-entries) across all locks.
-    pub holds: u64,
-}
-
-/// Who asks for a hold and how; `waiter`: the queued acquire the grant ends and when it was
-/// queued, if any.
-struct HoldRequest<'a> {
-    session: SessionId,
-    owner: &'a str,
-    mode: LockMode,
-    reentrant: bool,
-    waiter: Option<(WaiterId, u64)>,
-}
-
 /// The arguments of [`Op::Acquire`].
 struct AcquireRequest<'a> {
     session: SessionId,
@@ -234,71 +69,6 @@ struct AcquireRequest<'a> {
     mode: LockMode,
     wait_ms: u64,
     reentrant: bool,
-}
-
-impl Mint {
-    /// Whether the revision is at [`limits::MAX_REVISION`]: no further token can be minted.
-    pub(crate) fn exhausted(&self) -> bool {
-        self.revision >= limits::MAX_REVISION
-    }
-
-    /// Refuses a command that needs a new token once none is left. Checked before anything
-    /// changes, so the refusal leaves the state as it was.
-    fn check_can_grant(&self) -> Result<(), Rejection> {
-        if self.exhausted() {
-            return Err(Rejection::CounterLimit {
-                field: "revision".into(),
-                value: self.revision.saturating_add(1),
-                max: limits::MAX_REVISION,
-            });
-        }
-        Ok(())
-    }
-
-    /// Records a new hold on `lock`: the one place a token is minted. The caller has checked
-    /// that a token is left ([`Mint::exhausted`]).
-    fn grant(
-        &mut self,
-        now: u64,
-        name: &Arc<str>,
-        lock: &mut Lock,
-        req: HoldRequest<'_>,
-        sessions: &mut HashMap<SessionId, Session>,
-        ev: &mut Vec<LockEvent>,
-    ) -> Token {
-        debug_assert!(compatible(&lock.holders, req.mode));
-        let token = self
-            .revision
-            .checked_add(1)
-            .filter(|t| *t <= limits::MAX_REVISION)
-            .expect("the caller checked that a token is left");
-        self.revision = token;
-        lock.holders.push(Holder {
-            session: req.session,
-            token,
-            mode: req.mode,
-            granted_at_ms: now,
-            reentry: 1,
-            reentrant: req.reentrant,
-            owner: req.owner.into(),
-        });
-        self.holds += 1;
-        let sess = sessions
-            .get_mut(&req.session)
-            .expect("a grant goes to a live session");
-        sess.held.insert((name.clone(), token));
-        ev.push(LockEvent::HoldStarted {
-            name: name.clone(),
-            session: req.session,
-            owner: req.owner.into(),
-            token,
-            mode: req.mode,
-            waiter: req.waiter.map(|(id, _)| id),
-            waited_ms: req.waiter.map_or(0, |(_, since)| now.saturating_sub(since)),
-            lease_ttl_ms: sess.ttl_ms,
-        });
-        token
-    }
 }
 
 impl Default for LockTable {
@@ -520,8 +290,8 @@ impl LockTable {
                 move_id,
                 map_version,
             } => self.drop_buckets(*move_id, *map_version),
-            Op::SetClusterTiming { timing } => self.set_cluster_timing(*timing),
-            Op::RetireNode { node } => self.retire_node(*node),
+            Op::SetClusterTiming { timing } => self.cluster.set_timing(*timing),
+            Op::RetireNode { node } => self.cluster.retire_node(*node),
             Op::RecordGroups { groups } => self.record_groups(groups),
             Op::CreateGroup { group, replicas } => self.create_group(*group, replicas),
             Op::GroupReady { group } => self.group_ready(*group),
@@ -536,9 +306,9 @@ impl LockTable {
                 namespace,
             } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut ev),
             Op::SetGroupReplicas { group, replicas } => self.set_group_replicas(*group, replicas),
-            Op::SetDraining { node, draining } => self.set_draining(*node, *draining),
+            Op::SetDraining { node, draining } => self.cluster.set_draining(*node, *draining),
             Op::RegisterIncarnation { node, incarnation } => {
-                self.register_incarnation(*node, *incarnation)
+                self.cluster.register_incarnation(*node, *incarnation)
             }
             Op::PlaceGroup {
                 group,

@@ -1,7 +1,9 @@
 //! Read-only views of the state, for `GET /v1/locks/{name}`, sessions and debugging.
 
+use std::collections::BTreeMap;
+
 use crate::machine::LockTable;
-use crate::types::{LockMode, SessionId, Token, WaiterId};
+use crate::types::{ClusterTiming, LockMode, SessionId, Token, WaiterId};
 
 /// One hold of a lock.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -335,5 +337,34 @@ impl LockTable {
                 })
             })
             .collect()
+    }
+}
+
+impl LockTable {
+    // What the meta group records about the cluster (`cluster.rs`).
+
+    /// The cluster's Raft timing, once a node has recorded it.
+    pub fn cluster_timing(&self) -> Option<ClusterTiming> {
+        self.cluster.timing
+    }
+
+    /// Whether node `id` has left the cluster for good (its id may not come back).
+    pub fn is_retired(&self, id: u64) -> bool {
+        self.cluster.retired.contains(&id)
+    }
+
+    /// Every retired node id, ascending.
+    pub fn retired_nodes(&self) -> Vec<u64> {
+        self.cluster.retired.iter().copied().collect()
+    }
+
+    /// The nodes marked draining, ascending.
+    pub fn draining_nodes(&self) -> Vec<u64> {
+        self.cluster.draining.iter().copied().collect()
+    }
+
+    /// Every node's recorded data dir incarnation, by node id.
+    pub fn incarnations(&self) -> &BTreeMap<u64, u64> {
+        &self.cluster.incarnations
     }
 }

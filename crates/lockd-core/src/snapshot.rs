@@ -11,7 +11,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::bucket::ShardMap;
-use crate::machine::{Lock, LockTable, Mint, Session};
+use crate::entity::{Lock, Mint, Session};
+use crate::machine::LockTable;
 use crate::ownership::Ownership;
 use crate::types::{Namespace, SessionId};
 
@@ -384,8 +385,8 @@ fn in_order<K: Ord + std::fmt::Debug + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::entity::{Holder, Waiter};
     use crate::limits;
-    use crate::machine::{Holder, Waiter};
     use crate::types::{Command, LockMode, NamespaceV8, Op};
 
     /// Namespaces as formats before 9 wrote them (no `max_sessions`).

@@ -9,8 +9,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits;
-
 /// A session, chosen by the proposer (random, 64-bit) so one id can name the same client's
 /// session in every group. The core only insists it is unique within the group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -182,26 +180,6 @@ impl From<NamespaceV8> for Namespace {
 
 /// How a salted token digest starts (see [`Namespace::token_sha256`]).
 pub const SALTED_DIGEST_PREFIX: &str = "s1$";
-
-impl Namespace {
-    /// The namespace every name falls into when no other prefix matches.
-    pub fn default_namespace() -> Namespace {
-        Namespace {
-            name: "default".into(),
-            prefix: String::new(),
-            min_ttl_ms: limits::DEFAULT_MIN_TTL_MS,
-            max_ttl_ms: limits::DEFAULT_MAX_TTL_MS,
-            default_ttl_ms: limits::DEFAULT_TTL_MS,
-            max_waiters_per_name: limits::DEFAULT_MAX_WAITERS_PER_NAME,
-            max_locks_per_session: limits::DEFAULT_MAX_LOCKS_PER_SESSION,
-            lock_delay_ms: 0,
-            safety: SafetyClass::Efficiency,
-            ops_per_s: 0,
-            token_sha256: None,
-            max_sessions: 0,
-        }
-    }
-}
 
 /// One entry of the replicated log: an operation and the group time at which it applies.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1180,11 +1158,9 @@ impl fmt::Display for Rejection {
                 "node id {node} left this cluster for good, and a node id is never reused: start \
                  the node with a new --node-id and an empty data dir"
             ),
-            Rejection::IncarnationMismatch { node, known, given } => write!(
-                f,
-                "{}",
-                crate::cluster::wiped_disk_message(*node, *known, *given)
-            ),
+            Rejection::IncarnationMismatch { node, known, given } => {
+                write!(f, "{}", wiped_disk_message(*node, *known, *given))
+            }
             Rejection::SessionNotHere { session } => write!(
                 f,
                 "session {session} is older than this group and has not been used here yet"
@@ -1235,3 +1211,34 @@ impl fmt::Display for Rejection {
 }
 
 impl std::error::Error for Rejection {}
+
+/// The Raft timing of every node of a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClusterTiming {
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    /// The leader lease, and the slack a new leader gives every session.
+    pub election_max_ms: u64,
+}
+
+impl std::fmt::Display for ClusterTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "heartbeat {} ms, election timeout {}..{} ms",
+            self.heartbeat_ms, self.election_min_ms, self.election_max_ms
+        )
+    }
+}
+
+/// What a node that came back with a new data dir under a known id is told (by the meta group,
+/// by its peers, and at its start): what happened, why it may not serve, and the fix.
+pub fn wiped_disk_message(node: u64, known: u64, given: u64) -> String {
+    format!(
+        "the cluster knows node {node} by data dir incarnation {known:016x}, and this data dir \
+         is incarnation {given:016x}: the node lost its data (a wiped or replaced disk), and a \
+         voter that forgot its log and its vote must not come back under its old id. Rejoin \
+         under a new id: `lockctl members replace {node} NEW_ID NEW_PEER_ADDR`, then start this \
+         node with --node-id NEW_ID, --initial-cluster-state existing and this empty data dir"
+    )
+}
