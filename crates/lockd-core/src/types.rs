@@ -113,7 +113,7 @@ pub struct Namespace {
     /// SHA-256, both lower-case hex.
     pub token_sha256: Option<String>,
     /// Live sessions opened in this namespace a group holds at once (0 = only the group's own
-    /// [`limits::MAX_SESSIONS`]). Every session is opened in every lock group, so it is the
+    /// [`crate::limits::MAX_SESSIONS`]). Every session is opened in every lock group, so it is the
     /// cluster's cap too. Only opens count against it: a session adopted or imported by a
     /// group is one the cluster admitted already. (Absent from JSON written before it: 0.)
     #[serde(default)]
@@ -886,7 +886,7 @@ pub enum Rejection {
     },
     /// A counter of the group would pass its limit: a grant needs `revision` (the source of
     /// fencing tokens) `value` or a queued acquire needs `waiter_id` `value`, above `max`; or a
-    /// `RaiseRevision` `floor` is above [`limits::MAX_REVISION`]. Nothing changed, and
+    /// `RaiseRevision` `floor` is above [`crate::limits::MAX_REVISION`]. Nothing changed, and
     /// retrying the same command does not help.
     CounterLimit {
         field: String,
@@ -976,7 +976,7 @@ pub enum Rejection {
         given: u64,
     },
     /// The namespaces without a token hold as many live sessions together as they may
-    /// ([`limits::MAX_OPEN_NAMESPACE_SESSIONS`]); the rest are kept for namespaces with one.
+    /// ([`crate::limits::MAX_OPEN_NAMESPACE_SESSIONS`]); the rest are kept for namespaces with one.
     OpenSessionsFull {
         limit: usize,
     },
