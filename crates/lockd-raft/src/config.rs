@@ -51,7 +51,7 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// Where logs and snapshots live (default: files under `data_dir`).
     pub storage: Storage,
-    /// Hand each group to its preferred leader (`balance.rs`) so that the groups' leaders
+    /// Hand each group to its preferred leader (`node/balance.rs`) so that the groups' leaders
     /// spread over the nodes. On by default.
     pub balance_leaders: bool,
     /// Mutual TLS on the peer port (`None`: plain text, for loopback development only). Every

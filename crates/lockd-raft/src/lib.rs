@@ -1,7 +1,7 @@
 //! # lockd-raft: replicated lock groups
 //!
 //! Runs one Raft group per lock group (plus the meta group 0) on the nodes it is placed on
-//! (`placement.rs`; groups placed elsewhere are reached through `remote.rs`), each driving a
+//! (`placement.rs`; groups placed elsewhere are reached through `group/remote.rs`), each driving a
 //! [`lockd_core::LockTable`]. This crate owns the protocol rules that need time or a leader
 //! (GUIDE §2), each in one place:
 //!

@@ -40,7 +40,7 @@ pub(crate) struct Timing {
     pub(crate) propose_timeout: Duration,
     /// Negative control: acknowledge keepalives without the leader-lease check.
     pub(crate) skip_leader_lease_check: bool,
-    /// Whether the node hands groups to their preferred leaders (`balance.rs`).
+    /// Whether the node hands groups to their preferred leaders (`node/balance.rs`).
     pub(crate) balance_leaders: bool,
 }
 

@@ -89,7 +89,7 @@ const PROMOTE_MAX_LAG: u64 = 1_000;
 pub enum Route {
     /// This node hosts a replica that is a member of the group (a voter or a learner).
     Local(Arc<Group>),
-    /// No member replica here: calls go to the group's leader (`remote.rs`).
+    /// No member replica here: calls go to the group's leader (`group/remote.rs`).
     Remote(Arc<RemoteGroup>),
 }
 
@@ -203,7 +203,7 @@ pub struct Node {
     shutting_down: AtomicBool,
     /// The draining marks and remote handles, shared with the groups.
     shared: Shared,
-    /// The first group that stopped by itself (`fatal.rs`).
+    /// The first group that stopped by itself (`node/fatal.rs`).
     pub(crate) failed: watch::Sender<Option<crate::GroupFailure>>,
     /// Who may call this node's peer port (`peer/book.rs`).
     book: Arc<PeerBook>,

@@ -14,7 +14,7 @@
 //! - **its membership**: a current member of the group it names (`mod.rs`), never a retired id.
 //!
 //! The records are the meta group's, copied here by this node's meta replica as it applies
-//! them (`replica.rs`), so a check costs a read lock, not a Raft read, and is as current as the
+//! them (`raft/replica.rs`), so a check costs a read lock, not a Raft read, and is as current as the
 //! node's own copy of the meta group.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -57,12 +57,12 @@ pub enum Method {
     /// Several forwarded calls (propose, keepalive, read index) for one leader node in one
     /// request; see `batch.rs`.
     Batch,
-    /// openraft TransferLeader: the leader hands the group to a caught-up voter (`balance.rs`).
+    /// openraft TransferLeader: the leader hands the group to a caught-up voter (`node/balance.rs`).
     TransferLeader,
     /// A membership call (`Node::member_call`) forwarded to the group's leader.
     Member,
     /// A call of the embedding server (`crate::AppHandler`), served by a node that hosts a
-    /// replica of the group for one that hosts none (`remote.rs`).
+    /// replica of the group for one that hosts none (`group/remote.rs`).
     App,
     /// A node with a new data dir asks whether the cluster knows its id by another one
     /// (`Node::start`): answered by the admission checks alone, from any caller of the cluster.

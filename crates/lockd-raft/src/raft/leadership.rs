@@ -1,7 +1,7 @@
 //! The leader's in-memory state of one group: the stamping clock of its term and the session
 //! tracker. Inactive on followers.
 //!
-//! It sits beside the applied state (`replica.rs`) and under the same lock order, because an
+//! It sits beside the applied state (`raft/replica.rs`) and under the same lock order, because an
 //! apply updates both at once (a session opened or ended in the entry starts or stops its
 //! timer). The loop that acts on it (proposing expiries and ticks) is a group duty:
 //! `group/leader.rs`.

@@ -92,7 +92,7 @@ impl MemStorage {
     }
 
     /// The disk fails: every write from now on returns an I/O error and becomes durable
-    /// nowhere, as a dying disk's fsync would (openraft then stops the group: `fatal.rs`).
+    /// nowhere, as a dying disk's fsync would (openraft then stops the group: `node/fatal.rs`).
     pub fn fail(&self) {
         self.lock().failed = true;
     }

@@ -422,7 +422,7 @@ impl RaftGroup {
             })
     }
 
-    /// Asks this leader to hand the group to `to` (openraft's TransferLeader; `balance.rs`).
+    /// Asks this leader to hand the group to `to` (openraft's TransferLeader; `node/balance.rs`).
     /// Ignored on a follower; the outcome shows as the next role change.
     pub(crate) async fn transfer_leader(&self, to: NodeId) {
         if let Err(e) = self.raft.trigger().transfer_leader(to).await {
