@@ -325,29 +325,25 @@ impl EffectSink for Waits {
                     token,
                     lease_ttl_ms,
                 } => {
-                    let orphan = Orphan {
+                    let event = SessionEvent::Granted {
+                        group,
+                        waiter: *waiter,
+                        name: name.clone(),
+                        token: *token,
+                        lease_ttl_ms: *lease_ttl_ms,
+                    };
+                    // A stream-owned wait is answered on the stream; the stream's client owns the
+                    // grant, so it is never an orphan.
+                    let orphan = (!push(&inner, *session, event)).then(|| Orphan {
                         group,
                         session: *session,
                         name: name.to_string(),
                         token: *token,
-                    };
+                    });
                     let outcome = WaitOutcome::Granted {
                         token: *token,
                         lease_ttl_ms: *lease_ttl_ms,
                     };
-                    let streamed = inner.streams.get(session).is_some_and(|(_, tx)| {
-                        tx.send(SessionEvent::Granted {
-                            group,
-                            waiter: *waiter,
-                            name: name.clone(),
-                            token: *token,
-                            lease_ttl_ms: *lease_ttl_ms,
-                        })
-                        .is_ok()
-                    });
-                    // A stream-owned wait is answered on the stream; the stream's client owns the
-                    // grant, so it is never an orphan.
-                    let orphan = if streamed { None } else { Some(orphan) };
                     self.finish(&mut inner, (group, *waiter), outcome, orphan);
                 }
                 Effect::WaitEnded {
@@ -356,14 +352,13 @@ impl EffectSink for Waits {
                     name,
                     reason,
                 } => {
-                    if let Some((_, tx)) = inner.streams.get(session) {
-                        let _ = tx.send(SessionEvent::WaitEnded {
-                            group,
-                            waiter: *waiter,
-                            name: name.clone(),
-                            reason: *reason,
-                        });
-                    }
+                    let event = SessionEvent::WaitEnded {
+                        group,
+                        waiter: *waiter,
+                        name: name.clone(),
+                        reason: *reason,
+                    };
+                    push(&inner, *session, event);
                     let outcome = match reason {
                         WaitEndReason::TimedOut => WaitOutcome::TimedOut,
                         WaitEndReason::SessionEnded => WaitOutcome::SessionEnded,
@@ -375,16 +370,23 @@ impl EffectSink for Waits {
                 Effect::SessionEnded {
                     session, reason, ..
                 } => {
-                    if let Some((_, tx)) = inner.streams.get(session) {
-                        let _ = tx.send(SessionEvent::Ended {
-                            group,
-                            reason: *reason,
-                        });
-                    }
+                    let event = SessionEvent::Ended {
+                        group,
+                        reason: *reason,
+                    };
+                    push(&inner, *session, event);
                 }
             }
         }
     }
+}
+
+/// Sends `event` to `session`'s stream, if it has one open here; whether it was sent.
+fn push(inner: &Inner, session: SessionId, event: SessionEvent) -> bool {
+    inner
+        .streams
+        .get(&session)
+        .is_some_and(|(_, tx)| tx.send(event).is_ok())
 }
 
 #[cfg(test)]
