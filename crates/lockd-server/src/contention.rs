@@ -278,26 +278,7 @@ impl Report {
         let (held, scanned) = match tracker.reuse_held(id, top, namespaces) {
             Some(pass) => pass,
             None => {
-                let mut seen: HashMap<String, u64> = HashMap::new();
-                let (mut from, mut scanned) = (0usize, 0u64);
-                loop {
-                    let step =
-                        group.read_local(|t| t.held_chunk(from, HELD_STEP, top, now, namespaces));
-                    scanned += step.scanned;
-                    for c in step.longest_held {
-                        let e = seen.entry(c.name).or_default();
-                        *e = (*e).max(c.held_for_ms);
-                    }
-                    if step.done {
-                        break;
-                    }
-                    from += HELD_STEP;
-                    tokio::task::yield_now().await;
-                }
-                let mut v: Vec<(String, u64)> = seen.into_iter().collect();
-                v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                v.truncate(top);
-                let names: Vec<String> = v.into_iter().map(|(n, _)| n).collect();
+                let (names, scanned) = longest_held_pass(group, top, now, namespaces).await;
                 tracker.keep_held(id, top, namespaces, names.clone(), scanned);
                 (names, scanned)
             }
@@ -363,6 +344,35 @@ fn forget_oldest_quarter(names: &mut HashMap<Arc<str>, Name>) {
     let (_, nth, _) = ages.select_nth_unstable(cut);
     let cut_at = *nth;
     names.retain(|_, n| n.at_ms > cut_at);
+}
+
+/// Scans every hold of `group`'s replica, a chunk at a time (yielding between chunks), for the
+/// `top` names held longest at group time `now`; with the number of holds scanned.
+async fn longest_held_pass(
+    group: &lockd_raft::Group,
+    top: usize,
+    now: u64,
+    namespaces: Option<&[String]>,
+) -> (Vec<String>, u64) {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let (mut from, mut scanned) = (0usize, 0u64);
+    loop {
+        let step = group.read_local(|t| t.held_chunk(from, HELD_STEP, top, now, namespaces));
+        scanned += step.scanned;
+        for c in step.longest_held {
+            let e = seen.entry(c.name).or_default();
+            *e = (*e).max(c.held_for_ms);
+        }
+        if step.done {
+            break;
+        }
+        from += HELD_STEP;
+        tokio::task::yield_now().await;
+    }
+    let mut v: Vec<(String, u64)> = seen.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.truncate(top);
+    (v.into_iter().map(|(n, _)| n).collect(), scanned)
 }
 
 #[cfg(test)]
