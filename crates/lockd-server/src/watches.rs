@@ -442,64 +442,80 @@ impl Watch {
             }
             let batch = match self.backlog.pop_front() {
                 Some(b) => b,
-                None => match self.rx.recv().await {
-                    Ok(Item::Batch(b)) => b,
-                    Ok(Item::Reset(g)) if self.groups.contains(&g) => {
-                        return Some(Err(compacted(format!(
-                            "group {g}'s replica on this node was replaced by a snapshot, so \
-                             some of its events never came here; re-read the names, then watch \
-                             again (resume after {} may work on another node)",
-                            format_positions(&self.delivered)
-                        ))))
-                    }
-                    Ok(Item::Reset(_)) => continue,
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        self.too_slow
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        return Some(Err(ApiError::new(
-                            ErrorCode::WatchTooSlow,
-                            format!(
-                                "this watch fell more than {} entries behind ({n} skipped) and \
-                                 was cut off so it cannot slow the groups; resume with after={}",
-                                self.lag_limit,
-                                format_positions(&self.delivered)
-                            ),
-                        )));
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
+                None => match self.receive().await? {
+                    Ok(b) => b,
+                    Err(e) => return Some(Err(e)),
                 },
             };
-            // From the first event past what was taken of this group: a whole later entry, or
-            // the rest of a partly delivered one.
-            let from = match self.seen.get(&batch.group) {
-                _ if !self.groups.contains(&batch.group) => continue,
-                Some(p) if batch.index < p.index => continue,
-                Some(p) if batch.index == p.index => match p.ordinal {
-                    WHOLE => continue,
-                    o => o + 1,
-                },
-                _ => 0,
-            };
-            let whole = Pos {
-                index: batch.index,
-                ordinal: WHOLE,
-            };
-            self.seen.insert(batch.group, whole);
-            for (ordinal, e) in batch.events.iter().enumerate().skip(from as usize) {
-                if event_name(e).is_some_and(|n| self.selector.matches(n)) {
-                    self.pending.push_back(Delivered {
-                        group: batch.group,
-                        index: batch.index,
-                        ordinal: ordinal as u32,
-                        time_ms: batch.time_ms,
-                        batch: batch.clone(),
-                    });
+            self.take(&batch);
+        }
+    }
+
+    /// The next entry from the hub, or the error that ends the watch. `None`: the node is
+    /// stopping.
+    async fn receive(&mut self) -> Option<Result<Arc<Batch>, ApiError>> {
+        loop {
+            match self.rx.recv().await {
+                Ok(Item::Batch(b)) => return Some(Ok(b)),
+                Ok(Item::Reset(g)) if self.groups.contains(&g) => {
+                    return Some(Err(compacted(format!(
+                        "group {g}'s replica on this node was replaced by a snapshot, so some \
+                         of its events never came here; re-read the names, then watch again \
+                         (resume after {} may work on another node)",
+                        format_positions(&self.delivered)
+                    ))))
                 }
+                Ok(Item::Reset(_)) => continue,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    self.too_slow
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Some(Err(ApiError::new(
+                        ErrorCode::WatchTooSlow,
+                        format!(
+                            "this watch fell more than {} entries behind ({n} skipped) and was \
+                             cut off so it cannot slow the groups; resume with after={}",
+                            self.lag_limit,
+                            format_positions(&self.delivered)
+                        ),
+                    )));
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
             }
-            if self.pending.is_empty() {
-                // Nothing here for this watch: it is past the whole entry all the same.
-                self.delivered.insert(batch.group, whole);
+        }
+    }
+
+    /// Queues the events of `batch` that this watch selects and has not taken yet.
+    fn take(&mut self, batch: &Arc<Batch>) {
+        // From the first event past what was taken of this group: a whole later entry, or
+        // the rest of a partly delivered one.
+        let from = match self.seen.get(&batch.group) {
+            _ if !self.groups.contains(&batch.group) => return,
+            Some(p) if batch.index < p.index => return,
+            Some(p) if batch.index == p.index => match p.ordinal {
+                WHOLE => return,
+                o => o + 1,
+            },
+            _ => 0,
+        };
+        let whole = Pos {
+            index: batch.index,
+            ordinal: WHOLE,
+        };
+        self.seen.insert(batch.group, whole);
+        for (ordinal, e) in batch.events.iter().enumerate().skip(from as usize) {
+            if event_name(e).is_some_and(|n| self.selector.matches(n)) {
+                self.pending.push_back(Delivered {
+                    group: batch.group,
+                    index: batch.index,
+                    ordinal: ordinal as u32,
+                    time_ms: batch.time_ms,
+                    batch: batch.clone(),
+                });
             }
+        }
+        if self.pending.is_empty() {
+            // Nothing here for this watch: it is past the whole entry all the same.
+            self.delivered.insert(batch.group, whole);
         }
     }
 }
