@@ -676,43 +676,16 @@ async fn lock_verb(
     let start = Instant::now();
     let creds = credentials(&headers);
     let name = name.as_str();
-    match verb {
-        "acquire" => {
-            let r = async {
-                let b: AcquireBody = body(&headers, b).await?;
-                let req = AcquireRequest {
-                    session: parse_session("session_id", &b.session_id)?,
-                    name: name.to_string(),
-                    owner: b.owner,
-                    mode: parse_mode(b.mode.as_deref(), b.limit)?,
-                    wait_ms: b.wait_ms.unwrap_or(0),
-                    reentrant: b.reentrant,
-                };
-                Ok(match svc.acquire(req, &creds).await? {
-                    AcquireOutcome::Acquired { token, lease_ttl_ms, reentry } => {
-                        json!({"acquired": true, "token": token, "lease_ttl_ms": lease_ttl_ms, "reentry": reentry})
-                    }
-                    AcquireOutcome::NotAcquired { holder, queue_position, lock_delay_until_ms, wait_estimate_ms } => json!({
-                        "acquired": false,
-                        "holder": holder,
-                        "queue_position": queue_position,
-                        "lock_delay_until_ms": lock_delay_until_ms,
-                        "wait_estimate_ms": wait_estimate_ms,
-                    }),
-                })
-            }
-            .await;
-            finish(&svc, "acquire", start, r)
-        }
+    let (op, r) = match verb {
+        "acquire" => ("acquire", acquire(&svc, name, &headers, b, &creds).await),
         "release" => {
             let r = async {
                 let b: HoldBody = body(&headers, b).await?;
                 let session = parse_session("session_id", &b.session_id)?;
                 let remaining = svc.release(session, name, b.token, &creds).await?;
                 Ok(json!({"released": true, "remaining": remaining}))
-            }
-            .await;
-            finish(&svc, "release", start, r)
+            };
+            ("release", r.await)
         }
         "extend" => {
             let r = async {
@@ -720,29 +693,66 @@ async fn lock_verb(
                 let session = parse_session("session_id", &b.session_id)?;
                 let lease_ttl_ms = svc.extend(session, name, b.token, &creds).await?;
                 Ok(json!({"lease_ttl_ms": lease_ttl_ms}))
-            }
-            .await;
-            finish(&svc, "extend", start, r)
+            };
+            ("extend", r.await)
         }
         "check" => {
             let r = async {
                 let b: CheckBody = body(&headers, b).await?;
                 let c = svc.check_token(name, b.token, &creds).await?;
                 Ok(json!({"valid": c.valid, "newest_token": c.newest}))
-            }
-            .await;
-            finish(&svc, "check", start, r)
+            };
+            ("check", r.await)
         }
-        other => finish(
-            &svc,
+        other => (
             "unknown",
-            start,
             Err(ApiError::new(
                 ErrorCode::NotFound,
                 format!("unknown lock verb ':{other}' (use :acquire, :release, :extend or :check)"),
             )),
         ),
-    }
+    };
+    finish(&svc, op, start, r)
+}
+
+/// `POST /v1/locks/{name}:acquire`.
+async fn acquire(
+    svc: &Service,
+    name: &str,
+    headers: &HeaderMap,
+    b: Body,
+    creds: &Credentials,
+) -> Result<serde_json::Value, ApiError> {
+    let b: AcquireBody = body(headers, b).await?;
+    let req = AcquireRequest {
+        session: parse_session("session_id", &b.session_id)?,
+        name: name.to_string(),
+        owner: b.owner,
+        mode: parse_mode(b.mode.as_deref(), b.limit)?,
+        wait_ms: b.wait_ms.unwrap_or(0),
+        reentrant: b.reentrant,
+    };
+    Ok(match svc.acquire(req, creds).await? {
+        AcquireOutcome::Acquired {
+            token,
+            lease_ttl_ms,
+            reentry,
+        } => {
+            json!({"acquired": true, "token": token, "lease_ttl_ms": lease_ttl_ms, "reentry": reentry})
+        }
+        AcquireOutcome::NotAcquired {
+            holder,
+            queue_position,
+            lock_delay_until_ms,
+            wait_estimate_ms,
+        } => json!({
+            "acquired": false,
+            "holder": holder,
+            "queue_position": queue_position,
+            "lock_delay_until_ms": lock_delay_until_ms,
+            "wait_estimate_ms": wait_estimate_ms,
+        }),
+    })
 }
 
 async fn inspect(
