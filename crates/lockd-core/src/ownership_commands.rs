@@ -426,28 +426,12 @@ impl LockTable {
         move_id: MoveId,
         ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
-        let (to_group, buckets, export) = match self.ownership.moves.get(&move_id) {
-            Some(MoveRecord::Outgoing {
-                to_group,
-                buckets,
-                export,
-            }) => (*to_group, buckets.clone(), export.clone()),
-            Some(MoveRecord::Thawed { .. }) => {
-                return Ok(Reply::BucketsThawed {
-                    restored: 0,
-                    dropped: 0,
-                })
-            }
-            Some(r) => {
-                return Err(conflict(
-                    move_id,
-                    format!(
-                        "this move is recorded here as {}; only a frozen one can be thawed",
-                        record_kind(r)
-                    ),
-                ))
-            }
-            None => return Err(Rejection::UnknownMove { move_id }),
+        let Some((to_group, buckets, export)) = self.frozen_move(move_id)? else {
+            // Thawed already: nothing to do again.
+            return Ok(Reply::BucketsThawed {
+                restored: 0,
+                dropped: 0,
+            });
         };
         let (mut restored, mut dropped) = (0, 0);
         for l in &export.locks {
@@ -493,6 +477,27 @@ impl LockTable {
         self.ownership
             .record(move_id, MoveRecord::Thawed { to_group, buckets });
         Ok(Reply::BucketsThawed { restored, dropped })
+    }
+
+    /// The move `move_id` this group froze, to thaw it: its target, buckets and export; `None`
+    /// if it was thawed already. Any other record refuses the thaw.
+    fn frozen_move(&self, move_id: MoveId) -> Result<Option<(u32, BucketSet, Export)>, Rejection> {
+        match self.ownership.moves.get(&move_id) {
+            Some(MoveRecord::Outgoing {
+                to_group,
+                buckets,
+                export,
+            }) => Ok(Some((*to_group, buckets.clone(), export.clone()))),
+            Some(MoveRecord::Thawed { .. }) => Ok(None),
+            Some(r) => Err(conflict(
+                move_id,
+                format!(
+                    "this move is recorded here as {}; only a frozen one can be thawed",
+                    record_kind(r)
+                ),
+            )),
+            None => Err(Rejection::UnknownMove { move_id }),
+        }
     }
 
     /// Step 4 (sending group): forget the export; the buckets are no longer this group's.
