@@ -39,6 +39,20 @@ struct SessionV1 {
     client: Box<str>,
 }
 
+impl From<SessionV1> for Session {
+    /// A format-1 session recorded no namespace: it keeps the old unrestricted behaviour.
+    fn from(s: SessionV1) -> Session {
+        Session {
+            ttl_ms: s.ttl_ms,
+            opened_at_ms: s.opened_at_ms,
+            client: s.client,
+            namespace: "".into(),
+            held: Default::default(),
+            waits: Default::default(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct ImageRef<'a> {
     format: u32,
@@ -259,19 +273,7 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         }
         let sessions: Vec<(SessionId, Session)> = if format == 1 {
             let old: Vec<(SessionId, SessionV1)> = field(&mut seq, 4)?;
-            old.into_iter()
-                .map(|(id, s)| {
-                    let s = Session {
-                        ttl_ms: s.ttl_ms,
-                        opened_at_ms: s.opened_at_ms,
-                        client: s.client,
-                        namespace: "".into(),
-                        held: Default::default(),
-                        waits: Default::default(),
-                    };
-                    (id, s)
-                })
-                .collect()
+            old.into_iter().map(|(id, s)| (id, s.into())).collect()
         } else {
             field(&mut seq, 4)?
         };
