@@ -12,7 +12,7 @@ use lockd_core::{
 use lockd_raft::GroupId;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ApiError;
 use crate::waits::WaitOutcome;
 
 /// A read of one group's state.
@@ -156,10 +156,7 @@ pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, tonic::Status> {
 }
 
 pub(crate) fn unexpected(what: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::Unavailable,
-        format!("unexpected answer to {what}"),
-    )
+    ApiError::unexpected(what, None)
 }
 
 /// Pulls the answer of the variant named out of `Service::query`'s result.

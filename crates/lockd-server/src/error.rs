@@ -124,6 +124,16 @@ impl ApiError {
         }
     }
 
+    /// A reply or answer of another kind than the call asked for (`what`): a bug somewhere,
+    /// reported as unavailable. The one place its wording lives.
+    pub(crate) fn unexpected(what: &str, got: Option<&dyn std::fmt::Debug>) -> ApiError {
+        let message = match got {
+            Some(got) => format!("unexpected reply to {what}: {got:?}"),
+            None => format!("unexpected reply to {what}"),
+        };
+        ApiError::new(ErrorCode::Unavailable, message)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorCode::InvalidArgument, message)
     }

@@ -392,8 +392,5 @@ async fn flip_map<H: MoveHost>(h: &H, buckets: &BucketSet, to: GroupId) -> Resul
 }
 
 fn unexpected(step: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::Unavailable,
-        format!("unexpected reply to {step}"),
-    )
+    ApiError::unexpected(step, None)
 }

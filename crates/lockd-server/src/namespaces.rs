@@ -49,12 +49,7 @@ impl Service {
         };
         let version = match self.propose(&meta, op).await? {
             Reply::NamespacesAt { version, .. } => version,
-            other => {
-                return Err(ApiError::new(
-                    ErrorCode::Unavailable,
-                    format!("unexpected reply to a namespace change: {other:?}"),
-                ))
-            }
+            other => return Err(ApiError::unexpected("a namespace change", Some(&other))),
         };
         if let Err(e) = self.sync_namespaces().await {
             tracing::warn!(error = %e, "namespace change made; the lock groups follow shortly");

@@ -697,12 +697,7 @@ impl Service {
                 Ok(Reply::SessionOpened { ttl_ms, .. }) => {
                     ttl = Some(ttl.map_or(ttl_ms, |t| t.min(ttl_ms)))
                 }
-                Ok(other) => {
-                    failure = Some(ApiError::new(
-                        ErrorCode::Unavailable,
-                        format!("unexpected reply {other:?}"),
-                    ))
-                }
+                Ok(other) => failure = Some(ApiError::unexpected("OpenSession", Some(&other))),
                 Err(e) => failure = Some(e),
             }
         }
@@ -893,10 +888,7 @@ impl Service {
                 waiter,
                 position,
             }),
-            other => Err(ApiError::new(
-                ErrorCode::Unavailable,
-                format!("unexpected reply {other:?}"),
-            )),
+            other => Err(ApiError::unexpected("Acquire", Some(&other))),
         }
     }
 
@@ -1046,10 +1038,7 @@ impl Service {
         };
         match self.propose_for_name(name, op).await?.1 {
             Reply::Released { remaining } => Ok(remaining),
-            other => Err(ApiError::new(
-                ErrorCode::Unavailable,
-                format!("unexpected reply {other:?}"),
-            )),
+            other => Err(ApiError::unexpected("Release", Some(&other))),
         }
     }
 
@@ -1067,11 +1056,9 @@ impl Service {
             name: name.to_string(),
             token,
         };
-        let (_, Reply::Extended { lease_ttl_ms }) = self.propose_for_name(name, op).await? else {
-            return Err(ApiError::new(
-                ErrorCode::Unavailable,
-                "unexpected reply to extend",
-            ));
+        let (_, reply) = self.propose_for_name(name, op).await?;
+        let Reply::Extended { lease_ttl_ms } = reply else {
+            return Err(ApiError::unexpected("Extend", Some(&reply)));
         };
         self.keepalive_authorized(session).await?;
         Ok(lease_ttl_ms)
