@@ -631,6 +631,26 @@ pub enum HoldEndCause {
     Dropped,
 }
 
+impl HoldEndCause {
+    /// The cause as one word, the same in the audit log, watch events, metrics labels and the
+    /// checkers: `release`, `close`, `expire` or `dropped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldEndCause::Released => "release",
+            HoldEndCause::Closed => "close",
+            HoldEndCause::Expired => "expire",
+            HoldEndCause::Dropped => "dropped",
+        }
+    }
+}
+
+impl SessionEndReason {
+    /// The reason as one word, as [`HoldEndCause::as_str`] spells it: `close` or `expire`.
+    pub fn as_str(self) -> &'static str {
+        HoldEndCause::from(self).as_str()
+    }
+}
+
 impl From<SessionEndReason> for HoldEndCause {
     fn from(r: SessionEndReason) -> HoldEndCause {
         match r {

@@ -6,7 +6,7 @@
 //! lockd-check reads these records to find double grants and grants to expired sessions on the
 //! service's side, independently of what clients observed.
 
-use lockd_core::{HoldEndCause, LockEvent, LockMode, SessionEndReason, SessionId};
+use lockd_core::{LockEvent, LockMode, SessionId};
 use serde::Serialize;
 
 /// One change of ownership, as applied at a log index.
@@ -59,13 +59,6 @@ fn limit_of(mode: LockMode) -> u32 {
     }
 }
 
-fn cause(reason: SessionEndReason) -> &'static str {
-    match reason {
-        SessionEndReason::Closed => "close",
-        SessionEndReason::Expired => "expire",
-    }
-}
-
 impl AuditEvent {
     /// The audit record of one of the core's events, if it is a change of ownership (the core
     /// emits them where they happen, in order; nothing here re-derives them).
@@ -93,18 +86,13 @@ impl AuditEvent {
                 name: name.to_string(),
                 session: *session,
                 token: *token,
-                cause: match cause {
-                    HoldEndCause::Released => "release",
-                    HoldEndCause::Closed => "close",
-                    HoldEndCause::Expired => "expire",
-                    HoldEndCause::Dropped => "dropped",
-                },
+                cause: cause.as_str(),
             },
             LockEvent::SessionEnded {
                 session, reason, ..
             } => AuditEvent::SessionEnded {
                 session: *session,
-                cause: cause(*reason),
+                cause: reason.as_str(),
             },
             LockEvent::HoldMovedOut {
                 name,

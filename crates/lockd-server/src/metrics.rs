@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use lockd_core::{HoldEndCause, LockEvent, WaitEndReason};
+use lockd_core::{LockEvent, WaitEndReason};
 use lockd_raft::Node;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -415,12 +415,7 @@ impl Metrics {
                     self.hold_seconds
                         .get_or_create(&l)
                         .observe(*held_ms as f64 / 1000.0);
-                    let cause = match cause {
-                        HoldEndCause::Released => "release",
-                        HoldEndCause::Closed => "close",
-                        HoldEndCause::Expired => "expire",
-                        HoldEndCause::Dropped => "dropped",
-                    };
+                    let cause = cause.as_str();
                     if *lock_delay_until_ms != 0 {
                         self.lock_delays.get_or_create(&l).inc();
                     }

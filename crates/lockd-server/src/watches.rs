@@ -522,7 +522,7 @@ impl Watch {
 
 /// `d` as the API sends it; session ids only to the admin (as inspect shows them).
 pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
-    use lockd_core::{HoldEndCause, LockMode, WaitEndReason};
+    use lockd_core::{LockMode, WaitEndReason};
     let mut out = pb::WatchEvent {
         group: d.group,
         index: d.index,
@@ -572,13 +572,7 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
             out.name = name.to_string();
             out.session_id = sid(*session);
             out.fencing_token = *token;
-            out.cause = match cause {
-                HoldEndCause::Released => "release",
-                HoldEndCause::Closed => "close",
-                HoldEndCause::Expired => "expire",
-                HoldEndCause::Dropped => "dropped",
-            }
-            .into();
+            out.cause = cause.as_str().into();
             out.held_ms = *held_ms;
             out.lock_delay_until_ms = *lock_delay_until_ms;
         }

@@ -5,7 +5,7 @@
 //! checks above and the history checker read it.
 
 use super::*;
-use lockd_core::{HoldEndCause, LockEvent};
+use lockd_core::LockEvent;
 
 /// What one command did to the view, from the core's events alone, in the order the core made
 /// them: holds started (each checked by `check_grant` before it enters the view), ended, moved
@@ -49,12 +49,7 @@ pub(super) fn apply(
                 if a.holds.get(&**name).is_some_and(|h| h.0 == *token) {
                     a.holds.remove(&**name);
                 }
-                let cause = match cause {
-                    HoldEndCause::Released => "release",
-                    HoldEndCause::Closed => "closed",
-                    HoldEndCause::Expired => "expired",
-                    HoldEndCause::Dropped => "thaw-dropped",
-                };
+                let cause = cause.as_str();
                 recs.push(Record::SvcRelease {
                     seq: 0,
                     group: NAME_VIEW,
