@@ -330,8 +330,7 @@ pub async fn serve_http<L>(
 ) where
     L: Listener<Addr = std::net::SocketAddr>,
 {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::rt::TokioIo;
     use tower::ServiceExt;
 
     let (closing_tx, closing_rx) = watch::channel(false);
@@ -344,45 +343,21 @@ pub async fn serve_http<L>(
             _ = &mut stop => break,
         };
         let Some(permit) = cap.admit(addr.ip()) else {
-            let refusal = cap.refusal();
-            tokio::spawn(async move {
-                let mut io = io;
-                let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                    io.write_all(&refusal).await?;
-                    io.shutdown().await
-                })
-                .await;
-            });
+            tokio::spawn(refuse(io, cap.refusal()));
             continue;
         };
         let io = TokioIo::new(Capped {
             io,
             _permit: permit,
         });
-        let service = hyper_util::service::TowerToHyperService::new(app.clone().map_request(
-            move |r: http::Request<hyper::body::Incoming>| {
-                let mut r = r.map(axum::body::Body::new);
-                let h = r.headers_mut();
-                h.remove(CLIENT_ADDR_HEADER);
-                if let Ok(v) = http::HeaderValue::from_str(&addr.ip().to_string()) {
-                    h.insert(CLIENT_ADDR_HEADER, v);
-                }
-                r
-            },
-        ));
+        let service =
+            hyper_util::service::TowerToHyperService::new(app.clone().map_request(
+                move |r: http::Request<hyper::body::Incoming>| with_client_addr(r, addr),
+            ));
         let mut closing = closing_rx.clone();
         let gone = gone_rx.clone();
         tokio::spawn(async move {
-            let mut builder = Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
-                .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
+            let builder = http_builder();
             let mut conn = pin!(builder.serve_connection_with_upgrades(io, service));
             let mut closed = false;
             loop {
@@ -406,6 +381,46 @@ pub async fn serve_http<L>(
     let _ = closing_tx.send(true);
     drop(gone_rx);
     gone_tx.closed().await;
+}
+
+/// Answers a connection over the cap with the cap's refusal, then closes it (1 s at most).
+async fn refuse<I: AsyncWrite + Unpin>(mut io: I, refusal: Vec<u8>) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        io.write_all(&refusal).await?;
+        io.shutdown().await
+    })
+    .await;
+}
+
+/// The request as the router takes it, with the client's address in [`CLIENT_ADDR_HEADER`]
+/// (whatever the client sent in that header is dropped).
+fn with_client_addr(
+    r: http::Request<hyper::body::Incoming>,
+    addr: std::net::SocketAddr,
+) -> http::Request<axum::body::Body> {
+    let mut r = r.map(axum::body::Body::new);
+    let h = r.headers_mut();
+    h.remove(CLIENT_ADDR_HEADER);
+    if let Ok(v) = http::HeaderValue::from_str(&addr.ip().to_string()) {
+        h.insert(CLIENT_ADDR_HEADER, v);
+    }
+    r
+}
+
+/// HTTP/1 with the header deadline and HTTP/2 with keepalive pings, on one port.
+fn http_builder() -> hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor> {
+    use hyper_util::rt::{TokioExecutor, TokioTimer};
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
+    builder
 }
 
 #[cfg(test)]
