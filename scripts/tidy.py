@@ -68,8 +68,10 @@ LAYERS = {
         # Operations over the service: routing to any group, membership, namespaces, moves,
         # topology. The service never calls them.
         ["admin", "moves", "namespaces", "route", "topology"],
-        # The edge: HTTP, gRPC, the command line.
+        # The edge: HTTP, gRPC, the command line; the ports and the background duties that
+        # start() runs.
         ["cli", "grpc", "http"],
+        ["duties", "servers"],
     ],
 }
 

@@ -78,6 +78,16 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// The Raft timing every node of the cluster must share, as this node's flags set it (the
+    /// meta group records the first node's and refuses a node whose timing differs).
+    pub fn cluster_timing(&self) -> lockd_core::ClusterTiming {
+        lockd_core::ClusterTiming {
+            heartbeat_ms: self.heartbeat_ms,
+            election_min_ms: self.election_timeout_ms.0,
+            election_max_ms: self.election_timeout_ms.1,
+        }
+    }
+
     /// Defaults: heartbeat 100 ms, election timeout 400..800 ms (failover about 1.3 s on loopback),
     /// a snapshot every 20 000 entries, one lock group.
     pub fn new(

@@ -86,15 +86,7 @@ pub(crate) async fn start_node(w: &Arc<World>, id: NodeId) -> anyhow::Result<()>
     // As `lockd serve` does: read the meta group's records every second, which is how a node
     // learns the draining marks. The rest has nothing to act on here: the sim's groups are the
     // founding ones, set up without group records.
-    let reconcile = tokio::spawn({
-        let svc = svc.clone();
-        async move {
-            loop {
-                let _ = svc.reconcile_topology().await;
-                tokio::time::sleep(lockd_server::topology::RECONCILE_EVERY).await;
-            }
-        }
-    });
+    let reconcile = tokio::spawn(lockd_server::duties::follow_topology(svc.clone()));
     let tasks = vec![
         catch_up.abort_handle(),
         janitor.abort_handle(),

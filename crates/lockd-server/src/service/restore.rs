@@ -90,6 +90,19 @@ impl Service {
         Ok(())
     }
 
+    /// Records that this node was restored from a backup (`seed`, read from its data dir at
+    /// start): it serves no name until every lock group's revision is raised to the floor.
+    pub(crate) fn restore_pending(&mut self, seed: RestoreSeed) {
+        tracing::info!(
+            floor = seed.floor,
+            backup_max_revision = seed.backup_max_revision,
+            bump = seed.bump,
+            "restored from a backup: no name is served until every lock group's revision is \
+             raised to the floor"
+        );
+        self.restore = std::sync::Mutex::new(Some(seed));
+    }
+
     /// The pending restore's seed, if this node was restored and has not applied it yet.
     pub fn pending_restore(&self) -> Option<RestoreSeed> {
         self.restore.lock().expect("restore lock").clone()
