@@ -112,20 +112,7 @@ impl fmt::Debug for LockMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entity::{Holder, Holders};
-    use crate::types::LockMode;
-
-    fn holder(token: u64) -> Holder {
-        Holder {
-            session: crate::types::SessionId(token % 3 + 1),
-            token,
-            mode: LockMode::Shared,
-            granted_at_ms: token * 10,
-            reentry: 1,
-            reentrant: token.is_multiple_of(2),
-            owner: format!("owner-{token}").into(),
-        }
-    }
+    use crate::entity::{test_holder as holder, Holder, Holders};
 
     #[test]
     fn lock_map_is_a_map() {

@@ -162,19 +162,7 @@ impl<'de> Deserialize<'de> for Holders {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::LockMode;
-
-    fn holder(token: u64) -> Holder {
-        Holder {
-            session: crate::types::SessionId(token % 3 + 1),
-            token,
-            mode: LockMode::Shared,
-            granted_at_ms: token * 10,
-            reentry: 1,
-            reentrant: token.is_multiple_of(2),
-            owner: format!("owner-{token}").into(),
-        }
-    }
+    use crate::entity::test_holder as holder;
 
     #[test]
     fn holders_behave_like_a_vec_and_serialise_as_one() {

@@ -245,3 +245,17 @@ impl Mint {
         token
     }
 }
+
+/// A shared holder of token `token`, its other fields made from the token (for tests).
+#[cfg(test)]
+pub(crate) fn test_holder(token: u64) -> Holder {
+    Holder {
+        session: SessionId(token % 3 + 1),
+        token,
+        mode: LockMode::Shared,
+        granted_at_ms: token * 10,
+        reentry: 1,
+        reentrant: token.is_multiple_of(2),
+        owner: format!("owner-{token}").into(),
+    }
+}
