@@ -290,28 +290,6 @@ impl ServeArgs {
             unsafe_negative_control,
             common,
         } = self;
-        let Common {
-            config,
-            groups,
-            replicas,
-            cluster_name,
-            heartbeat_ms,
-            election_timeout_ms,
-            snapshot_every,
-            worker_threads,
-            no_leader_balance,
-            max_client_connections,
-            auth_failure_burst,
-            admin_token_file,
-            tls_cert_file,
-            tls_key_file,
-            tls_client_ca_file,
-            peer_cert_file,
-            peer_key_file,
-            peer_ca_file,
-            peer_secret_file,
-            insecure_peer_port,
-        } = common;
         let mut v: Vec<OsString> = vec!["serve".into()];
         let mut flag = |name: &str, value: OsString| {
             v.push(format!("--{name}").into());
@@ -333,25 +311,59 @@ impl ServeArgs {
         if let Some(c) = unsafe_negative_control {
             flag("unsafe-negative-control", c.into());
         }
+        common.push_args(&mut v);
+        v
+    }
+}
+
+impl Common {
+    /// Appends the flags that parse back to `self`.
+    fn push_args(&self, v: &mut Vec<OsString>) {
+        // Destructured without `..`: a new field is a compile error here until it is rendered.
+        let Common {
+            config,
+            groups,
+            replicas,
+            cluster_name,
+            heartbeat_ms,
+            election_timeout_ms,
+            snapshot_every,
+            worker_threads,
+            no_leader_balance,
+            max_client_connections,
+            auth_failure_burst,
+            admin_token_file,
+            tls_cert_file,
+            tls_key_file,
+            tls_client_ca_file,
+            peer_cert_file,
+            peer_key_file,
+            peer_ca_file,
+            peer_secret_file,
+            insecure_peer_port,
+        } = self;
+        let mut flag = |name: &str, value: OsString| {
+            v.push(format!("--{name}").into());
+            v.push(value);
+        };
         if let Some(f) = config {
             flag("config", f.into());
         }
         if let Some(g) = groups {
             flag("groups", g.to_string().into());
         }
-        flag("replicas", replicas.to_string().into());
-        flag("cluster-name", cluster_name.into());
-        flag("heartbeat-ms", heartbeat_ms.to_string().into());
-        flag(
-            "election-timeout-ms",
-            election_timeout_ms.to_string().into(),
-        );
-        flag("snapshot-every", snapshot_every.to_string().into());
-        flag(
-            "max-client-connections",
-            max_client_connections.to_string().into(),
-        );
-        flag("auth-failure-burst", auth_failure_burst.to_string().into());
+        let values = [
+            ("replicas", replicas.to_string()),
+            ("cluster-name", cluster_name.to_string()),
+            ("heartbeat-ms", heartbeat_ms.to_string()),
+            ("election-timeout-ms", election_timeout_ms.to_string()),
+            ("snapshot-every", snapshot_every.to_string()),
+            ("max-client-connections", max_client_connections.to_string()),
+            ("auth-failure-burst", auth_failure_burst.to_string()),
+        ];
+        for (name, value) in values {
+            flag(name, value.into());
+        }
         if let Some(t) = worker_threads {
             flag("worker-threads", t.to_string().into());
         }
@@ -370,13 +382,11 @@ impl ServeArgs {
                 flag(name, f.into());
             }
         }
-        if *no_leader_balance {
-            v.push("--no-leader-balance".into());
-        }
-        if *insecure_peer_port {
-            v.push("--insecure-peer-port".into());
-        }
-        v
+        let switches = [
+            ("--no-leader-balance", *no_leader_balance),
+            ("--insecure-peer-port", *insecure_peer_port),
+        ];
+        v.extend(switches.into_iter().filter(|s| s.1).map(|s| s.0.into()));
     }
 }
 

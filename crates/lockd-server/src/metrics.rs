@@ -205,156 +205,175 @@ impl Metrics {
         };
         {
             let mut r = m.registry.lock().expect("registry lock");
-            r.register(
-                "log_sync_seconds",
-                "Time from a Raft log append to its fdatasync completing (queueing included)",
-                m.log_sync.clone(),
-            );
-            r.register("ops", "Client operations by kind and result", m.ops.clone());
-            r.register(
-                "lock_hold_seconds",
-                "How long holds lasted, by namespace (group time, at each hold's end)",
-                m.hold_seconds.clone(),
-            );
-            r.register(
-                "lock_holds_ended",
-                "Holds ended, by namespace and cause (release, close, expire, dropped)",
-                m.holds_ended.clone(),
-            );
-            r.register(
-                "lock_wait_seconds",
-                "How long queued acquires waited, by namespace and outcome (granted, timed_out, session_ended, moved)",
-                m.wait_seconds.clone(),
-            );
-            r.register(
-                "lock_delays_applied",
-                "Lock-delays set on a name because its holder's session expired, by namespace",
-                m.lock_delays.clone(),
-            );
-            r.register(
-                "acquire_busy",
-                "Try-locks (and waits of 0) that found the name taken or in lock-delay, by namespace",
-                m.busy.clone(),
-            );
-            r.register(
-                "op_duration_seconds",
-                "Client operation latency",
-                m.latency.clone(),
-            );
-            r.register(
-                "keepalives",
-                "Session keepalives received",
-                m.keepalives.clone(),
-            );
-            r.register(
-                "lease_expired_while_holding",
-                "Clients reporting that a lease ran out while they still worked (each one is a fencing check that saved you)",
-                m.lease_expired.clone(),
-            );
-            r.register(
-                "fencing_rejections",
-                "Writes a fenced resource refused because a newer holder's token had reached it, as clients report them: stale holders that fencing stopped",
-                m.fencing_rejected.clone(),
-            );
-            r.register(
-                "sessions",
-                "Live sessions per group (local replica)",
-                m.sessions.clone(),
-            );
-            r.register(
-                "held_locks",
-                "Held locks per group (local replica)",
-                m.held.clone(),
-            );
-            r.register(
-                "waiters",
-                "Queued acquires per group (local replica)",
-                m.waiters.clone(),
-            );
-            r.register(
-                "revision",
-                "Revision (latest fencing token) per group",
-                m.revision.clone(),
-            );
-            r.register(
-                "group_is_leader",
-                "1 if this node leads the group",
-                m.is_leader.clone(),
-            );
-            r.register("group_term", "Raft term per group", m.term.clone());
-            r.register(
-                "leader_changes",
-                "Leader changes seen per group",
-                m.leader_changes.clone(),
-            );
-            r.register(
-                "sessions_expired",
-                "Sessions expired, counted by the leader of each group that expired them",
-                m.expired.clone(),
-            );
-            r.register(
-                "sessions_closed",
-                "Sessions closed, counted by the leader of each group the session was in",
-                m.closed.clone(),
-            );
-            r.register(
-                "waits_timed_out",
-                "Queued acquires that timed out, counted by their group's leader",
-                m.waits_timed_out.clone(),
-            );
-            r.register(
-                "waiters_granted",
-                "Queued acquires granted, counted by their group's leader",
-                m.waiters_granted.clone(),
-            );
-            r.register(
-                "watches",
-                "Watches open on this node (SSE and gRPC)",
-                m.watches.clone(),
-            );
-            r.register(
-                "watches_too_slow",
-                "Watches this node cut off for falling more than 4096 entries behind",
-                m.watches_too_slow.clone(),
-            );
-            r.register(
-                "client_connections",
-                "Connections open on each client port (--max-client-connections caps it)",
-                m.client_connections.clone(),
-            );
-            r.register(
-                "auth_failures",
-                "Calls refused for a missing or wrong bearer token (401 or 403); an address \
-                 that fails too often is answered 429 before its token is checked",
-                m.auth_failures.clone(),
-            );
-            r.register(
-                "client_connections_max",
-                "The cap on each client port's open connections (--max-client-connections)",
-                m.client_connections_max.clone(),
-            );
-            r.register(
-                "ready",
-                "1 while the node is ready (what GET /readyz and gRPC health say), else 0",
-                m.ready.clone(),
-            );
-            m.build_info
-                .get_or_create(&BuildLabel {
-                    version: env!("CARGO_PKG_VERSION"),
-                })
-                .set(1);
-            r.register(
-                "build_info",
-                "Always 1; the lockd version as a label",
-                m.build_info.clone(),
-            );
-            r.register(
-                "client_connections_refused",
-                "Connections refused at a client port's cap",
-                m.client_connections_refused.clone(),
-            );
+            m.register_ops(&mut r);
+            m.register_outcomes(&mut r);
+            m.register_node(&mut r);
         }
         m
+    }
+
+    /// The operations: their counts, latency, the log's fdatasync, and how holds and waits went.
+    fn register_ops(&self, r: &mut Registry) {
+        r.register(
+            "log_sync_seconds",
+            "Time from a Raft log append to its fdatasync completing (queueing included)",
+            self.log_sync.clone(),
+        );
+        r.register(
+            "ops",
+            "Client operations by kind and result",
+            self.ops.clone(),
+        );
+        r.register(
+            "lock_hold_seconds",
+            "How long holds lasted, by namespace (group time, at each hold's end)",
+            self.hold_seconds.clone(),
+        );
+        r.register(
+            "lock_holds_ended",
+            "Holds ended, by namespace and cause (release, close, expire, dropped)",
+            self.holds_ended.clone(),
+        );
+        r.register(
+            "lock_wait_seconds",
+            "How long queued acquires waited, by namespace and outcome (granted, timed_out, session_ended, moved)",
+            self.wait_seconds.clone(),
+        );
+        r.register(
+            "lock_delays_applied",
+            "Lock-delays set on a name because its holder's session expired, by namespace",
+            self.lock_delays.clone(),
+        );
+        r.register(
+            "acquire_busy",
+            "Try-locks (and waits of 0) that found the name taken or in lock-delay, by namespace",
+            self.busy.clone(),
+        );
+        r.register(
+            "op_duration_seconds",
+            "Client operation latency",
+            self.latency.clone(),
+        );
+        r.register(
+            "keepalives",
+            "Session keepalives received",
+            self.keepalives.clone(),
+        );
+    }
+
+    /// What clients and leaders report: leases run out, fencing rejections, sessions and waits ended.
+    fn register_outcomes(&self, r: &mut Registry) {
+        r.register(
+            "lease_expired_while_holding",
+            "Clients reporting that a lease ran out while they still worked (each one is a fencing check that saved you)",
+            self.lease_expired.clone(),
+        );
+        r.register(
+            "fencing_rejections",
+            "Writes a fenced resource refused because a newer holder's token had reached it, as clients report them: stale holders that fencing stopped",
+            self.fencing_rejected.clone(),
+        );
+        r.register(
+            "sessions",
+            "Live sessions per group (local replica)",
+            self.sessions.clone(),
+        );
+        r.register(
+            "held_locks",
+            "Held locks per group (local replica)",
+            self.held.clone(),
+        );
+        r.register(
+            "waiters",
+            "Queued acquires per group (local replica)",
+            self.waiters.clone(),
+        );
+        r.register(
+            "revision",
+            "Revision (latest fencing token) per group",
+            self.revision.clone(),
+        );
+        r.register(
+            "group_is_leader",
+            "1 if this node leads the group",
+            self.is_leader.clone(),
+        );
+        r.register("group_term", "Raft term per group", self.term.clone());
+        r.register(
+            "leader_changes",
+            "Leader changes seen per group",
+            self.leader_changes.clone(),
+        );
+        r.register(
+            "sessions_expired",
+            "Sessions expired, counted by the leader of each group that expired them",
+            self.expired.clone(),
+        );
+        r.register(
+            "sessions_closed",
+            "Sessions closed, counted by the leader of each group the session was in",
+            self.closed.clone(),
+        );
+        r.register(
+            "waits_timed_out",
+            "Queued acquires that timed out, counted by their group's leader",
+            self.waits_timed_out.clone(),
+        );
+        r.register(
+            "waiters_granted",
+            "Queued acquires granted, counted by their group's leader",
+            self.waiters_granted.clone(),
+        );
+    }
+
+    /// This node: watches, connections, readiness and version.
+    fn register_node(&self, r: &mut Registry) {
+        r.register(
+            "watches",
+            "Watches open on this node (SSE and gRPC)",
+            self.watches.clone(),
+        );
+        r.register(
+            "watches_too_slow",
+            "Watches this node cut off for falling more than 4096 entries behind",
+            self.watches_too_slow.clone(),
+        );
+        r.register(
+            "client_connections",
+            "Connections open on each client port (--max-client-connections caps it)",
+            self.client_connections.clone(),
+        );
+        r.register(
+            "auth_failures",
+            "Calls refused for a missing or wrong bearer token (401 or 403); an address \
+             that fails too often is answered 429 before its token is checked",
+            self.auth_failures.clone(),
+        );
+        r.register(
+            "client_connections_max",
+            "The cap on each client port's open connections (--max-client-connections)",
+            self.client_connections_max.clone(),
+        );
+        r.register(
+            "ready",
+            "1 while the node is ready (what GET /readyz and gRPC health say), else 0",
+            self.ready.clone(),
+        );
+        self.build_info
+            .get_or_create(&BuildLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        r.register(
+            "build_info",
+            "Always 1; the lockd version as a label",
+            self.build_info.clone(),
+        );
+        r.register(
+            "client_connections_refused",
+            "Connections refused at a client port's cap",
+            self.client_connections_refused.clone(),
+        );
     }
 
     /// Records one finished operation that came by `api` (`http`, `grpc`, `stream`).
