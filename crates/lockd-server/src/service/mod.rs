@@ -1490,11 +1490,32 @@ impl Service {
         let namespaces = seed.as_ref().map_or(namespaces, |s| &s.namespaces[..]);
         // A joiner's meta replica is not a member yet: this reaches the meta group wherever it is.
         let meta = self.route_of(META_GROUP)?;
+        self.record_this_node(&meta).await?;
+        // The founding lock groups, so that groups created later get the next epochs
+        // (`topology.rs`); once recorded, this is a no-op.
+        if let Some(founding) = self.node.founding_placement() {
+            self.propose(&meta, Op::RecordGroups { groups: founding })
+                .await?;
+        }
+        self.place_buckets(&meta).await?;
+        if let Some(seed) = &seed {
+            self.raise_to_floor(seed).await?;
+        }
+        // Namespaces: the file seeds a new cluster only; the lock groups copy the meta group's.
+        self.seed_namespaces(namespaces).await?;
+        self.sync_namespaces().await?;
+        Ok(())
+    }
+
+    /// Records this node in the meta group: the cluster's Raft timing (the first node's
+    /// stands), and this data dir's incarnation (the first one for the id stands). A node the
+    /// record refuses stops (`refuse_to_serve`).
+    async fn record_this_node(&self, meta: &Route) -> Result<(), ApiError> {
         // The cluster's Raft timing: the first node records its own; any other node, a joiner
         // above all, must match it (the lease hand-over needs one election bound), or it stops
         // (`lockd-core/src/cluster.rs`).
         if let Some(timing) = self.timing {
-            match self.propose(&meta, Op::SetClusterTiming { timing }).await {
+            match self.propose(meta, Op::SetClusterTiming { timing }).await {
                 Ok(_) => {}
                 Err(e)
                     if e.code == ErrorCode::ClusterTimingMismatch
@@ -1515,7 +1536,7 @@ impl Service {
                 node: self.node.node_id(),
                 incarnation,
             };
-            match self.propose(&meta, op).await {
+            match self.propose(meta, op).await {
                 Ok(_) => {}
                 Err(e) if e.code == ErrorCode::MemberChangeRefused => {
                     self.node.refuse_to_serve(META_GROUP, e.message.clone());
@@ -1528,14 +1549,14 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
-        // The founding lock groups, so that groups created later get the next epochs
-        // (`topology.rs`); once recorded, this is a no-op.
-        if let Some(founding) = self.node.founding_placement() {
-            self.propose(&meta, Op::RecordGroups { groups: founding })
-                .await?;
-        }
+        Ok(())
+    }
+
+    /// Puts the first shard map in place if none is, and gives each lock group that has none
+    /// its buckets from it.
+    async fn place_buckets(&self, meta: &Route) -> Result<(), ApiError> {
         let shard_map = || async {
-            match self.query(&meta, Query::ShardMap).await? {
+            match self.query(meta, Query::ShardMap).await? {
                 crate::ask::Answer::ShardMap(m) => Ok(m.map(|m| *m)),
                 _ => Err(crate::ask::unexpected("ShardMap")),
             }
@@ -1544,7 +1565,7 @@ impl Service {
             let op = Op::PutShardMap {
                 map: ShardMap::initial(self.lock_groups),
             };
-            match self.propose(&meta, op).await {
+            match self.propose(meta, op).await {
                 Ok(_) => {}
                 Err(e) if e.code == ErrorCode::InvalidShardMap => {} // another node set it first
                 Err(e) => return Err(e),
@@ -1576,12 +1597,6 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
-        if let Some(seed) = &seed {
-            self.raise_to_floor(seed).await?;
-        }
-        // Namespaces: the file seeds a new cluster only; the lock groups copy the meta group's.
-        self.seed_namespaces(namespaces).await?;
-        self.sync_namespaces().await?;
         Ok(())
     }
 }
