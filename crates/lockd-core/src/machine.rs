@@ -1116,20 +1116,7 @@ pub fn validate_namespace(ns: &Namespace) -> Result<(), Rejection> {
             return bad(format!("prefix '{}' must end with '/'", ns.prefix));
         }
     }
-    if !(limits::HARD_MIN_TTL_MS <= ns.min_ttl_ms
-        && ns.min_ttl_ms <= ns.default_ttl_ms
-        && ns.default_ttl_ms <= ns.max_ttl_ms
-        && ns.max_ttl_ms <= limits::HARD_MAX_TTL_MS)
-    {
-        return bad(format!(
-            "TTLs must satisfy {} <= min ({}) <= default ({}) <= max ({}) <= {} ms",
-            limits::HARD_MIN_TTL_MS,
-            ns.min_ttl_ms,
-            ns.default_ttl_ms,
-            ns.max_ttl_ms,
-            limits::HARD_MAX_TTL_MS
-        ));
-    }
+    check_ttl_order(ns)?;
     if ns.max_waiters_per_name > limits::HARD_MAX_WAITERS_PER_NAME {
         return bad(format!(
             "max_waiters_per_name {} exceeds {}",
@@ -1161,22 +1148,7 @@ pub fn validate_namespace(ns: &Namespace) -> Result<(), Rejection> {
         ));
     }
     if let Some(digest) = &ns.token_sha256 {
-        let hex = |s: &str, n: usize| {
-            s.len() == n
-                && s.bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        };
-        let salted = digest
-            .strip_prefix(crate::SALTED_DIGEST_PREFIX)
-            .and_then(|rest| rest.split_once('$'))
-            .is_some_and(|(salt, hash)| hex(salt, 32) && hex(hash, 64));
-        if !salted && !hex(digest, 64) {
-            return bad(
-                "token_sha256 must be s1$SALT$HASH (32 and 64 lower-case hex digits) or 64 \
-                 lower-case hex digits"
-                    .into(),
-            );
-        }
+        check_token_digest(digest)?;
     }
     if let SafetyClass::Correctness { fenced_resource } = &ns.safety {
         if fenced_resource.trim().is_empty() {
@@ -1189,6 +1161,49 @@ pub fn validate_namespace(ns: &Namespace) -> Result<(), Rejection> {
         )?;
     }
     Ok(())
+}
+
+/// A namespace's TTLs: within the hard bounds, and min <= default <= max.
+fn check_ttl_order(ns: &Namespace) -> Result<(), Rejection> {
+    if limits::HARD_MIN_TTL_MS <= ns.min_ttl_ms
+        && ns.min_ttl_ms <= ns.default_ttl_ms
+        && ns.default_ttl_ms <= ns.max_ttl_ms
+        && ns.max_ttl_ms <= limits::HARD_MAX_TTL_MS
+    {
+        return Ok(());
+    }
+    Err(Rejection::InvalidNamespace {
+        reason: format!(
+            "TTLs must satisfy {} <= min ({}) <= default ({}) <= max ({}) <= {} ms",
+            limits::HARD_MIN_TTL_MS,
+            ns.min_ttl_ms,
+            ns.default_ttl_ms,
+            ns.max_ttl_ms,
+            limits::HARD_MAX_TTL_MS
+        ),
+    })
+}
+
+/// A namespace's token digest: salted (`s1$SALT$HASH`, 32 and 64 lower-case hex digits) or a
+/// bare SHA-256 (64 lower-case hex digits).
+fn check_token_digest(digest: &str) -> Result<(), Rejection> {
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let salted = digest
+        .strip_prefix(crate::SALTED_DIGEST_PREFIX)
+        .and_then(|rest| rest.split_once('$'))
+        .is_some_and(|(salt, hash)| hex(salt, 32) && hex(hash, 64));
+    if salted || hex(digest, 64) {
+        return Ok(());
+    }
+    Err(Rejection::InvalidNamespace {
+        reason: "token_sha256 must be s1$SALT$HASH (32 and 64 lower-case hex digits) or 64 \
+                 lower-case hex digits"
+            .into(),
+    })
 }
 
 #[cfg(test)]
