@@ -21,7 +21,7 @@
 //!     mode: LockMode::Exclusive, wait_ms: 0, reentrant: false,
 //! };
 //! let out = t.apply(&Command { now_ms: 2, op: acquire });
-//! assert_eq!(out.reply, Ok(Reply::Acquired { token: 1, lease_ttl_ms: 15_000, reentry: 1 }));
+//! assert_eq!(out.reply, Ok(Reply::Acquired { token: 1, lease_ttl_ms: 15_000, reentry: 1, group_moves: 0 }));
 //! t.check_invariants().unwrap();
 //! ```
 

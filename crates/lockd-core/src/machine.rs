@@ -323,7 +323,8 @@ impl LockTable {
         } else {
             debug_assert!(ev.is_empty(), "a rejection must not change ownership");
         }
-        let effects = ev.iter().filter_map(Effect::of).collect();
+        let moves = self.move_count();
+        let effects = ev.iter().filter_map(|e| Effect::of(e, moves)).collect();
         Applied {
             reply,
             effects,
@@ -634,6 +635,7 @@ impl LockTable {
             wait_ms,
             reentrant,
         } = req;
+        let group_moves = self.move_count();
         // 1. Validate everything before touching anything.
         check_name(name)?;
         self.check_serves(name)?;
@@ -678,6 +680,7 @@ impl LockTable {
                 token,
                 lease_ttl_ms,
                 reentry: 1,
+                group_moves,
             });
         };
         if let Some(in_use) = lock.mode_in_use() {
@@ -707,6 +710,7 @@ impl LockTable {
                 token: h.token,
                 lease_ttl_ms,
                 reentry: h.reentry,
+                group_moves,
             });
         }
         if let Some(w) = lock
@@ -741,6 +745,7 @@ impl LockTable {
                 token,
                 lease_ttl_ms,
                 reentry: 1,
+                group_moves,
             });
         }
         if wait_ms == 0 {

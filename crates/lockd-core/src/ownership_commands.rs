@@ -56,6 +56,14 @@ impl LockTable {
         }
     }
 
+    /// How many bucket moves this group has taken part in (as source or destination). It only
+    /// grows, and a hold can leave the group only by a move, which raises it first (the freeze
+    /// records the move): a client that sees the count it was granted at knows its hold is
+    /// still here (docs/API.md, per-group leases).
+    pub fn move_count(&self) -> u64 {
+        self.ownership.moves.len() as u64
+    }
+
     /// A move's record here, if this group took part in it.
     pub fn move_record(&self, move_id: MoveId) -> Option<&MoveRecord> {
         self.ownership.moves.get(&move_id)

@@ -500,11 +500,14 @@ pub enum Reply {
     SessionsExpired {
         expired: Vec<SessionId>,
     },
-    /// Granted now. `reentry` is the hold count (1 for a first grant).
+    /// Granted now. `reentry` is the hold count (1 for a first grant). `group_moves` is the
+    /// group's [`LockTable::move_count`](crate::LockTable::move_count) at the grant: while the
+    /// group still reports that count, the hold has not left it (docs/API.md, per-group leases).
     Acquired {
         token: Token,
         lease_ttl_ms: u64,
         reentry: u32,
+        group_moves: u64,
     },
     /// Queued; `position` counts from 1 at the head. A `Granted` or `WaitEnded` effect follows.
     Queued {
@@ -744,8 +747,9 @@ pub enum LockEvent {
 }
 
 impl Effect {
-    /// What of `event` the shell must push to a party other than the proposer, if anything.
-    pub fn of(event: &LockEvent) -> Option<Effect> {
+    /// What of `event` the shell must push to a party other than the proposer, if anything;
+    /// `group_moves` is the group's move count after the command.
+    pub fn of(event: &LockEvent, group_moves: u64) -> Option<Effect> {
         Some(match event {
             LockEvent::HoldStarted {
                 name,
@@ -760,6 +764,7 @@ impl Effect {
                 name: name.clone(),
                 token: *token,
                 lease_ttl_ms: *lease_ttl_ms,
+                group_moves,
             },
             LockEvent::WaitEnded {
                 name,
@@ -801,6 +806,8 @@ pub enum Effect {
         name: Arc<str>,
         token: Token,
         lease_ttl_ms: u64,
+        /// The group's move count at the grant (see [`Reply::Acquired`]).
+        group_moves: u64,
     },
     /// A queued acquire ended without a grant.
     WaitEnded {

@@ -116,6 +116,8 @@ impl Model {
                     name: Arc::from(name),
                     token: self.revision,
                     lease_ttl_ms: self.sessions[&w.session],
+                    // The model makes no bucket moves.
+                    group_moves: 0,
                 });
             }
         }
@@ -488,6 +490,7 @@ impl Model {
                 token: h.token,
                 lease_ttl_ms: ttl,
                 reentry: h.reentry,
+                group_moves: 0,
             });
         }
         if let Some(w) = l
@@ -521,6 +524,7 @@ impl Model {
                     token: self.revision,
                     lease_ttl_ms: ttl,
                     reentry: 1,
+                    group_moves: 0,
                 })
             }
         } else if wait_ms == 0 {
@@ -814,7 +818,11 @@ fn run(steps: &[(u64, Op)], start_revision: u64) -> Result<(), TestCaseError> {
             prop_assert_eq!(&before, &t.snapshot(), "a rejection changed the state");
             prop_assert!(got.events.is_empty(), "a rejection has events");
         }
-        let derived: Vec<Effect> = got.events.iter().filter_map(Effect::of).collect();
+        let derived: Vec<Effect> = got
+            .events
+            .iter()
+            .filter_map(|e| Effect::of(e, t.move_count()))
+            .collect();
         prop_assert_eq!(
             &got.effects,
             &derived,

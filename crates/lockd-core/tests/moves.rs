@@ -888,3 +888,67 @@ fn a_group_closes_only_when_empty_and_then_takes_no_bucket() {
     let restored = LockTable::restore(&b.t.snapshot()).unwrap();
     assert!(restored.is_closed());
 }
+
+/// The move count a grant carries is what lets a client tie a hold to its group's lease: it
+/// changes in both groups before a hold can leave one, and never otherwise.
+#[test]
+fn a_grant_carries_the_move_count_that_a_move_raises_in_both_groups() {
+    let (low, high, moving) = halves();
+    let mut a = G::new(1_000, &low);
+    let mut b = G::new(1_000, &high);
+    let s = a.open(9);
+    let name = names_in(&moving, true, 1).remove(0);
+    let Ok(Reply::Acquired { group_moves, .. }) = a.acquire(s, &name, 0) else {
+        panic!("not granted")
+    };
+    assert_eq!((group_moves, a.t.move_count()), (0, 0));
+    // Ordinary commands leave it alone.
+    let other = names_in(&low, true, 100).pop().unwrap();
+    a.token(s, &other);
+    assert_eq!(a.t.move_count(), 0);
+    // The freeze raises it in the source before the hold can leave...
+    a.ok(Op::FreezeBuckets {
+        move_id: 1,
+        to_group: 2,
+        buckets: moving.clone(),
+    });
+    assert_eq!(a.t.move_count(), 1);
+    let Some(MoveRecord::Outgoing { export, .. }) = a.t.move_record(1).cloned() else {
+        panic!()
+    };
+    // ...and the import in the destination, so a hold granted there before differs too.
+    let s2 = b.open(10);
+    let theirs = names_in(&high, true, 1).remove(0);
+    let Ok(Reply::Acquired { group_moves, .. }) = b.acquire(s2, &theirs, 0) else {
+        panic!("not granted")
+    };
+    assert_eq!(group_moves, 0);
+    b.ok(Op::ImportBuckets {
+        move_id: 1,
+        from_group: 1,
+        buckets: moving,
+        map_version: 2,
+        export,
+    });
+    assert_eq!(b.t.move_count(), 1);
+    // A grant that waited in a queue carries the count of when it was granted.
+    let s3 = b.open(11);
+    assert!(matches!(
+        b.acquire(s3, &theirs, 5_000),
+        Ok(Reply::Queued { .. })
+    ));
+    let token = match b.acquire(s2, &theirs, 0) {
+        Err(Rejection::AlreadyHeld { token }) => token,
+        other => panic!("{other:?}"),
+    };
+    let (_, fx) = b.ok(Op::Release {
+        session: s2,
+        name: theirs,
+        token,
+    });
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Granted { group_moves: 1, .. })),
+        "{fx:?}"
+    );
+}

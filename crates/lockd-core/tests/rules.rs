@@ -24,6 +24,7 @@ fn granted(waiter: WaiterId, session: SessionId, name: &str, token: Token) -> Ef
         name: Arc::from(name),
         token,
         lease_ttl_ms: 15_000,
+        group_moves: 0,
     }
 }
 
@@ -128,6 +129,7 @@ impl H {
                 token,
                 reentry: 1,
                 lease_ttl_ms: 15_000,
+                ..
             } => token,
             other => panic!("expected a grant, got {other:?}"),
         }
@@ -421,7 +423,8 @@ fn reentrancy_is_opt_in_and_counts() {
         Reply::Acquired {
             token: 1,
             lease_ttl_ms: 15_000,
-            reentry: 1
+            reentry: 1,
+            group_moves: 0,
         }
     );
     assert_eq!(
@@ -429,7 +432,8 @@ fn reentrancy_is_opt_in_and_counts() {
         Reply::Acquired {
             token: 1,
             lease_ttl_ms: 15_000,
-            reentry: 2
+            reentry: 2,
+            group_moves: 0,
         }
     );
     assert_eq!(h.t.lock_info("n", h.now).unwrap().holders[0].reentry, 2);
@@ -1229,7 +1233,8 @@ fn group_time_never_goes_backwards() {
         Reply::Acquired {
             token: 1,
             lease_ttl_ms: 15_000,
-            reentry: 1
+            reentry: 1,
+            group_moves: 0,
         }
     );
     assert_eq!(h.t.now_ms(), 1_000);

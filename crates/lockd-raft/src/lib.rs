@@ -41,7 +41,7 @@ pub use clock::NodeClock;
 pub use config::{check_peer_addr, NodeConfig, Storage};
 pub use error::{GroupError, StartError};
 pub use group::remote::RemoteGroup;
-pub use group::{Group, GroupStatus, ProposeResult};
+pub use group::{Group, GroupStatus, ProposeResult, Renewed};
 pub use identity::Identity;
 pub use node::fatal::GroupFailure;
 pub use node::{Node, Route, META_MAX_VOTERS};

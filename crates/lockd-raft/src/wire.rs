@@ -25,6 +25,7 @@ mod tests {
             token: 7,
             lease_ttl_ms: 15_000,
             reentry: 1,
+            group_moves: 3,
         }));
         round_trip(Err(Rejection::UnknownSession {
             session: SessionId(9),

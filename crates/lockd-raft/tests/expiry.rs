@@ -60,7 +60,7 @@ async fn expiry_hands_lock_to_waiter_and_kept_sessions_survive_failover() {
     let mut last_send = Instant::now();
     for _ in 0..3 {
         last_send = Instant::now();
-        assert_eq!(g.keepalive(holder).await, Ok(ttl_ms));
+        assert_eq!(g.keepalive(holder).await.map(|r| r.ttl_ms), Ok(ttl_ms));
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let sink = nodes[l].sink.clone();

@@ -17,7 +17,10 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{ApiError, Code};
-use crate::service::{AcquireOutcome, AcquireRequest, AcquireStart, Credentials, Service};
+use crate::service::{
+    AcquireOutcome, AcquireRequest, AcquireStart, Credentials, GroupLease, KeepaliveReport,
+    Service,
+};
 use crate::waits::SessionEvent;
 
 /// Streams (calls, session streams, watches) one client gRPC connection may have open at
@@ -199,17 +202,50 @@ fn acquire_request(r: &pb::AcquireRequest, session: SessionId) -> Result<Acquire
     })
 }
 
+/// A keepalive's report as the proto says it.
+fn keepalive_response(r: KeepaliveReport) -> pb::KeepAliveResponse {
+    use pb::GroupLeaseState as State;
+    let groups = r
+        .groups
+        .into_iter()
+        .map(|(group, lease)| match lease {
+            GroupLease::Extended {
+                ttl_ms,
+                group_moves,
+            } => pb::GroupLease {
+                group,
+                state: State::Extended as i32,
+                ttl_ms,
+                group_moves,
+            },
+            GroupLease::NotHere => pb::GroupLease {
+                group,
+                state: State::NotHere as i32,
+                ..Default::default()
+            },
+        })
+        .collect();
+    pb::KeepAliveResponse {
+        ttl_ms: r.ttl_ms,
+        groups,
+    }
+}
+
 fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
     match o {
         AcquireOutcome::Acquired {
             token,
             lease_ttl_ms,
             reentry,
+            group,
+            group_moves,
         } => pb::AcquireResponse {
             acquired: true,
             fencing_token: token,
             lease_ttl_ms,
             reentry,
+            group,
+            group_moves,
             ..Default::default()
         },
         AcquireOutcome::NotAcquired {
@@ -295,12 +331,14 @@ fn push(ev: SessionEvent) -> pb::session_event::Kind {
             name,
             token,
             lease_ttl_ms,
+            group_moves,
         } => Kind::Granted(pb::Granted {
             group,
             waiter,
             name: name.to_string(),
             fencing_token: token,
             lease_ttl_ms,
+            group_moves,
         }),
         SessionEvent::WaitEnded {
             group,
@@ -370,9 +408,7 @@ impl Lock for GrpcApi {
         let c = creds("", &req);
         let out = async {
             let s = session_id("session_id", &req.get_ref().session_id)?;
-            Ok(pb::KeepAliveResponse {
-                ttl_ms: self.svc.keepalive(s, &c).await?,
-            })
+            Ok(keepalive_response(self.svc.keepalive(s, &c).await?))
         }
         .await;
         self.finish("keepalive", start, out)
@@ -745,13 +781,13 @@ impl Lock for GrpcApi {
                             Some(Kind::Attach(s)) if attached.is_none() => {
                                 let r = async {
                                     let s = session_id("attach", &s)?;
-                                    let ttl_ms = svc.keepalive(s, &meta_creds).await?;
-                                    Ok::<_, ApiError>((s, ttl_ms))
+                                    let report = svc.keepalive(s, &meta_creds).await?;
+                                    Ok::<_, ApiError>((s, report))
                                 }.await;
                                 match r {
-                                    Ok((s, ttl_ms)) => {
+                                    Ok((s, report)) => {
                                         attached = Some((s, svc.waits.attach_stream(s, ev_tx.clone())));
-                                        out.event(id, Ev::Keepalive(pb::KeepAliveResponse { ttl_ms }));
+                                        out.event(id, Ev::Keepalive(keepalive_response(report)));
                                     }
                                     Err(e) => out.event(id, error_event(e)),
                                 }
@@ -907,7 +943,7 @@ async fn serve_stream_request(
                 Ok(()) => svc
                     .keepalive_authorized(session)
                     .await
-                    .map(|ttl_ms| Ev::Keepalive(pb::KeepAliveResponse { ttl_ms })),
+                    .map(|r| Ev::Keepalive(keepalive_response(r))),
                 Err(e) => Err(e),
             },
         ),

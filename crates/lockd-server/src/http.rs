@@ -26,7 +26,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, Code, ErrorCode};
-use crate::service::{AcquireOutcome, AcquireRequest, Credentials, Service};
+use crate::service::{
+    AcquireOutcome, AcquireRequest, Credentials, GroupLease, KeepaliveReport, Service,
+};
 
 /// Largest request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -475,11 +477,32 @@ async fn keepalive(svc: Arc<Service>, headers: HeaderMap, id: String) -> Respons
     let start = Instant::now();
     let r = async {
         let session = parse_session("session id", &id)?;
-        let ttl_ms = svc.keepalive(session, &credentials(&headers)).await?;
-        Ok(json!({"ttl_s": ttl_ms / 1000, "ttl_ms": ttl_ms}))
+        let report = svc.keepalive(session, &credentials(&headers)).await?;
+        Ok(keepalive_json(&report))
     }
     .await;
     finish(&svc, "keepalive", start, r)
+}
+
+/// A keepalive's report: the lease to count on, and what each group said (docs/API.md).
+fn keepalive_json(r: &KeepaliveReport) -> serde_json::Value {
+    let groups: Vec<_> = r
+        .groups
+        .iter()
+        .map(|(group, lease)| match lease {
+            GroupLease::Extended {
+                ttl_ms,
+                group_moves,
+            } => json!({
+                "group": group,
+                "state": "extended",
+                "ttl_ms": ttl_ms,
+                "group_moves": group_moves,
+            }),
+            GroupLease::NotHere => json!({"group": group, "state": "not_here"}),
+        })
+        .collect();
+    json!({"ttl_s": r.ttl_ms / 1000, "ttl_ms": r.ttl_ms, "groups": groups})
 }
 
 async fn close_session(
@@ -737,9 +760,16 @@ async fn acquire(
             token,
             lease_ttl_ms,
             reentry,
-        } => {
-            json!({"acquired": true, "token": token, "lease_ttl_ms": lease_ttl_ms, "reentry": reentry})
-        }
+            group,
+            group_moves,
+        } => json!({
+            "acquired": true,
+            "token": token,
+            "lease_ttl_ms": lease_ttl_ms,
+            "reentry": reentry,
+            "group": group,
+            "group_moves": group_moves,
+        }),
         AcquireOutcome::NotAcquired {
             holder,
             queue_position,

@@ -268,6 +268,7 @@ async fn remote_wait(
                     WaitOutcome::Granted {
                         token,
                         lease_ttl_ms,
+                        group_moves,
                     },
                     _,
                 ))) => SessionEvent::Granted {
@@ -276,6 +277,7 @@ async fn remote_wait(
                     name: name.as_str().into(),
                     token: *token,
                     lease_ttl_ms: *lease_ttl_ms,
+                    group_moves: *group_moves,
                 },
                 Ok(Some((outcome, _))) => SessionEvent::WaitEnded {
                     group,

@@ -24,9 +24,11 @@ use tokio::sync::{mpsc, oneshot};
 /// How a parked wait ended.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum WaitOutcome {
+    /// `group_moves`: the group's move count at the grant (`Reply::Acquired`).
     Granted {
         token: Token,
         lease_ttl_ms: u64,
+        group_moves: u64,
     },
     TimedOut,
     SessionEnded,
@@ -52,6 +54,7 @@ pub enum SessionEvent {
         name: Arc<str>,
         token: Token,
         lease_ttl_ms: u64,
+        group_moves: u64,
     },
     WaitEnded {
         group: GroupId,
@@ -324,6 +327,7 @@ impl EffectSink for Waits {
                     name,
                     token,
                     lease_ttl_ms,
+                    group_moves,
                 } => {
                     let event = SessionEvent::Granted {
                         group,
@@ -331,6 +335,7 @@ impl EffectSink for Waits {
                         name: name.clone(),
                         token: *token,
                         lease_ttl_ms: *lease_ttl_ms,
+                        group_moves: *group_moves,
                     };
                     // A stream-owned wait is answered on the stream; the stream's client owns the
                     // grant, so it is never an orphan.
@@ -343,6 +348,7 @@ impl EffectSink for Waits {
                     let outcome = WaitOutcome::Granted {
                         token: *token,
                         lease_ttl_ms: *lease_ttl_ms,
+                        group_moves: *group_moves,
                     };
                     self.finish(&mut inner, (group, *waiter), outcome, orphan);
                 }
@@ -400,6 +406,7 @@ mod tests {
             name: Arc::from("n"),
             token,
             lease_ttl_ms: 15_000,
+            group_moves: 0,
         }
     }
 
@@ -412,7 +419,8 @@ mod tests {
             late.outcome().await,
             Some(WaitOutcome::Granted {
                 token: 42,
-                lease_ttl_ms: 15_000
+                lease_ttl_ms: 15_000,
+                group_moves: 0,
             })
         );
         // The grant is applied before the proposer parks.
@@ -422,7 +430,8 @@ mod tests {
             early.outcome().await,
             Some(WaitOutcome::Granted {
                 token: 43,
-                lease_ttl_ms: 15_000
+                lease_ttl_ms: 15_000,
+                group_moves: 0,
             })
         );
         // Same waiter id in another group is another wait.

@@ -57,6 +57,10 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     assert_eq!(r.body["acquired"], true);
     assert_eq!(r.body["lease_ttl_ms"], 15_000);
     let t1 = r.body["token"].as_u64().unwrap();
+    // The grant names its group and the group's move count (none moved yet).
+    let granted_in = r.body["group"].as_u64().unwrap();
+    assert!((1..=2).contains(&granted_in), "{}", r.body);
+    assert_eq!(r.body["group_moves"], 0);
 
     let r = h
         .acquire(
@@ -84,6 +88,14 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
         .post(&format!("/v1/sessions/{s1}:keepalive"), json!({}))
         .await;
     assert_eq!((r.status, r.body["ttl_s"].clone()), (200, json!(15)));
+    // Each lock group answers for itself.
+    assert_eq!(
+        r.body["groups"],
+        json!([
+            {"group": 1, "state": "extended", "ttl_ms": 15_000, "group_moves": 0},
+            {"group": 2, "state": "extended", "ttl_ms": 15_000, "group_moves": 0},
+        ])
+    );
     let r = h
         .post(
             &format!("/v1/locks/{}:extend", enc(name)),

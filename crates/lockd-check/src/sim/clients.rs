@@ -109,7 +109,8 @@ pub(crate) async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut
         })
         .await;
         match r {
-            Answer::Answered(Ok(ttl_ms)) => {
+            Answer::Answered(Ok(report)) => {
+                let ttl_ms = report.ttl_ms;
                 if lock(&s.lease).renewed(sent, ttl_ms, Instant::now()) == Renewal::TooLate {
                     s.gone.store(true, Ordering::Relaxed);
                     return;

@@ -27,6 +27,16 @@ use crate::raft::{RaftGroup, WriteError};
 use crate::wire::WireReply;
 use crate::{GroupError, GroupId, NodeId};
 
+/// What a group's leader answered a keepalive with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Renewed {
+    /// The lease the session has left in the group, from when the leader answered.
+    pub ttl_ms: u64,
+    /// The group's move count then (`LockTable::move_count`): a hold granted at this count
+    /// has not left the group.
+    pub group_moves: u64,
+}
+
 /// Timing of one group's calls, derived from the node config.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Timing {
@@ -268,7 +278,7 @@ impl Group {
 
     /// A keepalive for `session`, answered by the leader's in-memory tracker (never logged).
     /// `Ok(ttl_ms)` while the session exists; `SessionNotFound` once it expired or closed.
-    pub async fn keepalive(&self, session: SessionId) -> Result<u64, GroupError> {
+    pub async fn keepalive(&self, session: SessionId) -> Result<Renewed, GroupError> {
         let give_up = Instant::now() + self.timing.retry_budget;
         loop {
             self.check_running()?;
@@ -303,19 +313,25 @@ impl Group {
 
     /// Serves a keepalive on this node only if it leads and its lease holds: a deposed leader
     /// must not promise time it does not own.
-    pub(crate) fn keepalive_on_leader(&self, session: SessionId) -> Result<u64, GroupError> {
+    pub(crate) fn keepalive_on_leader(&self, session: SessionId) -> Result<Renewed, GroupError> {
         self.check_running()?;
         let status = self.raft.role();
         let lease_ok = self.timing.skip_leader_lease_check || self.raft.lease_valid();
         if !status.is_leader || !lease_ok {
             return Err(self.no_leader());
         }
+        // Read before the lease is extended: a move after this read starts the moved hold's
+        // new lease later still, so the count is safe to pair with this renewal.
+        let group_moves = self.replica.move_count();
         let now = self.replica.clock().now();
         match self
             .replica
             .with_leadership(|l| l.keepalive(status.term, session, now))
         {
-            Ok(ttl_ms) => Ok(ttl_ms),
+            Ok(ttl_ms) => Ok(Renewed {
+                ttl_ms,
+                group_moves,
+            }),
             Err(KeepaliveRefused::NotActive) => Err(self.no_leader()),
             Err(KeepaliveRefused::NotFound) => {
                 match self.replica.read(|t| t.session_presence(session)) {

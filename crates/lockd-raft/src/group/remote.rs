@@ -206,7 +206,7 @@ impl RemoteGroup {
     }
 
     /// [`crate::Group::keepalive`] for a group hosted elsewhere.
-    pub async fn keepalive(&self, session: SessionId) -> Result<u64, GroupError> {
+    pub async fn keepalive(&self, session: SessionId) -> Result<crate::Renewed, GroupError> {
         self.on_leader(Method::Keepalive, &session, true).await
     }
 

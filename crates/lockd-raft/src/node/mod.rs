@@ -113,7 +113,7 @@ impl Route {
     pub async fn keepalive(
         &self,
         session: lockd_core::SessionId,
-    ) -> Result<u64, crate::GroupError> {
+    ) -> Result<crate::Renewed, crate::GroupError> {
         match self {
             Route::Local(g) => g.keepalive(session).await,
             Route::Remote(r) => r.keepalive(session).await,

@@ -39,6 +39,9 @@ pub(crate) struct Replica {
     clock: NodeClock,
     /// Snapshots received from a leader (not counting the one restored at start).
     installs: AtomicU64,
+    /// The applied table's move count (`LockTable::move_count`), for keepalives to report
+    /// without waiting for the state lock.
+    moves: AtomicU64,
     /// NEGATIVE CONTROL ONLY: every table here skips the ownership check.
     skip_ownership_check: bool,
     /// The meta group's replica keeps the node's peer book in step with what it records about
@@ -83,6 +86,7 @@ impl Replica {
             sink,
             clock,
             installs: AtomicU64::new(0),
+            moves: AtomicU64::new(0),
             book,
         }
     }
@@ -156,6 +160,7 @@ impl Replica {
             st.index = index;
             st.term = term;
             st.at = at;
+            self.moves.store(st.table.move_count(), Ordering::Release);
             if nodes_changed {
                 self.update_book(&st.table);
             }
@@ -191,6 +196,7 @@ impl Replica {
             st.index = index;
             st.term = term;
             st.at = self.clock.now();
+            self.moves.store(st.table.move_count(), Ordering::Release);
             self.update_book(&st.table);
             // A snapshot only reaches a follower; if a stale leader view survived, drop it so
             // the leader duties start over from the new state.
@@ -214,6 +220,11 @@ impl Replica {
     pub(crate) fn snapshot(&self, capacity: usize) -> (Vec<u8>, u64, u64) {
         let st = lock(&self.state);
         (st.table.snapshot_with_capacity(capacity), st.index, st.term)
+    }
+
+    /// The applied table's move count (see `LockTable::move_count`).
+    pub(crate) fn move_count(&self) -> u64 {
+        self.moves.load(Ordering::Acquire)
     }
 
     pub(crate) fn read<R>(&self, f: impl FnOnce(&LockTable) -> R) -> R {

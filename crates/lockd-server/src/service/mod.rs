@@ -45,6 +45,25 @@ pub struct Credentials {
     pub from: Option<std::net::IpAddr>,
 }
 
+/// What one lock group answered a session's keepalive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupLease {
+    /// Its leader extended the lease: `ttl_ms` left from when it answered, at the group's
+    /// move count `group_moves` (a hold granted at that count has not left the group).
+    Extended { ttl_ms: u64, group_moves: u64 },
+    /// The session has no lease in the group (it never used it).
+    NotHere,
+}
+
+/// A keepalive's answer: the lease the caller may count on and what each group said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeepaliveReport {
+    /// The least lease left over the groups that extended it.
+    pub ttl_ms: u64,
+    /// Every group asked, in group order.
+    pub groups: Vec<(GroupId, GroupLease)>,
+}
+
 #[derive(Clone, Debug)]
 pub struct SessionOpened {
     pub session: SessionId,
@@ -64,10 +83,13 @@ pub struct AcquireRequest {
 /// The answer to an acquire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireOutcome {
+    /// Granted by `group` at its move count `group_moves` ([`GroupLease::Extended`]).
     Acquired {
         token: Token,
         lease_ttl_ms: u64,
         reentry: u32,
+        group: GroupId,
+        group_moves: u64,
     },
     /// Not granted: held by `holder` (owner string), the caller was or would be `queue_position`.
     NotAcquired {
@@ -174,10 +196,11 @@ pub type IdSource = Arc<dyn Fn() -> u64 + Send + Sync>;
 /// committed outcome came in time.
 fn wait_outcome(
     got: Option<(WaitOutcome, Option<String>)>,
+    group: GroupId,
     position: u32,
 ) -> Result<Option<AcquireOutcome>, ApiError> {
     match got {
-        Some((WaitOutcome::Granted { token, lease_ttl_ms }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1 })),
+        Some((WaitOutcome::Granted { token, lease_ttl_ms, group_moves }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1, group, group_moves })),
         Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None, wait_estimate_ms: None })),
         Some((WaitOutcome::Moved, _)) => Ok(None),
         Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(ErrorCode::SessionNotFound, "the session ended while waiting")),
@@ -718,29 +741,36 @@ impl Service {
         &self,
         session: SessionId,
         creds: &Credentials,
-    ) -> Result<u64, ApiError> {
+    ) -> Result<KeepaliveReport, ApiError> {
         self.authorize_session(session, creds).await?;
         self.keepalive_authorized(session).await
     }
 
     /// [`Service::keepalive`] for a caller already authorised for the session (a stream that
     /// opened or attached it, an extend of one of its holds).
-    pub async fn keepalive_authorized(&self, session: SessionId) -> Result<u64, ApiError> {
+    pub async fn keepalive_authorized(
+        &self,
+        session: SessionId,
+    ) -> Result<KeepaliveReport, ApiError> {
         self.metrics.keepalives.inc();
         let groups = self.lock_groups_all()?;
         let results = futures::future::join_all(groups.iter().map(|g| g.keepalive(session))).await;
         // The lease is the shortest of the groups' (the client's deadline must come before
         // every group's expiry, not only the most generous one's).
         let mut ttl = u64::MAX;
-        let mut alive = false;
-        for r in results {
+        let mut report = Vec::with_capacity(groups.len());
+        for (g, r) in groups.iter().zip(results) {
             match r {
-                Ok(t) => {
-                    ttl = ttl.min(t);
-                    alive = true;
+                Ok(r) => {
+                    ttl = ttl.min(r.ttl_ms);
+                    let lease = GroupLease::Extended {
+                        ttl_ms: r.ttl_ms,
+                        group_moves: r.group_moves,
+                    };
+                    report.push((g.id(), lease));
                 }
                 // Older than that group and never used there: nothing of it to keep alive.
-                Err(GroupError::SessionNotHere) => {}
+                Err(GroupError::SessionNotHere) => report.push((g.id(), GroupLease::NotHere)),
                 Err(GroupError::SessionNotFound) => {
                     let _ = self.end_session(session).await;
                     return Err(GroupError::SessionNotFound.into());
@@ -748,10 +778,14 @@ impl Service {
                 Err(e) => return Err(e.into()),
             }
         }
-        if !alive {
+        if ttl == u64::MAX {
             return Err(GroupError::SessionNotFound.into());
         }
-        Ok(ttl)
+        report.sort_by_key(|(g, _)| *g);
+        Ok(KeepaliveReport {
+            ttl_ms: ttl,
+            groups: report,
+        })
     }
 
     /// A new leader of `group` restarted every lease it knows at TTL + election timeout (a new
@@ -769,7 +803,8 @@ impl Service {
             .for_each_concurrent(64, |session| {
                 let route = route.clone();
                 async move {
-                    if let Ok(remaining_ms) = route.keepalive(session).await {
+                    if let Ok(renewed) = route.keepalive(session).await {
+                        let remaining_ms = renewed.ttl_ms;
                         svc.waits.deliver(
                             session,
                             crate::waits::SessionEvent::LeaseExtended {
@@ -863,10 +898,13 @@ impl Service {
                 token,
                 lease_ttl_ms,
                 reentry,
+                group_moves,
             } => Ok(AcquireStart::Done(AcquireOutcome::Acquired {
                 token,
                 lease_ttl_ms,
                 reentry,
+                group: group.id(),
+                group_moves,
             })),
             Reply::Busy {
                 holder,
@@ -934,7 +972,7 @@ impl Service {
                             let got = self
                                 .await_remote(r, req.session, waiter, &name, limit)
                                 .await?;
-                            wait_outcome(got, position)?
+                            wait_outcome(got, r.id(), position)?
                         }
                     };
                     if let Some(mut outcome) = outcome {
@@ -1003,7 +1041,7 @@ impl Service {
                 );
                 let left = deadline.saturating_duration_since(Instant::now());
                 let got = self.await_remote(&remote, req.session, waiter, &req.name, left).await?;
-                return wait_outcome(got, position);
+                return wait_outcome(got, group.id(), position);
             }
         };
         match waited {
@@ -1011,15 +1049,15 @@ impl Service {
                 let holder = group
                     .read_local(|t| t.lock_info(&req.name, 0))
                     .and_then(|i| i.holders.first().map(|h| h.owner.clone()));
-                wait_outcome(Some((WaitOutcome::TimedOut, holder)), position)
+                wait_outcome(Some((WaitOutcome::TimedOut, holder)), group.id(), position)
             }
-            Ok(Some(o)) => wait_outcome(Some((o, None)), position),
+            Ok(Some(o)) => wait_outcome(Some((o, None)), group.id(), position),
             Ok(None) => Err(
                 ApiError::new(ErrorCode::Unavailable, "the node is shutting down")
                     .retry_after(1_000),
             ),
             // Dropping `parked` marks the waiter abandoned: a later grant is released for us.
-            Err(_) => wait_outcome(None, position),
+            Err(_) => wait_outcome(None, group.id(), position),
         }
     }
 
