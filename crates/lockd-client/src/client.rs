@@ -834,6 +834,8 @@ pub struct LockGuard {
     token: u64,
     session_id: String,
     gen: u64,
+    /// The lease the hold follows (its group's, while it provably stays there).
+    hold: crate::lease::HoldLease,
     id: u64,
     lease: watch::Receiver<Lease>,
     released: bool,
@@ -868,6 +870,7 @@ impl LockGuard {
             token: g.token,
             session_id: g.session_id,
             gen: g.gen,
+            hold: g.hold,
             id,
             lease,
             released: false,
@@ -890,17 +893,26 @@ impl LockGuard {
         &self.session_id
     }
 
-    /// The local deadline: when [`lost`](LockGuard::lost) fires unless a keepalive sent before
-    /// then is acknowledged. It is `send time of the last acknowledged keepalive + TTL − margin`
-    /// on the monotonic clock, so it falls before the service can expire the session (C1).
-    pub fn deadline(&self) -> Instant {
-        self.lease.borrow().deadline
+    /// The lock group that granted the lock.
+    pub fn group(&self) -> u32 {
+        self.hold.group
     }
 
-    /// Whether the lock is lost: the local deadline passed, or the session ended.
+    /// The local deadline: when [`lost`](LockGuard::lost) fires unless a keepalive sent before
+    /// then is acknowledged. It is `send time of the last keepalive its group acknowledged + TTL
+    /// − margin` on the monotonic clock, so it falls before that group can expire the lease
+    /// (C1). Once a bucket moved in or out of that group it is the session-wide deadline (every
+    /// group acknowledged), since the hold may live elsewhere (docs/API.md, leases per group).
+    /// A lock already lost reads as now.
+    pub fn deadline(&self) -> Instant {
+        guard_deadline(&self.lease.borrow(), self.gen, &self.hold).unwrap_or_else(Instant::now)
+    }
+
+    /// Whether the lock is lost: its deadline passed, its group's lease ended, or the session
+    /// ended.
     pub fn is_lost(&self) -> bool {
-        let l = self.lease.borrow();
-        l.gen != self.gen || l.lost || l.deadline <= Instant::now()
+        guard_deadline(&self.lease.borrow(), self.gen, &self.hold)
+            .is_none_or(|d| d <= Instant::now())
     }
 
     /// Completes when the lock is lost: at the local deadline if no renewal moved it, or when
@@ -908,15 +920,15 @@ impl LockGuard {
     /// The future owns what it needs, so it can be spawned or raced against the work.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut rx = self.lease.clone();
-        let gen = self.gen;
+        let (gen, hold) = (self.gen, self.hold);
         async move {
             loop {
                 let deadline = {
                     let l = rx.borrow_and_update();
-                    if l.gen != gen || l.lost || l.deadline <= Instant::now() {
-                        return;
+                    match guard_deadline(&l, gen, &hold) {
+                        Some(d) if d > Instant::now() => d,
+                        _ => return,
                     }
-                    l.deadline
                 };
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => {}
@@ -1006,4 +1018,12 @@ impl Drop for LockGuard {
             }
         });
     }
+}
+
+/// When a guard of session generation `gen` following `hold` is lost (`None`: it is already).
+fn guard_deadline(l: &Lease, gen: u64, hold: &crate::lease::HoldLease) -> Option<Instant> {
+    if l.gen != gen || l.lost {
+        return None;
+    }
+    l.leases.deadline_of(hold)
 }

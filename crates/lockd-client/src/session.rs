@@ -2,10 +2,12 @@
 //!
 //! It opens the session, sends a keepalive every TTL/3, moves the stream to another node (and
 //! `attach`es the same session) when the stream breaks or stops answering, matches pushed grants
-//! to waiting acquires, and keeps the local lease deadline that every [`LockGuard`] watches:
+//! to waiting acquires, and keeps the local lease deadlines every [`LockGuard`] watches:
 //! `send time of the last acknowledged open/attach/keepalive + TTL − margin`, on the monotonic
-//! clock. When that deadline passes without a renewal, or the service says the session ended,
-//! the session is *lost*: every guard of it reports lost, and the next acquire opens a new one.
+//! clock, one per lock group and one session-wide (`lease.rs`). A guard follows its group's
+//! while its hold provably stays in that group. When the session-wide deadline passes without
+//! a renewal, or the service says the session ended, the session is *lost*: every guard of it
+//! reports lost, and the next acquire opens a new one.
 //!
 //! [`LockGuard`]: crate::LockGuard
 
@@ -24,7 +26,7 @@ use tokio::time::{sleep_until, timeout, Instant};
 use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::lease::{LocalLease, Renewal};
+use crate::lease::{GroupAnswer, GroupLeases, HoldLease, Renewal};
 use crate::{ClientOptions, Error};
 
 /// What every guard of the client watches: the current session and its local deadline.
@@ -33,8 +35,11 @@ pub(crate) struct Lease {
     /// Bumped for every new session; a guard of an older generation is lost.
     pub gen: u64,
     pub session_id: String,
-    /// The local deadline: last acknowledged send + TTL − margin.
+    /// The session-wide local deadline: last send every group acknowledged + TTL − margin.
     pub deadline: Instant,
+    /// Each group's lease, which a guard follows while its hold provably stays in the group
+    /// (`lease.rs`).
+    pub leases: GroupLeases,
     /// The session ended (deadline passed, service expired or closed it, client closed).
     pub lost: bool,
 }
@@ -105,10 +110,12 @@ impl Core {
             })?),
             None => None,
         };
+        let now = Instant::now();
         let (lease, _) = watch::channel(Lease {
             gen: 0,
             session_id: String::new(),
-            deadline: Instant::now(),
+            deadline: now,
+            leases: GroupLeases::opened(now, Duration::ZERO, Duration::ZERO),
             lost: true,
         });
         Ok(Core {
@@ -354,6 +361,8 @@ pub(crate) struct Grant {
     pub token: u64,
     pub session_id: String,
     pub gen: u64,
+    /// The lease the hold follows.
+    pub hold: HoldLease,
 }
 
 /// How a release sent on the session stream ended.
@@ -378,8 +387,8 @@ pub(crate) enum Cmd {
 struct Sess {
     id: String,
     gen: u64,
-    /// The local deadline's rule (`lease.rs`).
-    lease: LocalLease,
+    /// The local deadlines' rule (`lease.rs`).
+    leases: GroupLeases,
     every: Duration,
     next_keepalive: Instant,
     reconnect_at: Instant,
@@ -395,7 +404,17 @@ struct Conn {
 struct Acq {
     name: String,
     owner: String,
+    /// When the acquire was sent: a lease that a grant starts in a group starts later.
+    sent: Instant,
     reply: oneshot::Sender<Result<Grant, Error>>,
+}
+
+/// A grant as the stream said it: token, group, the group's move count, the lease's TTL.
+struct Granted {
+    token: u64,
+    group: u32,
+    group_moves: u64,
+    lease_ttl_ms: u64,
 }
 
 enum Pending {
@@ -455,7 +474,7 @@ impl Driver {
 
     pub async fn run(mut self) {
         loop {
-            let deadline = self.sess.as_ref().map(|s| s.lease.deadline());
+            let deadline = self.sess.as_ref().map(|s| s.leases.session().deadline());
             let keepalive = self
                 .sess
                 .as_ref()
@@ -470,7 +489,7 @@ impl Driver {
                 biased;
                 _ = at(deadline) => {
                     // A renewal may have raced the timer: only a deadline still in the past counts.
-                    if self.sess.as_ref().is_some_and(|s| s.lease.expired(Instant::now())) {
+                    if self.sess.as_ref().is_some_and(|s| s.leases.session().expired(Instant::now())) {
                         self.lose("the local lease deadline passed without a renewal", true);
                     }
                 }
@@ -572,12 +591,12 @@ impl Driver {
                     self.gen += 1;
                     let ttl = Duration::from_millis(r.ttl_ms);
                     let every = Duration::from_millis(r.keepalive_every_ms.max(1));
-                    let lease = LocalLease::opened(sent, ttl, self.core.margin());
-                    let deadline = lease.deadline();
+                    let leases = GroupLeases::opened(sent, ttl, self.core.margin());
+                    let deadline = leases.session().deadline();
                     self.sess = Some(Sess {
                         id: r.session_id.clone(),
                         gen: self.gen,
-                        lease,
+                        leases: leases.clone(),
                         every,
                         next_keepalive: sent + every,
                         reconnect_at: sent,
@@ -588,6 +607,7 @@ impl Driver {
                         gen: self.gen,
                         session_id: r.session_id,
                         deadline,
+                        leases,
                         lost: false,
                     });
                     return Ok(());
@@ -608,31 +628,36 @@ impl Driver {
         }
     }
 
-    /// A renewal sent at `sent` was acknowledged.
-    fn renewed(&mut self, sent: Instant, ttl_ms: u64) {
+    /// A renewal sent at `sent` was acknowledged with `k`.
+    fn renewed(&mut self, sent: Instant, k: &pb::KeepAliveResponse) {
         let Some(s) = &mut self.sess else { return };
         self.core.report_lease(crate::LeaseReport {
-            remaining: Duration::from_millis(ttl_ms),
+            remaining: Duration::from_millis(k.ttl_ms),
             at: sent,
             extended_by_new_leader_of: None,
         });
-        match s.lease.renewed(sent, ttl_ms, Instant::now()) {
+        let groups: Vec<(u32, GroupAnswer)> = k.groups.iter().map(group_answer).collect();
+        match s.leases.renewed(sent, k.ttl_ms, &groups, Instant::now()) {
             // Too late: the guards may already have stopped. A lost lease stays lost.
             Renewal::TooLate => {
                 self.lose("the local lease deadline passed without a renewal", true)
             }
-            Renewal::Unchanged => {}
-            Renewal::Extended { deadline } => {
-                let gen = s.gen;
-                self.core.lease.send_if_modified(|l| {
-                    let changed = l.gen == gen && !l.lost && deadline > l.deadline;
-                    if changed {
-                        l.deadline = deadline;
-                    }
-                    changed
-                });
-            }
+            Renewal::Unchanged | Renewal::Extended { .. } => self.publish(),
         }
+    }
+
+    /// Tells every guard the session's leases as they are now.
+    fn publish(&self) {
+        let Some(s) = &self.sess else { return };
+        let gen = s.gen;
+        self.core.lease.send_if_modified(|l| {
+            let changed = l.gen == gen && !l.lost && l.leases != s.leases;
+            if changed {
+                l.leases = s.leases.clone();
+                l.deadline = s.leases.session().deadline();
+            }
+            changed
+        });
     }
 
     fn keepalive(&mut self) {
@@ -687,6 +712,7 @@ impl Driver {
             Pending::Acquire(Acq {
                 name: req.name.clone(),
                 owner: req.owner.clone(),
+                sent: Instant::now(),
                 reply,
             }),
         );
@@ -711,7 +737,7 @@ impl Driver {
             .then(|| self.pending.remove(&ev.request_id))
             .flatten();
         match (kind, pending) {
-            (Ev::Keepalive(k), Some(Pending::KeepAlive(sent))) => self.renewed(sent, k.ttl_ms),
+            (Ev::Keepalive(k), Some(Pending::KeepAlive(sent))) => self.renewed(sent, &k),
             (Ev::Error(e), Some(Pending::KeepAlive(_))) => {
                 if e.status == 404 {
                     self.lose("the service no longer knows the session", true);
@@ -719,7 +745,12 @@ impl Driver {
             }
             (Ev::Acquired(r), Some(Pending::Acquire(a))) => {
                 let out = if r.acquired {
-                    Ok(r.fencing_token)
+                    Ok(Granted {
+                        token: r.fencing_token,
+                        group: r.group,
+                        group_moves: r.group_moves,
+                        lease_ttl_ms: r.lease_ttl_ms,
+                    })
                 } else {
                     Err(Error::NotAcquired {
                         holder: (!r.holder.is_empty()).then_some(r.holder),
@@ -794,7 +825,12 @@ impl Driver {
             return;
         };
         let out = match push {
-            Ev::Granted(g) => Ok(g.fencing_token),
+            Ev::Granted(g) => Ok(Granted {
+                token: g.fencing_token,
+                group: g.group,
+                group_moves: g.group_moves,
+                lease_ttl_ms: g.lease_ttl_ms,
+            }),
             Ev::WaitEnded(w) if w.reason == "session_ended" => Err(Error::SessionLost),
             // The name's bucket moved to another group: the acquire loop queues again there.
             Ev::WaitEnded(w) if w.reason == "moved" => Err(Error::Unavailable(format!(
@@ -810,16 +846,20 @@ impl Driver {
         self.answer(a, out);
     }
 
-    fn answer(&mut self, a: Acq, out: Result<u64, Error>) {
-        let Some(s) = &self.sess else {
+    fn answer(&mut self, a: Acq, out: Result<Granted, Error>) {
+        let Some(s) = &mut self.sess else {
             let _ = a.reply.send(Err(Error::SessionLost));
             return;
         };
-        let out = out.map(|token| Grant {
-            token,
+        let out = out.map(|g| Grant {
+            token: g.token,
             session_id: s.id.clone(),
             gen: s.gen,
+            hold: s
+                .leases
+                .granted(a.sent, g.group, g.group_moves, g.lease_ttl_ms),
         });
+        self.publish();
         if let Err(Ok(g)) = a.reply.send(out) {
             // Nobody waits for this grant any more (the acquire was dropped): give it back.
             let core = self.core.clone();
@@ -867,7 +907,7 @@ impl Driver {
     /// Moves the session to the next node (`attach`), within the local deadline.
     async fn reconnect(&mut self) {
         let Some(s) = &self.sess else { return };
-        let (id, deadline) = (s.id.clone(), s.lease.deadline());
+        let (id, deadline) = (s.id.clone(), s.leases.session().deadline());
         let i = self.core.preferred();
         let attach = self.handshake(i, Req::Attach(id.clone()));
         // An attach answered after the local deadline could not save the lease anyway.
@@ -879,7 +919,7 @@ impl Driver {
             Ok((conn, Ev::Keepalive(k), sent)) => {
                 tracing::debug!(endpoint = %self.core.channels[i].0, "session stream moved");
                 self.conn = Some(conn);
-                self.renewed(sent, k.ttl_ms);
+                self.renewed(sent, &k);
                 if let Some(s) = &mut self.sess {
                     s.next_keepalive = sent + s.every;
                 }
@@ -1026,4 +1066,17 @@ impl Driver {
             .await
             .map(|_| ())
     }
+}
+
+/// A group's answer to a keepalive as `lease.rs` takes it.
+fn group_answer(g: &pb::GroupLease) -> (u32, GroupAnswer) {
+    let answer = match g.state() {
+        pb::GroupLeaseState::Extended => GroupAnswer::Extended {
+            ttl_ms: g.ttl_ms,
+            group_moves: g.group_moves,
+        },
+        pb::GroupLeaseState::NotHere => GroupAnswer::NotHere,
+        pb::GroupLeaseState::Unspecified => GroupAnswer::Other,
+    };
+    (g.group, answer)
 }

@@ -769,3 +769,48 @@ async fn a_new_leader_tells_the_session_what_its_lease_has_left() {
     client.close().await.unwrap();
     c.start_again(leader as usize - 1);
 }
+
+/// Every guard knows the group that granted it, whether granted at once or after a wait, and
+/// its deadline follows that group's keepalive answers (docs/API.md, leases per group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_follows_the_lease_of_the_group_that_granted_it() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start(1, 2).await;
+    let ttl = Duration::from_secs(3);
+    let client = Client::connect_with(&c.grpc, options(ttl)).await.unwrap();
+    let other = Client::connect_with(&c.grpc, options(ttl)).await.unwrap();
+    // Names until both groups have granted one.
+    let mut guards = Vec::new();
+    for i in 0.. {
+        let g = client.acquire(format!("fast/groups-{i}")).await.unwrap();
+        assert!((1..=2).contains(&g.group()), "group {}", g.group());
+        let new = !guards
+            .iter()
+            .any(|h: &lockd_client::LockGuard| h.group() == g.group());
+        if new {
+            guards.push(g);
+        }
+        if guards.len() == 2 {
+            break;
+        }
+        assert!(i < 64, "64 names all in one group");
+    }
+    // A grant pushed after a wait names its group too.
+    let name = guards[0].name().to_string();
+    let group = guards[0].group();
+    let waiting = tokio::spawn({
+        let other = other.clone();
+        async move { other.acquire(&name).wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guards.remove(0).release().await.unwrap();
+    let pushed = waiting.await.unwrap().unwrap();
+    assert_eq!(pushed.group(), group);
+    // Keepalives (every TTL/3) move each guard's deadline on; none is lost over two TTLs.
+    let first = guards[0].deadline();
+    tokio::time::sleep(ttl * 2).await;
+    assert!(!guards[0].is_lost() && !pushed.is_lost());
+    assert!(guards[0].deadline() > first + ttl);
+    pushed.release().await.unwrap();
+    guards.remove(0).release().await.unwrap();
+}
