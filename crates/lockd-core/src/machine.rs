@@ -323,11 +323,9 @@ impl LockTable {
         } else {
             debug_assert!(ev.is_empty(), "a rejection must not change ownership");
         }
-        let moves = self.move_count();
-        let effects = ev.iter().filter_map(|e| Effect::of(e, moves)).collect();
         Applied {
             reply,
-            effects,
+            effects: self.effects_of(&ev),
             events: ev,
         }
     }
@@ -621,6 +619,12 @@ impl LockTable {
         (released, cancelled)
     }
 
+    /// What of `events` the shell must push to others ([`Effect::of`] each).
+    fn effects_of(&self, events: &[LockEvent]) -> Vec<Effect> {
+        let moves = self.move_count();
+        events.iter().filter_map(|e| Effect::of(e, moves)).collect()
+    }
+
     fn acquire(
         &mut self,
         now: u64,
@@ -676,12 +680,7 @@ impl LockTable {
                 .mint
                 .grant(now, &name, &mut lock, hold, &mut self.sessions, ev);
             self.locks.insert(name, lock);
-            return Ok(Reply::Acquired {
-                token,
-                lease_ttl_ms,
-                reentry: 1,
-                group_moves,
-            });
+            return Ok(acquired(token, lease_ttl_ms, 1, group_moves));
         };
         if let Some(in_use) = lock.mode_in_use() {
             if modes_conflict(in_use, mode) {
@@ -706,12 +705,7 @@ impl LockTable {
                 });
             }
             h.reentry += 1;
-            return Ok(Reply::Acquired {
-                token: h.token,
-                lease_ttl_ms,
-                reentry: h.reentry,
-                group_moves,
-            });
+            return Ok(acquired(h.token, lease_ttl_ms, h.reentry, group_moves));
         }
         if let Some(w) = lock
             .waiters()
@@ -741,12 +735,7 @@ impl LockTable {
             let token = self
                 .mint
                 .grant(now, key, lock, hold, &mut self.sessions, ev);
-            return Ok(Reply::Acquired {
-                token,
-                lease_ttl_ms,
-                reentry: 1,
-                group_moves,
-            });
+            return Ok(acquired(token, lease_ttl_ms, 1, group_moves));
         }
         if wait_ms == 0 {
             let reason = if lock.delay_until_ms() != 0 {
@@ -1209,6 +1198,16 @@ fn check_token_digest(digest: &str) -> Result<(), Rejection> {
                  lower-case hex digits"
             .into(),
     })
+}
+
+/// [`Reply::Acquired`], for the acquire paths that grant.
+fn acquired(token: Token, lease_ttl_ms: u64, reentry: u32, group_moves: u64) -> Reply {
+    Reply::Acquired {
+        token,
+        lease_ttl_ms,
+        reentry,
+        group_moves,
+    }
 }
 
 #[cfg(test)]

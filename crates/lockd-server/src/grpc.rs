@@ -18,8 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{ApiError, Code};
 use crate::service::{
-    AcquireOutcome, AcquireRequest, AcquireStart, Credentials, GroupLease, KeepaliveReport,
-    Service,
+    AcquireOutcome, AcquireRequest, AcquireStart, Credentials, GroupLease, KeepaliveReport, Service,
 };
 use crate::waits::SessionEvent;
 

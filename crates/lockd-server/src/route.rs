@@ -263,35 +263,11 @@ async fn remote_wait(
             }
         }
         Relay::Stream(svc) => {
-            let event = match &result {
-                Ok(Some((
-                    WaitOutcome::Granted {
-                        token,
-                        lease_ttl_ms,
-                        group_moves,
-                    },
-                    _,
-                ))) => SessionEvent::Granted {
-                    group,
-                    waiter,
-                    name: name.as_str().into(),
-                    token: *token,
-                    lease_ttl_ms: *lease_ttl_ms,
-                    group_moves: *group_moves,
-                },
-                Ok(Some((outcome, _))) => SessionEvent::WaitEnded {
-                    group,
-                    waiter,
-                    name: name.as_str().into(),
-                    reason: match outcome {
-                        WaitOutcome::SessionEnded => lockd_core::WaitEndReason::SessionEnded,
-                        WaitOutcome::Moved => lockd_core::WaitEndReason::Moved,
-                        _ => lockd_core::WaitEndReason::TimedOut,
-                    },
-                },
-                // No outcome: the client's own wait deadline ends it on its side.
-                _ => return,
+            // No outcome: the client's own wait deadline ends it on its side.
+            let Ok(Some((outcome, _))) = &result else {
+                return;
             };
+            let event = relayed_event(group, waiter, &name, outcome);
             let delivered = svc
                 .upgrade()
                 .is_some_and(|s| s.waits.deliver(session, event));
@@ -368,5 +344,33 @@ impl AppHandler for AppServer {
                 }
             }
         })
+    }
+}
+
+/// The push that tells a session stream how its wait in `group` ended.
+fn relayed_event(group: GroupId, waiter: WaiterId, name: &str, o: &WaitOutcome) -> SessionEvent {
+    match o {
+        WaitOutcome::Granted {
+            token,
+            lease_ttl_ms,
+            group_moves,
+        } => SessionEvent::Granted {
+            group,
+            waiter,
+            name: name.into(),
+            token: *token,
+            lease_ttl_ms: *lease_ttl_ms,
+            group_moves: *group_moves,
+        },
+        outcome => SessionEvent::WaitEnded {
+            group,
+            waiter,
+            name: name.into(),
+            reason: match outcome {
+                WaitOutcome::SessionEnded => lockd_core::WaitEndReason::SessionEnded,
+                WaitOutcome::Moved => lockd_core::WaitEndReason::Moved,
+                _ => lockd_core::WaitEndReason::TimedOut,
+            },
+        },
     }
 }
