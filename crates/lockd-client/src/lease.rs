@@ -115,18 +115,30 @@ pub struct HoldLease {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct GroupState {
-    lease: LocalLease,
+    /// Send time of the last keepalive the group extended + its TTL − margin; `None` while
+    /// the session has no lease there that the client knows of (after `not_here`).
+    deadline: Option<Instant>,
+    /// The highest move count the group reported (in a keepalive answer or a grant).
     moves: u64,
     epoch: u64,
+    /// When the first grant of this epoch arrived.
+    first_grant: Option<Instant>,
 }
 
 /// A session's leases, one per lock group, and the session-wide one (docs/API.md, "Leases per
-/// group"; C1 in docs/INVARIANTS.md for each).
+/// group"; C1 in docs/INVARIANTS.md for each). The Python client's `_lease.py` has the same rule.
 ///
-/// A hold follows the lease of the group that granted it while that group keeps reporting the
-/// move count of the grant: a hold leaves its group only by a bucket move, which raises the count
-/// in both groups first. Once the count differs the hold may live in another group, so it
-/// follows the session-wide lease, which only a keepalive that every group answered renews.
+/// - The session-wide deadline moves only with a keepalive reply in which every listed group
+///   answered extended or not here (a reply without groups counts as every group extended).
+/// - Per group: a deadline, the highest move count seen, and an epoch, bumped when the client
+///   learns the lease there ended: the group answered not here although a grant of the epoch
+///   had arrived before the keepalive was sent, or it extended the lease only after the
+///   group's deadline had passed. A lost lease stays lost for the holds of its epoch.
+/// - A hold follows its group's deadline while the group's move count is the grant's (a hold
+///   leaves its group only by a bucket move, which raises the count in both groups first);
+///   once the count differs it follows the session-wide deadline; once its epoch ended it is
+///   lost.
+///
 /// Pure: time is an input.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupLeases {
@@ -143,9 +155,19 @@ impl GroupLeases {
         }
     }
 
-    /// The session-wide lease.
+    /// The session-wide lease: when it passes without a renewal, the session is lost.
     pub fn session(&self) -> &LocalLease {
         &self.all
+    }
+
+    /// `sent + TTL − margin` for a renewal granting `ttl_ms` (never more than the TTL of the
+    /// open; 0, an answer that does not say, counts as that TTL).
+    fn deadline_from(&self, sent: Instant, ttl_ms: u64) -> Instant {
+        let ttl = match ttl_ms {
+            0 => self.all.ttl,
+            t => self.all.ttl.min(Duration::from_millis(t)),
+        };
+        sent + ttl.saturating_sub(self.all.margin)
     }
 
     /// A keepalive sent at `sent` was answered at `now`: `ttl_ms` the least lease over the
@@ -160,18 +182,19 @@ impl GroupLeases {
         now: Instant,
     ) -> Renewal {
         let mut every = true;
+        if groups.is_empty() {
+            let known: Vec<(u32, u64)> = self.groups.iter().map(|(g, s)| (*g, s.moves)).collect();
+            for (g, moves) in known {
+                self.extended(g, sent, ttl_ms, moves, now);
+            }
+        }
         for (g, answer) in groups {
             match *answer {
                 GroupAnswer::Extended {
                     ttl_ms,
                     group_moves,
                 } => self.extended(*g, sent, ttl_ms, group_moves, now),
-                GroupAnswer::NotHere => {
-                    // Its lease there ended (or never was): the holds of that lease are lost.
-                    if let Some(st) = self.groups.get_mut(g) {
-                        st.epoch += 1;
-                    }
-                }
+                GroupAnswer::NotHere => self.not_here(*g, sent),
                 GroupAnswer::Other => every = false,
             }
         }
@@ -183,39 +206,66 @@ impl GroupLeases {
     }
 
     fn extended(&mut self, g: u32, sent: Instant, ttl_ms: u64, moves: u64, now: Instant) {
-        let (ttl, margin) = (self.all.ttl, self.all.margin);
+        let d = self.deadline_from(sent, ttl_ms);
         let st = self.groups.entry(g).or_insert(GroupState {
-            lease: LocalLease::opened(sent, ttl.min(Duration::from_millis(ttl_ms)), margin),
+            deadline: None,
             moves,
             epoch: 0,
+            first_grant: None,
         });
         st.moves = st.moves.max(moves);
-        if st.lease.renewed(sent, ttl_ms, now) == Renewal::TooLate {
-            // Too late for the holds of this lease; the group's lease goes on for new ones.
-            st.epoch += 1;
-            st.lease = LocalLease::opened(sent, ttl.min(Duration::from_millis(ttl_ms)), margin);
+        match st.deadline {
+            // Too late for the holds of this epoch (they may have stopped already); the
+            // group's lease goes on for later grants.
+            Some(old) if now >= old => {
+                end_epoch(st);
+                st.deadline = Some(d);
+            }
+            Some(old) if d <= old => {}
+            _ => st.deadline = Some(d),
         }
     }
 
-    /// A hold granted by `group` at its move count `group_moves`, for an acquire sent at `sent`
-    /// that was told the lease is `lease_ttl_ms`.
+    fn not_here(&mut self, g: u32, sent: Instant) {
+        let Some(st) = self.groups.get_mut(&g) else {
+            return;
+        };
+        match st.first_grant {
+            // Every grant of this epoch arrived after the keepalive was sent: the group may
+            // have answered before the acquire brought the session there. Nothing is known
+            // to have ended.
+            Some(first) if first > sent => return,
+            Some(_) => end_epoch(st),
+            None => {}
+        }
+        st.deadline = None;
+    }
+
+    /// A hold granted by `group` at its move count `group_moves`, for an acquire sent at
+    /// `sent` and answered (or pushed) at `now`, told the lease is `lease_ttl_ms`. A group
+    /// without a lease the client knows of starts one at `sent + TTL − margin`, but never past
+    /// the session-wide deadline: a grant renews nothing, and a group that knew the session
+    /// since the open or a keepalive counts its lease from there.
     pub fn granted(
         &mut self,
         sent: Instant,
+        now: Instant,
         group: u32,
         group_moves: u64,
         lease_ttl_ms: u64,
     ) -> HoldLease {
-        let (ttl, margin) = (self.all.ttl, self.all.margin);
-        let ttl = ttl.min(Duration::from_millis(lease_ttl_ms.max(1)));
-        // A group not heard from yet: its lease there started no earlier than the acquire's
-        // send (opened or adopted there by it, or earlier).
+        let start = self
+            .deadline_from(sent, lease_ttl_ms)
+            .min(self.all.deadline());
         let st = self.groups.entry(group).or_insert(GroupState {
-            lease: LocalLease::opened(sent, ttl, margin),
+            deadline: None,
             moves: group_moves,
             epoch: 0,
+            first_grant: None,
         });
+        st.deadline.get_or_insert(start);
         st.moves = st.moves.max(group_moves);
+        st.first_grant.get_or_insert(now);
         HoldLease {
             group,
             group_moves,
@@ -223,15 +273,26 @@ impl GroupLeases {
         }
     }
 
-    /// When `hold` must be counted lost: its group's deadline while the hold is provably still
-    /// there, else the session-wide one; `None` once its group's lease is known to have ended.
+    /// When `hold` must be counted lost, apart from the session's own end: its group's
+    /// deadline while the group's move count is the grant's, else the session-wide one;
+    /// `None` once the lease of its epoch is known to have ended.
     pub fn deadline_of(&self, hold: &HoldLease) -> Option<Instant> {
-        match self.groups.get(&hold.group) {
-            Some(st) if st.epoch != hold.epoch => None,
-            Some(st) if st.moves == hold.group_moves => Some(st.lease.deadline()),
+        let Some(st) = self.groups.get(&hold.group) else {
+            return Some(self.all.deadline());
+        };
+        if st.epoch != hold.epoch {
+            return None;
+        }
+        match st.deadline {
+            Some(d) if st.moves == hold.group_moves => Some(d),
             _ => Some(self.all.deadline()),
         }
     }
+}
+
+fn end_epoch(st: &mut GroupState) {
+    st.epoch += 1;
+    st.first_grant = None;
 }
 
 /// What the service said a client's lease has left ([`Client::lease_report`]).
@@ -260,6 +321,8 @@ impl LeaseReport {
 mod tests {
     use super::*;
 
+    const TTL: Duration = Duration::from_secs(15);
+
     fn ext(ttl_ms: u64, group_moves: u64) -> GroupAnswer {
         GroupAnswer::Extended {
             ttl_ms,
@@ -272,14 +335,20 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
-        let hold = l.granted(s(1), 2, 5, 15_000);
+        l.renewed(
+            s(1),
+            15_000,
+            &[(1, ext(15_000, 0)), (2, ext(15_000, 5))],
+            s(1),
+        );
+        let hold = l.granted(s(1), s(1), 2, 5, 15_000);
         assert_eq!(l.deadline_of(&hold), Some(s(13)));
         // Group 2 extends; group 1 cannot answer: the hold follows group 2, the session-wide
         // lease does not move.
         let answers = [(1, GroupAnswer::Other), (2, ext(15_000, 5))];
         assert_eq!(l.renewed(s(6), 15_000, &answers, s(6)), Renewal::Unchanged);
         assert_eq!(l.deadline_of(&hold), Some(s(18)));
-        assert_eq!(l.session().deadline(), s(12));
+        assert_eq!(l.session().deadline(), s(13));
         // A move in group 2: the hold may be elsewhere now, so it follows the session-wide
         // lease, which every group must renew.
         l.renewed(
@@ -288,7 +357,7 @@ mod tests {
             &[(1, GroupAnswer::Other), (2, ext(15_000, 6))],
             s(9),
         );
-        assert_eq!(l.deadline_of(&hold), Some(s(12)));
+        assert_eq!(l.deadline_of(&hold), Some(s(13)));
         l.renewed(
             s(10),
             15_000,
@@ -297,17 +366,34 @@ mod tests {
         );
         assert_eq!(l.deadline_of(&hold), Some(s(22)));
         // A hold granted after the move follows group 2 again.
-        let later = l.granted(s(10), 2, 6, 15_000);
+        let later = l.granted(s(10), s(10), 2, 6, 15_000);
         assert_eq!(l.deadline_of(&later), Some(s(22)));
     }
 
     #[test]
-    fn a_group_that_ended_the_lease_loses_its_holds_for_good_but_not_later_ones() {
+    fn a_first_grant_in_a_group_never_outlasts_the_session_wide_deadline() {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
-        let a = l.granted(s(1), 1, 0, 15_000);
-        let b = l.granted(s(1), 2, 0, 15_000);
+        // A grant renews nothing: the group may have had the session since the open.
+        let hold = l.granted(s(4), s(4), 3, 0, 15_000);
+        assert_eq!(l.deadline_of(&hold), Some(s(12)));
+    }
+
+    #[test]
+    fn a_group_that_ended_the_lease_loses_the_holds_granted_before_it_said_so() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.renewed(
+            s(1),
+            15_000,
+            &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
+            s(1),
+        );
+        let a = l.granted(s(1), s(1), 1, 0, 15_000);
+        let b = l.granted(s(1), s(1), 2, 0, 15_000);
+        // Group 1 has no lease for the session, asked after `a` was granted: `a` is lost.
         l.renewed(
             s(2),
             15_000,
@@ -316,43 +402,56 @@ mod tests {
         );
         assert_eq!(l.deadline_of(&a), None);
         assert_eq!(l.deadline_of(&b), Some(s(14)));
-        // A late answer does not revive a hold; a grant after it is not lost.
-        let c = l.granted(s(3), 2, 0, 15_000);
-        l.renewed(s(13), 15_000, &[(2, ext(15_000, 0))], s(14));
-        assert_eq!(l.deadline_of(&b), None, "acknowledged after its deadline");
-        assert_eq!(l.deadline_of(&c), None, "the same lease as b");
-        let d = l.granted(s(14), 2, 0, 15_000);
-        assert_eq!(l.deadline_of(&d), Some(s(25)));
-        // Group 1 was not heard from since its lease ended: a grant there follows the last
-        // deadline the client knows for it (already past: lost at once, never too late) until
-        // a keepalive answers for the group again.
-        let e = l.granted(s(14), 1, 0, 15_000);
-        assert_eq!(l.deadline_of(&e), Some(s(13)));
+        // A grant in group 1 that arrived after a keepalive was sent is not ended by that
+        // keepalive's "not here" (the group may have answered before the acquire adopted the
+        // session); it starts a new lease, within the session-wide deadline.
+        let c = l.granted(s(3), s(4), 1, 0, 15_000);
         l.renewed(
-            s(15),
+            s(3),
             15_000,
-            &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
-            s(15),
+            &[(1, GroupAnswer::NotHere), (2, ext(15_000, 0))],
+            s(5),
         );
-        let f = l.granted(s(15), 1, 0, 15_000);
-        assert_eq!(l.deadline_of(&f), Some(s(27)));
+        assert_eq!(l.deadline_of(&c), Some(s(14)));
+        // A later "not here" for a keepalive sent after that grant arrived ends it.
+        l.renewed(
+            s(6),
+            15_000,
+            &[(1, GroupAnswer::NotHere), (2, ext(15_000, 0))],
+            s(6),
+        );
+        assert_eq!(l.deadline_of(&c), None);
+        assert_eq!(l.deadline_of(&a), None, "a lost lease stays lost");
     }
 
     #[test]
-    fn a_reply_without_groups_renews_the_session_wide_lease_only() {
+    fn a_late_answer_does_not_revive_the_holds_of_the_lease_it_came_too_late_for() {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.renewed(s(1), 15_000, &[(2, ext(15_000, 0))], s(1));
+        let b = l.granted(s(2), s(2), 2, 0, 15_000);
+        assert_eq!(l.deadline_of(&b), Some(s(13)));
+        // Answered after group 2's deadline: b is lost; the lease goes on for new grants.
+        l.renewed(s(12), 15_000, &[(2, ext(15_000, 0))], s(14));
+        assert_eq!(l.deadline_of(&b), None);
+        let d = l.granted(s(14), s(14), 2, 0, 15_000);
+        assert_eq!(l.deadline_of(&d), Some(s(24)));
+    }
+
+    #[test]
+    fn a_reply_without_groups_renews_every_group_as_the_session() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        let hold = l.granted(s(1), s(1), 3, 0, 15_000);
         assert_eq!(
             l.renewed(s(5), 15_000, &[], s(5)),
             Renewal::Extended { deadline: s(17) }
         );
-        let hold = l.granted(s(5), 3, 0, 15_000);
         assert_eq!(l.deadline_of(&hold), Some(s(17)));
         assert_eq!(l.renewed(s(4), 15_000, &[], s(30)), Renewal::TooLate);
     }
-
-    const TTL: Duration = Duration::from_secs(15);
 
     #[test]
     fn the_deadline_is_the_send_time_plus_ttl_minus_margin() {

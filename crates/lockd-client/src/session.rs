@@ -855,9 +855,13 @@ impl Driver {
             token: g.token,
             session_id: s.id.clone(),
             gen: s.gen,
-            hold: s
-                .leases
-                .granted(a.sent, g.group, g.group_moves, g.lease_ttl_ms),
+            hold: s.leases.granted(
+                a.sent,
+                Instant::now(),
+                g.group,
+                g.group_moves,
+                g.lease_ttl_ms,
+            ),
         });
         self.publish();
         if let Err(Ok(g)) = a.reply.send(out) {
