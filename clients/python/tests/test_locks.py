@@ -216,6 +216,45 @@ def test_unary_keepalive_keeps_the_lock(cluster: Cluster, name: str) -> None:
             assert c.inspect(name).holders[0].token == lk.token
 
 
+@pytest.mark.parametrize("use_stream", [True, False])
+def test_a_lock_records_its_group_and_follows_its_lease(cluster: Cluster, name: str,
+                                                        use_stream: bool) -> None:
+    """Every grant names the lock group that made it (the service's GetSession agrees) and that
+    group's move count; keepalive replies list every lock group, and the lock follows its
+    group's lease (docs/API.md, "Leases per group")."""
+    with Client(cluster.endpoints, ttl=6, use_stream=use_stream) as c:
+        with c.lock(name, wait=2) as lk, c.lock(name + "/2", wait=2) as lk2:
+            held = {h.name: h.group for h in c.get_session().held}
+            assert held == {name: lk.group, name + "/2": lk2.group}
+            groups = {g.id for g in c.status().groups} - {0}  # 0 is the meta group
+            assert lk.group in groups and lk2.group in groups, (lk.group, groups)
+            core = c._core
+            s = core._sess
+            assert s is not None
+            hold = lk._hold.lease.hold
+            first = lk.deadline
+            # The next keepalive reply (every TTL/3) says what each lock group answered.
+            wait_until(lambda: lk.deadline > first, 6, "a keepalive reply")
+            leases = s.lease.leases
+
+            async def check() -> None:  # on the engine's loop: no reply lands in between
+                assert groups <= set(leases.groups), (groups, set(leases.groups))
+                assert leases.groups[lk.group].moves == hold.group_moves, "no bucket moved"
+                assert leases.deadline_of(hold) == leases.groups[lk.group].deadline
+                assert leases.deadline_of(hold) >= leases.deadline_all == lk.deadline
+            c._run(check())
+            assert not lk.lost.is_set() and not lk2.lost.is_set()
+
+    async def from_asyncio() -> None:
+        async with AsyncClient(cluster.endpoints, ttl=6, use_stream=use_stream) as ac:
+            async with ac.lock(name, wait=2) as alk:
+                sid = ac.session_id
+                assert sid is not None
+                detail = await ac._core.get_session(sid)
+                assert [(h.name, h.group) for h in detail.held] == [(name, alk.group)]
+    asyncio.run(from_asyncio())
+
+
 def test_lost_fires_when_the_session_is_closed(cluster: Cluster, name: str) -> None:
     c = Client(cluster.endpoints, ttl=6)
     lk = c.lock(name)

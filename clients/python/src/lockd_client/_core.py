@@ -3,16 +3,18 @@
 The async API runs it on the caller's event loop; the sync API runs it on a private loop in a
 background thread. It
 
-* opens the session, sends a keepalive every TTL/3 and keeps the **local lease deadline**:
+* opens the session, sends a keepalive every TTL/3 and keeps the **local lease deadlines**:
   ``send time of the last acknowledged open/attach/keepalive + TTL - margin`` on the monotonic
-  clock. The service expires a session no earlier than TTL after a keepalive it acknowledged,
-  which it received after we sent it, so the client gives up first;
+  clock, one per lock group and one session-wide (``_lease.GroupLeases``). The service expires
+  a lease no earlier than TTL after a keepalive it acknowledged, which it received after we
+  sent it, so the client gives up first;
 * moves the stream to the next endpoint and ``attach``-es the same session when the stream
   breaks or a keepalive goes unanswered for a whole interval, within the local deadline;
 * matches pushed grants to waiting acquires (a waiting acquire parks in the lock's FIFO queue
   on the service and is woken by the push, never by polling);
-* marks the session lost when the deadline passes without a renewal or the service says the
-  session ended; every lock of it reports lost and the next acquire opens a new session.
+* marks a lock lost when its own deadline passes or its group's lease ended, and the session
+  lost when the session-wide deadline passes without a renewal or the service says the session
+  ended; every lock of it reports lost and the next acquire opens a new session.
 
 The semantics follow lockd-client (Rust), crates/lockd-client/src/session.rs.
 """
@@ -22,8 +24,6 @@ import asyncio
 import collections
 import logging
 import math
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple,
                     TypeVar, Union)
@@ -32,6 +32,7 @@ import grpc
 import grpc.aio
 
 from . import errors
+from ._lease import GroupLeases, Lease, LockLease, monotonic
 from ._options import ClientOptions
 from ._proto import lockd_pb2 as pb
 from ._rpc import LockStub
@@ -54,58 +55,6 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 
-def monotonic() -> float:
-    return time.monotonic()
-
-
-class Lease:
-    """One session as its locks see it. ``deadline`` only moves forward; ``lost`` is final.
-
-    Read from any thread; written on the engine's loop. Watchers (callbacks) are called once,
-    on the loop, when the session is lost."""
-
-    def __init__(self, gen: int, session_id: str, deadline: float) -> None:
-        self.gen = gen
-        self.session_id = session_id
-        self.deadline = deadline
-        self.lost = False
-        self.why = ""
-        self._watchers: List[Callable[[], None]] = []
-        self._mu = threading.Lock()
-
-    def is_lost(self) -> bool:
-        """Lost, or past the local deadline (checked against the clock, not just the flag, so a
-        process resumed after a pause sees it before the engine's timer has run)."""
-        return self.lost or monotonic() >= self.deadline
-
-    def watch(self, cb: Callable[[], None]) -> None:
-        with self._mu:
-            if not self.lost:
-                self._watchers.append(cb)
-                return
-        cb()
-
-    def unwatch(self, cb: Callable[[], None]) -> None:
-        with self._mu:
-            try:
-                self._watchers.remove(cb)
-            except ValueError:
-                pass
-
-    def end(self, why: str) -> None:
-        with self._mu:
-            if self.lost:
-                return
-            self.lost = True
-            self.why = why
-            watchers, self._watchers = self._watchers, []
-        for cb in watchers:
-            try:
-                cb()
-            except Exception:  # a watcher must not stop the others
-                log.exception("lockd lease watcher failed")
-
-
 @dataclass
 class Hold:
     """A grant: what a lock object wraps."""
@@ -113,7 +62,7 @@ class Hold:
     name: str
     token: int
     session_id: str
-    lease: Lease
+    lease: LockLease
     owner: str
     mode: Mode
     reentry: int
@@ -126,6 +75,8 @@ class _Acq:
     owner: str
     mode: Mode
     fut: "asyncio.Future[Hold]"
+    #: When the acquire was sent (a group the client has no lease for counts its lease from it).
+    sent: float = 0.0
 
 
 @dataclass
@@ -164,6 +115,10 @@ class _Sess:
     reconnect_attempt: int = 0
     keepalive_failures: int = 0
     ticker: Optional["asyncio.Task[None]"] = None
+    #: When a hold of the session may next be lost (its deadline as last computed), and the
+    #: ``GroupLeases.changes`` that computation saw: ``_check_locks`` scans again only then.
+    check_due: float = 0.0
+    checked_changes: int = -1
 
 
 async def _drain(q: "asyncio.Queue[Optional[pb.SessionRequest]]") -> AsyncIterator[pb.SessionRequest]:
@@ -417,7 +372,7 @@ class Core:
         self._gen += 1
         ttl = r.ttl_ms / 1000.0
         every = max(r.keepalive_every_ms, 1) / 1000.0
-        lease = Lease(self._gen, r.session_id, sent + ttl - self.margin(ttl))
+        lease = Lease(self._gen, r.session_id, GroupLeases(sent, ttl, self.margin(ttl)))
         s = _Sess(id=r.session_id, gen=self._gen, ttl=ttl, every=every, lease=lease,
                   next_keepalive=sent + every, reconnect_at=sent)
         self._sess = s
@@ -484,9 +439,10 @@ class Core:
         assert self._wake is not None
         while self._sess is s:
             now = monotonic()
-            if now >= s.lease.deadline:
+            if s.lease.leases.session_expired(now):
                 self._lose("the local lease deadline passed without a renewal", True)
                 return
+            self._check_locks(s, now)
             if not self._use_stream:
                 if now >= s.next_keepalive:
                     await self._unary_keepalive(s)
@@ -502,26 +458,60 @@ class Core:
                     await self._reconnect(s)
                     continue
                 wake = s.reconnect_at
-            wake = min(wake, s.lease.deadline)
+            wake = min(wake, s.lease.deadline, s.check_due)  # at check_due a hold may be lost
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), max(wake - now, 0.0))
             except asyncio.TimeoutError:
                 pass
 
-    def _renewed(self, sent: float, ttl_ms: int) -> None:
-        """A renewal sent at ``sent`` was acknowledged."""
+    def _renewed(self, sent: float, r: pb.KeepAliveResponse) -> None:
+        """A renewal (keepalive or attach) sent at ``sent`` was acknowledged with ``r``."""
         s = self._sess
         if s is None:
             return
-        if s.lease.deadline <= monotonic():
+        now = monotonic()
+        leases = s.lease.leases
+        if leases.session_expired(now) or leases.renewed(sent, r.ttl_ms, r.groups, now) == "too_late":
             # Too late: the locks may already have stopped. A lost lease stays lost.
             self._lose("the local lease deadline passed without a renewal", True)
             return
-        ttl = min(s.ttl, max(ttl_ms, 1) / 1000.0)
-        deadline = sent + ttl - self.margin(s.ttl)
-        if deadline > s.lease.deadline:
-            s.lease.deadline = deadline
+        self._check_locks(s, now)
+
+    def _check_locks(self, s: _Sess, now: float) -> None:
+        """Fires ``lost`` for the holds of ``s`` that are lost while the session goes on: their
+        own deadline passed, or their group's lease ended (:class:`GroupLeases`)."""
+        leases = s.lease.leases
+        if now < s.check_due and leases.changes == s.checked_changes:
+            return
+        s.checked_changes = leases.changes
+        lost: List[Hold] = []
+        due = math.inf
+        for h in self.held.values():
+            if h.lease.session is not s.lease or h.lease.lost:
+                continue
+            d = h.lease.deadline
+            if now >= d:
+                lost.append(h)
+            else:
+                due = min(due, d)
+        s.check_due = due
+        if not lost:
+            return
+        for h in lost:
+            why = s.lease.leases.why_lost(h.lease.hold)
+            log.warning("lockd lock %r of %s lost: %s", h.name, self.opts.client_name, why)
+            h.lease.end(why)
+        self.lease_expired += len(lost)
+        self._spawn(self._report_expired([h.name for h in lost]))
+
+    async def _report_expired(self, names: List[str]) -> None:
+        for name in names:
+            try:
+                await self.unary(lambda st: st.ReportLeaseExpired,
+                                 pb.ReportLeaseExpiredRequest(name=name), attempts=2)
+            except LockdError as e:
+                log.debug("lockd: could not report an expired lease: %s", e)
 
     def _keepalive(self) -> None:
         s, c = self._sess, self._conn
@@ -558,7 +548,7 @@ class Core:
             return
         s.keepalive_failures = 0
         s.next_keepalive = sent + s.every
-        self._renewed(sent, r.ttl_ms)
+        self._renewed(sent, r)
 
     def _send(self, req: pb.SessionRequest) -> None:
         if self._conn is not None:
@@ -596,7 +586,7 @@ class Core:
         log.debug("lockd: session stream moved to %s", self.endpoints[i])
         self._conn = conn
         s.reconnect_attempt = 0
-        self._renewed(sent, ev.keepalive.ttl_ms)
+        self._renewed(sent, ev.keepalive)
         s.next_keepalive = sent + s.every
         await self._settle_unsure(s)
 
@@ -633,7 +623,7 @@ class Core:
         p = self._pending.pop(ev.request_id, None) if ev.request_id else None
         if p is not None and p.kind == "keepalive":
             if kind == "keepalive":
-                self._renewed(p.sent, ev.keepalive.ttl_ms)
+                self._renewed(p.sent, ev.keepalive)
             elif kind == "error" and ev.error.status == 404:
                 self._lose("the service no longer knows the session", True)
         elif p is not None and p.kind == "acquire" and p.acq is not None:
@@ -641,7 +631,8 @@ class Core:
             if kind == "acquired":
                 r = ev.acquired
                 if r.acquired:
-                    self._answer(a, r.fencing_token, max(r.reentry, 1))
+                    self._answer(a, r.fencing_token, max(r.reentry, 1), r.group, r.group_moves,
+                                 r.lease_ttl_ms)
                 else:
                     self._fail(a, NotAcquired(
                         f"{a.name!r} is held" + (f" by {r.holder!r}" if r.holder else ""),
@@ -689,7 +680,8 @@ class Core:
                 self._early.popitem(last=False)
             return
         if kind == "granted":
-            self._answer(a, ev.granted.fencing_token, 1)
+            g = ev.granted
+            self._answer(a, g.fencing_token, 1, g.group, g.group_moves, g.lease_ttl_ms)
         elif ev.wait_ended.reason == "session_ended":
             self._fail(a, SessionLost("the session ended while waiting"))
         elif ev.wait_ended.reason == "moved":
@@ -698,7 +690,8 @@ class Core:
         else:
             self._fail(a, NotAcquired(f"the wait for {a.name!r} ended without a grant"))
 
-    def _answer(self, a: _Acq, token: int, reentry: int) -> None:
+    def _answer(self, a: _Acq, token: int, reentry: int, group: int, group_moves: int,
+                lease_ttl_ms: int) -> None:
         s = self._sess
         if s is None:
             self._fail(a, SessionLost("the session ended"))
@@ -707,7 +700,18 @@ class Core:
             # Nobody waits for this grant any more (the acquire was cancelled): give it back.
             self._spawn(self._release_quietly(s.id, a.name, token))
             return
-        a.fut.set_result(Hold(a.name, token, s.id, s.lease, a.owner, a.mode, reentry))
+        a.fut.set_result(self._hold(s, a.name, token, a.owner, a.mode, reentry, a.sent, group,
+                                    group_moves, lease_ttl_ms))
+
+    def _hold(self, s: _Sess, name: str, token: int, owner: str, mode: Mode, reentry: int,
+              sent: float, group: int, group_moves: int, lease_ttl_ms: int) -> Hold:
+        """A grant of session ``s``, tied to the lease of the group that made it."""
+        hold = s.lease.leases.granted(sent, monotonic(), group, group_moves, lease_ttl_ms)
+        lease = LockLease(s.lease, hold)
+        if lease.deadline < s.check_due:
+            s.check_due = lease.deadline
+            self._poke()  # the engine's timer fires this lock's `lost` at its deadline
+        return Hold(name, token, s.id, lease, owner, mode, reentry)
 
     @staticmethod
     def _fail(a: _Acq, e: LockdError) -> None:
@@ -764,19 +768,16 @@ class Core:
             return
         # Not the session id: it is the session's capability, and logs travel.
         log.warning("lockd session of %s lost: %s", self.opts.client_name, why)
+        # Locks already reported lost on their own (their group's lease) are not counted again.
+        held = [h.name for h in self.held.values()
+                if h.lease.session is s.lease and not h.lease.lost] if report else []
         self._end_locally(s, why, lambda: SessionLost(f"the session ended: {why}"))
         self._early.clear()
         self._unsure.clear()
-        held = [h.name for h in self.held.values() if h.lease is s.lease] if report else []
         self.lease_expired += len(held)
 
         async def after() -> None:
-            for name in held:
-                try:
-                    await self.unary(lambda st: st.ReportLeaseExpired,
-                                     pb.ReportLeaseExpiredRequest(name=name), attempts=2)
-                except LockdError as e:
-                    log.debug("lockd: could not report an expired lease: %s", e)
+            await self._report_expired(held)
             # The locks are lost; free them now rather than at the service's expiry.
             try:
                 await self.unary(lambda st: st.CloseSession,
@@ -842,6 +843,7 @@ class Core:
         if not self._use_stream:
             req.session_id = s.id
             t = req.wait_ms / 1000.0 + self.opts.request_timeout
+            sent = monotonic()
             r = await self.unary(lambda st: st.Acquire, req, timeout=t, attempts=1)
             if self._sess is not s:
                 raise SessionLost("the session ended while acquiring")
@@ -849,12 +851,14 @@ class Core:
                 raise NotAcquired(f"{req.name!r} is held" + (f" by {r.holder!r}" if r.holder else ""),
                                   holder=r.holder or None, queue_position=r.queue_position,
                                   lock_delay_until_ms=r.lock_delay_until_ms)
-            return Hold(req.name, r.fencing_token, s.id, s.lease, req.owner, mode, max(r.reentry, 1))
+            return self._hold(s, req.name, r.fencing_token, req.owner, mode, max(r.reentry, 1), sent,
+                              r.group, r.group_moves, r.lease_ttl_ms)
         if self._conn is None:
             raise Unavailable("the session stream is reconnecting")
         fut: "asyncio.Future[Hold]" = asyncio.get_running_loop().create_future()
         rid = self._next_rid()
-        self._pending[rid] = _Pending("acquire", acq=_Acq(req.name, req.owner, mode, fut))
+        sent = monotonic()
+        self._pending[rid] = _Pending("acquire", sent=sent, acq=_Acq(req.name, req.owner, mode, fut, sent))
         self._send(pb.SessionRequest(request_id=rid, acquire=req))
         return await fut
 

@@ -16,7 +16,8 @@ from types import TracebackType
 from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterable, List, Optional,
                     Tuple, Type, TypeVar, Union)
 
-from ._core import MAX_WAIT, Core, Hold, Lease
+from ._core import MAX_WAIT, Core, Hold
+from ._lease import LockLease
 from ._options import ClientOptions
 from .errors import LockdError, LockLost, NotAcquired, SessionLost
 from .types import Leader, LockState, Mode, NodeStatus, SessionDetail
@@ -28,13 +29,14 @@ T = TypeVar("T")
 
 
 class AsyncLostEvent:
-    """Set when the lock is lost: at the local deadline (send time of the last acknowledged
-    keepalive + TTL - margin) unless a renewal moved it, or when the session ends.
+    """Set when the lock is lost: at the lock's local deadline (send time of the last keepalive
+    its lease counts from + TTL - margin; see the README's lease rule) unless a renewal moved
+    it, when its lock group's lease is known to have ended, or when the session ends.
 
     ``is_set()`` also compares the deadline with the clock, so it is right even before the
     engine's timer has run (e.g. just after the process was resumed from a pause)."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: LockLease) -> None:
         self._lease = lease
         self._ev = asyncio.Event()
         lease.watch(self._ev.set)
@@ -102,8 +104,15 @@ class AsyncLock:
 
     @property
     def deadline(self) -> float:
-        """The local deadline on ``time.monotonic()``'s clock; moves forward with renewals."""
+        """The lock's local deadline on ``time.monotonic()``'s clock; moves forward with
+        renewals (and back to the session-wide deadline once a bucket moved in or out of the
+        lock's group)."""
         return self._hold.lease.deadline
+
+    @property
+    def group(self) -> int:
+        """The lock group that granted the lock (whose lease the lock follows)."""
+        return self._hold.lease.group
 
     def is_lost(self) -> bool:
         return self.lost.is_set()

@@ -26,7 +26,8 @@ from types import TracebackType
 from typing import (Any, Callable, Coroutine, Dict, Iterable, List, Optional, Tuple, Type, TypeVar,
                     Union)
 
-from ._core import Core, Hold, Lease
+from ._core import Core, Hold
+from ._lease import LockLease
 from ._options import ClientOptions
 from .errors import ClientClosed, LockdError, LockLost, NotAcquired, SessionLost
 from .types import Leader, LockState, Mode, NodeStatus, SessionDetail
@@ -37,12 +38,14 @@ T = TypeVar("T")
 
 
 class LostEvent(threading.Event):
-    """A :class:`threading.Event` set when the lock is lost: at the local deadline (send time of
-    the last acknowledged keepalive + TTL - margin) unless a renewal moved it, or when the
-    session ends. ``is_set()`` and ``wait()`` also compare the deadline with the clock, so they
-    are right even before the client's thread has run (e.g. just after a resumed pause)."""
+    """A :class:`threading.Event` set when the lock is lost: at the lock's local deadline (send
+    time of the last keepalive its lease counts from + TTL - margin; see the README's lease
+    rule) unless a renewal moved it, when its lock group's lease is known to have ended, or
+    when the session ends. ``is_set()`` and ``wait()`` also compare the deadline with the
+    clock, so they are right even before the client's thread has run (e.g. just after a resumed
+    pause)."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: LockLease) -> None:
         super().__init__()
         self._lease = lease
         lease.watch(self.set)
@@ -118,8 +121,15 @@ class Lock:
 
     @property
     def deadline(self) -> float:
-        """The local deadline on ``time.monotonic()``'s clock; moves forward with renewals."""
+        """The lock's local deadline on ``time.monotonic()``'s clock; moves forward with
+        renewals (and back to the session-wide deadline once a bucket moved in or out of the
+        lock's group)."""
         return self._hold.lease.deadline
+
+    @property
+    def group(self) -> int:
+        """The lock group that granted the lock (whose lease the lock follows)."""
+        return self._hold.lease.group
 
     @property
     def released(self) -> bool:

@@ -71,6 +71,12 @@ class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODE_EXCLUSIVE: _ClassVar[Mode]
     MODE_SHARED: _ClassVar[Mode]
     MODE_SEMAPHORE: _ClassVar[Mode]
+
+class GroupLeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GROUP_LEASE_STATE_UNSPECIFIED: _ClassVar[GroupLeaseState]
+    GROUP_LEASE_STATE_EXTENDED: _ClassVar[GroupLeaseState]
+    GROUP_LEASE_STATE_NOT_HERE: _ClassVar[GroupLeaseState]
 ERROR_CODE_UNSPECIFIED: ErrorCode
 ERROR_CODE_INVALID_ARGUMENT: ErrorCode
 ERROR_CODE_TTL_OUT_OF_RANGE: ErrorCode
@@ -130,6 +136,9 @@ MODE_UNSPECIFIED: Mode
 MODE_EXCLUSIVE: Mode
 MODE_SHARED: Mode
 MODE_SEMAPHORE: Mode
+GROUP_LEASE_STATE_UNSPECIFIED: GroupLeaseState
+GROUP_LEASE_STATE_EXTENDED: GroupLeaseState
+GROUP_LEASE_STATE_NOT_HERE: GroupLeaseState
 
 class ContentionRequest(_message.Message):
     __slots__ = ("top", "namespace")
@@ -208,10 +217,24 @@ class KeepAliveRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class KeepAliveResponse(_message.Message):
-    __slots__ = ("ttl_ms",)
+    __slots__ = ("ttl_ms", "groups")
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     ttl_ms: int
-    def __init__(self, ttl_ms: _Optional[int] = ...) -> None: ...
+    groups: _containers.RepeatedCompositeFieldContainer[GroupLease]
+    def __init__(self, ttl_ms: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupLease, _Mapping]]] = ...) -> None: ...
+
+class GroupLease(_message.Message):
+    __slots__ = ("group", "state", "ttl_ms", "group_moves")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MOVES_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    state: GroupLeaseState
+    ttl_ms: int
+    group_moves: int
+    def __init__(self, group: _Optional[int] = ..., state: _Optional[_Union[GroupLeaseState, str]] = ..., ttl_ms: _Optional[int] = ..., group_moves: _Optional[int] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
     __slots__ = ("session_id",)
@@ -246,7 +269,7 @@ class AcquireRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ..., reentrant: bool = ..., token: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms")
+    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms", "group", "group_moves")
     ACQUIRED_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -255,6 +278,8 @@ class AcquireResponse(_message.Message):
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     WAIT_ESTIMATE_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MOVES_FIELD_NUMBER: _ClassVar[int]
     acquired: bool
     fencing_token: int
     lease_ttl_ms: int
@@ -263,7 +288,9 @@ class AcquireResponse(_message.Message):
     queue_position: int
     lock_delay_until_ms: int
     wait_estimate_ms: int
-    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ...) -> None: ...
+    group: int
+    group_moves: int
+    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., group: _Optional[int] = ..., group_moves: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("session_id", "name", "fencing_token", "token")
@@ -566,18 +593,20 @@ class Queued(_message.Message):
     def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., position: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ...) -> None: ...
 
 class Granted(_message.Message):
-    __slots__ = ("group", "waiter", "name", "fencing_token", "lease_ttl_ms")
+    __slots__ = ("group", "waiter", "name", "fencing_token", "lease_ttl_ms", "group_moves")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WAITER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MOVES_FIELD_NUMBER: _ClassVar[int]
     group: int
     waiter: int
     name: str
     fencing_token: int
     lease_ttl_ms: int
-    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
+    group_moves: int
+    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., group_moves: _Optional[int] = ...) -> None: ...
 
 class WaitEnded(_message.Message):
     __slots__ = ("group", "waiter", "name", "reason")

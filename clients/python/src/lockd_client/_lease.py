@@ -1,0 +1,338 @@
+"""The client's side of a session's leases: when it must stop believing it holds its locks.
+
+Each lock group keeps its own lease for a session (docs/API.md, "Leases per group"). A keepalive
+reply says what each group answered; every grant says which group made it and the group's move
+count then. :class:`GroupLeases` is the rule, pure (time is an input) so that it is tested
+without a service; :class:`Lease` (a session) and :class:`LockLease` (one hold) are what the
+lock objects watch. The rule is lockd-client's (crates/lockd-client/src/lease.rs,
+``GroupLeases``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ._proto import lockd_pb2 as pb
+
+log = logging.getLogger("lockd_client")
+
+
+def monotonic() -> float:
+    return time.monotonic()
+
+
+#: A group's answer to a keepalive (``GroupLease.state``). Any other state (one a later service
+#: may add, such as a group that could not answer) extends nothing there and keeps the reply
+#: from counting as every group's.
+EXTENDED = pb.GROUP_LEASE_STATE_EXTENDED
+NOT_HERE = pb.GROUP_LEASE_STATE_NOT_HERE
+
+
+@dataclass(frozen=True)
+class HoldLease:
+    """Which lease a hold follows, as of its grant (:meth:`GroupLeases.granted`)."""
+
+    #: The lock group that granted it.
+    group: int
+    #: The group's move count at the grant.
+    group_moves: int
+    #: The group's lease epoch at the grant (bumped when the client learns that lease ended).
+    epoch: int
+
+
+@dataclass
+class _GroupState:
+    #: Send time of the last keepalive this group extended + its ttl - margin; ``None`` while
+    #: the session has no lease there that the client knows of (after ``not_here``).
+    deadline: Optional[float]
+    #: The highest move count the group reported (in a keepalive answer or a grant).
+    moves: int
+    epoch: int = 0
+    #: When the first grant of this epoch arrived (``None``: none yet).
+    first_grant: Optional[float] = None
+    #: Ended epochs: when each counts as having ended (at or before the client learnt it).
+    ended_at: Dict[int, float] = field(default_factory=dict)
+
+
+class GroupLeases:
+    """A session's leases, one per lock group, and the session-wide one (docs/API.md, "Leases
+    per group"); the same rule as lockd-client's ``GroupLeases`` (crates/lockd-client/src/lease.rs).
+
+    Pure: every time is an input (``time.monotonic()`` values), so the rule is tested without
+    a service. Each deadline is ``send time of a renewal + TTL - margin``, and moves only forward.
+
+    * ``deadline_all`` (the session-wide deadline) moves only with a keepalive reply in which
+      every listed group answered ``extended`` or ``not_here`` (a reply without ``groups``
+      counts as every group extended with the reply's ``ttl_ms``).
+    * Per group ``g``: ``deadline`` (last reply that said ``extended`` for ``g``), ``moves``
+      (highest move count seen, never lowered) and ``epoch``, bumped when the client learns the
+      lease there ended: ``g`` answered ``not_here`` although a grant of the epoch arrived
+      before the keepalive was sent, or an ``extended`` arrived after ``g``'s deadline had
+      passed. A lost lease stays lost for the holds of its epoch; later grants start afresh.
+    * A hold follows its group's deadline while the group's move count is still the grant's
+      (a hold leaves its group only by a bucket move, which raises the count in both groups);
+      once the count differs it follows ``deadline_all``; once its epoch ended it is lost.
+    * The session itself is lost when :meth:`session_deadline` passes (today ``deadline_all``).
+    """
+
+    def __init__(self, sent: float, ttl: float, margin: float) -> None:
+        self.ttl = ttl
+        self.margin = margin
+        self.deadline_all = sent + ttl - margin
+        self.groups: Dict[int, _GroupState] = {}
+        #: Counts the changes that can make a hold lost before its deadline as last computed
+        #: (an epoch ended, a move count rose, a group's lease forgotten).
+        self.changes = 0
+
+    # The session rule, in one place: when the whole session counts as lost (every lock of it
+    # lost, the next acquire opens a new session).
+    def session_deadline(self) -> float:
+        return self.deadline_all
+
+    def session_expired(self, now: float) -> bool:
+        return now >= self.session_deadline()
+
+    def _deadline(self, sent: float, ttl_ms: int) -> float:
+        """``sent + ttl - margin`` for a renewal granting ``ttl_ms`` (never more than the TTL of
+        the open; 0, an answer that does not say, counts as that TTL)."""
+        ttl = self.ttl if ttl_ms <= 0 else min(self.ttl, ttl_ms / 1000.0)
+        return sent + ttl - self.margin
+
+    def renewed(self, sent: float, ttl_ms: int, groups: Sequence[pb.GroupLease], now: float) -> str:
+        """A keepalive (or attach) sent at ``sent`` was answered at ``now``: ``ttl_ms`` the least
+        lease over the groups that extended it, ``groups`` what each group said (empty: a
+        service that does not say, so every group counts as extended with ``ttl_ms``).
+
+        Returns what became of ``deadline_all``: ``"extended"``, ``"unchanged"`` (an older
+        renewal, or not every group answered) or ``"too_late"`` (answered at or after it)."""
+        every = True
+        if not groups:
+            for known in self.groups.values():
+                self._extended(known, sent, ttl_ms, known.moves, now)
+        for gl in groups:
+            if gl.state == EXTENDED:
+                st = self.groups.get(gl.group)
+                if st is None:
+                    self.groups[gl.group] = _GroupState(self._deadline(sent, gl.ttl_ms), gl.group_moves)
+                else:
+                    self._extended(st, sent, gl.ttl_ms, gl.group_moves, now)
+            elif gl.state == NOT_HERE:
+                self._not_here(gl.group, sent, now)
+            else:
+                every = False
+        if not every:
+            return "unchanged"
+        if now >= self.deadline_all:
+            return "too_late"  # a lost lease stays lost
+        d = self._deadline(sent, ttl_ms)
+        if d > self.deadline_all:
+            self.deadline_all = d
+            return "extended"
+        return "unchanged"
+
+    def _raise_moves(self, st: _GroupState, moves: int) -> None:
+        if moves > st.moves:
+            st.moves = moves
+            self.changes += 1
+
+    def _extended(self, st: _GroupState, sent: float, ttl_ms: int, moves: int, now: float) -> None:
+        self._raise_moves(st, moves)
+        d = self._deadline(sent, ttl_ms)
+        if st.deadline is not None and now >= st.deadline:
+            # Too late for the holds of this epoch (they may have stopped already); the
+            # group's lease goes on for later grants.
+            self._end_epoch(st, st.deadline)
+            st.deadline = d
+        elif st.deadline is None or d > st.deadline:
+            st.deadline = d
+
+    def _not_here(self, group: int, sent: float, now: float) -> None:
+        st = self.groups.get(group)
+        if st is None:
+            return
+        if st.first_grant is not None and st.first_grant > sent:
+            # Every grant of this epoch arrived after the keepalive was sent: the group may have
+            # answered before the acquire adopted the session there. Nothing is known to end.
+            return
+        if st.first_grant is not None:
+            self._end_epoch(st, now if st.deadline is None else min(st.deadline, now))
+        st.deadline = None
+        self.changes += 1
+
+    def _end_epoch(self, st: _GroupState, at: float) -> None:
+        st.ended_at[st.epoch] = at
+        st.epoch += 1
+        st.first_grant = None
+        self.changes += 1
+
+    def granted(self, sent: float, now: float, group: int, group_moves: int,
+                lease_ttl_ms: int) -> HoldLease:
+        """A hold granted by ``group`` at its move count ``group_moves``, for an acquire sent at
+        ``sent`` and answered (or pushed) at ``now``, with the session's lease ``lease_ttl_ms``.
+
+        A group without a lease the client knows of starts one: ``sent + lease_ttl - margin``,
+        but never past ``deadline_all`` (a grant renews nothing: a group that knew the session
+        since the open or a keepalive counts its lease from there, which ``deadline_all``
+        covers)."""
+        st = self.groups.get(group)
+        if st is None:
+            st = self.groups[group] = _GroupState(None, group_moves)
+        if st.deadline is None:
+            st.deadline = min(self._deadline(sent, lease_ttl_ms), self.deadline_all)
+        self._raise_moves(st, group_moves)
+        if st.first_grant is None:
+            st.first_grant = now
+        return HoldLease(group, group_moves, st.epoch)
+
+    def deadline_of(self, hold: HoldLease) -> float:
+        """The per-lock rule: when ``hold`` counts as lost, apart from the session's own end. Its
+        group's deadline while the group's move count is the grant's, else ``deadline_all``;
+        once its group's lease epoch ended, when that epoch ended (already past)."""
+        st = self.groups.get(hold.group)
+        if st is None:
+            return self.deadline_all
+        if st.epoch != hold.epoch:
+            return st.ended_at.get(hold.epoch, -math.inf)
+        if st.moves == hold.group_moves and st.deadline is not None:
+            return st.deadline
+        return self.deadline_all
+
+    def lock_deadline(self, hold: HoldLease) -> float:
+        """When ``hold`` counts as lost, the session's end included."""
+        return min(self.deadline_of(hold), self.session_deadline())
+
+    def why_lost(self, hold: HoldLease) -> str:
+        st = self.groups.get(hold.group)
+        if st is not None and st.epoch != hold.epoch:
+            return f"the session's lease in lock group {hold.group} ended"
+        if st is not None and st.moves == hold.group_moves:
+            return f"the local lease deadline of lock group {hold.group} passed without a renewal"
+        return (f"a bucket moved in or out of lock group {hold.group} and the session-wide "
+                "deadline passed")
+
+
+class _Watched:
+    """Callbacks called once, on the engine's loop, when the lease they watch is lost."""
+
+    def __init__(self) -> None:
+        self.lost = False
+        self.why = ""
+        self._watchers: List[Callable[[], None]] = []
+        self._mu = threading.Lock()
+
+    def _fire(self, why: str) -> bool:
+        with self._mu:
+            if self.lost:
+                return False
+            self.lost = True
+            self.why = why
+            watchers, self._watchers = self._watchers, []
+        for cb in watchers:
+            try:
+                cb()
+            except Exception:  # a watcher must not stop the others
+                log.exception("lockd lease watcher failed")
+        return True
+
+
+class Lease(_Watched):
+    """One session as its locks see it: its per-group leases (:class:`GroupLeases`) and whether
+    it is lost, which is final.
+
+    Read from any thread; written on the engine's loop. Watchers (callbacks) are called once,
+    on the loop, when the session is lost."""
+
+    def __init__(self, gen: int, session_id: str, leases: GroupLeases) -> None:
+        super().__init__()
+        self.gen = gen
+        self.session_id = session_id
+        self.leases = leases
+
+    @property
+    def deadline(self) -> float:
+        """The session's local deadline (:meth:`GroupLeases.session_deadline`)."""
+        return self.leases.session_deadline()
+
+    def is_lost(self) -> bool:
+        """Lost, or past the local deadline (checked against the clock, not just the flag, so a
+        process resumed after a pause sees it before the engine's timer has run)."""
+        return self.lost or self.leases.session_expired(monotonic())
+
+    def watch(self, cb: Callable[[], None]) -> None:
+        with self._mu:
+            if not self.lost:
+                self._watchers.append(cb)
+                return
+        cb()
+
+    def unwatch(self, cb: Callable[[], None]) -> None:
+        with self._mu:
+            try:
+                self._watchers.remove(cb)
+            except ValueError:
+                pass
+
+    def end(self, why: str) -> None:
+        self._fire(why)
+
+
+class LockLease(_Watched):
+    """One hold's lease: lost when its session is, or at its own deadline
+    (:meth:`GroupLeases.lock_deadline`), or when its group's lease epoch ended.
+
+    Read from any thread; written on the engine's loop. Watchers are called once, on the loop,
+    when the lock is lost."""
+
+    def __init__(self, session: Lease, hold: HoldLease) -> None:
+        super().__init__()
+        self.session = session
+        self.hold = hold
+
+    @property
+    def deadline(self) -> float:
+        """The lock's local deadline on ``time.monotonic()``'s clock."""
+        return self.session.leases.lock_deadline(self.hold)
+
+    @property
+    def group(self) -> int:
+        return self.hold.group
+
+    def expired(self, now: float) -> bool:
+        return now >= self.deadline
+
+    def is_lost(self) -> bool:
+        """Lost, its session lost, or past its deadline (against the clock, as :class:`Lease`)."""
+        return self.lost or self.session.lost or self.expired(monotonic())
+
+    def watch(self, cb: Callable[[], None]) -> None:
+        with self._mu:
+            lost = self.lost
+            first = not lost and not self._watchers
+            if not lost:
+                self._watchers.append(cb)
+        if lost:
+            cb()
+        elif first:
+            # The session's end is this lock's end (called at once if it already ended).
+            self.session.watch(self._session_ended)
+
+    def unwatch(self, cb: Callable[[], None]) -> None:
+        with self._mu:
+            try:
+                self._watchers.remove(cb)
+            except ValueError:
+                return
+            last = not self._watchers
+        if last:
+            self.session.unwatch(self._session_ended)
+
+    def _session_ended(self) -> None:
+        self._fire(self.session.why)
+
+    def end(self, why: str) -> None:
+        if self._fire(why):
+            self.session.unwatch(self._session_ended)
