@@ -22,7 +22,8 @@ pub struct ClientOptions {
     /// Names this process in the service's views, e.g. `payout-worker-17`; also the default
     /// owner of its locks. Default: `HOST/PID` (e.g. `web-3/4242`).
     pub client_name: String,
-    /// The session TTL to ask for; the service clamps it to the namespace's bounds. Default 15 s.
+    /// The session TTL to ask for, within the namespace's bounds (the service refuses one
+    /// outside them: `ttl_out_of_range`). Default 15 s.
     pub ttl: Duration,
     /// How long before the lease's end a guard reports it lost. Default `ttl / 5` (3 s at 15 s).
     pub margin: Option<Duration>,

@@ -112,12 +112,21 @@ async fn grow_from_three_to_five_replicas_and_shrink_onto_other_nodes() {
         "the new replica holds the grant made before it joined"
     );
 
-    // A five-replica group takes writes with two nodes stopped.
+    // A five-replica group takes writes with two of its nodes stopped: three of five are a
+    // quorum. Then the two come back.
+    let mut stopped = Vec::new();
+    for n in nodes.drain(0..2) {
+        stopped.push(n.stop().await);
+    }
     let l = leader_of(&nodes).await;
     let b = SessionId(2);
     ok(&nodes[l].group(), open_op(b, 60_000, "")).await;
     let t2 = token(&ok(&nodes[l].group(), acquire_op(b, "jobs/five", 0)).await);
     assert!(t2 > t1);
+    for cfg in stopped.into_iter().rev() {
+        nodes.insert(0, start(cfg).await);
+    }
+    converged(&nodes).await;
 
     // Shrink onto 3, 4, 5: remove 1 and 2, wherever the leaders are (a leader being removed
     // hands its group over first).
