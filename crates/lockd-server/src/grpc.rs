@@ -743,7 +743,9 @@ impl Lock for GrpcApi {
         let svc = self.svc.clone();
         tokio::spawn(async move {
             let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<SessionEvent>();
-            let mut attached: Option<(SessionId, u64)> = None;
+            // The session, its attachment, and its namespace with the credential the stream
+            // opened or attached with: every keepalive is checked against them again.
+            let mut attached: Option<(SessionId, u64, Arc<(String, Credentials)>)> = None;
             // The notice of the session's end, sent last, after every answer.
             let mut ended = None;
             // The node is leaving: the stream ends with a status that sends the client elsewhere.
@@ -764,29 +766,11 @@ impl Lock for GrpcApi {
                         use pb::session_request::Kind;
                         use pb::session_event::Kind as Ev;
                         match msg.kind {
-                            Some(Kind::Open(o)) if attached.is_none() => {
-                                #[allow(deprecated)] // the body token still wins when set (proto header)
-                                let c = token_or(&o.token, &meta_creds);
-                                match svc.open_session(&o.client, o.ttl_ms, &o.namespace, &c).await {
-                                    Ok(s) => {
-                                        attached = Some((s.session, svc.waits.attach_stream(s.session, ev_tx.clone())));
-                                        out.event(id, Ev::Opened(pb::OpenSessionResponse {
-                                            session_id: s.session.to_string(), ttl_ms: s.ttl_ms, keepalive_every_ms: s.ttl_ms / 3,
-                                        }));
-                                    }
-                                    Err(e) => out.event(id, error_event(e)),
-                                }
-                            }
-                            Some(Kind::Attach(s)) if attached.is_none() => {
-                                let r = async {
-                                    let s = session_id("attach", &s)?;
-                                    let report = svc.keepalive(s, &meta_creds).await?;
-                                    Ok::<_, ApiError>((s, report))
-                                }.await;
-                                match r {
-                                    Ok((s, report)) => {
-                                        attached = Some((s, svc.waits.attach_stream(s, ev_tx.clone())));
-                                        out.event(id, Ev::Keepalive(keepalive_response(report)));
+                            Some(k @ (Kind::Open(_) | Kind::Attach(_))) if attached.is_none() => {
+                                match begin_session(&svc, k, &meta_creds).await {
+                                    Ok((s, auth, ev)) => {
+                                        attached = Some((s, svc.waits.attach_stream(s, ev_tx.clone()), auth));
+                                        out.event(id, ev);
                                     }
                                     Err(e) => out.event(id, error_event(e)),
                                 }
@@ -796,14 +780,14 @@ impl Lock for GrpcApi {
                             }
                             None => out.event(id, error_event(ApiError::bad_request("empty request"))),
                             Some(kind) => {
-                                let Some((session, _)) = attached else {
+                                let Some((session, _, auth)) = &attached else {
                                     out.event(id, error_event(ApiError::bad_request("send open or attach first")));
                                     continue;
                                 };
                                 // Requests run concurrently, on this task: replies carry their
                                 // request_id.
                                 let closing = matches!(kind, Kind::Close(_));
-                                let req = serve_stream_request(&svc, session, &meta_creds, id, kind);
+                                let req = serve_stream_request(&svc, *session, auth.clone(), id, kind);
                                 if closing {
                                     let answer = req.await;
                                     let closed = matches!(answer.kind, Some(Ev::Closed(_)));
@@ -861,7 +845,7 @@ impl Lock for GrpcApi {
             if let Some(status) = leaving {
                 let _ = out.tx.try_send(Err(status));
             }
-            if let Some((session, attachment)) = attached {
+            if let Some((session, attachment, _)) = attached {
                 svc.waits.detach_stream(session, attachment);
             }
         });
@@ -924,28 +908,68 @@ fn second_session() -> ApiError {
     ApiError::bad_request("the stream already carries a session")
 }
 
-/// Serves one request that came on a session stream attached to `session`.
+/// The stream's first request: `open` a session or `attach` one. Returns the session, its
+/// namespace with the credential that opened or attached it, and the answer.
+async fn begin_session(
+    svc: &Arc<Service>,
+    kind: pb::session_request::Kind,
+    meta_creds: &Credentials,
+) -> Result<
+    (
+        SessionId,
+        Arc<(String, Credentials)>,
+        pb::session_event::Kind,
+    ),
+    ApiError,
+> {
+    use pb::session_event::Kind as Ev;
+    use pb::session_request::Kind;
+    match kind {
+        Kind::Open(o) => {
+            #[allow(deprecated)] // the body token still wins when set (proto header)
+            let c = token_or(&o.token, meta_creds);
+            let s = svc
+                .open_session(&o.client, o.ttl_ms, &o.namespace, &c)
+                .await?;
+            let opened = Ev::Opened(pb::OpenSessionResponse {
+                session_id: s.session.to_string(),
+                ttl_ms: s.ttl_ms,
+                keepalive_every_ms: s.ttl_ms / 3,
+            });
+            Ok((s.session, Arc::new((o.namespace, c)), opened))
+        }
+        Kind::Attach(s) => {
+            let s = session_id("attach", &s)?;
+            let ns = svc.authorize_session(s, meta_creds).await?;
+            let report = svc.keepalive_authorized(s).await?;
+            let auth = Arc::new((ns, meta_creds.clone()));
+            Ok((s, auth, Ev::Keepalive(keepalive_response(report))))
+        }
+        _ => Err(ApiError::bad_request("send open or attach first")),
+    }
+}
+
+/// Serves one request that came on a session stream attached to `session` (`auth`: its
+/// namespace, and the credential the stream opened or attached with).
 async fn serve_stream_request(
     svc: &Arc<Service>,
     session: SessionId,
-    meta_creds: &Credentials,
+    auth: Arc<(String, Credentials)>,
     id: u64,
     kind: pb::session_request::Kind,
 ) -> pb::SessionEvent {
+    let meta_creds = &auth.1;
     use pb::session_event::Kind as Ev;
     use pb::session_request::Kind;
     let start = Instant::now();
     let (op, r) = match kind {
-        Kind::Keepalive(k) => (
-            "keepalive",
-            match same_session(&k.session_id, session) {
-                Ok(()) => svc
-                    .keepalive_authorized(session)
-                    .await
-                    .map(|r| Ev::Keepalive(keepalive_response(r))),
+        Kind::Keepalive(k) => {
+            let r = match same_session(&k.session_id, session) {
+                Ok(()) => svc.keepalive_in(session, &auth.0, meta_creds).await,
                 Err(e) => Err(e),
-            },
-        ),
+            };
+            ("keepalive", r.map(|r| Ev::Keepalive(keepalive_response(r))))
+        }
         Kind::Acquire(a) => {
             #[allow(deprecated)] // the body token still wins when set (proto header)
             let c = token_or(&a.token, meta_creds);

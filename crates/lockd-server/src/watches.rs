@@ -320,6 +320,7 @@ impl Hub {
             delivered: after.clone(),
             lag_limit: self.lag_limit,
             too_slow: self.too_slow.clone(),
+            recheck: None,
         })
     }
 
@@ -416,9 +417,34 @@ pub struct Watch {
     delivered: Positions,
     lag_limit: usize,
     too_slow: Arc<std::sync::atomic::AtomicU64>,
+    /// Checks the watcher's credential again: before an event goes out, at most every
+    /// [`RECHECK_EVERY`]. An error ends the watch with it.
+    recheck: Option<(Recheck, std::time::Instant)>,
 }
 
+/// A watch's authorization, checked again while it runs ([`Watch::recheck`]).
+pub type Recheck = Box<dyn Fn() -> Result<(), ApiError> + Send + Sync>;
+
+/// How often a running watch checks its credential again (a rotated token ends it within this).
+pub const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Watch {
+    /// Has `check` run again before events go out, at most every [`RECHECK_EVERY`].
+    pub fn recheck(&mut self, check: Recheck) {
+        self.recheck = Some((check, std::time::Instant::now()));
+    }
+
+    /// Runs the recheck if it is due.
+    fn authorized(&mut self) -> Result<(), ApiError> {
+        match &mut self.recheck {
+            Some((check, at)) if at.elapsed() >= RECHECK_EVERY => {
+                *at = std::time::Instant::now();
+                check()
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The positions delivered so far (what a resume passes as `after`).
     pub fn positions(&self) -> &Positions {
         &self.delivered
@@ -427,6 +453,11 @@ impl Watch {
     /// The next event, or the error that ends the watch. `None`: the node is stopping.
     pub async fn next(&mut self) -> Option<Result<Delivered, ApiError>> {
         loop {
+            if !self.pending.is_empty() {
+                if let Err(e) = self.authorized() {
+                    return Some(Err(e));
+                }
+            }
             if let Some(d) = self.pending.pop_front() {
                 // The last event of its entry that the watch wants: past it is the whole entry.
                 let last = self.pending.front().is_none_or(|n| n.index != d.index);

@@ -862,3 +862,117 @@ async fn attaching_a_protected_session_needs_its_namespace_token() {
     assert!(e.status == 400 || e.status == 401, "{e:?}");
     c.stop_all().await;
 }
+
+/// A token rotation takes effect on what is already open: a session stream's next keepalive
+/// with the old token is refused, and a watch opened with it ends within a second of the next
+/// event (issue 42 item 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_stops_open_streams_and_watches() {
+    let c = cluster(1, 2).await;
+    let mut cl = client(&c, 0).await;
+    // A stream and a watch of the `secure` namespace, both with its token.
+    let (up, rx) = mpsc::unbounded_channel();
+    let down = cl
+        .session(bearer(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+            SECURE_TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut s = Stream { up, down, next: 1 };
+    s.send(Req::Open(pb::OpenSessionRequest {
+        client: "rot".into(),
+        namespace: "secure".into(),
+        ..Default::default()
+    }));
+    let Some(Ev::Opened(opened)) = s.event().await.kind else {
+        panic!("not opened")
+    };
+    let keepalive = || {
+        Req::Keepalive(pb::KeepAliveRequest {
+            session_id: opened.session_id.clone(),
+        })
+    };
+    s.send(keepalive());
+    assert!(matches!(s.event().await.kind, Some(Ev::Keepalive(_))));
+    let watch = pb::WatchRequest {
+        prefix: "secure/".into(),
+        ..Default::default()
+    };
+    let mut events = cl
+        .watch(bearer(watch, SECURE_TOKEN))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // The admin rotates the token.
+    let admin = Http::new(c.url(0, "")).admin();
+    let v = admin.get("/v1/admin/namespaces").await.body["version"]
+        .as_u64()
+        .unwrap();
+    let r = admin
+        .post(
+            "/v1/admin/namespaces",
+            json!({"expected_version": v, "namespace": {"name": "secure", "prefix": "secure/"},
+                   "bearer_token": "secure-token-2"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // The stream's keepalive with the old token: refused, and the stream stays open.
+    s.send(keepalive());
+    let Some(Ev::Error(e)) = s.event().await.kind else {
+        panic!("a keepalive with the retired token was served")
+    };
+    assert_eq!(
+        (e.status, e.code.as_str()),
+        (401, "unauthenticated"),
+        "{e:?}"
+    );
+
+    // The watch: events made with the new token, until the watch ends; it must end, and
+    // within about a second of events.
+    let maker = tokio::spawn({
+        let mut cl = cl.clone();
+        async move {
+            let sec = cl
+                .open_session(bearer(
+                    pb::OpenSessionRequest {
+                        client: "maker".into(),
+                        namespace: "secure".into(),
+                        ..Default::default()
+                    },
+                    "secure-token-2",
+                ))
+                .await
+                .unwrap()
+                .into_inner()
+                .session_id;
+            for i in 0..200 {
+                let _ = cl
+                    .acquire(bearer(
+                        acq(&sec, &format!("secure/w-{i}"), 0),
+                        "secure-token-2",
+                    ))
+                    .await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    let rotated_at = tokio::time::Instant::now();
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.message()).await {
+            Ok(Ok(Some(_))) => continue,
+            Ok(Err(status)) => break status,
+            other => panic!("the watch went on or stopped without a refusal: {other:?}"),
+        }
+    };
+    maker.abort();
+    assert_eq!(ended.code(), Code::Unauthenticated, "{ended:?}");
+    assert!(
+        rotated_at.elapsed() < Duration::from_secs(5),
+        "ended {:?} after the rotation",
+        rotated_at.elapsed()
+    );
+}

@@ -638,11 +638,13 @@ impl Service {
 
     /// A session is a capability of the namespace it was opened in: every operation on it needs
     /// that namespace's credential (or the admin's). 404 if no lock group knows the session.
+    /// Returns the namespace, so that a stream carrying the session checks its keepalives
+    /// against it again without looking the session up ([`Service::keepalive_in`]).
     pub async fn authorize_session(
         &self,
         session: SessionId,
         creds: &Credentials,
-    ) -> Result<(), ApiError> {
+    ) -> Result<String, ApiError> {
         self.serving_names()?;
         // Every lock group knows the session: a replica here answers from memory. One that has
         // not applied the open yet (a follower a moment behind), or no replica here at all, is
@@ -672,8 +674,14 @@ impl Service {
                 format!("session {session} does not exist or has expired"),
             ));
         };
+        self.authorize_in(&namespace, creds)?;
+        Ok(namespace)
+    }
+
+    /// Whether `creds` may act on a session of `namespace` now (its token, or the admin's).
+    pub fn authorize_in(&self, namespace: &str, creds: &Credentials) -> Result<(), ApiError> {
         // A session restored from a format-1 snapshot has no namespace: the default's rules.
-        let ns = match self.namespace_named(&namespace) {
+        let ns = match self.namespace_named(namespace) {
             Ok(ns) => ns,
             // Its namespace was deleted: only the admin may still act on it.
             Err(e) if e.code == ErrorCode::NamespaceNotFound => {
@@ -746,8 +754,20 @@ impl Service {
         self.keepalive_authorized(session).await
     }
 
-    /// [`Service::keepalive`] for a caller already authorised for the session (a stream that
-    /// opened or attached it, an extend of one of its holds).
+    /// [`Service::keepalive`] on a stream that carries a session of `namespace`: the credential
+    /// is checked again every time, so a rotated or newly set token takes effect at once.
+    pub async fn keepalive_in(
+        &self,
+        session: SessionId,
+        namespace: &str,
+        creds: &Credentials,
+    ) -> Result<KeepaliveReport, ApiError> {
+        self.authorize_in(namespace, creds)?;
+        self.keepalive_authorized(session).await
+    }
+
+    /// [`Service::keepalive`] for a caller already authorised for the session (an extend of
+    /// one of its holds).
     pub async fn keepalive_authorized(
         &self,
         session: SessionId,
@@ -1146,8 +1166,10 @@ impl Service {
     /// Opens a watch of `name` or of the names under `prefix` (exactly one is non-empty),
     /// resuming after `after`. Authorised like a read of the namespace; a prefix that spans
     /// namespaces needs the admin token. The bool: the caller is the admin (session ids shown).
+    /// The credential is checked again before an event goes out, at most once a second, so a
+    /// rotated or newly set token ends a watch it no longer opens.
     pub fn watch(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         prefix: &str,
         after: &crate::watches::Positions,
@@ -1163,35 +1185,18 @@ impl Service {
                 ))
             }
         };
+        if let Selector::Prefix(p) = &selector {
+            if !p.is_empty() {
+                limits::check_new_name(p)
+                    .map_err(ApiError::from)
+                    .map_err(|e| ApiError::bad_request(e.message.replacen("name", "prefix", 1)))?;
+            }
+        }
+        let ns = self.authorize_watch(&selector, creds)?;
+        self.admit(&ns)?;
         let groups = match &selector {
-            Selector::Name(n) => {
-                self.admit_name(n, creds)?;
-                vec![self.route(n)?.id()]
-            }
-            Selector::Prefix(p) => {
-                if !p.is_empty() {
-                    limits::check_new_name(p)
-                        .map_err(ApiError::from)
-                        .map_err(|e| {
-                            ApiError::bad_request(e.message.replacen("name", "prefix", 1))
-                        })?;
-                }
-                let ns = self.namespace_for(p)?;
-                let spans = self.group(META_GROUP)?.read_local(|t| {
-                    t.namespaces()
-                        .any(|o| o.prefix != ns.prefix && o.prefix.starts_with(p.as_str()))
-                });
-                if spans {
-                    self.require_admin(
-                        creds,
-                        &format!("a watch of prefix '{p}', which spans namespaces,"),
-                    )?;
-                } else {
-                    self.authorize(&ns, creds)?;
-                }
-                self.admit(&ns)?;
-                self.lock_group_ids()
-            }
+            Selector::Name(n) => vec![self.route(n)?.id()],
+            Selector::Prefix(_) => self.lock_group_ids(),
         };
         let admin = self.inspect_as_admin(creds)?;
         let mut local = Vec::new();
@@ -1212,8 +1217,54 @@ impl Service {
                 ),
             ));
         }
-        let w = self.waits.watch.open(selector, &local, after)?;
+        let mut w = self.waits.watch.open(selector.clone(), &local, after)?;
+        let (svc, creds) = (Arc::downgrade(self), creds.clone());
+        w.recheck(Box::new(move || {
+            let Some(svc) = svc.upgrade() else {
+                return Ok(());
+            };
+            svc.authorize_watch(&selector, &creds)?;
+            if admin && !svc.inspect_as_admin(&creds)? {
+                return Err(ApiError::new(
+                    ErrorCode::PermissionDenied,
+                    "the admin token this watch was opened with is no longer the admin's",
+                ));
+            }
+            Ok(())
+        }));
         Ok((w, admin))
+    }
+
+    /// Whether `creds` may watch what `selector` names: the namespace's credential, or the
+    /// admin's for a prefix that spans namespaces. Returns the namespace (for its ops budget).
+    fn authorize_watch(
+        &self,
+        selector: &crate::watches::Selector,
+        creds: &Credentials,
+    ) -> Result<Namespace, ApiError> {
+        use crate::watches::Selector;
+        match selector {
+            Selector::Name(n) => {
+                limits::check_new_name(n).map_err(ApiError::from)?;
+                let ns = self.namespace_for(n)?;
+                self.authorize(&ns, creds)?;
+                Ok(ns)
+            }
+            Selector::Prefix(p) => {
+                let ns = self.namespace_for(p)?;
+                let spans = self.group(META_GROUP)?.read_local(|t| {
+                    t.namespaces()
+                        .any(|o| o.prefix != ns.prefix && o.prefix.starts_with(p.as_str()))
+                });
+                if spans {
+                    let what = format!("a watch of prefix '{p}', which spans namespaces,");
+                    self.require_admin(creds, &what)?;
+                } else {
+                    self.authorize(&ns, creds)?;
+                }
+                Ok(ns)
+            }
+        }
     }
 
     /// The hottest names (`GET /v1/contention`): the `top` names by waiters, longest wait,
