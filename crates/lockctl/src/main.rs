@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Exit codes: 0 success; 1 an error (printed, never a stack trace); 2 bad usage;
-//! 75 not acquired (held, or the wait ran out; `--conflict-exit-code`); 76 the lease was lost
+//! 69 the cluster could not be reached (no endpoint answered; they are named); 75 not acquired (held, or the wait ran out; `--conflict-exit-code`); 76 the lease was lost
 //! (`--lost-exit-code`); 128 + N when lockctl itself got signal N (SIGTERM, SIGHUP, SIGQUIT,
 //! SIGINT: CMD's process group is stopped and the lock released first). `run` otherwise exits
 //! with CMD's own code (128 + N when a signal N ended it).
@@ -29,6 +29,9 @@ mod duration;
 use child::Signals;
 use duration::{parse_duration, parse_wait};
 
+/// No endpoint answered (sysexits' EX_UNAVAILABLE): a script can tell "the cluster is down or
+/// the address is wrong" from "the command failed" (1).
+const EXIT_UNREACHABLE: u8 = 69;
 /// The lock was not acquired (held by another, or the wait ran out).
 const EXIT_NOT_ACQUIRED: u8 = 75;
 /// The lease was lost while holding the lock.
@@ -38,7 +41,14 @@ const EXIT_LOST: u8 = 76;
 const LOST_GRACE: Duration = Duration::from_millis(500);
 
 #[derive(Parser, Clone)]
-#[command(name = "lockctl", version, about = "Talk to a lockd cluster")]
+#[command(
+    name = "lockctl",
+    version,
+    about = "Talk to a lockd cluster",
+    after_help = "Exit codes: 0 success; 1 the command failed; 2 bad usage; 69 no endpoint \
+                  answered; 75 not acquired; 76 the lease was lost; 128+N a signal N. `run` \
+                  otherwise exits with its command's code."
+)]
 struct Cli {
     /// gRPC addresses of some nodes, comma-separated.
     #[arg(
@@ -558,13 +568,20 @@ async fn main() -> ExitCode {
             ExitCode::from(1)
         }
         Err(Fail::Error(e)) => {
-            let code = match e {
-                Error::NotAcquired { .. } => conflict,
-                _ => 1,
+            let (code, message) = match &e {
+                Error::NotAcquired { .. } => (conflict, e.to_string()),
+                Error::Unavailable(why) => (
+                    EXIT_UNREACHABLE,
+                    format!(
+                        "no endpoint answered (tried {}): {why}",
+                        endpoints(&cli).join(", ")
+                    ),
+                ),
+                _ => (1, e.to_string()),
             };
             out.note(
-                json!({"error": {"code": e.code(), "message": e.to_string()}}),
-                || format!("error: {e}"),
+                json!({"error": {"code": e.code(), "message": message}}),
+                || format!("error: {message}"),
             );
             ExitCode::from(code)
         }
@@ -1417,8 +1434,9 @@ fn abridged(ranges: &str) -> String {
     )
 }
 
+/// Exits 1 when some endpoint failed, 69 when none answered.
 async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {
-    let mut failed = None;
+    let (mut failed, mut answered) = (None, false);
     for ep in endpoints(cli) {
         let mut opts = options(cli, Duration::from_secs(15));
         opts.retry.max_attempts = 2;
@@ -1427,7 +1445,10 @@ async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {
             Err(e) => Err(e),
         };
         match r {
-            Ok(s) => out.print(status_json(&ep, &s), || status_human(&ep, &s)),
+            Ok(s) => {
+                answered = true;
+                out.print(status_json(&ep, &s), || status_human(&ep, &s))
+            }
             Err(e) => {
                 out.print(
                     json!({"endpoint": ep, "error": {"code": e.code(), "message": e.to_string()}}),
@@ -1438,6 +1459,7 @@ async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {
         }
     }
     match failed {
+        Some(Error::Unavailable(_)) if !answered => Err(Fail::Code(EXIT_UNREACHABLE)),
         Some(_) => Err(Fail::Code(1)),
         None => Ok(()),
     }
