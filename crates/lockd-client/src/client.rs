@@ -904,9 +904,22 @@ impl LockGuard {
     /// − margin` on the monotonic clock, so it falls before that group can expire the lease
     /// (C1). Once a bucket moved in or out of that group it is the session-wide deadline (every
     /// group acknowledged), since the hold may live elsewhere (docs/API.md, leases per group).
-    /// A lock already lost reads as now.
+    /// A lock already lost reads as the deadline it was lost at.
     pub fn deadline(&self) -> Instant {
-        guard_deadline(&self.lease.borrow(), self.gen, &self.hold).unwrap_or_else(Instant::now)
+        let l = self.lease.borrow();
+        if l.gen != self.gen {
+            return l.deadline.min(Instant::now());
+        }
+        let own = l.leases.deadline_of(&self.hold);
+        let own = own
+            .or_else(|| l.leases.ended_at(&self.hold))
+            .unwrap_or(l.deadline);
+        // A lost session's guards were lost by its session-wide deadline at the latest.
+        if l.lost {
+            own.min(l.deadline)
+        } else {
+            own
+        }
     }
 
     /// Whether the lock is lost: its deadline passed, its group's lease ended, or the session

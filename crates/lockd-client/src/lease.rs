@@ -113,7 +113,7 @@ pub struct HoldLease {
     epoch: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct GroupState {
     /// Send time of the last keepalive the group extended + its TTL − margin; `None` while
     /// the session has no lease there that the client knows of (after `not_here`).
@@ -123,6 +123,9 @@ struct GroupState {
     epoch: u64,
     /// When the first grant of this epoch arrived.
     first_grant: Option<Instant>,
+    /// When each ended epoch counts as having ended (its deadline, or when the client learnt
+    /// the lease was gone, whichever came first): a lost hold's deadline.
+    ended_at: std::collections::BTreeMap<u64, Instant>,
 }
 
 /// A session's leases, one per lock group, and the session-wide one (docs/API.md, "Leases per
@@ -194,7 +197,7 @@ impl GroupLeases {
                     ttl_ms,
                     group_moves,
                 } => self.extended(*g, sent, ttl_ms, group_moves, now),
-                GroupAnswer::NotHere => self.not_here(*g, sent),
+                GroupAnswer::NotHere => self.not_here(*g, sent, now),
                 GroupAnswer::Other => every = false,
             }
         }
@@ -212,13 +215,14 @@ impl GroupLeases {
             moves,
             epoch: 0,
             first_grant: None,
+            ended_at: Default::default(),
         });
         st.moves = st.moves.max(moves);
         match st.deadline {
             // Too late for the holds of this epoch (they may have stopped already); the
             // group's lease goes on for later grants.
             Some(old) if now >= old => {
-                end_epoch(st);
+                end_epoch(st, old);
                 st.deadline = Some(d);
             }
             Some(old) if d <= old => {}
@@ -226,7 +230,7 @@ impl GroupLeases {
         }
     }
 
-    fn not_here(&mut self, g: u32, sent: Instant) {
+    fn not_here(&mut self, g: u32, sent: Instant, now: Instant) {
         let Some(st) = self.groups.get_mut(&g) else {
             return;
         };
@@ -235,7 +239,10 @@ impl GroupLeases {
             // have answered before the acquire brought the session there. Nothing is known
             // to have ended.
             Some(first) if first > sent => return,
-            Some(_) => end_epoch(st),
+            Some(_) => {
+                let at = st.deadline.map_or(now, |d| d.min(now));
+                end_epoch(st, at);
+            }
             None => {}
         }
         st.deadline = None;
@@ -262,6 +269,7 @@ impl GroupLeases {
             moves: group_moves,
             epoch: 0,
             first_grant: None,
+            ended_at: Default::default(),
         });
         st.deadline.get_or_insert(start);
         st.moves = st.moves.max(group_moves);
@@ -273,9 +281,16 @@ impl GroupLeases {
         }
     }
 
+    /// When `hold` was lost, once the lease of its epoch is known to have ended: that lease's
+    /// deadline, or when the client learnt of the end if that came first.
+    pub fn ended_at(&self, hold: &HoldLease) -> Option<Instant> {
+        let st = self.groups.get(&hold.group)?;
+        st.ended_at.get(&hold.epoch).copied()
+    }
+
     /// When `hold` must be counted lost, apart from the session's own end: its group's
     /// deadline while the group's move count is the grant's, else the session-wide one;
-    /// `None` once the lease of its epoch is known to have ended.
+    /// `None` once the lease of its epoch is known to have ended ([`GroupLeases::ended_at`]).
     pub fn deadline_of(&self, hold: &HoldLease) -> Option<Instant> {
         let Some(st) = self.groups.get(&hold.group) else {
             return Some(self.all.deadline());
@@ -290,7 +305,8 @@ impl GroupLeases {
     }
 }
 
-fn end_epoch(st: &mut GroupState) {
+fn end_epoch(st: &mut GroupState, at: Instant) {
+    st.ended_at.insert(st.epoch, at);
     st.epoch += 1;
     st.first_grant = None;
 }
@@ -421,6 +437,7 @@ mod tests {
             s(6),
         );
         assert_eq!(l.deadline_of(&c), None);
+        assert_eq!(l.ended_at(&c), Some(s(6)), "lost when the client learnt it");
         assert_eq!(l.deadline_of(&a), None, "a lost lease stays lost");
     }
 
@@ -435,6 +452,7 @@ mod tests {
         // Answered after group 2's deadline: b is lost; the lease goes on for new grants.
         l.renewed(s(12), 15_000, &[(2, ext(15_000, 0))], s(14));
         assert_eq!(l.deadline_of(&b), None);
+        assert_eq!(l.ended_at(&b), Some(s(13)), "lost at its deadline");
         let d = l.granted(s(14), s(14), 2, 0, 15_000);
         assert_eq!(l.deadline_of(&d), Some(s(24)));
     }
