@@ -138,7 +138,8 @@ def test_check_name_is_the_specs_name_pattern() -> None:
 # ----- leases per group (docs/API.md, "Leases per group"): the rule on synthetic replies -----
 
 TTL, MARGIN = 15.0, 3.0  # the default margin is TTL/5
-UNREACHABLE = 3  # a state this client does not know (a later service's): extends nothing
+# GROUP_LEASE_STATE_UNREACHABLE, by number: the committed stubs may predate it.
+UNREACHABLE = 3
 
 
 def ext(group: int, group_moves: int = 0, ttl_ms: int = 15_000) -> lockd_pb2.GroupLease:
@@ -150,36 +151,52 @@ def not_here(group: int) -> lockd_pb2.GroupLease:
     return lockd_pb2.GroupLease(group=group, state=lockd_pb2.GROUP_LEASE_STATE_NOT_HERE)
 
 
-def other(group: int) -> lockd_pb2.GroupLease:
-    return lockd_pb2.GroupLease(group=group, state=UNREACHABLE)  # type: ignore[arg-type]
+def other(group: int, error: str = "group 1: no leader") -> lockd_pb2.GroupLease:
+    """UNREACHABLE: the group could not answer (no leader, node down)."""
+    gl = lockd_pb2.GroupLease(group=group, state=UNREACHABLE)  # type: ignore[arg-type]
+    if "error" in lockd_pb2.GroupLease.DESCRIPTOR.fields_by_name:
+        setattr(gl, "error", error)
+    return gl
 
 
 def test_a_lock_follows_its_groups_deadline_while_the_move_count_holds() -> None:
-    """(a) A lock in group 2 stays held while group 2 keeps extending, even once the
-    session-wide deadline lapses (group 1's answers are of a state the client does not know)."""
-    from lockd_client._lease import GroupLeases
+    """(a) Group 1 cannot answer, group 2 keeps extending for longer than the TTL: a lock in
+    group 2 stays held and the session goes on; a lock in group 1 is lost at group 1's deadline."""
+    from lockd_client._lease import GroupLeases, UNREACHABLE as UNREACHABLE_STATE
 
+    assert UNREACHABLE_STATE == UNREACHABLE
     l = GroupLeases(100.0, TTL, MARGIN)
-    assert l.deadline_all == 112.0
+    assert l.deadline_all == 112.0 == l.session_deadline()
     # A grant renews nothing: a group not heard from yet counts from the acquire's send, but
     # never past the session-wide deadline (the open started the lease there too).
     h = l.granted(101.0, 101.1, group=2, group_moves=5, lease_ttl_ms=15_000)
-    assert (h.group, h.group_moves, h.epoch) == (2, 5, 0)
+    assert (h.group, h.group_moves, h.epoch, h.all_epoch) == (2, 5, 0, 0)
     assert l.deadline_of(h) == 112.0
+    one = l.granted(101.0, 101.1, group=1, group_moves=0, lease_ttl_ms=15_000)
     assert l.renewed(102.0, 15_000, [ext(1), ext(2, 5)], 102.1) == "extended"
-    assert l.deadline_all == 114.0 and l.deadline_of(h) == 114.0
+    assert l.deadline_all == 114.0 and l.deadline_of(h) == 114.0 == l.deadline_of(one)
     for sent in (107.0, 112.0, 117.0, 122.0):
         assert l.renewed(sent, 15_000, [other(1), ext(2, 5)], sent + 0.1) == "unchanged"
-        assert l.deadline_of(h) == sent + TTL - MARGIN
+        assert l.deadline_of(h) == sent + TTL - MARGIN == l.lock_deadline(h)
+        assert l.session_deadline() == sent + TTL - MARGIN, "the latest group deadline"
     assert l.deadline_all == 114.0, "only a reply every group answered moves it"
+    assert l.groups[1].deadline == 114.0 and l.deadline_of(one) == 114.0 == l.lock_deadline(one)
     assert l.deadline_of(h) > 125.0 > l.deadline_all
-    # Today the session (and with it every lock) is lost when the session-wide deadline passes.
-    assert l.session_expired(114.0) and l.lock_deadline(h) == 114.0
+    # Past 114 (deadline_all and group 1's): the lock in group 1 is lost, the session (and the
+    # lock in group 2) goes on while group 2 extends.
+    assert not l.session_expired(130.0) and l.session_deadline() == 134.0
+    assert l.lock_deadline(one) <= 114.0 < l.lock_deadline(h)
+    assert "lock group 1" in l.why_lost(one) and "could not answer" in l.why_lost(one)
     # A group's own ttl counts (never more than the session's TTL).
     l.renewed(123.0, 9_000, [other(1), ext(2, 5, ttl_ms=9_000)], 123.1)
     assert l.deadline_of(h) == 134.0  # 122 + 12 is later: deadlines only move forward
     l.renewed(124.0, 60_000, [other(1), ext(2, 5, ttl_ms=60_000)], 124.1)
     assert l.deadline_of(h) == 136.0
+    # Group 2 stops answering too: the session is lost when its last deadline passes, and a
+    # reply after that revives nothing.
+    assert not l.session_expired(135.9) and l.session_expired(136.0)
+    assert l.renewed(130.0, 15_000, [ext(1), ext(2, 5)], 136.5) == "too_late"
+    assert l.deadline_of(h) == 136.0 and l.deadline_all == 114.0
 
 
 def test_a_lock_follows_the_session_wide_deadline_once_its_groups_move_count_rose() -> None:
@@ -243,17 +260,20 @@ def test_not_here_for_its_group_makes_a_lock_lost() -> None:
 
 def test_a_late_extension_does_not_revive_a_lock_but_a_later_grant_holds() -> None:
     """(d) An `extended` that arrives after the group's deadline passed: the locks of that lease
-    stay lost (they may have stopped); a grant after it follows the lease that answer started."""
+    stay lost (they may have stopped); a grant after it follows the lease that answer started.
+    (Group 3 keeps the session alive meanwhile.)"""
     from lockd_client._lease import GroupLeases
 
     l = GroupLeases(100.0, TTL, MARGIN)
-    l.renewed(101.0, 15_000, [ext(1), ext(2)], 101.1)
+    l.renewed(101.0, 15_000, [ext(1), ext(2), ext(3)], 101.1)
     b = l.granted(101.5, 101.6, 2, 0, 15_000)
     c = l.granted(102.0, 102.1, 2, 0, 15_000)
-    l.renewed(106.0, 15_000, [other(1), ext(2)], 106.1)
+    l.renewed(106.0, 15_000, [other(1), ext(2), ext(3)], 106.1)
     assert l.deadline_of(b) == l.deadline_of(c) == 118.0
+    l.renewed(112.0, 15_000, [other(1), other(2), ext(3)], 112.1)
+    assert l.session_deadline() == 124.0
     # Sent at 117.5, answered at 118.5: group 2's deadline (118) had passed.
-    l.renewed(117.5, 15_000, [other(1), ext(2)], 118.5)
+    assert l.renewed(117.5, 15_000, [other(1), ext(2), ext(3)], 118.5) == "unchanged"
     assert l.deadline_of(b) == 118.0 <= 118.5, "acknowledged after its deadline: still lost"
     assert l.deadline_of(c) == 118.0, "the same lease as b"
     assert l.groups[2].epoch == 1 and l.groups[2].deadline == 129.5
@@ -280,9 +300,95 @@ def test_a_reply_without_groups_falls_back_to_the_session_wide_deadline() -> Non
     assert l.renewed(121.0, 10_000, [], 121.1) == "extended"
     assert l.deadline_of(h) == l.deadline_all == 128.0
     assert l.renewed(115.5, 15_000, [], 121.2) == "unchanged"
-    # Answered after the deadline: too late, nothing moves (the session is lost).
+    # Answered after the deadline: too late, nothing moves (the session is lost: without
+    # groups, every deadline is deadline_all).
+    assert l.session_deadline() == 128.0
     assert l.renewed(127.0, 15_000, [], 128.5) == "too_late"
     assert l.deadline_all == 128.0 and l.session_expired(128.5)
+
+
+def test_a_lock_that_followed_deadline_all_stays_lost_once_it_restarts() -> None:
+    """(b) A hold whose group's move count rose follows deadline_all, and is lost when it lapses
+    (group 1 cannot answer) while the session goes on in group 2. A reply every group answered
+    after that restarts deadline_all (a new all_epoch) but does not revive the hold; grants
+    after it are fine, in the same group and once they follow deadline_all in turn."""
+    from lockd_client._lease import GroupLeases
+
+    l = GroupLeases(100.0, TTL, MARGIN)
+    l.renewed(101.0, 15_000, [ext(1), ext(2, 5)], 101.1)
+    h = l.granted(101.5, 101.6, 2, 5, 15_000)
+    assert l.deadline_of(h) == 113.0
+    changes = l.changes
+    # A bucket moved in or out of group 2 (count 6): h may live in group 1 now.
+    assert l.renewed(106.0, 15_000, [other(1), ext(2, 6)], 106.1) == "unchanged"
+    assert l.changes > changes
+    assert l.deadline_of(h) == 113.0 == l.deadline_all and l.groups[2].deadline == 118.0
+    assert l.renewed(110.0, 15_000, [other(1), ext(2, 6)], 110.1) == "unchanged"
+    assert l.lock_deadline(h) == 113.0, "lost when deadline_all lapses"
+    assert not l.session_expired(113.0) and l.session_deadline() == 122.0, "the session goes on"
+    assert "session-wide deadline" in l.why_lost(h)
+    # Every group answers again, after deadline_all (113) had passed: it restarts from this
+    # reply, in a new all_epoch; h stays lost (at the deadline it lapsed at).
+    changes = l.changes
+    assert l.renewed(114.0, 15_000, [ext(1), ext(2, 6)], 114.1) == "restarted"
+    assert l.all_epoch == 1 and l.deadline_all == 126.0 and l.changes > changes
+    assert l.deadline_of(h) == 113.0 == l.lock_deadline(h)
+    assert l.renewed(118.0, 15_000, [ext(1), ext(2, 6)], 118.1) == "extended"
+    assert l.deadline_of(h) == 113.0 and l.deadline_all == 130.0, "later renewals revive nothing"
+    # Grants after the restart are fine: one at the new count follows group 2's deadline ...
+    later = l.granted(118.5, 118.6, 2, 6, 15_000)
+    assert later.all_epoch == 1 and l.deadline_of(later) == 130.0
+    # ... and once a move makes it follow deadline_all, it follows the live one.
+    l.renewed(120.0, 15_000, [other(1), ext(2, 7)], 120.1)
+    assert l.deadline_of(later) == 130.0 == l.deadline_all and l.groups[2].deadline == 132.0
+    # A reply every group answered that arrives when even its own deadline has passed restarts
+    # nothing.
+    assert l.renewed(117.0, 15_000, [ext(1), ext(2, 7)], 131.0) == "unchanged"
+    assert l.all_epoch == 1 and l.deadline_all == 130.0
+
+
+def test_a_pushed_session_ended_for_one_group_ends_only_that_groups_lease() -> None:
+    """(c) SessionEnded(group=1) as a NOT_HERE answer sent when it arrived: group 1's locks
+    granted before it are lost, group 2's are not, the session goes on; a grant in group 1
+    after it (the acquire adopted the session there again) follows a new lease."""
+    from lockd_client._lease import GroupLeases
+
+    l = GroupLeases(100.0, TTL, MARGIN)
+    l.renewed(101.0, 15_000, [ext(1), ext(2)], 101.1)
+    a = l.granted(101.5, 101.6, 1, 0, 15_000)
+    a2 = l.granted(104.0, 104.1, 1, 0, 15_000)
+    b = l.granted(101.5, 101.6, 2, 0, 15_000)
+    l.renewed(105.0, 15_000, [other(1), ext(2)], 105.1)
+    changes = l.changes
+    l.group_ended(1, 106.0)
+    assert l.changes > changes
+    assert l.lock_deadline(a) == 106.0 == l.lock_deadline(a2), "lost when the push arrived"
+    assert "lock group 1" in l.why_lost(a) and "ended" in l.why_lost(a)
+    assert l.deadline_of(b) == 117.0 and l.groups[1].deadline is None
+    assert not l.session_expired(110.0) and l.session_deadline() == 117.0
+    c = l.granted(106.5, 106.6, 1, 0, 15_000)
+    assert c.epoch == a.epoch + 1 and l.deadline_of(c) == 113.0  # 106.5 + 12, capped by deadline_all
+    l.renewed(107.0, 15_000, [ext(1), ext(2)], 107.1)
+    assert l.deadline_of(c) == 119.0 and l.lock_deadline(a) == 106.0, "a stays lost"
+    # A push for a group the client never heard of changes nothing.
+    l.group_ended(9, 108.0)
+    assert l.deadline_of(c) == 119.0 and l.deadline_of(b) == 119.0
+
+
+def test_every_group_not_here_means_the_session_is_gone() -> None:
+    """(d) A reply in which every group answered NOT_HERE (the service answers 404 instead):
+    the session has no lease anywhere, and is lost at once; a later reply revives nothing."""
+    from lockd_client._lease import GroupLeases
+
+    l = GroupLeases(100.0, TTL, MARGIN)
+    l.renewed(101.0, 15_000, [ext(1), ext(2)], 101.1)
+    a = l.granted(101.5, 101.6, 1, 0, 15_000)
+    assert l.renewed(102.0, 15_000, [not_here(1), ext(2)], 102.1) == "extended"
+    assert not l.session_expired(102.2)
+    assert l.renewed(103.0, 15_000, [not_here(1), not_here(2)], 103.1) == "gone"
+    assert l.session_expired(103.1) and l.session_deadline() == 103.1
+    assert l.lock_deadline(a) <= 103.1
+    assert l.renewed(104.0, 15_000, [ext(1), ext(2)], 104.1) == "too_late"
 
 
 def test_lock_lease_watchers_fire_once_for_the_lock_or_its_session() -> None:
@@ -367,5 +473,181 @@ def test_the_engine_fires_lost_when_a_reply_ends_a_locks_group_lease() -> None:
             if s.ticker is not None:
                 s.ticker.cancel()
             await core.close()
+
+    asyncio.run(main())
+
+
+def _engine(ttl_ms: int = 15_000, sent_ago: float = 0.0):  # type: ignore[no-untyped-def]
+    """A Core with a session opened ``sent_ago`` seconds ago by a synthetic answer (no service;
+    no keepalive is due for ages). Returns (core, session, reported names, open's send time)."""
+    import asyncio
+
+    from lockd_client._core import Core
+    from lockd_client._lease import monotonic
+    from lockd_client._options import ClientOptions
+
+    core = Core(["127.0.0.1:1"], ClientOptions(ttl=ttl_ms / 1000, use_stream=False))
+    reported: list = []
+
+    async def report(names: list) -> None:
+        reported.extend(names)
+    core._report_expired = report  # type: ignore[method-assign]
+    core._wake = asyncio.Event()
+    sent = monotonic() - sent_ago
+    s = core._opened(lockd_pb2.OpenSessionResponse(session_id="s", ttl_ms=ttl_ms,
+                                                   keepalive_every_ms=10**9), sent, None)
+    return core, s, reported, sent
+
+
+async def _stop(core, s) -> None:  # type: ignore[no-untyped-def]
+    core._sess = None
+    if s.ticker is not None:
+        s.ticker.cancel()
+    await core.close()
+
+
+def test_the_engine_ends_one_groups_locks_on_a_pushed_session_ended() -> None:
+    """(c) in the engine: SessionEnded(group=1) fires `lost` for group 1's locks (granted before
+    it), not group 2's; the session and the stream go on; a grant in group 1 after it holds.
+    SessionEnded for group 0 ("closed") still ends the session."""
+    import asyncio
+
+    from lockd_client._lease import monotonic
+    from lockd_client.types import Mode
+
+    async def main() -> None:
+        core, s, reported, sent = _engine()
+        try:
+            h1 = core._hold(s, "one", 7, "me", Mode.EXCLUSIVE, 1, sent, 1, 0, 15_000)
+            h2 = core._hold(s, "two", 8, "me", Mode.EXCLUSIVE, 1, sent, 2, 0, 15_000)
+            core.held = {1: h1, 2: h2}
+            fired: list = []
+            h1.lease.watch(lambda: fired.append("one"))
+            h2.lease.watch(lambda: fired.append("two"))
+            core._event(lockd_pb2.SessionEvent(
+                session_ended=lockd_pb2.SessionEnded(group=1, reason="expired")))
+            assert fired == ["one"] and h1.lease.is_lost() and not h2.lease.is_lost()
+            assert "lock group 1" in h1.lease.why and h1.lease.deadline <= monotonic()
+            assert core._sess is s and not s.lease.is_lost(), "the session goes on"
+            await asyncio.sleep(0)
+            assert reported == ["one"] and core.lease_expired == 1
+            # A later grant in group 1 (the acquire adopted the session there again) holds.
+            h3 = core._hold(s, "three", 9, "me", Mode.EXCLUSIVE, 1, monotonic(), 1, 0, 15_000)
+            core.held[3] = h3
+            assert not h3.lease.is_lost() and h3.lease.deadline > monotonic() + 5
+            core._event(lockd_pb2.SessionEvent(
+                session_ended=lockd_pb2.SessionEnded(group=0, reason="closed")))
+            assert core._sess is None and s.lease.lost
+            assert fired == ["one", "two"] and h3.lease.is_lost()
+            assert core.lease_expired == 1, "a close is no expiry"
+        finally:
+            await _stop(core, s)
+
+    asyncio.run(main())
+
+
+def test_a_keepalive_refused_with_503_loses_nothing_but_404_loses_the_session() -> None:
+    """Rule 4 and (d) in the engine: a keepalive answered 503 (no group extended, some could not
+    answer) is retried soon and loses nothing; 404 (every group said NOT_HERE) loses the
+    session, and so does a reply in which every group said NOT_HERE."""
+    import asyncio
+
+    from lockd_client._core import _Pending
+    from lockd_client._lease import monotonic
+    from lockd_client.types import Mode
+
+    async def main() -> None:
+        core, s, _, sent = _engine()
+        try:
+            h = core._hold(s, "one", 7, "me", Mode.EXCLUSIVE, 1, sent, 1, 0, 15_000)
+            core.held = {1: h}
+            if s.ticker is not None:
+                s.ticker.cancel()  # no real keepalive to 127.0.0.1:1
+            core._pending[41] = _Pending("keepalive", sent=monotonic())
+            core._event(lockd_pb2.SessionEvent(request_id=41, error=lockd_pb2.Error(
+                status=503, code="no_leader", message="group 1: no leader", retry_after_ms=100)))
+            assert core._sess is s and not s.lease.is_lost() and not h.lease.is_lost()
+            assert s.keepalive_failures == 1 and s.next_keepalive < monotonic() + 5
+            core._pending[42] = _Pending("keepalive", sent=monotonic())
+            core._event(lockd_pb2.SessionEvent(request_id=42, error=lockd_pb2.Error(
+                status=404, code="session_not_found", message="gone")))
+            assert core._sess is None and s.lease.lost and h.lease.is_lost()
+        finally:
+            await _stop(core, s)
+        core, s, _, sent = _engine()
+        try:
+            h = core._hold(s, "one", 7, "me", Mode.EXCLUSIVE, 1, sent, 1, 0, 15_000)
+            core.held = {1: h}
+            core._renewed(monotonic(), lockd_pb2.KeepAliveResponse(
+                ttl_ms=15_000, groups=[not_here(1), not_here(2)]))
+            assert core._sess is None and s.lease.lost and h.lease.is_lost()
+            assert "no lease" in s.lease.why
+        finally:
+            await _stop(core, s)
+
+    asyncio.run(main())
+
+
+def test_the_engine_fires_lost_at_each_locks_own_deadline_while_the_session_goes_on() -> None:
+    """Rule 5 with the engine's timer: group 1 cannot answer, group 2 extends. A lock whose
+    group-2 move count changed follows deadline_all and fires `lost` when it lapses; a lock in
+    group 1 fires at group 1's (later) deadline; the session goes on on group 2's lease. Every
+    group answering again restarts deadline_all without reviving either lock; a new grant holds."""
+    import asyncio
+
+    from lockd_client._lease import monotonic
+    from lockd_client.types import Mode
+
+    async def main() -> None:
+        # Opened 11.5 s ago: deadline_all (sent + 15 - 3) is 0.5 s away.
+        core, s, reported, sent = _engine(sent_ago=11.5)
+        t0 = sent + 11.5
+        try:
+            leases = s.lease.leases
+            core._renewed(sent, lockd_pb2.KeepAliveResponse(ttl_ms=15_000,
+                                                            groups=[ext(1), ext(2, 5)]))
+            # Group 1 extended a keepalive sent 11 s before t0 (its deadline: t0 + 1) and could
+            # not answer the next one, which group 2 extended (at move count 5).
+            core._renewed(t0 - 11.0, lockd_pb2.KeepAliveResponse(ttl_ms=15_000,
+                                                                 groups=[ext(1), other(2)]))
+            core._renewed(monotonic(), lockd_pb2.KeepAliveResponse(ttl_ms=15_000,
+                                                                   groups=[other(1), ext(2, 5)]))
+            moved = core._hold(s, "moved", 7, "me", Mode.EXCLUSIVE, 1, monotonic(), 2, 5, 15_000)
+            one = core._hold(s, "one", 8, "me", Mode.EXCLUSIVE, 1, sent, 1, 0, 15_000)
+            core.held = {1: moved, 2: one}
+            fired: dict = {}
+            moved.lease.watch(lambda: fired.setdefault("moved", monotonic()))
+            one.lease.watch(lambda: fired.setdefault("one", monotonic()))
+            assert moved.lease.deadline > t0 + 11.0 and abs(one.lease.deadline - (t0 + 1.0)) < 1e-6
+            await asyncio.sleep(0.05)  # the engine's timer now sleeps to t0 + 1
+            assert not fired
+            # Group 2 answers at a higher move count: `moved` follows deadline_all, nearer than
+            # the timer's wake-up.
+            core._renewed(monotonic(), lockd_pb2.KeepAliveResponse(ttl_ms=15_000,
+                                                                   groups=[other(1), ext(2, 6)]))
+            assert abs(moved.lease.deadline - (t0 + 0.5)) < 1e-6
+            assert moved.lease.deadline == leases.deadline_all
+            assert abs(one.lease.deadline - (t0 + 1.0)) < 1e-6
+            assert s.lease.deadline > t0 + 11.0, "the session lives on group 2's lease"
+            while "one" not in fired and monotonic() < t0 + 3:
+                await asyncio.sleep(0.01)
+            assert set(fired) == {"moved", "one"}
+            assert t0 + 0.5 <= fired["moved"] < t0 + 0.5 + 0.4, fired["moved"] - t0
+            assert t0 + 1.0 <= fired["one"] < t0 + 1.0 + 0.4, fired["one"] - t0
+            assert "session-wide" in moved.lease.why and "lock group 1" in one.lease.why
+            assert core._sess is s and not s.lease.is_lost()
+            await asyncio.sleep(0)
+            assert sorted(reported) == ["moved", "one"] and core.lease_expired == 2
+            # Every group answers again: deadline_all restarts, neither lock comes back.
+            core._renewed(monotonic(), lockd_pb2.KeepAliveResponse(ttl_ms=15_000,
+                                                                   groups=[ext(1), ext(2, 6)]))
+            assert leases.all_epoch == 1 and leases.deadline_all > monotonic() + 10
+            assert moved.lease.is_lost() and one.lease.is_lost()
+            assert moved.lease.deadline <= t0 + 0.5 and one.lease.deadline <= t0 + 1.0
+            new = core._hold(s, "new", 9, "me", Mode.EXCLUSIVE, 1, monotonic(), 2, 6, 15_000)
+            assert not new.lease.is_lost() and new.lease.deadline > monotonic() + 10
+            assert core.lease_expired == 2
+        finally:
+            await _stop(core, s)
 
     asyncio.run(main())

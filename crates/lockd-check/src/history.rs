@@ -118,6 +118,16 @@ pub enum Record {
         #[serde(default)]
         time_ms: u64,
     },
+    /// `session` was brought into `group` again (adopted): a new lease there, so grants to it
+    /// in that group are allowed again after an earlier expiry (leases are per group).
+    SvcSessionAdopted {
+        seq: u64,
+        #[serde(default)]
+        group: u64,
+        session: String,
+        #[serde(default)]
+        time_ms: u64,
+    },
     /// The store's key started with `value` and fence 0 (lets reads be checked from the start).
     StoreInit { key: String, value: String },
     /// The store's own log: one line per write or fenced read it served, in its commit order.

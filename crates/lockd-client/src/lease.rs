@@ -111,6 +111,8 @@ pub struct HoldLease {
     pub group_moves: u64,
     /// The group's lease epoch at the grant (bumped when the client learns that lease ended).
     epoch: u64,
+    /// The session-wide lease's epoch at the grant (bumped when it was renewed too late).
+    all_epoch: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,13 +141,17 @@ struct GroupState {
 ///   group's deadline had passed. A lost lease stays lost for the holds of its epoch.
 /// - A hold follows its group's deadline while the group's move count is the grant's (a hold
 ///   leaves its group only by a bucket move, which raises the count in both groups first);
-///   once the count differs it follows the session-wide deadline; once its epoch ended it is
-///   lost.
+///   once the count differs it follows the session-wide deadline (and is lost for good if
+///   that was renewed only after it passed); once its epoch ended it is lost.
+/// - The session is lost once no lease of it may be alive ([`GroupLeases::session_deadline`]).
 ///
 /// Pure: time is an input.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupLeases {
     all: LocalLease,
+    /// Bumped when every group answered only after the session-wide deadline: the holds that
+    /// followed it are lost; it starts again for later ones.
+    all_epoch: u64,
     groups: std::collections::BTreeMap<u32, GroupState>,
 }
 
@@ -154,13 +160,36 @@ impl GroupLeases {
     pub fn opened(sent: Instant, ttl: Duration, margin: Duration) -> GroupLeases {
         GroupLeases {
             all: LocalLease::opened(sent, ttl, margin),
+            all_epoch: 0,
             groups: Default::default(),
         }
     }
 
-    /// The session-wide lease: when it passes without a renewal, the session is lost.
+    /// The session-wide lease (renewed only when every group answered).
     pub fn session(&self) -> &LocalLease {
         &self.all
+    }
+
+    /// When the session is lost: once no lease of it may still be alive, neither the
+    /// session-wide one nor any group's. Until then it lives in the groups that keep answering.
+    pub fn session_deadline(&self) -> Instant {
+        let groups = self.groups.values().filter_map(|g| g.deadline);
+        groups.fold(self.all.deadline(), Instant::max)
+    }
+
+    /// Whether `hold` is provably still in the group that granted it: the group reports the
+    /// move count of the grant. Otherwise it may live in any group now.
+    pub fn in_its_group(&self, hold: &HoldLease) -> bool {
+        self.groups
+            .get(&hold.group)
+            .is_some_and(|g| g.moves == hold.group_moves)
+    }
+
+    /// The service said the session's lease in `group` ended (a pushed `session_ended` that
+    /// names the group), and the client learnt it at `at`: as a "not here" answer to a
+    /// keepalive sent then.
+    pub fn ended(&mut self, group: u32, at: Instant) {
+        self.not_here(group, at);
     }
 
     /// `sent + TTL − margin` for a renewal granting `ttl_ms` (never more than the TTL of the
@@ -201,11 +230,17 @@ impl GroupLeases {
                 GroupAnswer::Other => every = false,
             }
         }
-        if every {
-            self.all.renewed(sent, ttl_ms, now)
-        } else {
-            Renewal::Unchanged
+        if !every {
+            return Renewal::Unchanged;
         }
+        let renewal = self.all.renewed(sent, ttl_ms, now);
+        if renewal == Renewal::TooLate {
+            // Too late for the holds that followed it; it goes on for later ones.
+            self.all_epoch += 1;
+            self.all = LocalLease::opened(sent, self.all.ttl, self.all.margin);
+            self.all.renewed(sent, ttl_ms, now);
+        }
+        renewal
     }
 
     fn extended(&mut self, g: u32, sent: Instant, ttl_ms: u64, moves: u64, now: Instant) {
@@ -278,6 +313,7 @@ impl GroupLeases {
             group,
             group_moves,
             epoch: st.epoch,
+            all_epoch: self.all_epoch,
         }
     }
 
@@ -292,15 +328,16 @@ impl GroupLeases {
     /// deadline while the group's move count is the grant's, else the session-wide one;
     /// `None` once the lease of its epoch is known to have ended ([`GroupLeases::ended_at`]).
     pub fn deadline_of(&self, hold: &HoldLease) -> Option<Instant> {
+        let all = (self.all_epoch == hold.all_epoch).then(|| self.all.deadline());
         let Some(st) = self.groups.get(&hold.group) else {
-            return Some(self.all.deadline());
+            return all;
         };
         if st.epoch != hold.epoch {
             return None;
         }
         match st.deadline {
             Some(d) if st.moves == hold.group_moves => Some(d),
-            _ => Some(self.all.deadline()),
+            _ => all,
         }
     }
 }
@@ -455,6 +492,65 @@ mod tests {
         assert_eq!(l.ended_at(&b), Some(s(13)), "lost at its deadline");
         let d = l.granted(s(14), s(14), 2, 0, 15_000);
         assert_eq!(l.deadline_of(&d), Some(s(24)));
+    }
+
+    #[test]
+    fn one_groups_outage_loses_only_its_holds_and_the_session_lives_on() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.renewed(s(1), 15_000, &[(1, ext(15_000, 0)), (2, ext(15_000, 0))], s(1));
+        let in1 = l.granted(s(1), s(1), 1, 0, 15_000);
+        let in2 = l.granted(s(1), s(1), 2, 0, 15_000);
+        // Group 1 is down for longer than the TTL; group 2 answers every 5 s.
+        for n in [6, 11, 16, 21] {
+            let answers = [(1, GroupAnswer::Other), (2, ext(15_000, 0))];
+            assert_eq!(l.renewed(s(n), 15_000, &answers, s(n)), Renewal::Unchanged);
+        }
+        assert_eq!(l.deadline_of(&in1), Some(s(13)), "lost at group 1's deadline");
+        assert_eq!(l.deadline_of(&in2), Some(s(33)));
+        assert_eq!(l.session().deadline(), s(13));
+        assert_eq!(l.session_deadline(), s(33), "the session lives in group 2");
+        // Group 1 comes back: every group answers, late for the session-wide lease, which
+        // starts again; group 1's holds of before stay lost.
+        let both = [(1, ext(15_000, 0)), (2, ext(15_000, 0))];
+        assert_eq!(l.renewed(s(26), 15_000, &both, s(26)), Renewal::TooLate);
+        assert_eq!(l.deadline_of(&in1), None);
+        assert_eq!(l.session().deadline(), s(38));
+        let again = l.granted(s(26), s(26), 1, 0, 15_000);
+        assert_eq!(l.deadline_of(&again), Some(s(38)));
+    }
+
+    #[test]
+    fn a_moved_hold_is_lost_for_good_when_the_session_wide_lease_was_renewed_late() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.renewed(s(1), 15_000, &[(1, ext(15_000, 0)), (2, ext(15_000, 0))], s(1));
+        let hold = l.granted(s(1), s(1), 2, 0, 15_000);
+        // A move in group 2 while group 1 is down: the hold follows the session-wide lease.
+        l.renewed(s(6), 15_000, &[(1, GroupAnswer::Other), (2, ext(15_000, 1))], s(6));
+        assert_eq!(l.deadline_of(&hold), Some(s(13)));
+        // Every group answers again only after that deadline: the hold is lost for good.
+        l.renewed(s(14), 15_000, &[(1, ext(15_000, 0)), (2, ext(15_000, 1))], s(14));
+        assert_eq!(l.deadline_of(&hold), None);
+        assert!(l.session_deadline() > s(14), "the session goes on");
+    }
+
+    #[test]
+    fn a_pushed_end_in_one_group_loses_the_holds_granted_before_it() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.renewed(s(1), 15_000, &[(1, ext(15_000, 0)), (2, ext(15_000, 0))], s(1));
+        let in1 = l.granted(s(1), s(1), 1, 0, 15_000);
+        let in2 = l.granted(s(1), s(1), 2, 0, 15_000);
+        l.ended(1, s(5));
+        assert_eq!(l.deadline_of(&in1), None);
+        assert_eq!(l.deadline_of(&in2), Some(s(13)));
+        // A grant after the notice (the session brought back into group 1) is not lost.
+        let back = l.granted(s(6), s(6), 1, 0, 15_000);
+        assert_eq!(l.deadline_of(&back), Some(s(13)));
     }
 
     #[test]

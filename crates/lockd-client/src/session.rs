@@ -26,7 +26,7 @@ use tokio::time::{sleep_until, timeout, Instant};
 use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::lease::{GroupAnswer, GroupLeases, HoldLease, Renewal};
+use crate::lease::{GroupAnswer, GroupLeases, HoldLease};
 use crate::{ClientOptions, Error};
 
 /// What every guard of the client watches: the current session and its local deadline.
@@ -474,7 +474,7 @@ impl Driver {
 
     pub async fn run(mut self) {
         loop {
-            let deadline = self.sess.as_ref().map(|s| s.leases.session().deadline());
+            let deadline = self.sess.as_ref().map(|s| s.leases.session_deadline());
             let keepalive = self
                 .sess
                 .as_ref()
@@ -489,7 +489,7 @@ impl Driver {
                 biased;
                 _ = at(deadline) => {
                     // A renewal may have raced the timer: only a deadline still in the past counts.
-                    if self.sess.as_ref().is_some_and(|s| s.leases.session().expired(Instant::now())) {
+                    if self.sess.as_ref().is_some_and(|s| s.leases.session_deadline() <= Instant::now()) {
                         self.lose("the local lease deadline passed without a renewal", true);
                     }
                 }
@@ -637,12 +637,14 @@ impl Driver {
             extended_by_new_leader_of: None,
         });
         let groups: Vec<(u32, GroupAnswer)> = k.groups.iter().map(group_answer).collect();
-        match s.leases.renewed(sent, k.ttl_ms, &groups, Instant::now()) {
-            // Too late: the guards may already have stopped. A lost lease stays lost.
-            Renewal::TooLate => {
-                self.lose("the local lease deadline passed without a renewal", true)
-            }
-            Renewal::Unchanged | Renewal::Extended { .. } => self.publish(),
+        let now = Instant::now();
+        // Too late for some lease: its guards are lost (`lease.rs`), the others go on. Only
+        // when no lease of the session may still be alive is the session lost.
+        let _ = s.leases.renewed(sent, k.ttl_ms, &groups, now);
+        if s.leases.session_deadline() <= now {
+            self.lose("the local lease deadline passed without a renewal", true)
+        } else {
+            self.publish();
         }
     }
 
@@ -778,6 +780,14 @@ impl Driver {
             (Ev::Error(e), Some(Pending::Release(reply))) => {
                 let _ = reply.send(StreamRelease::Answered(Err(Error::from_event(e))));
             }
+            // Expired in one group: only that group's lease ended (its guards are lost); the
+            // session goes on in its other groups.
+            (Ev::SessionEnded(e), _) if e.group != 0 && e.reason == "expired" => {
+                if let Some(s) = &mut self.sess {
+                    s.leases.ended(e.group, Instant::now());
+                }
+                self.publish();
+            }
             (Ev::SessionEnded(e), _) => {
                 let why = format!("the service ended the session ({})", e.reason);
                 self.lose(&why, e.reason != "closed");
@@ -911,7 +921,7 @@ impl Driver {
     /// Moves the session to the next node (`attach`), within the local deadline.
     async fn reconnect(&mut self) {
         let Some(s) = &self.sess else { return };
-        let (id, deadline) = (s.id.clone(), s.leases.session().deadline());
+        let (id, deadline) = (s.id.clone(), s.leases.session_deadline());
         let i = self.core.preferred();
         let attach = self.handshake(i, Req::Attach(id.clone()));
         // An attach answered after the local deadline could not save the lease anyway.
@@ -1080,7 +1090,7 @@ fn group_answer(g: &pb::GroupLease) -> (u32, GroupAnswer) {
             group_moves: g.group_moves,
         },
         pb::GroupLeaseState::NotHere => GroupAnswer::NotHere,
-        pb::GroupLeaseState::Unspecified => GroupAnswer::Other,
+        pb::GroupLeaseState::Unreachable | pb::GroupLeaseState::Unspecified => GroupAnswer::Other,
     };
     (g.group, answer)
 }

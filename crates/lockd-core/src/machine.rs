@@ -459,10 +459,8 @@ impl LockTable {
                 let ttl_ms = self.sessions[&session].ttl_ms;
                 Ok(Reply::SessionOpened { session, ttl_ms })
             }
-            crate::Presence::Ended => Err(Rejection::UnknownSession { session }),
             crate::Presence::NotHere => {
                 let r = self.open_session(now, session, client, ttl_ms, namespace)?;
-                self.note_arrival(session);
                 if let Reply::SessionOpened { ttl_ms, .. } = r {
                     // Its lease here starts now, as an imported session's does.
                     ev.push(LockEvent::SessionAdopted { session, ttl_ms });
@@ -878,9 +876,8 @@ impl LockTable {
         };
         match self.session_presence(session) {
             crate::Presence::Live => {}
-            // Open elsewhere, never here: it holds nothing here.
+            // No lease here (never brought here, or ended here): it holds nothing here.
             crate::Presence::NotHere => return Err(not_holder()),
-            crate::Presence::Ended => return Err(Rejection::UnknownSession { session }),
         }
         let lock = self.locks.get(name).ok_or_else(not_holder)?;
         match lock

@@ -364,7 +364,6 @@ impl LockTable {
                     waits: Default::default(),
                 },
             );
-            self.note_arrival(s.id);
             ev.push(LockEvent::SessionAdopted {
                 session: s.id,
                 ttl_ms: s.ttl_ms,

@@ -299,6 +299,8 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         } else if format >= 5 {
             self.t.topology = field::<crate::topology::TopologyV5, _>(&mut seq, 9)?.into();
         }
+        // Per-group leases keep no record of adopted sessions (`topology_commands.rs`).
+        self.t.topology.adopted.clear();
         if format >= 6 {
             self.t.cluster.draining = field(&mut seq, 10)?;
         }

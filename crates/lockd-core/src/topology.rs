@@ -47,21 +47,21 @@ impl std::fmt::Display for ConfigId {
 pub enum Presence {
     /// Open here.
     Live,
-    /// Opened before this group was born and never brought here: not ended, just elsewhere.
+    /// No lease here: never brought here, or ended here (a group keeps no record of ended
+    /// sessions). An acquire may adopt it afresh.
     NotHere,
-    /// Ended here (or never existed).
-    Ended,
 }
 
 /// What a group's state records of the topology: the meta group's group records; a lock
-/// group's birth and the older sessions it adopted.
+/// group's birth.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Topology {
     /// Meta group: every lock group's record.
     pub groups: BTreeMap<u32, GroupRecord>,
     /// Lock group: the epoch it was born at (`None`: a founding group, epoch 0).
     pub birth: Option<u64>,
-    /// Lock group: sessions older than the group that came here (adopted or imported).
+    /// Unused since leases are per group (a group no longer tells "ended" from "never here");
+    /// kept, written empty, so that snapshot formats keep their shape. Dropped on restore.
     pub adopted: BTreeSet<SessionId>,
     /// Meta group: removed lock groups and the epochs they were born at (ids and epochs are
     /// never used again).

@@ -1,4 +1,4 @@
-//! Groups created on a running cluster, and the sessions they did not see opened.
+//! Groups created on a running cluster, and where a session has a lease.
 //!
 //! **The meta group's records.** Every lock group has a record: the nodes it is placed on and
 //! its *birth epoch*. The founding groups are recorded at epoch 0. A group created later gets
@@ -6,17 +6,15 @@
 //! send it sessions, keepalives and buckets only when it is ready. One group is created at a
 //! time, so groups become ready in the order of their epochs.
 //!
-//! **Sessions.** A session is opened in every ready group the opening node knows of, and its id
-//! carries the newest birth epoch among them ([`SessionId::epoch`]). So a group born at epoch
-//! `e` knows every session whose epoch is at least `e`; one with an older epoch may simply
-//! never have been here. That one is *not here* (not ended): a keepalive leaves this group out,
-//! and the first acquire in this group adopts it (its opening values, copied from a group that
-//! has it). A group remembers every older session it adopted, so once such a session ends here
-//! it is ended, not "not here" (the set is bounded by the sessions older than the group).
-//!
-//! A session id minted before ids carried an epoch reads its high bits as one. If that epoch is
-//! at least a new group's, the group counts the session as ended: the session is closed and
-//! its client opens another. That costs a reconnect, never a second holder.
+//! **Sessions: a lease per group.** A session is opened in one lock group (its home) and
+//! brought into another group by the first acquire there ([`crate::Op::AdoptSession`], with
+//! the values it was opened with). Each group keeps its own lease for the session, renewed by
+//! keepalives sent to it and ended by its own leader's expiry, so a group's outage ends no
+//! lease in another group. A group that has no lease for a session cannot tell "never here"
+//! from "ended here": both are [`Presence::NotHere`]. An acquire adopts such a session afresh
+//! (a new lease that holds nothing), which is safe because a client counts a group's locks
+//! lost once its own deadline for that group passes, before the group can have expired it
+//! (docs/INVARIANTS.md, per-group leases).
 
 use std::collections::BTreeMap;
 
@@ -35,31 +33,18 @@ impl LockTable {
         self.topology.birth.unwrap_or(0)
     }
 
-    /// Whether this group knows `session` (see the module doc).
+    /// Whether this group has a lease for `session` (see the module doc).
     pub fn session_presence(&self, session: SessionId) -> Presence {
         if self.sessions.contains_key(&session) {
             Presence::Live
-        } else if session.epoch() < self.birth_epoch() && !self.topology.adopted.contains(&session)
-        {
-            Presence::NotHere
         } else {
-            Presence::Ended
+            Presence::NotHere
         }
     }
 
-    /// The rejection for a session this group does not have open.
+    /// The rejection for a session this group has no lease for: the caller may adopt it here.
     pub(crate) fn absent_session(&self, session: SessionId) -> Rejection {
-        match self.session_presence(session) {
-            Presence::NotHere => Rejection::SessionNotHere { session },
-            _ => Rejection::UnknownSession { session },
-        }
-    }
-
-    /// Notes that an older session came here, so that its end here is an end.
-    pub(crate) fn note_arrival(&mut self, session: SessionId) {
-        if session.epoch() < self.birth_epoch() {
-            self.topology.adopted.insert(session);
-        }
+        Rejection::SessionNotHere { session }
     }
 
     /// Meta group: records the founding groups, once (a no-op when any group is recorded).
@@ -517,12 +502,13 @@ mod tests {
         let old = SessionId::with_epoch(1, 0xabc);
         let new = SessionId::with_epoch(2, 0xdef);
         assert_eq!(g.session_presence(old), Presence::NotHere);
-        assert_eq!(g.session_presence(new), Presence::Ended);
+        assert_eq!(g.session_presence(new), Presence::NotHere);
         assert_eq!(
             apply(&mut g, acquire(old, "a")).unwrap_err().code(),
             "wrong_group"
         );
 
+        // Any session may be brought here, once at a time: a lease per group.
         let adopt_old = adopt(old);
         assert!(apply(&mut g, adopt_old.clone()).is_ok());
         assert_eq!(g.session_presence(old), Presence::Live);
@@ -531,27 +517,19 @@ mod tests {
             "adopting a live session is a no-op"
         );
         assert!(apply(&mut g, Op::CloseSession { session: old }).is_ok());
-        assert_eq!(
-            g.session_presence(old),
-            Presence::Ended,
-            "ended here is ended"
-        );
-        assert_eq!(
-            apply(&mut g, adopt_old).unwrap_err().code(),
-            "session_not_found"
-        );
-        let adopt_new = adopt(new);
-        assert_eq!(
-            apply(&mut g, adopt_new).unwrap_err().code(),
-            "session_not_found"
+        assert_eq!(g.session_presence(old), Presence::NotHere);
+        assert!(
+            apply(&mut g, adopt(new)).is_ok(),
+            "a session newer than the group that missed its open is brought here too"
         );
         let restored = LockTable::restore(&g.snapshot()).unwrap();
-        assert_eq!(restored.session_presence(old), Presence::Ended);
+        assert_eq!(restored.session_presence(old), Presence::NotHere);
+        assert_eq!(restored.session_presence(new), Presence::Live);
         assert_eq!(restored.birth_epoch(), 2);
 
-        // A founding group: every session it does not have is ended.
+        // A founding group: a session it does not have is not here.
         let mut f = LockTable::new();
-        assert_eq!(f.session_presence(old), Presence::Ended);
+        assert_eq!(f.session_presence(old), Presence::NotHere);
         assert!(apply(&mut f, open(new)).is_ok());
         assert_eq!(
             apply(

@@ -394,15 +394,14 @@ impl Model {
                 max_bytes: 512,
             });
         }
-        if !self.sessions.contains_key(&s) {
-            return Err(Rejection::UnknownSession {
-                session: SessionId(s),
-            });
-        }
         let nh = Rejection::NotHolder {
             session: SessionId(s),
             name: name.to_string(),
         };
+        // No lease here for the session: it holds nothing here (leases are per group).
+        if !self.sessions.contains_key(&s) {
+            return Err(nh);
+        }
         let l = self.locks.get(name).ok_or(nh.clone())?;
         if let Some(i) = l
             .holders
@@ -444,8 +443,9 @@ impl Model {
                 max: limits::MAX_SEMAPHORE_LIMIT,
             });
         }
+        // No lease here: the caller may bring the session here (`AdoptSession`).
         let Some(&ttl) = self.sessions.get(&s) else {
-            return Err(Rejection::UnknownSession {
+            return Err(Rejection::SessionNotHere {
                 session: SessionId(s),
             });
         };

@@ -634,8 +634,10 @@ fn only_the_holder_with_its_current_token_releases_or_extends() {
             name: "n".into(),
             token: t2
         }),
-        Rejection::UnknownSession {
-            session: SessionId(9)
+        // A session with no lease in this group holds nothing here.
+        Rejection::NotHolder {
+            session: SessionId(9),
+            name: "n".into()
         }
     );
 }
@@ -833,7 +835,7 @@ fn bad_input_is_rejected_without_changing_state() {
             H::acquire_op(a, "n", X, limits::MAX_WAIT_MS + 1),
             "wait_too_long",
         ),
-        (H::acquire_op(SessionId(42), "n", X, 0), "session_not_found"),
+        (H::acquire_op(SessionId(42), "n", X, 0), "session_not_here"),
         (H::acquire_op(a, "held", X, 0), "already_held"),
         (
             Op::Release {

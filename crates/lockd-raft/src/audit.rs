@@ -1,5 +1,6 @@
 //! The service's own record of who holds what: one [`AuditEvent`] per grant, per hold that ends
-//! and per session that ends, tagged with the log index that caused it.
+//! and per session that ends or is brought into a group, tagged with the log index that caused
+//! it.
 //!
 //! Mapped one to one from the core's [`LockEvent`]s, which every replica emits alike for the same
 //! log prefix (S9); an `EffectSink` gets them through [`EffectSink::events`](crate::EffectSink::events).
@@ -34,6 +35,9 @@ pub enum AuditEvent {
         session: SessionId,
         cause: &'static str,
     },
+    /// `session` was brought into this group, where it had no lease (an acquire adopted it, or a
+    /// bucket import brought it): a lease of its own here starts (leases are per group).
+    SessionAdopted { session: SessionId },
     /// The hold `(name, token)` of `session` left this group for a bucket move (the freeze's
     /// export): it lives on in the receiving group.
     MovedOut {
@@ -115,9 +119,10 @@ impl AuditEvent {
                 token: *token,
                 limit: limit_of(*mode),
             },
-            LockEvent::WaitStarted { .. }
-            | LockEvent::WaitEnded { .. }
-            | LockEvent::SessionAdopted { .. } => return None,
+            LockEvent::SessionAdopted { session, .. } => {
+                AuditEvent::SessionAdopted { session: *session }
+            }
+            LockEvent::WaitStarted { .. } | LockEvent::WaitEnded { .. } => return None,
         })
     }
 }

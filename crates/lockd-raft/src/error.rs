@@ -13,7 +13,8 @@ pub enum GroupError {
     /// No leader is known or the leader's lease is not (yet) valid. Nothing was proposed.
     /// Retry after `retry_after_ms`, on this node or another.
     NoLeader { retry_after_ms: u64 },
-    /// The session does not exist (never opened, closed, or expired). Do not retry: open a new one.
+    /// The group has no lease for the session (never brought here, or closed or expired here).
+    /// Leases are per group: the session may live on in another group.
     SessionNotFound,
     /// The operation could not be completed. The message says whether the outcome is unknown
     /// (the command may or may not have been committed: inspect state before retrying).
@@ -22,9 +23,6 @@ pub enum GroupError {
     Timeout,
     /// This node is shutting down. Retry on another node.
     ShuttingDown,
-    /// The session is older than this group and was never used here (`lockd-core`'s
-    /// `topology.rs`): not ended, just not here. A keepalive leaves this group out.
-    SessionNotHere,
 }
 
 impl GroupError {
@@ -52,16 +50,13 @@ impl fmt::Display for GroupError {
                     "no leader with a valid lease for this group; retry in {retry_after_ms} ms"
                 )
             }
-            GroupError::SessionNotFound => f.write_str("session not found (closed or expired)"),
+            GroupError::SessionNotFound => f.write_str("the session has no lease in this group (closed, expired, or never here)"),
             GroupError::Unavailable(why) => write!(f, "group unavailable: {why}"),
             GroupError::Timeout => {
                 f.write_str("timed out waiting for the group; the outcome is unknown")
             }
             GroupError::ShuttingDown => {
                 f.write_str("this node is shutting down; retry on another node")
-            }
-            GroupError::SessionNotHere => {
-                f.write_str("the session is older than this group and was never used here")
             }
         }
     }

@@ -216,10 +216,17 @@ fn keepalive_response(r: KeepaliveReport) -> pb::KeepAliveResponse {
                 state: State::Extended as i32,
                 ttl_ms,
                 group_moves,
+                ..Default::default()
             },
             GroupLease::NotHere => pb::GroupLease {
                 group,
                 state: State::NotHere as i32,
+                ..Default::default()
+            },
+            GroupLease::Unreachable { error } => pb::GroupLease {
+                group,
+                state: State::Unreachable as i32,
+                error,
                 ..Default::default()
             },
         })
@@ -821,11 +828,8 @@ impl Lock for GrpcApi {
                                 ended = Some(session_closed());
                                 break;
                             }
-                            // Expired: decided by one group's leader, named in the notice.
-                            SessionEvent::Ended { .. } => {
-                                ended = Some(push(ev));
-                                break;
-                            }
+                            // Expired in one group, named in the notice: the session goes on in
+                            // its other groups (leases are per group), and so does the stream.
                             ev => out.event(0, push(ev)),
                         }
                     }

@@ -500,6 +500,9 @@ fn keepalive_json(r: &KeepaliveReport) -> serde_json::Value {
                 "group_moves": group_moves,
             }),
             GroupLease::NotHere => json!({"group": group, "state": "not_here"}),
+            GroupLease::Unreachable { error } => {
+                json!({"group": group, "state": "unreachable", "error": error})
+            }
         })
         .collect();
     json!({"ttl_s": r.ttl_ms / 1000, "ttl_ms": r.ttl_ms, "groups": groups})

@@ -64,20 +64,6 @@ impl Service {
             .unwrap_or(0)
     }
 
-    /// The groups a live `session` is certainly open in: the ready ones born at or before its
-    /// epoch (it may be in later ones too, if it was adopted there).
-    pub(crate) fn session_groups(&self, session: SessionId) -> Vec<GroupId> {
-        let records = self.records.read().expect("records poisoned");
-        if records.is_empty() {
-            return (1..=self.lock_groups).collect();
-        }
-        records
-            .iter()
-            .filter(|(_, r)| r.ready && r.born_epoch <= session.epoch())
-            .map(|(g, _)| *g)
-            .collect()
-    }
-
     /// Every node this one knows of in the cluster (the meta group's members), with their
     /// addresses learnt: calls to a created group go to nodes this one may never have called.
     fn cluster_nodes(&self) -> Vec<NodeId> {
@@ -424,21 +410,21 @@ impl Service {
         answer_of!(self, &meta, Query::Groups, Groups)
     }
 
-    /// Opens `session`, older than `group`, there with the values it was opened with (read
-    /// from a group it is certainly open in). 404 if it is open nowhere any more.
+    /// Brings `session` into `group`, where it has no lease, with the values it was opened with
+    /// (read from a group that has it): a lease of its own there. 404 if no group has it any
+    /// more.
     pub(crate) async fn adopt_session(
         &self,
         group: &Route,
         session: SessionId,
     ) -> Result<(), ApiError> {
-        let mut opening = None;
-        for g in self.session_groups(session) {
-            let q = Query::SessionOpening { session };
-            opening = answer_of!(self, &self.route_of(g)?, q, SessionOpening)?;
-            if opening.is_some() {
-                break;
-            }
-        }
+        let q = Query::SessionOpening { session };
+        let opening = self
+            .session_answer(&q, |a| match a {
+                crate::ask::Answer::SessionOpening(o) => o,
+                _ => None,
+            })
+            .await?;
         let Some((client, ttl_ms, namespace)) = opening else {
             return Err(ApiError::new(
                 ErrorCode::SessionNotFound,

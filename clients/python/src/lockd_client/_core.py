@@ -12,9 +12,13 @@ background thread. It
   breaks or a keepalive goes unanswered for a whole interval, within the local deadline;
 * matches pushed grants to waiting acquires (a waiting acquire parks in the lock's FIFO queue
   on the service and is woken by the push, never by polling);
-* marks a lock lost when its own deadline passes or its group's lease ended, and the session
-  lost when the session-wide deadline passes without a renewal or the service says the session
-  ended; every lock of it reports lost and the next acquire opens a new session.
+* marks a lock lost when its own deadline passes or its group's lease ended (a keepalive's
+  ``not_here`` for the group, or a pushed ``SessionEnded`` for that group alone), and the session
+  lost when every deadline it has (the session-wide one and each group's) passed without a
+  renewal, or the service says the session is gone (404, every group ``not_here``, or a
+  ``SessionEnded`` for group 0); every lock of it reports lost and the next acquire opens a new
+  session. A keepalive that fails otherwise (503: no group extended, some could not answer) is
+  retried; it loses nothing by itself.
 
 The semantics follow lockd-client (Rust), crates/lockd-client/src/session.rs.
 """
@@ -32,7 +36,7 @@ import grpc
 import grpc.aio
 
 from . import errors
-from ._lease import GroupLeases, Lease, LockLease, monotonic
+from ._lease import EXTENDED, NOT_HERE, GroupLeases, Lease, LockLease, monotonic
 from ._options import ClientOptions
 from ._proto import lockd_pb2 as pb
 from ._rpc import LockStub
@@ -440,7 +444,7 @@ class Core:
         while self._sess is s:
             now = monotonic()
             if s.lease.leases.session_expired(now):
-                self._lose("the local lease deadline passed without a renewal", True)
+                self._lose("every local lease deadline passed without a renewal", True)
                 return
             self._check_locks(s, now)
             if not self._use_stream:
@@ -472,10 +476,21 @@ class Core:
             return
         now = monotonic()
         leases = s.lease.leases
-        if leases.session_expired(now) or leases.renewed(sent, r.ttl_ms, r.groups, now) == "too_late":
-            # Too late: the locks may already have stopped. A lost lease stays lost.
-            self._lose("the local lease deadline passed without a renewal", True)
+        outcome = leases.renewed(sent, r.ttl_ms, r.groups, now)
+        if outcome == "too_late":
+            # Too late: the locks may already have stopped. A lost session stays lost.
+            self._lose("every local lease deadline passed without a renewal", True)
             return
+        if outcome == "gone":
+            self._lose("every lock group said the session has no lease there", True)
+            return
+        for gl in r.groups:
+            if gl.state not in (EXTENDED, NOT_HERE):
+                log.debug("lockd: lock group %d could not answer a keepalive: %s", gl.group,
+                          getattr(gl, "error", "") or f"state {gl.state}")
+        if outcome == "restarted":
+            log.info("lockd: every lock group answered again after the session-wide deadline "
+                     "had passed; the locks that followed it stay lost")
         self._check_locks(s, now)
 
     def _check_locks(self, s: _Sess, now: float) -> None:
@@ -485,6 +500,9 @@ class Core:
         if now < s.check_due and leases.changes == s.checked_changes:
             return
         s.checked_changes = leases.changes
+        # A change may have brought a hold's deadline, or the session's, nearer than the tick's
+        # timer: wake it so that it sleeps to the new check_due (harmless from the tick itself).
+        self._poke()
         lost: List[Hold] = []
         due = math.inf
         for h in self.held.values():
@@ -623,9 +641,15 @@ class Core:
         p = self._pending.pop(ev.request_id, None) if ev.request_id else None
         if p is not None and p.kind == "keepalive":
             if kind == "keepalive":
+                if self._sess is not None:
+                    self._sess.keepalive_failures = 0
                 self._renewed(p.sent, ev.keepalive)
             elif kind == "error" and ev.error.status == 404:
                 self._lose("the service no longer knows the session", True)
+            elif kind == "error":
+                # 503 (no group extended, some could not answer) or another refusal: the session
+                # goes on while any of its deadlines holds; try again soon.
+                self._keepalive_failed(errors.from_event(ev.error))
         elif p is not None and p.kind == "acquire" and p.acq is not None:
             a = p.acq
             if kind == "acquired":
@@ -654,8 +678,11 @@ class Core:
                 elif kind == "error":
                     p.fut.set_exception(errors.from_event(ev.error))
         elif kind == "session_ended":
-            reason = ev.session_ended.reason
-            self._lose(f"the service ended the session ({reason})", reason != "closed")
+            se = ev.session_ended
+            if se.group != 0 and se.reason == "expired":
+                self._group_ended(se.group)
+            else:
+                self._lose(f"the service ended the session ({se.reason})", se.reason != "closed")
         elif kind in ("granted", "wait_ended"):
             self._push(ev, None)
         elif kind == "lease_extended":
@@ -666,6 +693,31 @@ class Core:
                      "deadline keeps its own, shorter rule", le.group, le.remaining_ms)
         else:
             log.debug("lockd: unexpected session event %s", kind)
+
+    def _group_ended(self, group: int) -> None:
+        """Lock group ``group`` let the session's lease there run out (a pushed ``SessionEnded``
+        for that group): the locks it granted before the push are lost; the session and its
+        stream go on in the other groups, and a later acquire there adopts the session again."""
+        s = self._sess
+        if s is None:
+            return
+        now = monotonic()
+        log.warning("lockd: lock group %d ended the lease of the session of %s there; its locks "
+                    "there are lost, the session goes on", group, self.opts.client_name)
+        s.lease.leases.group_ended(group, now)
+        self._check_locks(s, now)
+
+    def _keepalive_failed(self, err: LockdError) -> None:
+        s = self._sess
+        if s is None:
+            return
+        log.debug("lockd: keepalive refused: %s", err)
+        s.keepalive_failures += 1
+        retry = monotonic() + min(
+            s.every, self.opts.retry.delay(min(s.keepalive_failures, 4), err.retry_after))
+        if retry < s.next_keepalive:
+            s.next_keepalive = retry
+            self._poke()
 
     def _push(self, ev: pb.SessionEvent, waiting: Optional[_Acq]) -> None:
         """A ``granted`` or ``wait_ended`` push; ``waiting`` is the acquire it answers if known."""
@@ -708,9 +760,11 @@ class Core:
         """A grant of session ``s``, tied to the lease of the group that made it."""
         hold = s.lease.leases.granted(sent, monotonic(), group, group_moves, lease_ttl_ms)
         lease = LockLease(s.lease, hold)
-        if lease.deadline < s.check_due:
-            s.check_due = lease.deadline
-            self._poke()  # the engine's timer fires this lock's `lost` at its deadline
+        if lease.deadline < s.check_due or s.lease.leases.changes != s.checked_changes:
+            # The engine's timer fires this lock's `lost` at its deadline; a grant at a higher
+            # move count also makes the group's older holds follow deadline_all (a rescan).
+            s.check_due = min(s.check_due, lease.deadline)
+            self._poke()
         return Hold(name, token, s.id, lease, owner, mode, reentry)
 
     @staticmethod

@@ -25,11 +25,14 @@ def monotonic() -> float:
     return time.monotonic()
 
 
-#: A group's answer to a keepalive (``GroupLease.state``). Any other state (one a later service
-#: may add, such as a group that could not answer) extends nothing there and keeps the reply
-#: from counting as every group's.
+#: A group's answer to a keepalive (``GroupLease.state``). Any state but these two (UNREACHABLE,
+#: or one a later service may add) extends nothing there and keeps the reply from counting as
+#: every group's.
 EXTENDED = pb.GROUP_LEASE_STATE_EXTENDED
 NOT_HERE = pb.GROUP_LEASE_STATE_NOT_HERE
+#: The group could not answer (no leader, node down; ``GroupLease.error`` says why). By number:
+#: stubs generated before the state existed do not name it.
+UNREACHABLE: int = int(getattr(pb, "GROUP_LEASE_STATE_UNREACHABLE", 3))
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class HoldLease:
     group_moves: int
     #: The group's lease epoch at the grant (bumped when the client learns that lease ended).
     epoch: int
+    #: ``GroupLeases.all_epoch`` at the grant (bumped when ``deadline_all`` restarts after it
+    #: had passed): a hold that follows ``deadline_all`` is lost once it differs.
+    all_epoch: int
 
 
 @dataclass
@@ -56,6 +62,8 @@ class _GroupState:
     first_grant: Optional[float] = None
     #: Ended epochs: when each counts as having ended (at or before the client learnt it).
     ended_at: Dict[int, float] = field(default_factory=dict)
+    #: Why the group last could not answer (``GroupLease.error``); cleared when it extends.
+    error: str = ""
 
 
 class GroupLeases:
@@ -67,31 +75,57 @@ class GroupLeases:
 
     * ``deadline_all`` (the session-wide deadline) moves only with a keepalive reply in which
       every listed group answered ``extended`` or ``not_here`` (a reply without ``groups``
-      counts as every group extended with the reply's ``ttl_ms``).
+      counts as every group extended with the reply's ``ttl_ms``). A group that could not
+      answer (``UNREACHABLE``) extends nothing and keeps the reply from counting. When such a
+      reply arrives after ``deadline_all`` had passed, ``deadline_all`` restarts from it and
+      ``all_epoch`` is bumped: the holds that followed it are lost for good.
     * Per group ``g``: ``deadline`` (last reply that said ``extended`` for ``g``), ``moves``
       (highest move count seen, never lowered) and ``epoch``, bumped when the client learns the
       lease there ended: ``g`` answered ``not_here`` although a grant of the epoch arrived
       before the keepalive was sent, or an ``extended`` arrived after ``g``'s deadline had
       passed. A lost lease stays lost for the holds of its epoch; later grants start afresh.
+    * A group's lease also ends when the service pushes ``SessionEnded`` for that group
+      (:meth:`group_ended`): as a ``not_here`` answer to a keepalive sent when the push arrived.
     * A hold follows its group's deadline while the group's move count is still the grant's
       (a hold leaves its group only by a bucket move, which raises the count in both groups);
-      once the count differs it follows ``deadline_all``; once its epoch ended it is lost.
-    * The session itself is lost when :meth:`session_deadline` passes (today ``deadline_all``).
+      once the count differs it follows ``deadline_all``, and is lost if ``all_epoch`` moved
+      since its grant; once its group's epoch ended it is lost.
+    * The session itself is lost when :meth:`session_deadline` passes: the latest of
+      ``deadline_all`` and every group's deadline (the session lives while the lease of any of
+      its groups may be alive), or at once when every group answered ``not_here`` (the service
+      answers 404 then).
     """
 
     def __init__(self, sent: float, ttl: float, margin: float) -> None:
         self.ttl = ttl
         self.margin = margin
         self.deadline_all = sent + ttl - margin
+        #: Bumped when ``deadline_all`` restarts after it had passed (a hold records it).
+        self.all_epoch = 0
+        #: Ended ``all_epoch`` values: the ``deadline_all`` each ended at.
+        self.all_ended_at: Dict[int, float] = {}
         self.groups: Dict[int, _GroupState] = {}
-        #: Counts the changes that can make a hold lost before its deadline as last computed
-        #: (an epoch ended, a move count rose, a group's lease forgotten).
+        #: When every group answered ``not_here`` (the session is gone); ``None`` until then.
+        self.gone_at: Optional[float] = None
+        #: Counts the changes that can make a hold (or the session) lost before its deadline as
+        #: last computed (an epoch ended, a move count rose, a group's lease forgotten,
+        #: ``deadline_all`` restarted).
         self.changes = 0
 
     # The session rule, in one place: when the whole session counts as lost (every lock of it
     # lost, the next acquire opens a new session).
     def session_deadline(self) -> float:
-        return self.deadline_all
+        """The latest of ``deadline_all`` and every group's deadline the client knows of: the
+        session lives while any group's lease may still be alive. Every hold's own deadline
+        comes no later (:meth:`deadline_of`). Once every group answered ``not_here``, when that
+        answer arrived."""
+        d = self.deadline_all
+        for st in self.groups.values():
+            if st.deadline is not None and st.deadline > d:
+                d = st.deadline
+        if self.gone_at is not None:
+            d = min(d, self.gone_at)
+        return d
 
     def session_expired(self, now: float) -> bool:
         return now >= self.session_deadline()
@@ -107,8 +141,18 @@ class GroupLeases:
         lease over the groups that extended it, ``groups`` what each group said (empty: a
         service that does not say, so every group counts as extended with ``ttl_ms``).
 
-        Returns what became of ``deadline_all``: ``"extended"``, ``"unchanged"`` (an older
-        renewal, or not every group answered) or ``"too_late"`` (answered at or after it)."""
+        Returns
+
+        * ``"too_late"``: the session was already lost at ``now`` (:meth:`session_deadline`
+          passed); nothing is applied, a lost session stays lost;
+        * ``"gone"``: every listed group answered ``not_here``: the session has no lease
+          anywhere, so it is lost (the service answers 404 instead of such a reply);
+        * else what became of ``deadline_all``: ``"extended"``, ``"unchanged"`` (an older
+          renewal, or not every group answered) or ``"restarted"`` (every group answered, but
+          after ``deadline_all`` had passed: it restarts from this reply, and the holds that
+          followed it stay lost, see :meth:`deadline_of`)."""
+        if self.session_expired(now):
+            return "too_late"  # a lost session stays lost
         every = True
         if not groups:
             for known in self.groups.values():
@@ -124,11 +168,27 @@ class GroupLeases:
                 self._not_here(gl.group, sent, now)
             else:
                 every = False
+                st = self.groups.get(gl.group)
+                if st is not None:
+                    st.error = getattr(gl, "error", "") or "unreachable"
+        if groups and all(gl.state == NOT_HERE for gl in groups):
+            self.gone_at = now
+            self.changes += 1
+            return "gone"
         if not every:
             return "unchanged"
-        if now >= self.deadline_all:
-            return "too_late"  # a lost lease stays lost
         d = self._deadline(sent, ttl_ms)
+        if now >= self.deadline_all:
+            # Too late for the holds that followed deadline_all (they may have stopped, and a
+            # lease of theirs may have ended): they stay lost. The session goes on, and so does
+            # deadline_all, from this reply, for the holds granted from now on.
+            if d <= now:
+                return "unchanged"  # nothing left of this renewal either
+            self.all_ended_at[self.all_epoch] = self.deadline_all
+            self.all_epoch += 1
+            self.deadline_all = d
+            self.changes += 1
+            return "restarted"
         if d > self.deadline_all:
             self.deadline_all = d
             return "extended"
@@ -141,6 +201,7 @@ class GroupLeases:
 
     def _extended(self, st: _GroupState, sent: float, ttl_ms: int, moves: int, now: float) -> None:
         self._raise_moves(st, moves)
+        st.error = ""
         d = self._deadline(sent, ttl_ms)
         if st.deadline is not None and now >= st.deadline:
             # Too late for the holds of this epoch (they may have stopped already); the
@@ -149,6 +210,14 @@ class GroupLeases:
             st.deadline = d
         elif st.deadline is None or d > st.deadline:
             st.deadline = d
+
+    def group_ended(self, group: int, at: float) -> None:
+        """The service pushed ``SessionEnded`` for ``group`` (its leader let the session's lease
+        there run out), which arrived at ``at``: the group's lease ended, as a ``not_here``
+        answer to a keepalive sent at ``at`` ends it. Every hold of the current epoch there (its
+        grant arrived before the push) is lost; grants arriving later start a new lease (the
+        acquire adopts the session there again). The session goes on in its other groups."""
+        self._not_here(group, at, at)
 
     def _not_here(self, group: int, sent: float, now: float) -> None:
         st = self.groups.get(group)
@@ -186,19 +255,22 @@ class GroupLeases:
         self._raise_moves(st, group_moves)
         if st.first_grant is None:
             st.first_grant = now
-        return HoldLease(group, group_moves, st.epoch)
+        return HoldLease(group, group_moves, st.epoch, self.all_epoch)
 
     def deadline_of(self, hold: HoldLease) -> float:
         """The per-lock rule: when ``hold`` counts as lost, apart from the session's own end. Its
         group's deadline while the group's move count is the grant's, else ``deadline_all``;
-        once its group's lease epoch ended, when that epoch ended (already past)."""
+        once its group's lease epoch ended, when that epoch ended, and once it follows
+        ``deadline_all`` but ``all_epoch`` moved since its grant, when its ``all_epoch`` ended
+        (both already past)."""
         st = self.groups.get(hold.group)
-        if st is None:
-            return self.deadline_all
-        if st.epoch != hold.epoch:
-            return st.ended_at.get(hold.epoch, -math.inf)
-        if st.moves == hold.group_moves and st.deadline is not None:
-            return st.deadline
+        if st is not None:
+            if st.epoch != hold.epoch:
+                return st.ended_at.get(hold.epoch, -math.inf)
+            if st.moves == hold.group_moves and st.deadline is not None:
+                return st.deadline
+        if hold.all_epoch != self.all_epoch:
+            return self.all_ended_at.get(hold.all_epoch, -math.inf)
         return self.deadline_all
 
     def lock_deadline(self, hold: HoldLease) -> float:
@@ -209,10 +281,11 @@ class GroupLeases:
         st = self.groups.get(hold.group)
         if st is not None and st.epoch != hold.epoch:
             return f"the session's lease in lock group {hold.group} ended"
-        if st is not None and st.moves == hold.group_moves:
-            return f"the local lease deadline of lock group {hold.group} passed without a renewal"
+        if st is not None and st.moves == hold.group_moves and st.deadline is not None:
+            why = f"the local lease deadline of lock group {hold.group} passed without a renewal"
+            return why + (f" (the group could not answer: {st.error})" if st.error else "")
         return (f"a bucket moved in or out of lock group {hold.group} and the session-wide "
-                "deadline passed")
+                "deadline passed before every lock group renewed the lease")
 
 
 class _Watched:

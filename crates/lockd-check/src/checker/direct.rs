@@ -53,6 +53,9 @@ enum Svc<'a> {
         name: &'a str,
         token: u64,
     },
+    Adopted {
+        session: &'a str,
+    },
     Expired {
         session: &'a str,
     },
@@ -213,6 +216,12 @@ fn service_checks(h: &History, f: &mut DirectFindings) {
                 session,
                 ..
             } => recs.push((*group, *seq, i, Svc::Expired { session })),
+            Record::SvcSessionAdopted {
+                seq,
+                group,
+                session,
+                ..
+            } => recs.push((*group, *seq, i, Svc::Adopted { session })),
             Record::SvcMovedIn {
                 seq,
                 group,
@@ -295,6 +304,10 @@ fn service_checks(h: &History, f: &mut DirectFindings) {
             }
             Svc::Expired { session } => {
                 expired.insert((*group, session));
+            }
+            // Brought into the group again: a new lease there (leases are per group).
+            Svc::Adopted { session } => {
+                expired.remove(&(*group, *session));
             }
         }
     }

@@ -140,6 +140,12 @@ pub fn merge(paths: &[impl AsRef<Path>]) -> anyhow::Result<Merged> {
                     }
                 }
                 ("session_ended", _, _) => continue,
+                ("session_adopted", _, _) => Record::SvcSessionAdopted {
+                    seq,
+                    group,
+                    session,
+                    time_ms: l.time_ms,
+                },
                 (other, _, _) => anyhow::bail!("unknown audit event {other:?}"),
             };
             records.push(rec);

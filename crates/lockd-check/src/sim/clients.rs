@@ -86,15 +86,17 @@ pub(crate) fn refused(e: &ApiError) -> bool {
 
 pub(crate) struct Session {
     pub(crate) id: SessionId,
-    /// The local deadline, by lockd-client's own rule.
-    pub(crate) lease: Mutex<LocalLease>,
+    /// The local deadlines, per group and session-wide, by lockd-client's own rule.
+    pub(crate) lease: Mutex<GroupLeases>,
+    /// The hold the client works under now, if any (one at a time), and the lease it follows.
+    pub(crate) hold: Mutex<Option<HoldLease>>,
     /// The service said the session is gone, or a renewal came too late.
     pub(crate) gone: AtomicBool,
     pub(crate) abandoned: AtomicBool,
 }
 
 /// Keeps the session alive through the home node (which fans the keepalive out to every
-/// group), every TTL/3, feeding each acknowledgement to the local lease.
+/// group), every TTL/3, feeding each group's answer to the local leases.
 pub(crate) async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut home: NodeId) {
     loop {
         tokio::time::sleep(TTL / 3).await;
@@ -110,8 +112,12 @@ pub(crate) async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut
         .await;
         match r {
             Answer::Answered(Ok(report)) => {
-                let ttl_ms = report.ttl_ms;
-                if lock(&s.lease).renewed(sent, ttl_ms, Instant::now()) == Renewal::TooLate {
+                let groups: Vec<_> = report.groups.iter().map(group_answer).collect();
+                let now = Instant::now();
+                let mut leases = lock(&s.lease);
+                leases.renewed(sent, report.ttl_ms, &groups, now);
+                // As lockd-client: lost once no lease of the session may still be alive.
+                if leases.session_deadline() <= now {
                     s.gone.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -148,7 +154,8 @@ pub(crate) async fn client(w: Arc<World>, idx: u64) {
         let ttl = Duration::from_millis(opened.ttl_ms);
         let s = Arc::new(Session {
             id: opened.session,
-            lease: Mutex::new(LocalLease::opened(sent, ttl, default_margin(TTL))),
+            lease: Mutex::new(GroupLeases::opened(sent, ttl, default_margin(TTL))),
+            hold: Mutex::new(None),
             gone: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
         });
@@ -172,16 +179,24 @@ pub(crate) async fn session_ops(
     home: &mut NodeId,
     sabotage: bool,
 ) {
-    let expired = |s: &Session| {
-        !sabotage && (lock(&s.lease).expired(Instant::now()) || s.gone.load(Ordering::Relaxed))
+    // The session as a whole, before an acquire; then the hold, by the lease it follows.
+    let session_over = |s: &Session| {
+        !sabotage
+            && (lock(&s.lease).session_deadline() <= Instant::now()
+                || s.gone.load(Ordering::Relaxed))
     };
-    let deadline = |s: &Session| lock(&s.lease).deadline();
+    let deadline = |s: &Session, hold: &HoldLease| {
+        (lock(&s.lease).deadline_of(hold)).unwrap_or_else(Instant::now)
+    };
+    let expired = |s: &Session, hold: &HoldLease| {
+        session_over(s) || (!sabotage && deadline(s, hold) <= Instant::now())
+    };
     loop {
         if w.stop.load(Ordering::Relaxed) {
             return;
         }
         w.pause_point(idx).await;
-        if expired(s) {
+        if session_over(s) {
             return;
         }
         let name = NAMES[w.rand_u64(0..NAMES.len() as u64) as usize].to_string();
@@ -199,6 +214,7 @@ pub(crate) async fn session_ops(
         // acquire until the committed log ends its wait, and gives back a grant that comes
         // after this client stopped waiting (the client's limit is shorter than the server's).
         let limit = Duration::from_millis(wait_ms) + CALL_TIMEOUT;
+        let sent = Instant::now();
         let r = call_service(w, *home, limit, |svc| async move {
             svc.acquire(req, &Credentials::default()).await
         })
@@ -228,6 +244,17 @@ pub(crate) async fn session_ops(
         if checks::acknowledged_group(w, &name, token).is_none() {
             return;
         }
+        let Answer::Answered(Ok(AcquireOutcome::Acquired {
+            group,
+            group_moves,
+            lease_ttl_ms,
+            ..
+        })) = r
+        else {
+            unreachable!("granted")
+        };
+        let hold = lock(&s.lease).granted(sent, Instant::now(), group, group_moves, lease_ttl_ms);
+        *lock(&s.hold) = Some(hold);
         let from = Instant::now();
         let mut lost = None;
         // Mostly short holds; some long ones (a holder that outlives a leader change).
@@ -239,8 +266,8 @@ pub(crate) async fn session_ops(
         for n in 0..writes {
             tokio::time::sleep(w.rand_ms(50, 700)).await;
             w.pause_point(idx).await;
-            if expired(s) {
-                lost = Some(deadline(s).min(Instant::now()));
+            if expired(s, &hold) {
+                lost = Some(deadline(s, &hold).min(Instant::now()));
                 break;
             }
             // A stop here (GC pause) between the check and the write is what fencing is for.
@@ -249,8 +276,8 @@ pub(crate) async fn session_ops(
         }
         // The guard reports the lock lost at the deadline, also after the last write (a pause
         // may have carried the client past it): then it does not release either.
-        if lost.is_none() && expired(s) {
-            lost = Some(deadline(s).min(Instant::now()));
+        if lost.is_none() && expired(s, &hold) {
+            lost = Some(deadline(s, &hold).min(Instant::now()));
         }
         let to = match lost {
             Some(d) => {
@@ -273,6 +300,7 @@ pub(crate) async fn session_ops(
             to,
         });
         if lost.is_some() {
+            *lock(&s.hold) = None;
             return;
         }
         let op = w.invoke(
@@ -299,16 +327,18 @@ pub(crate) async fn session_ops(
         };
         let unknown = outcome == Outcome::Unknown;
         let released = outcome == Outcome::Ok;
+        // Released, refused (gone already) or unknown: the client works under it no more.
+        *lock(&s.hold) = None;
         w.complete(*pid, op, outcome);
         // The deadline may pass while the release is in flight (the leader is unreachable, the
         // session then expires and the release is refused): the guard reports the lock lost at
         // its deadline, which is when this client's belief ended.
-        if !released && expired(s) {
+        if !released && expired(s, &hold) {
             w.push(Record::LeaseLost {
                 process: *pid,
                 name,
                 token,
-                deadline_ns: w.ns(deadline(s)),
+                deadline_ns: w.ns(deadline(s, &hold)),
                 at_ns: w.now_ns(),
             });
         }
@@ -346,4 +376,20 @@ pub(crate) async fn reader(w: Arc<World>, idx: u64) {
             _ => home = w.any_node(),
         }
     }
+}
+
+/// A group's answer to a keepalive as lockd-client's rule takes it.
+fn group_answer((g, lease): &(u32, GroupLease)) -> (u32, GroupAnswer) {
+    let answer = match lease {
+        GroupLease::Extended {
+            ttl_ms,
+            group_moves,
+        } => GroupAnswer::Extended {
+            ttl_ms: *ttl_ms,
+            group_moves: *group_moves,
+        },
+        GroupLease::NotHere => GroupAnswer::NotHere,
+        GroupLease::Unreachable { .. } => GroupAnswer::Other,
+    };
+    (*g, answer)
 }

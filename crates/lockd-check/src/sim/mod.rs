@@ -42,11 +42,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use lockd_client::lease::{default_margin, LocalLease, Renewal};
+use lockd_client::lease::{default_margin, GroupAnswer, GroupLeases, HoldLease};
 use lockd_core::{Applied, Command, Effect, LockMode, LockTable, Op, Reply, SessionId};
 use lockd_raft::{EffectSink, GroupError, GroupId, MemStorage, Node, NodeConfig, NodeId, Storage};
 use lockd_server::error::{ApiError, ErrorCode};
-use lockd_server::service::{AcquireOutcome, AcquireRequest, Credentials, Service};
+use lockd_server::service::{AcquireOutcome, AcquireRequest, Credentials, GroupLease, Service};
 use lockd_server::waits::Waits;
 use tokio::time::Instant;
 

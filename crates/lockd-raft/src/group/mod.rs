@@ -277,7 +277,8 @@ impl Group {
     }
 
     /// A keepalive for `session`, answered by the leader's in-memory tracker (never logged).
-    /// `Ok(ttl_ms)` while the session exists; `SessionNotFound` once it expired or closed.
+    /// `Ok(ttl_ms)` while the session has a lease here; `SessionNotFound` when it has none
+    /// (never brought here, or expired or closed here: leases are per group).
     pub async fn keepalive(&self, session: SessionId) -> Result<Renewed, GroupError> {
         let give_up = Instant::now() + self.timing.retry_budget;
         loop {
@@ -333,13 +334,8 @@ impl Group {
                 group_moves,
             }),
             Err(KeepaliveRefused::NotActive) => Err(self.no_leader()),
-            Err(KeepaliveRefused::NotFound) => {
-                match self.replica.read(|t| t.session_presence(session)) {
-                    // The leader has applied its whole log (its lease holds), so this is current.
-                    lockd_core::Presence::NotHere => Err(GroupError::SessionNotHere),
-                    _ => Err(GroupError::SessionNotFound),
-                }
-            }
+            // No lease here for the session (never brought here, or ended here).
+            Err(KeepaliveRefused::NotFound) => Err(GroupError::SessionNotFound),
         }
     }
 

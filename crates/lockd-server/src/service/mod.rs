@@ -19,7 +19,7 @@ use lockd_core::{
 };
 use lockd_raft::{Group, GroupError, GroupId, Node, Route, META_GROUP};
 
-use crate::ask::{answer_of, Query};
+use crate::ask::{answer_of, Answer, Query};
 use crate::config::{token_digest, token_matches};
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
@@ -51,8 +51,11 @@ pub enum GroupLease {
     /// Its leader extended the lease: `ttl_ms` left from when it answered, at the group's
     /// move count `group_moves` (a hold granted at that count has not left the group).
     Extended { ttl_ms: u64, group_moves: u64 },
-    /// The session has no lease in the group (it never used it).
+    /// The session has no lease in the group (never brought there, or ended there).
     NotHere,
+    /// The group could not answer (no leader, its nodes down or cut off): its lease, if any,
+    /// was not extended. `error` says why.
+    Unreachable { error: String },
 }
 
 /// A keepalive's answer: the lease the caller may count on and what each group said.
@@ -646,28 +649,13 @@ impl Service {
         creds: &Credentials,
     ) -> Result<String, ApiError> {
         self.serving_names()?;
-        // Every lock group knows the session: a replica here answers from memory. One that has
-        // not applied the open yet (a follower a moment behind), or no replica here at all, is
-        // no answer: then a linearizable read decides, so a live session never gets a 404.
-        let mut namespace = None;
-        for g in self.lock_group_ids() {
-            if let Route::Local(group) = self.route_of(g)? {
-                namespace = group.read_local(|t| t.session_namespace(session).map(str::to_string));
-                if namespace.is_some() {
-                    break;
-                }
-            }
-        }
-        if namespace.is_none() {
-            let home = self.session_groups(session).first().copied().unwrap_or(1);
-            let any = self.route_of(home)?;
-            namespace = answer_of!(
-                self,
-                &any,
-                Query::SessionNamespace { session },
-                SessionNamespace
-            )?;
-        }
+        let q = Query::SessionNamespace { session };
+        let namespace = self
+            .session_answer(&q, |a| match a {
+                Answer::SessionNamespace(ns) => ns,
+                _ => None,
+            })
+            .await?;
         let Some(namespace) = namespace else {
             return Err(ApiError::new(
                 ErrorCode::SessionNotFound,
@@ -676,6 +664,43 @@ impl Service {
         };
         self.authorize_in(&namespace, creds)?;
         Ok(namespace)
+    }
+
+    /// Asks the lock groups about a session with `q` until one knows it (`known` turns its
+    /// answer into a value): first the replicas here, from memory; then every group by a
+    /// linearizable read (a replica a moment behind must not make a live session a 404).
+    /// `Ok(None)`: every group answered and none has the session; otherwise, when some group
+    /// could not answer and none had it, that group's failure (a session may live in one
+    /// group only while another is down: leases are per group).
+    pub(crate) async fn session_answer<T>(
+        &self,
+        q: &Query,
+        known: impl Fn(Answer) -> Option<T>,
+    ) -> Result<Option<T>, ApiError> {
+        let groups = self.lock_group_ids();
+        for g in &groups {
+            if let Ok(Route::Local(group)) = self.route_of(*g) {
+                let now = group.now_ms();
+                if let Some(v) = group.read_local(|t| known(q.answer(t, now))) {
+                    return Ok(Some(v));
+                }
+            }
+        }
+        let mut failure = None;
+        for g in groups {
+            let asked = match self.route_of(g) {
+                Ok(r) => self.query(&r, q.clone()).await,
+                Err(e) => Err(e),
+            };
+            match asked.map(&known) {
+                Ok(Some(v)) => return Ok(Some(v)),
+                Ok(None) => {}
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        failure.map_or(Ok(None), Err)
     }
 
     /// Whether `creds` may act on a session of `namespace` now (its token, or the admin's).
@@ -692,11 +717,22 @@ impl Service {
         self.authorize(&ns, creds)
     }
 
+    /// Proposes `op` to `group`. A group that cannot take it (no leader, unreachable) is named
+    /// in the error: one group's outage is that group's names' alone.
     pub(crate) async fn propose(&self, group: &Route, op: Op) -> Result<Reply, ApiError> {
-        Ok(group.propose(op).await.map_err(ApiError::from)??)
+        let named = |e: lockd_raft::GroupError| {
+            let e = ApiError::from(e);
+            ApiError {
+                message: format!("group {}: {}", group.id(), e.message),
+                ..e
+            }
+        };
+        Ok(group.propose(op).await.map_err(named)??)
     }
 
-    /// Opens the session in every lock group at once (opens are rare; keepalives fan out).
+    /// Opens the session in every lock group at once (opens are rare; keepalives fan out). A
+    /// group that cannot answer is left out: the session is open once any group opened it,
+    /// and an acquire there later brings it in (`adopt_session`). Leases are per group.
     pub async fn open_session(
         &self,
         client: &str,
@@ -722,18 +758,23 @@ impl Service {
         // The lease is the shortest any group granted (a group whose copy of the namespace
         // has a lower maximum TTL expires the session first).
         let mut ttl: Option<u64> = None;
-        let mut failure = None;
-        for r in results {
+        let (mut refused, mut unavailable) = (None, None);
+        for (g, r) in groups.iter().zip(results) {
             match r {
                 Ok(Reply::SessionOpened { ttl_ms, .. }) => {
                     ttl = Some(ttl.map_or(ttl_ms, |t| t.min(ttl_ms)))
                 }
-                Ok(other) => failure = Some(ApiError::unexpected("OpenSession", Some(&other))),
-                Err(e) => failure = Some(e),
+                Ok(other) => refused = Some(ApiError::unexpected("OpenSession", Some(&other))),
+                Err(e) if e.status >= 500 => {
+                    tracing::debug!(group = g.id(), %e, "a session opened without this group");
+                    unavailable = Some(e);
+                }
+                Err(e) => refused = Some(e),
             }
         }
-        if let Some(e) = failure {
-            // Do not leave a half-open session behind.
+        // A refusal (a limit, a bad TTL) is the answer; a group that could not answer is not,
+        // unless no group opened the session. Neither leaves a half-open session behind.
+        if let Some(e) = refused.or(if ttl.is_none() { unavailable } else { None }) {
             let _ = self.end_session(session).await;
             return Err(e);
         }
@@ -779,27 +820,33 @@ impl Service {
         // every group's expiry, not only the most generous one's).
         let mut ttl = u64::MAX;
         let mut report = Vec::with_capacity(groups.len());
+        let mut unreachable = None;
         for (g, r) in groups.iter().zip(results) {
-            match r {
+            let lease = match r {
                 Ok(r) => {
                     ttl = ttl.min(r.ttl_ms);
-                    let lease = GroupLease::Extended {
+                    GroupLease::Extended {
                         ttl_ms: r.ttl_ms,
                         group_moves: r.group_moves,
-                    };
-                    report.push((g.id(), lease));
+                    }
                 }
-                // Older than that group and never used there: nothing of it to keep alive.
-                Err(GroupError::SessionNotHere) => report.push((g.id(), GroupLease::NotHere)),
+                // No lease there: never brought there, or ended there.
                 Err(GroupError::SessionNotFound) => {
-                    let _ = self.end_session(session).await;
-                    return Err(GroupError::SessionNotFound.into());
+                    GroupLease::NotHere
                 }
-                Err(e) => return Err(e.into()),
-            }
+                Err(e) => {
+                    let e = ApiError::from(e);
+                    let error = format!("group {}: {}", g.id(), e.message);
+                    unreachable.get_or_insert(ApiError { message: error.clone(), ..e });
+                    GroupLease::Unreachable { error }
+                }
+            };
+            report.push((g.id(), lease));
         }
+        // Extended somewhere: the session lives, and the report says where it did not.
+        // Nowhere: gone if every group said so, else unknown (retry).
         if ttl == u64::MAX {
-            return Err(GroupError::SessionNotFound.into());
+            return Err(unreachable.unwrap_or_else(|| GroupError::SessionNotFound.into()));
         }
         report.sort_by_key(|(g, _)| *g);
         Ok(KeepaliveReport {
@@ -857,7 +904,7 @@ impl Service {
         let results =
             futures::future::join_all(groups.iter().map(|g| self.propose(g, op.clone()))).await;
         let mut released = 0;
-        let mut found = false;
+        let (mut found, mut failure) = (false, None);
         for r in results {
             match r {
                 Ok(Reply::SessionClosed { released: n, .. }) => {
@@ -866,8 +913,13 @@ impl Service {
                 }
                 Ok(_) => {}
                 Err(e) if e.status == 404 => {}
-                Err(e) => return Err(e),
+                Err(e) => failure = Some(e),
             }
+        }
+        // A group that could not answer keeps its lease until it expires there (within one
+        // TTL): the close answers for the groups that closed it, or fails if none did.
+        if let Some(e) = failure.filter(|_| !found) {
+            return Err(e);
         }
         if found {
             Ok(released)

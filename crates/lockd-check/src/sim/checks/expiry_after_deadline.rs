@@ -1,6 +1,8 @@
-//! S6 and C1 from the service's side: a session must not expire while its client's own
-//! deadline (lockd-client's rule, fed by the keepalives a leader acknowledged) still runs.
-//! Otherwise the name could go to another client while the first still works under it.
+//! S6 and C1 from the service's side: a group must not expire a session while its client
+//! still works under a hold that may be in that group (granted there and provably still there,
+//! or moved since, so anywhere) and whose deadline (lockd-client's rule, fed by the keepalives
+//! the leaders acknowledged) still runs. Otherwise the name could go to another client while
+//! the first still works under it.
 
 use super::*;
 
@@ -9,7 +11,12 @@ pub(super) fn check(w: &World, group: GroupId, applied: &Applied) {
         return;
     };
     for s in expired {
-        let deadline = lock(&w.sessions).get(s).map(|c| lock(&c.lease).deadline());
+        let deadline = lock(&w.sessions).get(s).and_then(|c| {
+            let hold = (*lock(&c.hold))?;
+            let leases = lock(&c.lease);
+            let here = hold.group == group || !leases.in_its_group(&hold);
+            here.then(|| leases.deadline_of(&hold)).flatten()
+        });
         if let Some(d) = deadline.filter(|d| *d > Instant::now()) {
             w.violation_of(
                 Signature::GrantWhileBelieved,

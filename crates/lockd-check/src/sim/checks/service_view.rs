@@ -1,5 +1,6 @@
 //! The service's view of who holds what, across groups, and the records the history checker
-//! reads (`SvcGrant`, `SvcRelease`, `SvcSessionExpired`), all under one group (`NAME_VIEW`) so
+//! reads (`SvcGrant`, `SvcRelease`, `SvcSessionExpired`, `SvcSessionAdopted`), all under one
+//! group (`NAME_VIEW`) so
 //! that the checker follows a name that moves between groups. Built from the first replica to
 //! apply each command, in first-apply order (each group's log order). Not a check itself: the
 //! checks above and the history checker read it.
@@ -74,7 +75,19 @@ pub(super) fn apply(
                 a.open_in.entry(*session).or_default().insert(group);
             }
             LockEvent::SessionAdopted { session, .. } => {
-                a.open_in.entry(*session).or_default().insert(group);
+                let groups = a.open_in.entry(*session).or_default();
+                // Back after it had ended everywhere (an acquire that read its opening from a
+                // group just before that group expired it): a new lease, so grants to it are
+                // allowed again (leases are per group; clients stop by their own deadlines).
+                if groups.is_empty() {
+                    recs.push(Record::SvcSessionAdopted {
+                        seq: 0,
+                        group: NAME_VIEW,
+                        session: session.to_string(),
+                        time_ms,
+                    });
+                }
+                groups.insert(group);
             }
             LockEvent::SessionEnded {
                 session, reason, ..
@@ -127,7 +140,8 @@ pub(super) fn sequence(a: &mut Audit, recs: &mut [Record]) {
         match r {
             Record::SvcGrant { seq, .. }
             | Record::SvcRelease { seq, .. }
-            | Record::SvcSessionExpired { seq, .. } => *seq = a.seq,
+            | Record::SvcSessionExpired { seq, .. }
+            | Record::SvcSessionAdopted { seq, .. } => *seq = a.seq,
             _ => {}
         }
     }

@@ -1,0 +1,84 @@
+//! A group is a failure domain: with group 1's quorum gone, group 2's names, new sessions and
+//! keepalives go on through group 2's nodes, and group 1's names fail fast with a retryable
+//! 503 that names the group (issue 41 item 2; leases are per group).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_groups_outage_leaves_the_other_groups_names_and_sessions_alone() {
+    // 6 nodes, 2 groups of 3: group 1 on nodes 1-3, group 2 on nodes 4-6; the meta group on
+    // five of them keeps its quorum when two nodes stop.
+    let mut c = placed_cluster(6, 2, 3).await;
+    let h = Http::new(c.url(3, ""));
+    let before = h.session("before", 5).await;
+    // A name of each group, by what a grant says.
+    let mut names = [None, None];
+    for i in 0..200 {
+        let name = format!("fd/{i}");
+        let r = h
+            .acquire(&name, json!({"session_id": before, "owner": "o"}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let group = r.body["group"].as_u64().unwrap() as usize;
+        let token = r.body["token"].as_u64().unwrap();
+        assert_eq!(h.release(&name, &before, token).await.status, 200);
+        names[group - 1].get_or_insert(name);
+        if names.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let [Some(in1), Some(in2)] = names else {
+        panic!("no name of each group in 200")
+    };
+
+    // Two of group 1's three replicas stop.
+    c.stop(0).await;
+    c.stop(1).await;
+    let started = Instant::now();
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        rounds += 1;
+        for i in 3..6 {
+            let h = Http::new(c.url(i, ""));
+            // A new session opens (in group 2 only).
+            let s = h.session("during", 5).await;
+            // The older session's keepalive extends group 2 and says group 1 did not answer.
+            let k = h
+                .post(&format!("/v1/sessions/{before}:keepalive"), json!({}))
+                .await;
+            assert_eq!(k.status, 200, "keepalive through node {}: {}", i + 1, k.body);
+            let groups = k.body["groups"].as_array().unwrap();
+            assert_eq!(groups[0]["state"], "unreachable", "{}", k.body);
+            assert_eq!(groups[1]["state"], "extended", "{}", k.body);
+            // Group 2's names: granted and released, for both sessions.
+            for session in [&s, &before] {
+                let r = h
+                    .acquire(&in2, json!({"session_id": session, "owner": "o"}))
+                    .await;
+                assert_eq!(r.status, 200, "{}", r.body);
+                assert_eq!(r.body["acquired"], true, "{}", r.body);
+                let token = r.body["token"].as_u64().unwrap();
+                assert_eq!(h.release(&in2, session, token).await.status, 200);
+            }
+            // Group 1's names: a retryable 503 that names the group, soon.
+            let asked = Instant::now();
+            let r = h
+                .acquire(&in1, json!({"session_id": before, "owner": "o"}))
+                .await;
+            assert_eq!(r.status, 503, "{}", r.body);
+            let message = r.body["error"]["message"].as_str().unwrap();
+            assert!(message.contains("group 1"), "{message}");
+            assert!(
+                asked.elapsed() < Duration::from_secs(5),
+                "group 1's name took {:?} to fail",
+                asked.elapsed()
+            );
+        }
+    }
+    assert!(rounds >= 2, "only {rounds} rounds in 20 s");
+}
