@@ -77,6 +77,7 @@ class GroupLeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_LEASE_STATE_UNSPECIFIED: _ClassVar[GroupLeaseState]
     GROUP_LEASE_STATE_EXTENDED: _ClassVar[GroupLeaseState]
     GROUP_LEASE_STATE_NOT_HERE: _ClassVar[GroupLeaseState]
+    GROUP_LEASE_STATE_UNREACHABLE: _ClassVar[GroupLeaseState]
 ERROR_CODE_UNSPECIFIED: ErrorCode
 ERROR_CODE_INVALID_ARGUMENT: ErrorCode
 ERROR_CODE_TTL_OUT_OF_RANGE: ErrorCode
@@ -139,6 +140,7 @@ MODE_SEMAPHORE: Mode
 GROUP_LEASE_STATE_UNSPECIFIED: GroupLeaseState
 GROUP_LEASE_STATE_EXTENDED: GroupLeaseState
 GROUP_LEASE_STATE_NOT_HERE: GroupLeaseState
+GROUP_LEASE_STATE_UNREACHABLE: GroupLeaseState
 
 class ContentionRequest(_message.Message):
     __slots__ = ("top", "namespace")
@@ -225,16 +227,18 @@ class KeepAliveResponse(_message.Message):
     def __init__(self, ttl_ms: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupLease, _Mapping]]] = ...) -> None: ...
 
 class GroupLease(_message.Message):
-    __slots__ = ("group", "state", "ttl_ms", "group_moves")
+    __slots__ = ("group", "state", "ttl_ms", "group_moves", "error")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_MOVES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     group: int
     state: GroupLeaseState
     ttl_ms: int
     group_moves: int
-    def __init__(self, group: _Optional[int] = ..., state: _Optional[_Union[GroupLeaseState, str]] = ..., ttl_ms: _Optional[int] = ..., group_moves: _Optional[int] = ...) -> None: ...
+    error: str
+    def __init__(self, group: _Optional[int] = ..., state: _Optional[_Union[GroupLeaseState, str]] = ..., ttl_ms: _Optional[int] = ..., group_moves: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
     __slots__ = ("session_id",)
