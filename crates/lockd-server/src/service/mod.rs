@@ -696,7 +696,8 @@ impl Service {
                 Ok(Some(v)) => return Ok(Some(v)),
                 Ok(None) => {}
                 Err(e) => {
-                    failure.get_or_insert(e);
+                    let message = format!("group {g}: {}", e.message);
+                    failure.get_or_insert(ApiError { message, ..e });
                 }
             }
         }
