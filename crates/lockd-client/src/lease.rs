@@ -152,6 +152,8 @@ pub struct GroupLeases {
     /// Bumped when every group answered only after the session-wide deadline: the holds that
     /// followed it are lost; it starts again for later ones.
     all_epoch: u64,
+    /// When each ended session-wide epoch counts as having ended (its deadline).
+    all_ended_at: std::collections::BTreeMap<u64, Instant>,
     groups: std::collections::BTreeMap<u32, GroupState>,
 }
 
@@ -161,6 +163,7 @@ impl GroupLeases {
         GroupLeases {
             all: LocalLease::opened(sent, ttl, margin),
             all_epoch: 0,
+            all_ended_at: Default::default(),
             groups: Default::default(),
         }
     }
@@ -189,7 +192,7 @@ impl GroupLeases {
     /// names the group), and the client learnt it at `at`: as a "not here" answer to a
     /// keepalive sent then.
     pub fn ended(&mut self, group: u32, at: Instant) {
-        self.not_here(group, at);
+        self.not_here(group, at, at);
     }
 
     /// `sent + TTL − margin` for a renewal granting `ttl_ms` (never more than the TTL of the
@@ -236,6 +239,8 @@ impl GroupLeases {
         let renewal = self.all.renewed(sent, ttl_ms, now);
         if renewal == Renewal::TooLate {
             // Too late for the holds that followed it; it goes on for later ones.
+            self.all_ended_at
+                .insert(self.all_epoch, self.all.deadline());
             self.all_epoch += 1;
             self.all = LocalLease::opened(sent, self.all.ttl, self.all.margin);
             self.all.renewed(sent, ttl_ms, now);
@@ -320,8 +325,17 @@ impl GroupLeases {
     /// When `hold` was lost, once the lease of its epoch is known to have ended: that lease's
     /// deadline, or when the client learnt of the end if that came first.
     pub fn ended_at(&self, hold: &HoldLease) -> Option<Instant> {
-        let st = self.groups.get(&hold.group)?;
-        st.ended_at.get(&hold.epoch).copied()
+        let all = self.all_ended_at.get(&hold.all_epoch).copied();
+        let Some(st) = self.groups.get(&hold.group) else {
+            return all;
+        };
+        if st.epoch != hold.epoch {
+            return st.ended_at.get(&hold.epoch).copied();
+        }
+        match st.deadline {
+            Some(_) if st.moves == hold.group_moves => None,
+            _ => all,
+        }
     }
 
     /// When `hold` must be counted lost, apart from the session's own end: its group's
@@ -499,7 +513,12 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
-        l.renewed(s(1), 15_000, &[(1, ext(15_000, 0)), (2, ext(15_000, 0))], s(1));
+        l.renewed(
+            s(1),
+            15_000,
+            &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
+            s(1),
+        );
         let in1 = l.granted(s(1), s(1), 1, 0, 15_000);
         let in2 = l.granted(s(1), s(1), 2, 0, 15_000);
         // Group 1 is down for longer than the TTL; group 2 answers every 5 s.
@@ -507,7 +526,11 @@ mod tests {
             let answers = [(1, GroupAnswer::Other), (2, ext(15_000, 0))];
             assert_eq!(l.renewed(s(n), 15_000, &answers, s(n)), Renewal::Unchanged);
         }
-        assert_eq!(l.deadline_of(&in1), Some(s(13)), "lost at group 1's deadline");
+        assert_eq!(
+            l.deadline_of(&in1),
+            Some(s(13)),
+            "lost at group 1's deadline"
+        );
         assert_eq!(l.deadline_of(&in2), Some(s(33)));
         assert_eq!(l.session().deadline(), s(13));
         assert_eq!(l.session_deadline(), s(33), "the session lives in group 2");
@@ -526,14 +549,34 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
-        l.renewed(s(1), 15_000, &[(1, ext(15_000, 0)), (2, ext(15_000, 0))], s(1));
+        l.renewed(
+            s(1),
+            15_000,
+            &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
+            s(1),
+        );
         let hold = l.granted(s(1), s(1), 2, 0, 15_000);
         // A move in group 2 while group 1 is down: the hold follows the session-wide lease.
-        l.renewed(s(6), 15_000, &[(1, GroupAnswer::Other), (2, ext(15_000, 1))], s(6));
+        l.renewed(
+            s(6),
+            15_000,
+            &[(1, GroupAnswer::Other), (2, ext(15_000, 1))],
+            s(6),
+        );
         assert_eq!(l.deadline_of(&hold), Some(s(13)));
         // Every group answers again only after that deadline: the hold is lost for good.
-        l.renewed(s(14), 15_000, &[(1, ext(15_000, 0)), (2, ext(15_000, 1))], s(14));
+        l.renewed(
+            s(14),
+            15_000,
+            &[(1, ext(15_000, 0)), (2, ext(15_000, 1))],
+            s(14),
+        );
         assert_eq!(l.deadline_of(&hold), None);
+        assert_eq!(
+            l.ended_at(&hold),
+            Some(s(13)),
+            "lost at the session-wide deadline"
+        );
         assert!(l.session_deadline() > s(14), "the session goes on");
     }
 
@@ -542,7 +585,12 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
-        l.renewed(s(1), 15_000, &[(1, ext(15_000, 0)), (2, ext(15_000, 0))], s(1));
+        l.renewed(
+            s(1),
+            15_000,
+            &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
+            s(1),
+        );
         let in1 = l.granted(s(1), s(1), 1, 0, 15_000);
         let in2 = l.granted(s(1), s(1), 2, 0, 15_000);
         l.ended(1, s(5));

@@ -50,7 +50,9 @@ impl fmt::Display for GroupError {
                     "no leader with a valid lease for this group; retry in {retry_after_ms} ms"
                 )
             }
-            GroupError::SessionNotFound => f.write_str("the session has no lease in this group (closed, expired, or never here)"),
+            GroupError::SessionNotFound => f.write_str(
+                "the session has no lease in this group (closed, expired, or never here)",
+            ),
             GroupError::Unavailable(why) => write!(f, "group unavailable: {why}"),
             GroupError::Timeout => {
                 f.write_str("timed out waiting for the group; the outcome is unknown")

@@ -15,7 +15,9 @@ async fn one_groups_outage_leaves_the_other_groups_names_and_sessions_alone() {
     // five of them keeps its quorum when two nodes stop.
     let mut c = placed_cluster(6, 2, 3).await;
     let h = Http::new(c.url(3, ""));
-    let before = h.session("before", 5).await;
+    // Its keepalive comes once per node below, and each node's turn waits out group 1's retry
+    // budget (two election timeouts) three times: a TTL of 5 s would expire it in group 2.
+    let before = h.session("before", 15).await;
     // A name of each group, by what a grant says.
     let mut names = [None, None];
     for i in 0..200 {
@@ -51,7 +53,13 @@ async fn one_groups_outage_leaves_the_other_groups_names_and_sessions_alone() {
             let k = h
                 .post(&format!("/v1/sessions/{before}:keepalive"), json!({}))
                 .await;
-            assert_eq!(k.status, 200, "keepalive through node {}: {}", i + 1, k.body);
+            assert_eq!(
+                k.status,
+                200,
+                "keepalive through node {}: {}",
+                i + 1,
+                k.body
+            );
             let groups = k.body["groups"].as_array().unwrap();
             assert_eq!(groups[0]["state"], "unreachable", "{}", k.body);
             assert_eq!(groups[1]["state"], "extended", "{}", k.body);

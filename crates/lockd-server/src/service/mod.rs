@@ -832,13 +832,14 @@ impl Service {
                     }
                 }
                 // No lease there: never brought there, or ended there.
-                Err(GroupError::SessionNotFound) => {
-                    GroupLease::NotHere
-                }
+                Err(GroupError::SessionNotFound) => GroupLease::NotHere,
                 Err(e) => {
                     let e = ApiError::from(e);
                     let error = format!("group {}: {}", g.id(), e.message);
-                    unreachable.get_or_insert(ApiError { message: error.clone(), ..e });
+                    unreachable.get_or_insert(ApiError {
+                        message: error.clone(),
+                        ..e
+                    });
                     GroupLease::Unreachable { error }
                 }
             };
