@@ -785,8 +785,10 @@ impl Service {
         })
     }
 
-    /// Keeps the session alive in every group. If any group has expired it, the whole session is
-    /// gone: it is closed everywhere and the caller gets 404 and starts over.
+    /// Keeps the session alive in every group that has a lease for it, and says what each group
+    /// answered (leases are per group: one group's outage or expiry costs only its holds). The
+    /// session is gone (404) only when every group says it has no lease; 503 when none extended
+    /// it and one could not answer.
     pub async fn keepalive(
         &self,
         session: SessionId,
