@@ -38,7 +38,7 @@ fn signature_then_clean(sabotage: Sabotage, want: Signature, seed: u64) {
 
 #[test]
 fn client_deadline_causes_a_belief_overlap() {
-    signature_then_clean(Sabotage::ClientDeadline, Signature::BeliefOverlap, 4);
+    signature_then_clean(Sabotage::ClientDeadline, Signature::BeliefOverlap, 2);
 }
 
 #[test]
@@ -58,7 +58,7 @@ fn stale_read_causes_a_stale_read() {
 
 #[test]
 fn revision_floor_causes_a_token_regression() {
-    signature_then_clean(Sabotage::RevisionFloor, Signature::TokenRegression, 43);
+    signature_then_clean(Sabotage::RevisionFloor, Signature::TokenRegression, 99);
 }
 
 #[test]

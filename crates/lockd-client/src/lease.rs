@@ -180,6 +180,12 @@ impl GroupLeases {
         groups.fold(self.all.deadline(), Instant::max)
     }
 
+    /// The deadline of the session's lease in `group` (C1 on that group's answers), `None`
+    /// while the client knows of no lease there.
+    pub fn group_deadline(&self, group: u32) -> Option<Instant> {
+        self.groups.get(&group).and_then(|g| g.deadline)
+    }
+
     /// Whether `hold` is provably still in the group that granted it: the group reports the
     /// move count of the grant. Otherwise it may live in any group now.
     pub fn in_its_group(&self, hold: &HoldLease) -> bool {

@@ -424,7 +424,7 @@ impl LockTable {
     }
 
     /// Group records: one group at most is being created, epochs are distinct and founding
-    /// groups ready; no adopted-session set is kept.
+    /// groups ready; every session whose lease an import restarted is open here.
     fn check_topology(&self) -> Result<(), Violation> {
         let t = &self.topology;
         let mut epochs = BTreeSet::new();
@@ -451,10 +451,14 @@ impl LockTable {
                 format!("{creating} groups are being created at once"),
             );
         }
-        if let Some(s) = t.adopted.first() {
+        if let Some(s) = t
+            .lease_restarted
+            .iter()
+            .find(|s| !self.sessions.contains_key(*s))
+        {
             return fail(
                 "topology",
-                format!("session {s} is recorded as adopted (per-group leases keep no such set)"),
+                format!("session {s} is recorded as restarted by an import but is not open here"),
             );
         }
         Ok(())

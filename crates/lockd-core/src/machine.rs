@@ -393,6 +393,7 @@ impl LockTable {
     pub(crate) fn remove_session(&mut self, id: SessionId) -> Option<Session> {
         let s = self.sessions.remove(&id)?;
         self.session_ids.remove(&id);
+        self.topology.lease_restarted.remove(&id);
         if let Some(n) = self.namespace_sessions.get_mut(&*s.namespace) {
             *n -= 1;
             if *n == 0 {
@@ -493,15 +494,27 @@ impl LockTable {
         sessions: &[SessionId],
         ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
+        // A bucket import restarted these sessions' leases after the leader may have decided
+        // this expiry: skipped once (the leader's restarted timer decides again).
+        let restarted: BTreeSet<SessionId> = sessions
+            .iter()
+            .copied()
+            .filter(|s| self.topology.lease_restarted.remove(s))
+            .collect();
+        let sessions: Vec<SessionId> = sessions
+            .iter()
+            .copied()
+            .filter(|s| !restarted.contains(s))
+            .collect();
         // Every expiring session's waits go first: a hold freed by one of them must not be
         // granted to another that ends in this same command (it would be granted and freed at
         // once, and the waiting client told it holds a lock whose session is gone).
         let mut touched = BTreeSet::new();
-        for &session in sessions {
+        for &session in &sessions {
             touched.append(&mut self.cancel_waits(now, session, ev).1);
         }
         let mut expired = Vec::new();
-        for &session in sessions {
+        for &session in &sessions {
             // The leader's list may name a session closed meanwhile, or one twice: skip those.
             if self.sessions.contains_key(&session) {
                 self.end_session(now, session, SessionEndReason::Expired, ev);

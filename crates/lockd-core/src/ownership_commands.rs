@@ -351,6 +351,14 @@ impl LockTable {
         let mut adopted = 0;
         for s in &export.sessions {
             if self.sessions.contains_key(&s.id) {
+                // Its lease here may be older than the one its moved holds followed in the
+                // sending group (clients follow that group's deadline until they see the
+                // move): it restarts now, as an adopted one's starts (C2).
+                self.topology.lease_restarted.insert(s.id);
+                ev.push(LockEvent::SessionAdopted {
+                    session: s.id,
+                    ttl_ms: self.sessions[&s.id].ttl_ms,
+                });
                 continue;
             }
             self.insert_session(

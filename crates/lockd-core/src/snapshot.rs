@@ -156,6 +156,9 @@ impl LockTable {
         if let Err(e) = seed.deserialize(&mut de) {
             return Err(failure.unwrap_or_else(|| RestoreError::Decode(e.to_string())));
         }
+        // An older format's adopted sessions that have ended since (`Topology::lease_restarted`).
+        let open = &t.sessions;
+        t.topology.lease_restarted.retain(|s| open.contains_key(s));
         t.check_invariants()
             .map_err(|v| RestoreError::Inconsistent(v.to_string()))?;
         Ok(t)
@@ -299,8 +302,6 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         } else if format >= 5 {
             self.t.topology = field::<crate::topology::TopologyV5, _>(&mut seq, 9)?.into();
         }
-        // Per-group leases keep no record of adopted sessions (`topology_commands.rs`).
-        self.t.topology.adopted.clear();
         if format >= 6 {
             self.t.cluster.draining = field(&mut seq, 10)?;
         }

@@ -60,9 +60,12 @@ pub(crate) struct Topology {
     pub groups: BTreeMap<u32, GroupRecord>,
     /// Lock group: the epoch it was born at (`None`: a founding group, epoch 0).
     pub birth: Option<u64>,
-    /// Unused since leases are per group (a group no longer tells "ended" from "never here");
-    /// kept, written empty, so that snapshot formats keep their shape. Dropped on restore.
-    pub adopted: BTreeSet<SessionId>,
+    /// Lock group: sessions whose lease a bucket import restarted here, until the next
+    /// `ExpireSessions` that names them (`LockTable::expire_sessions` skips them once: that
+    /// expiry may have been decided before the import). Snapshot formats before per-group
+    /// leases kept here the older sessions a group adopted; the restore keeps only the open
+    /// ones, which costs them at most one skipped expiry.
+    pub lease_restarted: BTreeSet<SessionId>,
     /// Meta group: removed lock groups and the epochs they were born at (ids and epochs are
     /// never used again).
     pub removed: BTreeMap<u32, u64>,
@@ -104,7 +107,7 @@ impl From<TopologyV5> for Topology {
         Topology {
             groups,
             birth: t.birth,
-            adopted: t.adopted,
+            lease_restarted: t.adopted,
             removed: BTreeMap::new(),
             closed: false,
         }

@@ -742,7 +742,8 @@ pub enum LockEvent {
         reason: SessionEndReason,
         released: u32,
     },
-    /// A bucket import (or an adopt) brought a session this group did not have.
+    /// A bucket import (or an adopt) brought a session this group did not have, or an import
+    /// restarted the lease of one it had: its lease here runs `ttl_ms` from now.
     SessionAdopted { session: SessionId, ttl_ms: u64 },
 }
 

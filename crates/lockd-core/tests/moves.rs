@@ -292,7 +292,15 @@ fn a_move_keeps_holders_tokens_and_delays_and_tokens_keep_rising() {
             revision: rev_a
         }
     );
-    assert!(fx.is_empty());
+    // B had the session already: its lease there restarts, as an adopted one's starts (C2).
+    let holder = export.sessions[0].id;
+    assert_eq!(
+        fx,
+        vec![Effect::SessionAdopted {
+            session: holder,
+            ttl_ms: export.sessions[0].ttl_ms
+        }]
+    );
     b.again(import, &r);
     // The holder holds in B with its token; the delayed name is still delayed there.
     let info = b.t.lock_info(held, 0).expect("moved");
@@ -682,8 +690,17 @@ fn run_seed(seed: u64) {
                 Some(g[gi].run(Op::Tick))
             }
             7 => {
-                // A session fails in one group and is re-opened there (a new lease).
-                let o = g[gi].run(Op::ExpireSessions { sessions: vec![s] });
+                // A session fails in one group and is re-opened there (a new lease). An import
+                // that restarted its lease there makes the first expiry after it a no-op.
+                let mut o = g[gi].run(Op::ExpireSessions { sessions: vec![s] });
+                if g[gi].t.session_presence(s) == Presence::Live {
+                    assert_eq!(
+                        o.reply,
+                        Ok(Reply::SessionsExpired { expired: vec![] }),
+                        "seed {seed}"
+                    );
+                    o = g[gi].run(Op::ExpireSessions { sessions: vec![s] });
+                }
                 g[gi].open(s.0);
                 Some(o)
             }
@@ -951,4 +968,62 @@ fn a_grant_carries_the_move_count_that_a_move_raises_in_both_groups() {
             .any(|e| matches!(e, Effect::Granted { group_moves: 1, .. })),
         "{fx:?}"
     );
+}
+
+/// A hold moved into a group that already had its session follows that session's lease there,
+/// which may be older than the one its holder followed in the sending group (the client learns
+/// of the move only from its next keepalive). So the import restarts that lease (the leader's
+/// timer, through `SessionAdopted`), and an expiry the leader may have decided before the
+/// import is skipped once; the next one ends the session (C2).
+#[test]
+fn an_import_restarts_the_lease_of_a_session_the_group_had() {
+    let (low, high, _) = halves();
+    let mut a = G::new(10_000, &low);
+    let mut b = G::new(3_000, &high);
+    let s = SessionId(7);
+    a.open(s.0);
+    b.open(s.0);
+    let name = (0..)
+        .map(|i| format!("r{i}"))
+        .find(|n| low.contains(bucket_of(n)))
+        .unwrap();
+    let token = match a.acquire(s, &name, 0) {
+        Ok(Reply::Acquired { token, .. }) => token,
+        other => panic!("{other:?}"),
+    };
+    let moving: BucketSet = [bucket_of(&name)].into_iter().collect();
+    a.ok(Op::FreezeBuckets {
+        move_id: 9,
+        to_group: 2,
+        buckets: moving.clone(),
+    });
+    let Some(MoveRecord::Outgoing { export, .. }) = a.t.move_record(9).cloned() else {
+        panic!("no outgoing record")
+    };
+    let (_, fx) = b.ok(Op::ImportBuckets {
+        move_id: 9,
+        from_group: 1,
+        buckets: moving,
+        map_version: 2,
+        export,
+    });
+    let ttl_ms =
+        b.t.session_ttls()
+            .into_iter()
+            .find(|(x, _)| *x == s)
+            .unwrap()
+            .1;
+    assert!(fx.contains(&Effect::SessionAdopted { session: s, ttl_ms }));
+    // An expiry decided before the import: skipped, the hold stays.
+    let (r, fx) = b.ok(Op::ExpireSessions { sessions: vec![s] });
+    assert_eq!(r, Reply::SessionsExpired { expired: vec![] });
+    assert!(fx.is_empty());
+    assert_eq!(b.t.lock_info(&name, 0).unwrap().holders[0].token, token);
+    // The next one (the restarted timer ran out) ends it.
+    let (r, _) = b.ok(Op::ExpireSessions { sessions: vec![s] });
+    assert_eq!(r, Reply::SessionsExpired { expired: vec![s] });
+    assert!(b.t.lock_info(&name, 0).is_none_or(|l| l.holders.is_empty()));
+    // The record survives a snapshot, the same on every replica.
+    let restored = LockTable::restore(&b.t.snapshot()).unwrap();
+    assert_eq!(restored.snapshot(), b.t.snapshot());
 }

@@ -185,8 +185,13 @@ pub(crate) async fn session_ops(
             && (lock(&s.lease).session_deadline() <= Instant::now()
                 || s.gone.load(Ordering::Relaxed))
     };
+    // As lockd-client's guard: a hold whose lease is known to have ended was lost when it
+    // ended, not when the client learnt of it.
     let deadline = |s: &Session, hold: &HoldLease| {
-        (lock(&s.lease).deadline_of(hold)).unwrap_or_else(Instant::now)
+        let leases = lock(&s.lease);
+        (leases.deadline_of(hold))
+            .or_else(|| leases.ended_at(hold))
+            .unwrap_or_else(Instant::now)
     };
     let expired = |s: &Session, hold: &HoldLease| {
         session_over(s) || (!sabotage && deadline(s, hold) <= Instant::now())

@@ -146,7 +146,8 @@ impl Replica {
                 for e in &applied.effects {
                     match e {
                         Effect::SessionEnded { session, .. } => leader.session_ended(*session),
-                        // A session a bucket import brought: its lease starts now, here.
+                        // A session an import or an adopt brought, or one whose lease an
+                        // import restarted: its lease runs from now, here (never shorter).
                         Effect::SessionAdopted { session, ttl_ms } => {
                             leader.session_opened(*session, *ttl_ms, at)
                         }

@@ -74,11 +74,17 @@ impl SessionTracker {
         self.index.clear();
     }
 
-    /// A session opened by a committed entry: tracked from `now` with its TTL. A session
-    /// already tracked (by a reset that saw it) keeps its later deadline.
+    /// A session opened, adopted or brought by an import in a committed entry: its deadline
+    /// is `now` + its TTL, or the later one it had (a reset's, a keepalive's). An expiring
+    /// session brought by an import lives again (the core skips the expiry already proposed).
     pub(crate) fn opened(&mut self, session: SessionId, ttl_ms: u64, now: Instant) {
-        if !self.sessions.contains_key(&session) {
-            self.set(session, ttl_ms, now + Duration::from_millis(ttl_ms));
+        let deadline = now + Duration::from_millis(ttl_ms);
+        if self
+            .sessions
+            .get(&session)
+            .is_none_or(|t| t.deadline < deadline)
+        {
+            self.set(session, ttl_ms, deadline);
         }
     }
 
@@ -209,6 +215,22 @@ mod tests {
         // A reset saw S2 first: the open's apply must not shorten it.
         t.opened(S2, 2000, t0);
         assert_eq!(t.due(t0 + Duration::from_millis(2599)), vec![S1]);
+    }
+
+    #[test]
+    fn an_import_restarts_a_lease_even_an_expiring_one_and_never_shortens_one() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut t = SessionTracker::default();
+        t.opened(S1, 1000, t0);
+        assert_eq!(t.due(t0 + ms(1000)), vec![S1]);
+        // An import brought holds of S1 while its expiry was due: its lease runs again.
+        t.opened(S1, 1000, t0 + ms(1200));
+        assert_eq!(t.keepalive(S1, t0 + ms(1300)), Some(1000));
+        assert!(t.due(t0 + ms(2299)).is_empty());
+        // A later deadline (a keepalive's) is kept.
+        t.opened(S1, 1000, t0 + ms(1250));
+        assert_eq!(t.due(t0 + ms(2300)), vec![S1]);
     }
 
     #[test]

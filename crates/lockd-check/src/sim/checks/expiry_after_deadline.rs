@@ -1,8 +1,9 @@
-//! S6 and C1 from the service's side: a group must not expire a session while its client
-//! still works under a hold that may be in that group (granted there and provably still there,
-//! or moved since, so anywhere) and whose deadline (lockd-client's rule, fed by the keepalives
-//! the leaders acknowledged) still runs. Otherwise the name could go to another client while
-//! the first still works under it.
+//! S6 and C1 from the service's side: a group must not expire a session while its client's
+//! deadline for that group (lockd-client's rule, fed by the keepalives that group's leaders
+//! acknowledged) still runs, nor while the client still works under a hold that may be in
+//! that group (granted there and provably still there, or moved since, so anywhere) and whose
+//! deadline still runs. Otherwise the name could go to another client while the first still
+//! works under it.
 
 use super::*;
 
@@ -12,10 +13,12 @@ pub(super) fn check(w: &World, group: GroupId, applied: &Applied) {
     };
     for s in expired {
         let deadline = lock(&w.sessions).get(s).and_then(|c| {
-            let hold = (*lock(&c.hold))?;
             let leases = lock(&c.lease);
-            let here = hold.group == group || !leases.in_its_group(&hold);
-            here.then(|| leases.deadline_of(&hold)).flatten()
+            let of_hold = (*lock(&c.hold)).and_then(|hold| {
+                let here = hold.group == group || !leases.in_its_group(&hold);
+                here.then(|| leases.deadline_of(&hold)).flatten()
+            });
+            of_hold.max(leases.group_deadline(group))
         });
         if let Some(d) = deadline.filter(|d| *d > Instant::now()) {
             w.violation_of(
