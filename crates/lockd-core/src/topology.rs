@@ -115,23 +115,14 @@ impl From<TopologyV5> for Topology {
 }
 
 impl SessionId {
-    /// Bits below the epoch.
-    const EPOCH_SHIFT: u32 = 48;
-
-    /// A session id of group-set epoch `epoch` (the newest ready group's birth epoch, below
-    /// 2^16) with 47 random bits from `random`; odd, so never 0.
-    pub fn with_epoch(epoch: u64, random: u64) -> SessionId {
-        debug_assert!(epoch < 1 << 16);
-        let low = random & ((1 << Self::EPOCH_SHIFT) - 1);
-        SessionId((epoch << Self::EPOCH_SHIFT) | low | 1)
-    }
-
-    /// The group-set epoch the session was opened at: it is open in every group born at or
-    /// before it.
-    pub fn epoch(self) -> u64 {
-        self.0 >> Self::EPOCH_SHIFT
+    /// A session id from 64 random bits: the low bit is set (never 0), the other 63 are the
+    /// random ones. The id is a session's capability in an open namespace (docs/SECURITY.md),
+    /// so every bit is random: since leases are per group, no group needs to read anything
+    /// from the id (ids minted before carried a group-set epoch in their top 16 bits).
+    pub fn random(bits: u64) -> SessionId {
+        SessionId(bits | 1)
     }
 }
 
-/// The highest group-set epoch a session id can carry.
+/// The most groups a cluster creates over its life (birth epochs 1..=MAX_EPOCH).
 pub const MAX_EPOCH: u64 = (1 << 16) - 1;

@@ -375,12 +375,13 @@ mod tests {
     }
 
     #[test]
-    fn session_ids_carry_their_epoch() {
-        let s = SessionId::with_epoch(3, u64::MAX);
-        assert_eq!(s.epoch(), 3);
-        assert_eq!(s.0 & 1, 1);
-        assert_eq!(SessionId::with_epoch(0, 0), SessionId(1));
-        assert_eq!(SessionId::with_epoch(MAX_EPOCH, 0).epoch(), MAX_EPOCH);
+    fn session_ids_keep_63_random_bits_and_are_never_0() {
+        assert_eq!(SessionId::random(0), SessionId(1));
+        assert_eq!(SessionId::random(u64::MAX), SessionId(u64::MAX));
+        assert_eq!(
+            SessionId::random(0x8000_0000_0000_0002).0,
+            0x8000_0000_0000_0003
+        );
     }
 
     #[test]
@@ -499,8 +500,8 @@ mod tests {
         );
         assert_eq!(g.ownership().map_version, 5);
         // A founded group owns no bucket until one moves in.
-        let old = SessionId::with_epoch(1, 0xabc);
-        let new = SessionId::with_epoch(2, 0xdef);
+        let old = SessionId(0xabc1);
+        let new = SessionId(0xdef1);
         assert_eq!(g.session_presence(old), Presence::NotHere);
         assert_eq!(g.session_presence(new), Presence::NotHere);
         assert_eq!(
@@ -652,7 +653,7 @@ mod tests {
             }
         )
         .is_ok());
-        let old = SessionId::with_epoch(0, 0x77);
+        let old = SessionId(0x77);
         let e = apply(
             &mut g,
             Op::Release {

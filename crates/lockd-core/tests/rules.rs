@@ -1464,7 +1464,7 @@ fn a_namespace_holds_at_most_max_sessions_and_adopted_sessions_are_not_refused()
         namespace: capped.clone(),
     });
     let open = |id: u64, ns: &str| Op::OpenSession {
-        session: SessionId::with_epoch(1, id << 4),
+        session: SessionId((1 << 48) | (id << 4) | 1),
         client: String::new(),
         ttl_ms: 0,
         namespace: ns.into(),
@@ -1488,7 +1488,7 @@ fn a_namespace_holds_at_most_max_sessions_and_adopted_sessions_are_not_refused()
     h.ok(open(4, ""));
     h.ok(open(5, ""));
     // An older session the cluster admitted before is adopted even at the cap.
-    let older = SessionId::with_epoch(0, 9);
+    let older = SessionId(9);
     h.ok(Op::AdoptSession {
         session: older,
         client: String::new(),
@@ -1499,7 +1499,7 @@ fn a_namespace_holds_at_most_max_sessions_and_adopted_sessions_are_not_refused()
     // Closing or expiring one makes room for one.
     h.ok(Op::CloseSession { session: older });
     h.ok(Op::ExpireSessions {
-        sessions: vec![SessionId::with_epoch(1, 1 << 4)],
+        sessions: vec![SessionId((1 << 48) | (1 << 4) | 1)],
     });
     h.ok(open(7, "team"));
     assert_eq!(h.rej(open(8, "team")), full);

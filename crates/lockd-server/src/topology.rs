@@ -53,17 +53,6 @@ impl Service {
             .collect()
     }
 
-    /// The epoch a session opened now carries: the newest ready group's birth epoch.
-    pub(crate) fn session_epoch(&self) -> u64 {
-        let records = self.records.read().expect("records poisoned");
-        records
-            .values()
-            .filter(|r| r.ready)
-            .map(|r| r.born_epoch)
-            .max()
-            .unwrap_or(0)
-    }
-
     /// Every node this one knows of in the cluster (the meta group's members), with their
     /// addresses learnt: calls to a created group go to nodes this one may never have called.
     fn cluster_nodes(&self) -> Vec<NodeId> {

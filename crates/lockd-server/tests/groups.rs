@@ -29,10 +29,10 @@ async fn a_group_created_on_joined_nodes_takes_half_the_buckets_under_use() {
     let admin = Http::new(c.url(0, "")).admin();
     let near = Http::new(c.url(0, ""));
 
-    // Held before anything changes: names in both halves of the buckets.
-    let old = near.session("old", 30).await;
-    assert_eq!(session_id(&old).epoch(), 0);
-    let quiet = near.session("quiet", 30).await;
+    // Held before anything changes: names in both halves of the buckets. Neither session is
+    // kept alive until well into the test: TTLs that outlast a slow run up to there.
+    let old = near.session("old", 60).await;
+    let quiet = near.session("quiet", 60).await;
     let names: Vec<String> = (0..40).map(|i| format!("payouts/m-{i}")).collect();
     let mut tokens = Vec::new();
     for n in &names {
@@ -162,10 +162,9 @@ async fn a_group_created_on_joined_nodes_takes_half_the_buckets_under_use() {
 
     // A session older than group 2 that never touched it is not ended by it: keepalives
     // leave the group out.
-    // Sessions opened once the node has read the new record carry epoch 1.
+    // Sessions opened once the node has read the new record are opened in both groups.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let new = Http::new(c.url(2, "")).session("new", 30).await;
-    assert_eq!(session_id(&new).epoch(), 1);
     for s in [&old, &quiet, &new] {
         let r = far
             .post(&format!("/v1/sessions/{s}:keepalive"), json!({}))

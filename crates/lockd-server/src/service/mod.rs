@@ -745,8 +745,8 @@ impl Service {
         limits::check_optional("client", client, limits::MAX_CLIENT_BYTES)?;
         let ns = self.namespace_named(namespace)?;
         self.authorize(&ns, creds)?;
-        // The id carries the group-set epoch: groups born later know it is not theirs yet.
-        let session = SessionId::with_epoch(self.session_epoch(), self.new_id());
+        // 63 random bits: in an open namespace the id is the session's only credential.
+        let session = SessionId::random(self.new_id());
         let op = Op::OpenSession {
             session,
             client: client.to_string(),
