@@ -57,7 +57,8 @@ pub(crate) struct Timing {
 /// Whether a failed forward certainly never reached the peer (connect failure). Anything else
 /// (reset, timeout) may have been delivered, so a proposal's outcome is unknown.
 pub(crate) fn never_sent(st: &tonic::Status) -> bool {
-    st.code() == tonic::Code::Unavailable && st.message().contains("tcp connect error")
+    st.code() == tonic::Code::Unavailable
+        && (st.message().contains("tcp connect error") || st.message().contains("no address for"))
 }
 
 /// A snapshot of a group's state on this node.
@@ -226,6 +227,15 @@ impl Group {
         remotes.get(&self.id).cloned()
     }
 
+    /// After a forward to `leader` failed: a replica that never called it (a member added while
+    /// this one followed another leader, then handed the lead) may have no address for it
+    /// yet. The membership has it; the next try uses it.
+    fn learn_leader_addr(&self, leader: NodeId) {
+        if let Some(addr) = self.raft.membership().addrs.get(&leader) {
+            self.peers.learn_addr(leader, addr);
+        }
+    }
+
     async fn forward_propose(&self, leader: NodeId, op: &Op) -> ProposeResult {
         match self
             .peers
@@ -243,7 +253,10 @@ impl Group {
                 r.map(|w| w.0)
             }
             // The connection could not be made, so nothing was sent: safe to retry.
-            Err(st) if never_sent(&st) => Err(self.no_leader()),
+            Err(st) if never_sent(&st) => {
+                self.learn_leader_addr(leader);
+                Err(self.no_leader())
+            }
             Err(st) => Err(GroupError::Unavailable(format!(
                 "forwarding to leader node {leader} failed ({}: {}); the outcome is unknown",
                 st.code(),
@@ -295,7 +308,10 @@ impl Group {
                     {
                         Ok(r) => r,
                         // A keepalive is idempotent: a lost one is simply retried.
-                        Err(_) => Err(self.no_leader()),
+                        Err(_) => {
+                            self.learn_leader_addr(leader);
+                            Err(self.no_leader())
+                        }
                     }
                 }
                 None => Err(self.no_leader()),
@@ -390,7 +406,10 @@ impl Group {
                             )));
                         }
                         Ok(r) => r.map(|(index, _)| index),
-                        Err(_) => Err(self.no_leader()),
+                        Err(_) => {
+                            self.learn_leader_addr(leader);
+                            Err(self.no_leader())
+                        }
                     }
                 }
                 None => Err(self.no_leader()),

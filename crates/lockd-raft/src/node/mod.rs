@@ -779,6 +779,9 @@ impl Node {
                         // Every member call is idempotent, so a failed forward is simply
                         // repeated (the leader may have died: wait for the next one).
                         Err(st) => {
+                            if let Some(addr) = g.raft().membership().addrs.get(&l) {
+                                self.learn_addr(l, addr);
+                            }
                             last = MemberError::Unavailable(format!(
                                 "forwarding to leader node {l} failed ({}: {})",
                                 st.code(),
