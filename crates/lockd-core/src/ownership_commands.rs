@@ -292,6 +292,47 @@ impl LockTable {
         })
     }
 
+    /// The sessions an import names: one this group lacks is adopted (its lease starts now); one
+    /// it has gets its lease restarted, since it may be older than the one its moved holds
+    /// followed in the sending group (clients follow that group's deadline until they see the
+    /// move; C2). Returns how many were adopted.
+    fn bring_sessions(
+        &mut self,
+        now: u64,
+        sessions: &[ExportedSession],
+        ev: &mut Vec<LockEvent>,
+    ) -> u32 {
+        let mut adopted = 0;
+        for s in sessions {
+            if let Some(have) = self.sessions.get(&s.id) {
+                let ttl_ms = have.ttl_ms;
+                self.topology.lease_restarted.insert(s.id);
+                ev.push(LockEvent::SessionAdopted {
+                    session: s.id,
+                    ttl_ms,
+                });
+                continue;
+            }
+            self.insert_session(
+                s.id,
+                Session {
+                    ttl_ms: s.ttl_ms,
+                    opened_at_ms: now,
+                    client: s.client.as_str().into(),
+                    namespace: s.namespace.as_str().into(),
+                    held: Default::default(),
+                    waits: Default::default(),
+                },
+            );
+            ev.push(LockEvent::SessionAdopted {
+                session: s.id,
+                ttl_ms: s.ttl_ms,
+            });
+            adopted += 1;
+        }
+        adopted
+    }
+
     /// Step 2 (receiving group): take the export and serve the buckets.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn import_buckets(
@@ -348,36 +389,7 @@ impl LockTable {
         validate_export(move_id, buckets, export)?;
         // Validation done.
         self.mint.revision = self.mint.revision.max(export.revision);
-        let mut adopted = 0;
-        for s in &export.sessions {
-            if self.sessions.contains_key(&s.id) {
-                // Its lease here may be older than the one its moved holds followed in the
-                // sending group (clients follow that group's deadline until they see the
-                // move): it restarts now, as an adopted one's starts (C2).
-                self.topology.lease_restarted.insert(s.id);
-                ev.push(LockEvent::SessionAdopted {
-                    session: s.id,
-                    ttl_ms: self.sessions[&s.id].ttl_ms,
-                });
-                continue;
-            }
-            self.insert_session(
-                s.id,
-                Session {
-                    ttl_ms: s.ttl_ms,
-                    opened_at_ms: now,
-                    client: s.client.as_str().into(),
-                    namespace: s.namespace.as_str().into(),
-                    held: Default::default(),
-                    waits: Default::default(),
-                },
-            );
-            ev.push(LockEvent::SessionAdopted {
-                session: s.id,
-                ttl_ms: s.ttl_ms,
-            });
-            adopted += 1;
-        }
+        let adopted = self.bring_sessions(now, &export.sessions, ev);
         for l in &export.locks {
             let name: Arc<str> = l.name.as_str().into();
             let mut lock = Lock::default();
