@@ -210,7 +210,9 @@ mod tests {
             token: tx,
             limit: 1,
         };
-        assert_eq!(run(&mut b, import.clone()), vec![into]);
+        // B had the session: the import restarts its lease there (C2), then brings the hold.
+        let restarted = AuditEvent::SessionAdopted { session: s };
+        assert_eq!(run(&mut b, import.clone()), vec![restarted, into]);
         assert_eq!(
             run(&mut b, import),
             vec![],
