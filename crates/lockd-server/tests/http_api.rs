@@ -1183,6 +1183,46 @@ async fn failed_authentications_are_budgeted_per_client_address() {
     c.stop_all().await;
 }
 
+/// In an open namespace a session id is the only credential: ids no group knows are failed
+/// guesses, budgeted per address like wrong tokens (issue 42 item 7). A session this address
+/// opened goes on after the budget is spent, and another address has its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_session_ids_are_guesses_budgeted_per_address() {
+    let (mut c, h) = single().await;
+    let mine = h.session("mine", 15).await;
+    let guess = |n: u64| format!("/v1/sessions/s_{:016x}:keepalive", (n << 8) | 1);
+    for i in 0..20 {
+        let r = h.post(&guess(i), json!({})).await;
+        assert_eq!(r.status, 404, "guess {i}: {}", r.body);
+    }
+    let r = h.post(&guess(99), json!({})).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "rate_limited");
+    // The address's own sessions go on: the one it had, and one it opens now.
+    let r = h
+        .post(&format!("/v1/sessions/{mine}:keepalive"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let fresh = h.session("fresh", 15).await;
+    let r = h
+        .post(&format!("/v1/sessions/{fresh}:keepalive"), json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Another address (127.0.0.2 is loopback too) has its own budget.
+    let other = http_client()
+        .local_address(Some("127.0.0.2".parse().unwrap()))
+        .build()
+        .unwrap();
+    let r = other
+        .post(c.url(0, &guess(98)))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    c.stop_all().await;
+}
+
 /// Clients report a lease that ran out under working code, and a write a fence refused; both
 /// are counted per namespace (never per name), and a bad name is refused like everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

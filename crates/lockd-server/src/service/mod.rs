@@ -649,6 +649,18 @@ impl Service {
         creds: &Credentials,
     ) -> Result<String, ApiError> {
         self.serving_names()?;
+        // In an open namespace the session id is the only credential, so an id no group knows
+        // is a failed guess: budgeted per address like a wrong token (docs/SECURITY.md). An id
+        // that worked from this address (or was opened from it) skips the pre-check, so a
+        // guesser behind the same address does not stop its neighbours' sessions.
+        let id = session.to_string();
+        let proven = creds.from.is_some_and(|ip| {
+            self.auth_failures.known_good(ip, &id)
+                || (creds.bearer.as_deref()).is_some_and(|t| self.auth_failures.known_good(ip, t))
+        });
+        if !proven {
+            self.auth_budget(creds)?;
+        }
         let q = Query::SessionNamespace { session };
         let namespace = self
             .session_answer(&q, |a| match a {
@@ -657,12 +669,20 @@ impl Service {
             })
             .await?;
         let Some(namespace) = namespace else {
+            if let Some(ip) = creds.from {
+                self.auth_failures.failed(ip, std::time::Instant::now());
+                self.auth_failures.forget(ip, &id);
+                self.metrics.auth_failed();
+            }
             return Err(ApiError::new(
                 ErrorCode::SessionNotFound,
                 format!("session {session} does not exist or has expired"),
             ));
         };
         self.authorize_in(&namespace, creds)?;
+        if let (Some(ip), false) = (creds.from, proven) {
+            self.auth_failures.succeeded(ip, &id);
+        }
         Ok(namespace)
     }
 
@@ -778,6 +798,10 @@ impl Service {
         if let Some(e) = refused.or(if ttl.is_none() { unavailable } else { None }) {
             let _ = self.end_session(session).await;
             return Err(e);
+        }
+        // The opener's own session id is no guess from its address (`authorize_session`).
+        if let Some(ip) = creds.from {
+            self.auth_failures.succeeded(ip, &session.to_string());
         }
         Ok(SessionOpened {
             session,
