@@ -6,7 +6,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::env::set_var("PROTOC", protoc);
     // `proto` is a link to the repository's proto/ in the source tree; `cargo package` copies
     // what it points to, so the published crate carries the file.
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
+    // Read when the script runs, not compiled in: a target directory shared by two checkouts
+    // (CI builds a fresh clone into the main one's) may reuse this script built in the other.
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
     let file = root.join("lockd/v1/lockd.proto");
     println!("cargo:rerun-if-changed={}", file.display());
     // The descriptor set serves gRPC reflection (grpcurl and Postman need no .proto file).
