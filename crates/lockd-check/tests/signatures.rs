@@ -5,10 +5,9 @@
 //! is. A change to lockd or to the simulator moves the trajectories; then pick the first seed
 //! again with `lockd-check sim --seeds 100 --sabotage X --verbose` (release build) and check it
 //! with `--seeds 1 --seed N --sabotage X` (exit 0: caught) and without `--sabotage` (clean).
-//! Since the simulated clients go through lockd-server's own front door, which refuses names
-//! on a node cut off from the meta group, `leader-lease` and `ownership` show on fewer seeds
-//! (about 2 % and 1 %): their windows (a deposed leader acking keepalives, a stale shard map)
-//! are the few seconds before a cut-off node stops serving.
+//! On seeds 1-150 (after a node cut off from a meta group that cannot answer kept serving
+//! names from its last applied map): client-deadline shows on 29, leader-lease on 7,
+//! store-fence on 8, stale-read on 99, revision-floor on 8 and ownership on 63.
 
 use lockd_check::checker::Signature;
 use lockd_check::sim::{run_seed, Sabotage, SimConfig};
@@ -43,25 +42,25 @@ fn client_deadline_causes_a_belief_overlap() {
 
 #[test]
 fn leader_lease_causes_a_grant_while_believed() {
-    signature_then_clean(Sabotage::LeaderLease, Signature::GrantWhileBelieved, 14);
+    signature_then_clean(Sabotage::LeaderLease, Signature::GrantWhileBelieved, 15);
 }
 
 #[test]
 fn store_fence_causes_a_stale_write() {
-    signature_then_clean(Sabotage::StoreFence, Signature::StaleWrite, 25);
+    signature_then_clean(Sabotage::StoreFence, Signature::StaleWrite, 11);
 }
 
 #[test]
 fn stale_read_causes_a_stale_read() {
-    signature_then_clean(Sabotage::StaleRead, Signature::StaleRead, 1);
+    signature_then_clean(Sabotage::StaleRead, Signature::StaleRead, 2);
 }
 
 #[test]
 fn revision_floor_causes_a_token_regression() {
-    signature_then_clean(Sabotage::RevisionFloor, Signature::TokenRegression, 99);
+    signature_then_clean(Sabotage::RevisionFloor, Signature::TokenRegression, 20);
 }
 
 #[test]
 fn ownership_causes_a_double_grant() {
-    signature_then_clean(Sabotage::Ownership, Signature::DoubleGrant, 5);
+    signature_then_clean(Sabotage::Ownership, Signature::DoubleGrant, 1);
 }

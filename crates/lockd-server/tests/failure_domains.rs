@@ -114,3 +114,115 @@ async fn one_groups_outage_leaves_the_other_groups_names_and_sessions_alone() {
         );
     }
 }
+
+/// The meta group's outage stops only what needs it (issue 41 item 3): with its quorum gone,
+/// nodes that had caught up keep serving names from the shard map, namespaces and credentials
+/// they last applied. Existing sessions keep their locks and take new names in a group that
+/// still has its quorum; a namespace's token is still required; admin calls fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_meta_groups_outage_leaves_names_of_groups_with_a_quorum_alone() {
+    // The meta group on all six nodes (quorum 4), group 1 on nodes 1-3, group 2 on 4-6.
+    let mut c = placed_cluster(6, 2, 3).await;
+    let h = Http::new(c.url(3, ""));
+    let s = h.session("before", 15).await;
+    let secure = h.with_token(SECURE_TOKEN);
+    let t = secure.session_in("secure", 15, "secure").await;
+    // Two names of group 2 per namespace: one held across the outage, one taken during it.
+    let in2 = |prefix: &'static str, session: String, http: Http| async move {
+        let mut found = vec![];
+        for i in 0..400 {
+            let name = format!("{prefix}{i}");
+            let r = http
+                .acquire(&name, json!({"session_id": session, "owner": "o"}))
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            let token = r.body["token"].as_u64().unwrap();
+            assert_eq!(http.release(&name, &session, token).await.status, 200);
+            if r.body["group"] == 2 {
+                found.push(name);
+            }
+            if found.len() == 2 {
+                return (found[0].clone(), found[1].clone());
+            }
+        }
+        panic!("no two names of group 2 in 400")
+    };
+    let (held, fresh) = in2("mo/", s.clone(), h.clone()).await;
+    let (held_t, fresh_t) = in2("secure/mo/", t.clone(), secure.clone()).await;
+    let r = h
+        .acquire(&held, json!({"session_id": s, "owner": "o"}))
+        .await;
+    assert_eq!(r.body["acquired"], true, "{}", r.body);
+    let token = r.body["token"].as_u64().unwrap();
+    let r = secure
+        .acquire(&held_t, json!({"session_id": t, "owner": "o"}))
+        .await;
+    assert_eq!(r.body["acquired"], true, "{}", r.body);
+
+    let version = h.admin().get("/v1/admin/namespaces").await.body["version"]
+        .as_u64()
+        .unwrap();
+
+    // Nodes 1-3 stop: the meta group keeps 3 of 6 voters (no quorum), group 2 all of its own.
+    for i in 0..3 {
+        c.stop(i).await;
+    }
+    // Until the nodes left see their meta replicas cut off; names are served throughout.
+    let started = Instant::now();
+    loop {
+        let st = h.get("/v1/status").await;
+        if st.body["meta_cut_off"] == true {
+            assert_eq!(st.body["serving_names"], true, "{}", st.body);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "node 4 never saw the meta group cut off: {}",
+            st.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for i in 3..6 {
+        let h = Http::new(c.url(i, ""));
+        let secure = h.with_token(SECURE_TOKEN);
+        // The sessions live on in group 2 and keep their locks.
+        for (http, session) in [(&h, &s), (&secure, &t)] {
+            let k = http
+                .post(&format!("/v1/sessions/{session}:keepalive"), json!({}))
+                .await;
+            assert_eq!(
+                k.status,
+                200,
+                "keepalive through node {}: {}",
+                i + 1,
+                k.body
+            );
+        }
+        let info = h.admin().inspect(&held).await;
+        assert_eq!(info["holders"][0]["session"], s.as_str(), "{info}");
+        assert_eq!(info["holders"][0]["token"], token, "{info}");
+        // New names of group 2, in the open namespace and the protected one.
+        for (http, session, name) in [(&h, &s, &fresh), (&secure, &t, &fresh_t)] {
+            let r = http
+                .acquire(name, json!({"session_id": session, "owner": "o"}))
+                .await;
+            assert_eq!(r.body["acquired"], true, "node {}: {}", i + 1, r.body);
+            let tk = r.body["token"].as_u64().unwrap();
+            assert_eq!(http.release(name, session, tk).await.status, 200);
+        }
+        // The namespace's credential still guards it: no token, no name.
+        let r = h.acquire(&fresh_t, json!({"session_id": t})).await;
+        assert_eq!(r.status, 401, "{}", r.body);
+        // What needs the meta group's leader fails, with a retryable 503.
+        let r = h
+            .admin()
+            .post(
+                "/v1/admin/namespaces",
+                json!({"expected_version": version,
+                       "namespace": {"name": "late", "prefix": "late/"}}),
+            )
+            .await;
+        assert_eq!(r.status, 503, "{}", r.body);
+    }
+    c.stop_all().await;
+}

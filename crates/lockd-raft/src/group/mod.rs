@@ -6,9 +6,11 @@
 //! leader's lease is not yet valid, calls retry internally for a short bounded time.
 
 pub(crate) mod leader;
+mod outage;
 pub(crate) mod remote;
 mod shared;
 
+pub(crate) use outage::Outage;
 pub(crate) use shared::Shared;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,6 +99,8 @@ pub struct Group {
     stopping: AtomicBool,
     /// What `is_stranded` decides from, behind one lock.
     drift: std::sync::Mutex<Drift>,
+    /// Whether calls fail fast for want of a leader (`outage.rs`).
+    outage: Outage,
 }
 
 /// Signs that a replica is cut off from its group, or left behind by it.
@@ -145,6 +149,7 @@ impl Group {
                 leader_contact: Some(Instant::now()),
                 ..Drift::default()
             }),
+            outage: Outage::default(),
         }
     }
 
@@ -194,7 +199,7 @@ impl Group {
     }
 
     async fn propose_routed(&self, op: Op) -> ProposeResult {
-        let give_up = Instant::now() + self.timing.retry_budget;
+        let (give_up, out) = self.outage.give_up_at(self.timing.retry_budget);
         loop {
             self.check_running()?;
             let status = self.raft.role();
@@ -211,7 +216,10 @@ impl Group {
                     }
                     tokio::time::sleep(self.timing.retry_pause).await;
                 }
-                other => return other,
+                other => {
+                    self.outage.settle(self.id, &other, !out);
+                    return other;
+                }
             }
         }
     }
@@ -265,11 +273,20 @@ impl Group {
         }
     }
 
+    /// A leader no quorum has acknowledged for an election timeout (its followers stopped or
+    /// are cut off; they elect another leader if they can) takes no call: nothing would be
+    /// appended or answered before the call's timeout, so it answers `NoLeader` at once and
+    /// the group's outage costs a quick retryable refusal (`outage.rs`), not a timeout with
+    /// an unknown outcome.
+    fn cut_off_leader(&self) -> bool {
+        self.raft.quorum_silent_for(self.timing.election_max)
+    }
+
     /// Serves a proposal on this node only if it leads with active leader duties.
     pub(crate) async fn propose_on_leader(&self, op: Op) -> ProposeResult {
         self.check_running()?;
         let status = self.raft.role();
-        if !status.is_leader {
+        if !status.is_leader || self.cut_off_leader() {
             return Err(self.no_leader());
         }
         match self.raft.write(op).await {
@@ -293,7 +310,7 @@ impl Group {
     /// `Ok(ttl_ms)` while the session has a lease here; `SessionNotFound` when it has none
     /// (never brought here, or expired or closed here: leases are per group).
     pub async fn keepalive(&self, session: SessionId) -> Result<Renewed, GroupError> {
-        let give_up = Instant::now() + self.timing.retry_budget;
+        let (give_up, out) = self.outage.give_up_at(self.timing.retry_budget);
         loop {
             self.check_running()?;
             let status = self.raft.role();
@@ -323,7 +340,10 @@ impl Group {
                     }
                     tokio::time::sleep(self.timing.retry_pause).await;
                 }
-                other => return other,
+                other => {
+                    self.outage.settle(self.id, &other, !out);
+                    return other;
+                }
             }
         }
     }
@@ -375,7 +395,7 @@ impl Group {
     }
 
     async fn read_index_routed(&self) -> Result<u64, GroupError> {
-        let give_up = Instant::now() + self.timing.retry_budget;
+        let (give_up, out) = self.outage.give_up_at(self.timing.retry_budget);
         loop {
             self.check_running()?;
             let status = self.raft.role();
@@ -427,7 +447,10 @@ impl Group {
                 Err(GroupError::NoLeader { .. }) if Instant::now() < give_up => {
                     tokio::time::sleep(self.timing.retry_pause).await;
                 }
-                other => return other,
+                other => {
+                    self.outage.settle(self.id, &other, !out);
+                    return other;
+                }
             }
         }
     }
@@ -442,6 +465,9 @@ impl Group {
 
     pub(crate) async fn read_index_on_leader(&self) -> Result<u64, GroupError> {
         self.check_running()?;
+        if self.cut_off_leader() {
+            return Err(self.no_leader());
+        }
         match self.raft.read_index().await {
             Ok(index) => Ok(index),
             Err(WriteError::NotLeader { .. }) => Err(self.no_leader()),
@@ -464,6 +490,19 @@ impl Group {
 
     pub fn is_leader(&self) -> bool {
         self.raft.role().is_leader
+    }
+
+    /// Whether this node is a member of the group as far as it knows: its applied membership
+    /// has it, and no leader has said otherwise since it last replicated to it. A stranded
+    /// replica that is still a member was cut off (the group lost its quorum, or a partition),
+    /// not removed.
+    pub fn member_here(&self) -> bool {
+        if !self.raft.is_member(self.raft.node_id()) {
+            return false;
+        }
+        let d = self.drift();
+        d.removed_seen
+            .is_none_or(|told| d.leader_contact.is_some_and(|heard| heard > told))
     }
 
     /// Whether this replica has known no leader, or has led without a quorum's acknowledgement,

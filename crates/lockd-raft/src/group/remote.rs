@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::group::{never_sent, Timing};
+use crate::group::{never_sent, Outage, Timing};
 use crate::peer::{Method, Peers};
 use crate::raft::{MemberError, Membership};
 use crate::wire::WireReply;
@@ -49,6 +49,8 @@ pub struct RemoteGroup {
     next: AtomicUsize,
     peers: Peers,
     timing: Timing,
+    /// Whether calls fail fast for want of a leader (`outage.rs`).
+    outage: Outage,
 }
 
 /// Whether a failed call certainly did nothing at its target: it was never sent, or the target
@@ -75,6 +77,7 @@ impl RemoteGroup {
             next: AtomicUsize::new(0),
             peers,
             timing,
+            outage: Outage::default(),
         }
     }
 
@@ -123,13 +126,39 @@ impl RemoteGroup {
 
     /// Tries the candidates, starting with the last one that answered, moving on while
     /// `attempt` says [`Attempt::Next`] and pausing after each full round, until the retry
-    /// budget is spent: then `NoLeader`.
-    async fn over_candidates<T, F, Fut>(&self, mut attempt: F) -> Result<T, GroupError>
+    /// budget is spent: then `NoLeader`. While the group is out (`outage.rs`), one round.
+    async fn over_candidates<T, F, Fut>(&self, attempt: F) -> Result<T, GroupError>
+    where
+        F: FnMut(NodeId) -> Fut,
+        Fut: std::future::Future<Output = Attempt<T>>,
+    {
+        let (give_up, out) = self.outage.give_up_at(self.timing.retry_budget);
+        let r = self.rounds(attempt, give_up, out).await;
+        self.outage.settle(self.id, &r, !out);
+        r
+    }
+
+    /// [`RemoteGroup::over_candidates`] for a call any member serves (not only the leader):
+    /// its answer says nothing of a leader, so it neither ends an outage nor fails fast.
+    async fn over_members<T, F, Fut>(&self, attempt: F) -> Result<T, GroupError>
     where
         F: FnMut(NodeId) -> Fut,
         Fut: std::future::Future<Output = Attempt<T>>,
     {
         let give_up = Instant::now() + self.timing.retry_budget;
+        self.rounds(attempt, give_up, false).await
+    }
+
+    async fn rounds<T, F, Fut>(
+        &self,
+        mut attempt: F,
+        give_up: Instant,
+        out: bool,
+    ) -> Result<T, GroupError>
+    where
+        F: FnMut(NodeId) -> Fut,
+        Fut: std::future::Future<Output = Attempt<T>>,
+    {
         let mut tried = 0;
         loop {
             let i = self.next.load(Ordering::Relaxed);
@@ -158,7 +187,8 @@ impl RemoteGroup {
                 }
                 Attempt::Next => {}
             }
-            if Instant::now() >= give_up {
+            // Out: one round, without the pause that ends it.
+            if Instant::now() >= give_up && (!out || tried + 1 >= order.len()) {
                 return Err(self.no_leader());
             }
             self.rotate(i, &mut tried, order.len()).await;
@@ -220,7 +250,7 @@ impl RemoteGroup {
         timeout: Duration,
     ) -> Result<Vec<u8>, GroupError> {
         let payload = &payload;
-        self.over_candidates(|target| async move {
+        self.over_members(|target| async move {
             match self
                 .peers
                 .call(target, Method::App, self.id, payload.clone(), timeout)

@@ -438,19 +438,30 @@ impl RaftGroup {
     /// Whether this node is the leader and a quorum acknowledged it within the keepalive lease
     /// (shorter than openraft's own lease, which is `election_timeout_max`).
     pub(crate) fn lease_valid(&self) -> bool {
-        let Ok(leader) = self.raft.as_leader() else {
-            return false;
-        };
-        // A sole voter is its own quorum; openraft does not refresh the ack time while idle.
+        matches!(self.quorum_ack_age(), Some(Some(age)) if age < self.keepalive_lease)
+    }
+
+    /// Whether this node leads but no quorum has acknowledged it for `silence` (it was cut off
+    /// from its followers, or they stopped): writes and reads it took would only wait out
+    /// their timeout. A leader no quorum has acknowledged yet (a fresh one) is not silent.
+    pub(crate) fn quorum_silent_for(&self, silence: Duration) -> bool {
+        matches!(self.quorum_ack_age(), Some(Some(age)) if age >= silence)
+    }
+
+    /// How long ago a quorum last acknowledged this node as leader: `None` if it does not
+    /// lead, `Some(None)` if no quorum has yet; zero for a sole voter, its own quorum
+    /// (openraft does not refresh the ack time of an idle one).
+    fn quorum_ack_age(&self) -> Option<Option<Duration>> {
+        let leader = self.raft.as_leader().ok()?;
         let sole_voter = {
             let metrics = self.raft.server_metrics();
             let m = metrics.borrow_watched();
             m.membership_config.membership().voter_ids().count() == 1
         };
-        sole_voter
-            || leader
-                .last_quorum_acked()
-                .is_some_and(|t| t.elapsed() < self.keepalive_lease)
+        if sole_voter {
+            return Some(Some(Duration::ZERO));
+        }
+        Some(leader.last_quorum_acked().map(|t| t.elapsed()))
     }
 
     pub(crate) fn role_changes(&self) -> RoleChanges {

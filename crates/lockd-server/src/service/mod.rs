@@ -294,14 +294,19 @@ impl Service {
         }
     }
 
-    /// Fail closed: this node serves names and sessions only while its meta replica is a
-    /// serving member of the meta group and has caught up with the meta leader since it last
-    /// became one. Runs for the node's life: on start, and whenever the replica comes back
-    /// after being removed, never added (a joiner), or cut off for several election timeouts
-    /// (`Group::is_stranded`), a linearizable read (retried while there is no leader) decides
-    /// the catch-up. A replica that is not a serving member no longer follows the log, so its
-    /// namespaces and credentials may be stale: the node then stops serving names at once
-    /// ([`Service::meta_caught_up`] turns false).
+    /// This node serves names and sessions only while its meta replica is a member of the
+    /// meta group and has caught up with the meta leader since it last became one (a node
+    /// that has not, since it started, serves nothing: it must not vouch for credentials it
+    /// may not have). Runs for the node's life: on start, and whenever the replica comes back
+    /// after being removed, never added (a joiner), or left behind, a linearizable read
+    /// (retried while there is no leader) decides the catch-up.
+    ///
+    /// A replica cut off for several election timeouts (`Group::is_stranded`) is asked about
+    /// here: if the meta group answers without it (through the other nodes), it was removed
+    /// or left behind, its namespaces and credentials may be stale, and the node stops serving
+    /// names at once; if the meta group cannot answer (it lost its quorum, or this node is on
+    /// the minority side of a partition), the node goes on serving names from what it last
+    /// applied (`meta_member`, issue 41 item 3).
     pub async fn catch_up_meta(&self) {
         use std::sync::atomic::Ordering;
         loop {
@@ -318,12 +323,23 @@ impl Service {
                     }
                 }
                 Some(Route::Local(_)) => {}
+                Some(meta) if self.caught_up_flag() && self.meta_member() => {
+                    // Cut off, still a member by its own log: does the group work without it?
+                    if self.query(&meta, Query::ShardMap).await.is_ok() {
+                        self.meta_caught_up.store(false, Ordering::Release);
+                        tracing::warn!(
+                            "the meta group answers without this node's meta replica (removed, \
+                             or left behind); this node serves no name or session until the \
+                             replica has caught up"
+                        );
+                    }
+                }
                 _ => {
                     if self.meta_caught_up.swap(false, Ordering::AcqRel) {
                         tracing::warn!(
-                            "this node's meta replica is no longer a serving member of the meta \
-                             group (removed, or cut off from it); it serves no name or session \
-                             until it is one again and has caught up"
+                            "this node's meta replica is no longer a member of the meta group \
+                             (removed); it serves no name or session until it is one again and \
+                             has caught up"
                         );
                     }
                 }
@@ -349,8 +365,24 @@ impl Service {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Whether this node's meta replica is a member of the meta group. One cut off from the
+    /// group (no quorum, a partition: `Group::is_stranded`) still is, by its own log, until
+    /// the group is found answering without it ([`Service::catch_up_meta`]): meanwhile the
+    /// node keeps serving names from the shard map, namespaces and credentials it last
+    /// applied, and a lock group refuses a name it does not own, so a stale map costs a
+    /// retry, never a wrong grant (issue 41 item 3). Only what needs the meta group's leader
+    /// stops: admin calls, namespace changes, group creation, moves.
     fn meta_member(&self) -> bool {
-        matches!(self.node.route(META_GROUP), Some(Route::Local(_)))
+        match self.node.route(META_GROUP) {
+            Some(Route::Local(_)) => true,
+            _ => (self.node.group(META_GROUP)).is_some_and(|m| m.member_here()),
+        }
+    }
+
+    /// Whether the meta replica is cut off from its group while the node serves names from
+    /// what it last applied (`meta_member`).
+    pub fn meta_cut_off(&self) -> bool {
+        self.meta_caught_up() && !matches!(self.node.route(META_GROUP), Some(Route::Local(_)))
     }
 
     /// 503 unless the meta replica is a serving member that has caught up.
@@ -359,15 +391,22 @@ impl Service {
         if member && self.caught_up_flag() {
             return self.check_not_restoring();
         }
-        let why = if member {
+        let cut_off = !matches!(self.node.route(META_GROUP), Some(Route::Local(_)));
+        let why = if member && cut_off {
+            "this node's meta replica is cut off from the cluster's meta group (the group \
+             answers without it: removed or left behind; or the group has had no quorum since \
+             this node started), so this node cannot vouch for namespaces and their \
+             credentials; it serves no name or session until the replica has caught up (use \
+             another node meanwhile)"
+        } else if member {
             "this node has not yet caught up with the cluster's configuration (namespaces and \
              their credentials) since its meta replica became a member; it serves no name or \
              session until it has"
         } else {
-            "this node is not a serving member of the cluster's meta group (never added, \
-             removed, or cut off from it), so it cannot vouch for namespaces and their \
-             credentials; it serves no name or session (use another node, or add this one with \
-             `lockctl members add ID ADDR --groups 0`)"
+            "this node is not a member of the cluster's meta group (never added, or removed), \
+             so it cannot vouch for namespaces and their credentials; it serves no name or \
+             session (use another node, or add this one with `lockctl members add ID ADDR \
+             --groups 0`)"
         };
         Err(ApiError::new(ErrorCode::Unavailable, why).retry_after(500))
     }
@@ -1574,6 +1613,11 @@ impl Service {
             if !s.members.contains(&self.node.node_id()) {
                 continue;
             }
+            // A meta group without a quorum stops no name here (`meta_member`): every node
+            // would leave the load balancer's pool over it.
+            if id == META_GROUP && self.meta_caught_up() {
+                continue;
+            }
             if s.leader.is_none() {
                 why.push(format!("group {id} has no leader"));
             } else if g.is_stranded() {
@@ -1609,6 +1653,7 @@ impl Service {
             "node_id": self.node.node_id(),
             "pid": std::process::id(),
             "serving_names": self.serving(),
+            "meta_cut_off": self.meta_cut_off(),
             "groups": groups,
         })
     }
