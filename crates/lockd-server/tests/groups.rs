@@ -306,7 +306,8 @@ async fn a_group_that_gave_its_buckets_away_is_removed_for_good() {
         .filter(|n| initial.group_of(n) == 2)
         .take(5)
         .collect();
-    let s = near.session("holder", 30).await;
+    // No keepalive until the end: a TTL that outlasts the moves and removal on a loaded machine.
+    let s = near.session("holder", 60).await;
     let mut tokens = Vec::new();
     for n in &in_two {
         let r = near
