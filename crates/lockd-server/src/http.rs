@@ -1081,6 +1081,12 @@ async fn livez() -> Response {
 async fn readyz(State(svc): State<Arc<Service>>) -> Response {
     let why = svc.not_ready();
     if why.is_empty() {
+        // A sabotaged node (lockd-check's negative controls) says so wherever it is looked at.
+        let controls = svc.node.negative_controls();
+        if !controls.is_empty() {
+            let body = json!({"ready": true, "unsafe_negative_controls": controls});
+            return axum::Json(body).into_response();
+        }
         return axum::Json(json!({"ready": true})).into_response();
     }
     error_response(

@@ -39,6 +39,11 @@ pub struct BuildLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControlLabel {
+    pub control: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PortLabel {
     pub port: &'static str,
 }
@@ -135,6 +140,7 @@ pub struct Metrics {
     client_connections_max: Family<PortLabel, Gauge>,
     ready: Gauge,
     build_info: Family<BuildLabel, Gauge>,
+    negative_controls: Family<ControlLabel, Gauge>,
     client_connections_refused: Family<PortLabel, Counter>,
     /// The client ports' connection caps, read at each scrape.
     caps: Mutex<Vec<crate::conns::ConnCap>>,
@@ -200,6 +206,7 @@ impl Metrics {
             client_connections_max: Family::default(),
             ready: Gauge::default(),
             build_info: Family::default(),
+            negative_controls: Family::default(),
             client_connections_refused: Family::default(),
             caps: Mutex::default(),
         };
@@ -370,6 +377,12 @@ impl Metrics {
             self.build_info.clone(),
         );
         r.register(
+            "unsafe_negative_control",
+            "1 for each negative control (lockd-check's sabotage) this node runs with: such a \
+             node is UNSAFE; no series in any normal node",
+            self.negative_controls.clone(),
+        );
+        r.register(
             "client_connections_refused",
             "Connections refused at a client port's cap",
             self.client_connections_refused.clone(),
@@ -532,6 +545,11 @@ impl Metrics {
         watch: &crate::watches::Hub,
     ) -> String {
         self.observe_leaders(node);
+        for control in node.negative_controls() {
+            self.negative_controls
+                .get_or_create(&ControlLabel { control })
+                .set(1);
+        }
         for id in node.group_ids() {
             let Some(g) = node.group(id) else { continue };
             let l = GroupLabel { group: id };

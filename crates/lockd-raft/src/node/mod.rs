@@ -722,6 +722,20 @@ impl Node {
         self.node_id
     }
 
+    /// The negative controls this node runs with (lockd-check's sabotage; empty in any
+    /// normal node): status, `/readyz` and `/metrics` name them, since such a node is unsafe.
+    pub fn negative_controls(&self) -> Vec<&'static str> {
+        let cfg = &self.maker.cfg;
+        let on = [
+            (cfg.skip_leader_lease_check, "skip-leader-lease-check"),
+            (cfg.skip_ownership_check, "skip-ownership-check"),
+        ];
+        on.into_iter()
+            .filter(|(set, _)| *set)
+            .map(|(_, n)| n)
+            .collect()
+    }
+
     /// Every hosted group's membership, as this node's replica sees it.
     pub fn memberships(&self) -> BTreeMap<GroupId, Membership> {
         self.hosted()

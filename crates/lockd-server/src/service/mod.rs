@@ -1654,6 +1654,7 @@ impl Service {
             "pid": std::process::id(),
             "serving_names": self.serving(),
             "meta_cut_off": self.meta_cut_off(),
+            "unsafe_negative_controls": self.node.negative_controls(),
             "groups": groups,
         })
     }
