@@ -157,6 +157,21 @@ pub enum Record {
         target: String,
         #[serde(default)]
         verified: bool,
+        /// How long the fault lasted, from `at_ns` to its undo, in milliseconds (what the
+        /// nemesis logs as `for N ms`, plus the time injecting it took); 0: not known. The
+        /// availability figures attribute client attempts to the window it spans.
+        #[serde(default)]
+        hold_ms: u64,
+    },
+    /// One renewal slot of a nemesis worker's session (its client sends a keepalive every
+    /// TTL/3 on its own): from `at_ns`, was a keepalive sent at or after `at_ns` acknowledged
+    /// by `end_ns` (`answered`), or did `end_ns` = `at_ns` + TTL/2 pass without one? Only
+    /// the availability figures read these; see `nemesis::avail`.
+    Renewal {
+        process: ProcessId,
+        at_ns: u64,
+        end_ns: u64,
+        answered: bool,
     },
     /// A measured failover: from the fault to the first grant served again, in milliseconds.
     Failover { at_ns: u64, ms: f64 },

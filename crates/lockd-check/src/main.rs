@@ -262,6 +262,9 @@ fn run_nemesis(a: NemesisArgs) -> anyhow::Result<ExitCode> {
     for d in &out.report.details {
         println!("  {d}");
     }
+    for l in out.availability.lines() {
+        println!("{l}");
+    }
     println!("{}", out.result_line(&cfg));
     println!(
         "history: {} and {}/worker-*.jsonl (re-check: lockd-check check {}/*.jsonl)",

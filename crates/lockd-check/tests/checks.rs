@@ -335,6 +335,7 @@ fn stale_writes_accepted_and_lost_updates_are_counted() {
         at_ns: 1,
         target: "client-1".into(),
         verified: true,
+        hold_ms: 0,
     });
     r.push(Record::Failover {
         at_ns: 2,

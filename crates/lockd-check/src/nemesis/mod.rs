@@ -20,9 +20,11 @@
 //!   cleared before the checks.
 //!
 //! Afterwards it heals everything, lets the workers finish, reads the store's own log, the
-//! final sets and every node's audit log, and runs the checker over the whole history.
+//! final sets and every node's audit log, and runs the checker over the whole history. From the
+//! same history it measures the service's availability to the workers by fault kind ([`avail`]).
 
 pub mod audit;
+pub mod avail;
 pub mod cluster;
 pub mod proxy;
 pub mod worker;
@@ -175,6 +177,8 @@ pub struct Outcome {
     pub progress: Progress,
     /// Progress checks that failed, each naming the check and its numbers.
     pub progress_failures: Vec<String>,
+    /// The service's availability to the workers, by fault kind (see [`avail`]).
+    pub availability: avail::Availability,
 }
 
 /// What shows the run exercised anything: a run that passes must have made progress.
@@ -233,8 +237,8 @@ impl Outcome {
             "{line} replica_divergence={} audit_entries={}{snapshots} workers_failed={} {nodes} \
              acked_grants={} fenced_adds={} unfenced_lost={} missing_in_audit={} \
              drain_checks={} drain_still_leading={} drain_stuck={} \
-             moves_ok={} moves_failed={} progress_failures={} duration_s={} seed={} sabotage={} \
-             violations={}",
+             moves_ok={} moves_failed={} progress_failures={} {} duration_s={} seed={} \
+             sabotage={} violations={}",
             self.replica_divergence,
             self.audit_entries,
             p.workers_failed,
@@ -248,6 +252,7 @@ impl Outcome {
             p.moves_ok,
             p.moves_failed,
             self.progress_failures.len(),
+            self.availability.result_fields(),
             cfg.duration.as_secs(),
             cfg.seed,
             cfg.sabotage
@@ -901,6 +906,8 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             at_ns,
             target: target.clone(),
             verified,
+            // From the draw (injecting may take long: a replace) to the undo.
+            hold_ms: rec.now_ns().saturating_sub(at_ns) / 1_000_000 + hold,
         });
         faults_done += u64::from(verified);
         if verified {
@@ -1052,6 +1059,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         .records
         .extend(History::load(&worker_files)?.records);
     let report = checker::check(&history, cfg.budget)?;
+    let availability = avail::Availability::of(&history, cfg.ttl);
     let audited: HashSet<(&str, u64)> = history
         .records
         .iter()
@@ -1077,6 +1085,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         history_file,
         progress,
         progress_failures: Vec::new(),
+        availability,
     };
     out.progress_failures = progress_failures(cfg, &out, has_audit);
     Ok(out)
@@ -1159,6 +1168,7 @@ async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::R
             at_ns: rec.now_ns(),
             target: target.clone(),
             verified: true,
+            hold_ms: 0,
         });
         eprintln!(
             "nemesis: t={:>5.1}s {kind} {target}",
@@ -1375,6 +1385,7 @@ async fn watch_self_pauses(
                     at_ns: rec.now_ns(),
                     target: format!("worker{id} (self, in its write window)"),
                     verified: true,
+                    hold_ms: hold,
                 });
                 eprintln!(
                     "nemesis: t={:>5.1}s pause worker{id} (self) verified=true for {hold} ms",
@@ -1541,6 +1552,7 @@ mod tests {
                 drain_left: Some("node 3 still shown draining".into()),
             },
             progress_failures: Vec::new(),
+            availability: avail::Availability::default(),
         };
         let cfg = || NemesisConfig {
             lock_groups: 2,
@@ -1572,8 +1584,8 @@ mod tests {
         assert!(line.contains(" drain_checks=2 drain_still_leading=1 drain_stuck=0 "));
         assert!(
             line.ends_with(
-                " moves_ok=0 moves_failed=3 progress_failures=13 duration_s=1 seed=1 \
-                 sabotage=none violations=false"
+                " moves_ok=0 moves_failed=3 progress_failures=13 availability_acquire=na \
+                 availability_renew=na duration_s=1 seed=1 sabotage=none violations=false"
             ),
             "{line}"
         );

@@ -12,8 +12,12 @@
 //! with the guard's deadline when the client's deadline fired, or the release's invoke. An
 //! outcome the worker cannot know (a timeout) ends its process id; it goes on under a new one
 //! with a new session, as the history format requires.
+//!
+//! Besides, a watcher records the session's renewals for the availability figures
+//! (`watch_renewals`).
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockd_client::{Client, ClientOptions, Error as ClientError, LockGuard};
@@ -69,6 +73,8 @@ struct Worker {
     store: Store,
     rng: fastrand::Rng,
     client: Client,
+    /// The client and process id in use, for the renewal watcher.
+    current: Arc<Mutex<(Client, u64)>>,
     epoch: u64,
     next_element: u64,
     /// A self-pause was drawn and waits for a round on `pause_fenced_next`'s key.
@@ -97,12 +103,15 @@ pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
     let rec = Recorder::with_file(MonotonicClock::with_origin(cfg.origin_ns), &cfg.history)?;
     let store = Store::connect(&cfg.pg, &cfg.store_ns).await?;
     let client = Client::lazy(cfg.endpoints.clone(), client_options(&cfg, 0))?;
+    let current = Arc::new(Mutex::new((client.clone(), cfg.id * 1_000_000)));
+    let renewals = tokio::spawn(watch_renewals(rec.clone(), current.clone(), cfg.ttl));
     let mut w = Worker {
         rng: fastrand::Rng::with_seed(cfg.seed ^ cfg.id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
         cfg,
         rec,
         store,
         client,
+        current,
         epoch: 0,
         next_element: 0,
         pause_pending: false,
@@ -130,6 +139,7 @@ pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    renewals.abort();
     let process = w.process();
     w.rec.push(Record::ProcessEnd {
         process,
@@ -137,6 +147,57 @@ pub async fn run(cfg: WorkerConfig) -> anyhow::Result<()> {
     });
     let _ = tokio::time::timeout(Duration::from_secs(2), w.client.close()).await;
     Ok(())
+}
+
+/// How often the renewal watcher looks at the client's last acknowledged keepalive.
+const RENEWAL_POLL: Duration = Duration::from_millis(50);
+
+/// While the current client has a session, opens a renewal slot every TTL/3 (the client's own
+/// keepalive interval) and records whether a keepalive sent at or after the slot's start was
+/// acknowledged within TTL/2 ([`Record::Renewal`]; seen up to one poll late). A slot still open
+/// when its process id ends is dropped unrecorded (the worker abandoned that session). After a
+/// pause of this process the slots fail: the availability figures exclude them.
+async fn watch_renewals(rec: Recorder, current: Arc<Mutex<(Client, u64)>>, ttl: Duration) {
+    use tokio::time::Instant;
+    let (every, deadline) = (ttl / 3, ttl / 2);
+    let deadline_ns = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+    let mut slots: Vec<(Instant, u64)> = Vec::new();
+    let mut tracked = None;
+    let mut next = Instant::now() + every;
+    loop {
+        tokio::time::sleep(RENEWAL_POLL).await;
+        let (client, process) = current.lock().expect("current client").clone();
+        if tracked != Some(process) {
+            slots.clear();
+            tracked = Some(process);
+        }
+        let acked = client.lease_report().map(|r| r.at);
+        let now = Instant::now();
+        slots.retain(|&(t, at_ns)| {
+            let answered = acked.is_some_and(|a| a >= t) && now <= t + deadline + RENEWAL_POLL;
+            if !answered && now < t + deadline {
+                return true;
+            }
+            let end_ns = if answered {
+                rec.now_ns().min(at_ns + deadline_ns)
+            } else {
+                at_ns + deadline_ns
+            };
+            rec.push(Record::Renewal {
+                process,
+                at_ns,
+                end_ns,
+                answered,
+            });
+            false
+        });
+        if now >= next {
+            next = now + every;
+            if client.session_id().is_some_and(|id| !id.is_empty()) {
+                slots.push((now, rec.now_ns()));
+            }
+        }
+    }
 }
 
 impl Worker {
@@ -167,7 +228,10 @@ impl Worker {
             self.cfg.endpoints.clone(),
             client_options(&self.cfg, self.epoch),
         ) {
-            Ok(c) => self.client = c,
+            Ok(c) => {
+                *self.current.lock().expect("current client") = (c.clone(), self.process());
+                self.client = c;
+            }
             Err(e) => eprintln!("nemesis worker {}: new client: {e}", self.cfg.id),
         }
     }

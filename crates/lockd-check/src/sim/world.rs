@@ -133,6 +133,7 @@ impl World {
             at_ns: self.now_ns(),
             target,
             verified: true,
+            hold_ms: 0,
         });
     }
 
