@@ -33,6 +33,21 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
         3,
         "meta + 2 lock groups"
     );
+    // A normal node runs no negative control (lockd-check's `negative_controls.rs` shows a
+    // sabotaged one naming its own), and has no series of them.
+    assert_eq!(
+        st.body["unsafe_negative_controls"],
+        json!([]),
+        "{}",
+        st.body
+    );
+    assert_eq!(h.get("/readyz").await.body, json!({"ready": true}));
+    let metrics = h.get("/metrics").await;
+    assert!(!metrics
+        .body
+        .as_str()
+        .unwrap()
+        .contains("lockd_unsafe_negative_control{"));
 
     let r = h
         .post(
