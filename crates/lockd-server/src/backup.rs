@@ -42,6 +42,9 @@ pub const APPLIED_FILE: &str = "restore-seed.applied.json";
 const BUMP_PER_MS: u64 = 1_000;
 /// ... plus this margin (a wrong wall clock, a backup older than it says).
 const BUMP_MARGIN: u64 = 1_000_000_000;
+/// How far ahead of this machine's clock a backup's timestamp may be and still count as just
+/// taken (clocks of two machines disagree by this much at most, or the margin covers it).
+const FUTURE_TOLERANCE_MS: u64 = 60_000;
 
 /// What `lockctl snapshot save` writes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,12 +128,26 @@ impl Backup {
         Ok(b)
     }
 
-    /// The bump a restore adds when none is given, at wall-clock time `now_unix_ms`.
-    pub fn default_bump(&self, now_unix_ms: u64) -> u64 {
+    /// The bump a restore adds when none is given, at wall-clock time `now_unix_ms`. A
+    /// backup that says it was taken more than a minute after `now_unix_ms` is refused: one of
+    /// the two clocks is wrong, so the time since the backup (and so the tokens minted since)
+    /// is unknown, and a bump sized from it could leave the floor below tokens already issued.
+    pub fn default_bump(&self, now_unix_ms: u64) -> Result<u64, String> {
+        let ahead = self.taken_at_unix_ms.saturating_sub(now_unix_ms);
+        if ahead > FUTURE_TOLERANCE_MS {
+            return Err(format!(
+                "the backup says it was taken {} s after this machine's clock reads now, so \
+                 how long ago it was taken, and how many tokens the cluster minted since, is \
+                 unknown; fix the clock, or give --bump-revision N with N at least the tokens \
+                 the cluster can have minted since the backup (1000 per millisecond is the \
+                 default's rate)",
+                ahead / 1000
+            ));
+        }
         let elapsed = now_unix_ms.saturating_sub(self.taken_at_unix_ms);
-        elapsed
+        Ok(elapsed
             .saturating_mul(BUMP_PER_MS)
-            .saturating_add(BUMP_MARGIN)
+            .saturating_add(BUMP_MARGIN))
     }
 }
 
@@ -143,7 +160,10 @@ pub fn restore_into(
 ) -> Result<RestoreSeed, String> {
     let b = Backup::parse(backup)?;
     let min_bump = bump.unwrap_or(BUMP_MARGIN);
-    let bump = bump.unwrap_or_else(|| b.default_bump(unix_ms_now()));
+    let bump = match bump {
+        Some(b) => b,
+        None => b.default_bump(unix_ms_now())?,
+    };
     let floor = b
         .max_revision
         .checked_add(bump)
@@ -256,16 +276,30 @@ mod tests {
         assert_eq!(load_seed(&d).unwrap(), Some(seed.clone()));
         // The default bump covers 1M tokens/s since the backup was taken, plus a margin.
         let b = backup(&[5]);
-        assert_eq!(b.default_bump(1_000_000), BUMP_MARGIN);
+        assert_eq!(b.default_bump(1_000_000), Ok(BUMP_MARGIN));
         assert_eq!(
             b.default_bump(1_010_000),
-            10_000 * BUMP_PER_MS + BUMP_MARGIN
+            Ok(10_000 * BUMP_PER_MS + BUMP_MARGIN)
         );
+        // A clock a little behind the backup's: just taken.
         assert_eq!(
-            b.default_bump(0),
-            BUMP_MARGIN,
-            "a clock behind the backup's"
+            b.default_bump(1_000_000 - FUTURE_TOLERANCE_MS),
+            Ok(BUMP_MARGIN)
         );
+        // A backup "from the future": the time since it is unknown, so no default bump.
+        let e = b.default_bump(0).unwrap_err();
+        assert!(e.contains("--bump-revision"), "{e}");
+        let future = serde_json::to_vec(&Backup {
+            taken_at_unix_ms: unix_ms_now() + 3_600_000,
+            ..backup(&[5])
+        })
+        .unwrap();
+        let d3 = dir.path().join("node-3");
+        let e = restore_into(&future, &d3, None).unwrap_err();
+        assert!(e.contains(" s after this machine's clock"), "{e}");
+        assert!(!d3.exists(), "a refused restore writes nothing");
+        // An explicit bump is the operator's answer.
+        assert!(restore_into(&future, &d3, Some(5_000_000_000)).is_ok());
         // With the default bump another node's floor may be smaller than this one's (its
         // restore ran earlier), never below the revision plus the margin.
         let d2 = dir.path().join("node-2");
