@@ -202,6 +202,11 @@ pub struct ServeArgs {
     /// other nodes need to reach it; keep it off the clients' network.
     #[arg(long, env = "LOCKD_PEER")]
     pub peer: Option<SocketAddr>,
+    /// Also serve `GET /livez`, `/readyz` and `/metrics` here: plain HTTP, outside the client
+    /// ports' connection cap and their TLS (a kubelet probe, a plain Prometheus scrape; etcd's
+    /// `--listen-metrics-urls`). Nothing else is served there; keep it where only they reach.
+    #[arg(long, env = "LOCKD_PROBES")]
+    pub probes: Option<SocketAddr>,
     #[arg(long, env = "LOCKD_DATA_DIR")]
     pub data_dir: PathBuf,
     /// `new`: this node founds the cluster with the other --peers (each group is initialised
@@ -283,6 +288,7 @@ impl ServeArgs {
             http,
             grpc,
             peer,
+            probes,
             data_dir,
             initial_cluster_state,
             audit_log,
@@ -301,6 +307,9 @@ impl ServeArgs {
         flag("grpc", grpc.to_string().into());
         if let Some(p) = peer {
             flag("peer", p.to_string().into());
+        }
+        if let Some(p) = probes {
+            flag("probes", p.to_string().into());
         }
         flag("data-dir", data_dir.into());
         flag("initial-cluster-state", initial_cluster_state.into());
@@ -515,6 +524,7 @@ mod tests {
         );
         // Every field away from its default, so that a flag rendered wrong cannot hide.
         a.peer = Some("127.0.0.1:7272".parse().unwrap());
+        a.probes = Some("127.0.0.1:9372".parse().unwrap());
         a.initial_cluster_state = "existing".into();
         a.audit_log = Some("/tmp/audit.jsonl".into());
         #[cfg(feature = "negative-controls")]

@@ -117,6 +117,22 @@ pub fn router(svc: Arc<Service>) -> Router {
         .with_state(svc)
 }
 
+/// The probes port's endpoints only (`servers::probes`): liveness, readiness and metrics.
+pub fn probe_router(svc: Arc<Service>) -> Router {
+    Router::new()
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            error_response(ApiError::new(
+                ErrorCode::NotFound,
+                "the probes port serves /livez, /readyz and /metrics only",
+            ))
+        })
+        .layer(axum::middleware::map_response(json_errors))
+        .with_state(svc)
+}
+
 /// The verbs of `/v1/locks/{name}:verb`.
 const LOCK_VERBS: &[&str] = &["acquire", "release", "extend", "check"];
 

@@ -67,6 +67,9 @@ pub struct ServerConfig {
     pub max_client_connections: u32,
     /// Failed authentications an address may make in a row (`authfail.rs`); 0: no budget.
     pub auth_failure_burst: u32,
+    /// `GET /livez`, `/readyz` and `/metrics` only, in plain HTTP, outside the client cap and
+    /// client TLS (`servers::probes`); `None`: on the client ports only.
+    pub probes: Option<TcpListener>,
 }
 
 /// A running node. Dropping it does not stop it: call [`Running::stop`].
@@ -74,6 +77,8 @@ pub struct Running {
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     pub peer_addr: SocketAddr,
+    /// The probes port (`ServerConfig::probes`), if any.
+    pub probes_addr: Option<SocketAddr>,
     pub service: Arc<Service>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
@@ -194,6 +199,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     tasks.spawn(grpc_server);
     let http_server = servers::http(&service, cfg.http, max_conns, http_tls, until_stopped());
     tasks.spawn(http_server?);
+    let probes_addr = servers::probes(&service, cfg.probes, &mut tasks, until_stopped())?;
 
     // The duties (`duties.rs`), each until the node stops.
     let leaving = Arc::new(tokio::sync::Mutex::new(false));
@@ -217,6 +223,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         http_addr,
         grpc_addr,
         peer_addr,
+        probes_addr,
         service,
         stop,
         tasks,

@@ -329,11 +329,63 @@ struct ServeExtras {
     skip_leader_lease_check: bool,
 }
 
-/// The three addresses a node listens on.
+/// The addresses a node listens on.
 struct Listen {
     http: SocketAddr,
     grpc: SocketAddr,
     peer: SocketAddr,
+    /// Probes and metrics only (`--probes`).
+    probes: Option<SocketAddr>,
+}
+
+/// [`Listen`]'s listeners, bound.
+struct Bound {
+    http: TcpListener,
+    grpc: TcpListener,
+    peer: TcpListener,
+    probes: Option<TcpListener>,
+}
+
+impl Listen {
+    fn new(http: SocketAddr, grpc: SocketAddr, peer: SocketAddr) -> Listen {
+        Listen {
+            http,
+            grpc,
+            peer,
+            probes: None,
+        }
+    }
+
+    /// Binds every port, each error naming its port; the ports must differ.
+    async fn bind(self) -> anyhow::Result<Bound> {
+        let Listen {
+            http,
+            grpc,
+            peer,
+            probes,
+        } = self;
+        if peer == grpc || peer == http {
+            bail!("the peer address {peer} must differ from the client ports (--http, --grpc)");
+        }
+        if probes.is_some_and(|p| [http, grpc, peer].contains(&p)) {
+            bail!("--probes must differ from --http, --grpc and the peer port");
+        }
+        let bind = |addr: SocketAddr, what: &'static str| async move {
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {what} {addr}"))
+        };
+        let probes = match probes {
+            Some(addr) => Some(bind(addr, "the probes port").await?),
+            None => None,
+        };
+        Ok(Bound {
+            http: bind(http, "HTTP").await?,
+            grpc: bind(grpc, "gRPC").await?,
+            peer: bind(peer, "the peer port").await?,
+            probes,
+        })
+    }
 }
 
 async fn run_node(
@@ -361,19 +413,12 @@ async fn run_node(
         None => None,
     };
     lockd_server::conns::raise_fd_limit(common.max_client_connections)?;
-    let Listen { http, grpc, peer } = listen;
-    if peer == grpc || peer == http {
-        bail!("the peer address {peer} must differ from the client ports (--http, --grpc)");
-    }
-    let http = TcpListener::bind(http)
-        .await
-        .with_context(|| format!("binding HTTP {http}"))?;
-    let grpc = TcpListener::bind(grpc)
-        .await
-        .with_context(|| format!("binding gRPC {grpc}"))?;
-    let peer = TcpListener::bind(peer)
-        .await
-        .with_context(|| format!("binding the peer port {peer}"))?;
+    let Bound {
+        http,
+        grpc,
+        peer,
+        probes,
+    } = listen.bind().await?;
     let mut node = NodeConfig::new(node_id, data_dir, peers);
     node.lock_groups = common.groups_for(data_dir, lockd_server::cli::DEFAULT_GROUPS)?;
     node.replicas = common.replicas;
@@ -405,6 +450,7 @@ async fn run_node(
         tls: tls.clone(),
         max_client_connections: common.max_client_connections,
         auth_failure_burst: common.auth_failure_burst,
+        probes,
     })
     .await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -416,6 +462,9 @@ async fn run_node(
         running.peer_addr,
         data_dir.display()
     );
+    if let Some(addr) = running.probes_addr {
+        banner!("lockd node {node_id}: probes and metrics at http://{addr} (plain HTTP)");
+    }
     match &tls {
         Some(t) if t.client_ca_pem.is_some() => {
             banner!("lockd node {node_id}: client ports over TLS; client certificates required")
@@ -658,11 +707,7 @@ async fn run(cli: Cli) -> ExitCode {
         Cmd::Dev(a) if a.nodes > 1 => run_cluster(a, cli.log_format).await,
         Cmd::Dev(a) => {
             let peers = BTreeMap::from([(1, a.peer.to_string())]);
-            let listen = Listen {
-                http: a.http,
-                grpc: a.grpc,
-                peer: a.peer,
-            };
+            let listen = Listen::new(a.http, a.grpc, a.peer);
             let admin = match &a.common.admin_token_file {
                 Some(p) => Ok(p.clone()),
                 None => dev_admin_token_file(&a.data_dir),
@@ -713,9 +758,8 @@ async fn run(cli: Cli) -> ExitCode {
                     return ExitCode::FAILURE;
                 };
                 let listen = Listen {
-                    http: a.http,
-                    grpc: a.grpc,
-                    peer,
+                    probes: a.probes,
+                    ..Listen::new(a.http, a.grpc, peer)
                 };
                 run_node(a.node_id, peers, listen, &a.data_dir, &a.common, extras).await
             }

@@ -1,5 +1,5 @@
-//! The node's three ports: the peer port (Raft and forwarded calls, node to node), the client
-//! gRPC API and HTTP/JSON. Each function checks its port's TLS first (a bad certificate stops
+//! The node's ports: the peer port (Raft and forwarded calls, node to node), the client gRPC
+//! API and HTTP/JSON, and the optional probes port (`--probes`). Each function checks its port's TLS first (a bad certificate stops
 //! the start with its reason) and returns the server, to run until `stop` resolves.
 
 use std::future::Future;
@@ -135,4 +135,27 @@ pub fn http(
             conns::serve_http(listener, app, cap, stop).boxed()
         }
     })
+}
+
+/// At most this many connections at once on the probes port: probes and scrapes are few, and
+/// the port must not become a way around the client cap's descriptor budget.
+const PROBE_CONNECTIONS: u32 = 64;
+
+/// The probes port, if there is one: `GET /livez`, `/readyz` and `/metrics` in plain HTTP,
+/// with a cap of its own, so a full client cap or client mTLS never fails a kubelet probe or
+/// a scrape. Spawned on `tasks`; returns its address.
+pub fn probes(
+    svc: &Arc<Service>,
+    listener: Option<TcpListener>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    let Some(listener) = listener else {
+        return Ok(None);
+    };
+    let addr = listener.local_addr()?;
+    let app = http::probe_router(svc.clone());
+    let cap = conns::ConnCap::new("probes", PROBE_CONNECTIONS);
+    tasks.spawn(conns::serve_http(listener, app, cap, stop));
+    Ok(Some(addr))
 }

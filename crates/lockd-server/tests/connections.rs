@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use lockd_server::conns::{BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -223,5 +224,47 @@ async fn silent_sockets_on_the_peer_and_grpc_ports_are_capped_and_closed() {
         assert_eq!(said.as_deref(), Some(""), "silent socket {i} still open");
     }
     assert!(rounds >= 10, "{rounds}");
+    r.stop().await;
+}
+
+/// The probes port (`--probes`) answers `/livez`, `/readyz` and `/metrics` while the client
+/// port's cap is full, and serves nothing else (issue 42 item 4, issue 44 item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_port_answers_while_the_client_cap_is_full() {
+    let (r, _dir) = single_node_capped(2).await;
+    let probes = r.probes_addr.expect("a probes port");
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(TcpStream::connect(r.http_addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The client port refuses its probe...
+    let mut third = TcpStream::connect(r.http_addr).await.unwrap();
+    third
+        .write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut third, Duration::from_secs(5))
+        .await
+        .expect("the refused connection is closed at once");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    // ... the probes port answers it, readiness and the scrape.
+    let h = Http::new(format!("http://{probes}"));
+    assert_eq!(h.get("/livez").await.status, 200);
+    let ready = h.get("/readyz").await;
+    assert_eq!((ready.status, &ready.body), (200, &json!({"ready": true})));
+    let m = h.get("/metrics").await;
+    assert_eq!(m.status, 200);
+    assert!(
+        m.body.as_str().unwrap().contains("lockd_ready 1"),
+        "{}",
+        m.body
+    );
+    // Nothing else: no client API, no admin API there.
+    let r404 = h.get("/v1/status").await;
+    assert_eq!(r404.status, 404, "{}", r404.body);
+    let r404 = h.post("/v1/sessions", json!({"client": "x"})).await;
+    assert_eq!(r404.status, 404, "{}", r404.body);
+    drop(held);
     r.stop().await;
 }

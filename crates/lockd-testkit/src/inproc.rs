@@ -228,16 +228,18 @@ pub async fn start_node_with(
         tls,
         max_client_connections: lockd_server::conns::DEFAULT_MAX_CLIENT_CONNECTIONS,
         auth_failure_burst: lockd_server::authfail::BURST,
+        probes: None,
     })
     .await
     .unwrap()
 }
 
 /// A one-node cluster whose client ports each hold at most `max_client_connections`
-/// connections at once, serving names.
+/// connections at once, serving names, with a probes port (`Running::probes_addr`).
 pub async fn single_node_capped(max_client_connections: u32) -> (Running, tempfile::TempDir) {
     let bind = || TcpListener::bind("127.0.0.1:0");
-    let (http, grpc, peer) = (
+    let (http, grpc, peer, probes) = (
+        bind().await.unwrap(),
         bind().await.unwrap(),
         bind().await.unwrap(),
         bind().await.unwrap(),
@@ -257,6 +259,7 @@ pub async fn single_node_capped(max_client_connections: u32) -> (Running, tempfi
         tls: None,
         max_client_connections,
         auth_failure_burst: lockd_server::authfail::BURST,
+        probes: Some(probes),
     })
     .await
     .unwrap();
