@@ -9,6 +9,17 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::json;
 
+/// The group that serves `name`, by what a grant says (the name is taken and released).
+async fn group_of(http: &Http, session: &str, name: &str) -> u64 {
+    let r = http
+        .acquire(name, json!({"session_id": session, "owner": "o"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let token = r.body["token"].as_u64().unwrap();
+    assert_eq!(http.release(name, session, token).await.status, 200);
+    r.body["group"].as_u64().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_groups_outage_leaves_the_other_groups_names_and_sessions_alone() {
     // 6 nodes, 2 groups of 3: group 1 on nodes 1-3, group 2 on nodes 4-6; the meta group on
@@ -22,13 +33,7 @@ async fn one_groups_outage_leaves_the_other_groups_names_and_sessions_alone() {
     let mut names = [None, None];
     for i in 0..200 {
         let name = format!("fd/{i}");
-        let r = h
-            .acquire(&name, json!({"session_id": before, "owner": "o"}))
-            .await;
-        assert_eq!(r.status, 200, "{}", r.body);
-        let group = r.body["group"].as_u64().unwrap() as usize;
-        let token = r.body["token"].as_u64().unwrap();
-        assert_eq!(h.release(&name, &before, token).await.status, 200);
+        let group = group_of(&h, &before, &name).await as usize;
         names[group - 1].get_or_insert(name);
         if names.iter().all(Option::is_some) {
             break;
@@ -132,13 +137,7 @@ async fn the_meta_groups_outage_leaves_names_of_groups_with_a_quorum_alone() {
         let mut found = vec![];
         for i in 0..400 {
             let name = format!("{prefix}{i}");
-            let r = http
-                .acquire(&name, json!({"session_id": session, "owner": "o"}))
-                .await;
-            assert_eq!(r.status, 200, "{}", r.body);
-            let token = r.body["token"].as_u64().unwrap();
-            assert_eq!(http.release(&name, &session, token).await.status, 200);
-            if r.body["group"] == 2 {
+            if group_of(&http, &session, &name).await == 2 {
                 found.push(name);
             }
             if found.len() == 2 {
