@@ -120,12 +120,18 @@ enum MembersCmd {
         /// Only these groups (comma-separated ids); default every group.
         #[arg(long, value_delimiter = ',')]
         groups: Vec<u32>,
+        /// Add it even if a zone would then hold a majority of a group's voters.
+        #[arg(long)]
+        allow_zone_majority: bool,
     },
     /// Remove node ID from groups (a leader hands its groups over first). Idempotent.
     Remove {
         node_id: u64,
         #[arg(long, value_delimiter = ',')]
         groups: Vec<u32>,
+        /// Remove it even if a zone would then hold a majority of a group's voters.
+        #[arg(long)]
+        allow_zone_majority: bool,
     },
     /// Mark node ID draining: leader balancing hands it no group and the groups it leads move
     /// to other voters (waits up to 20 s for that). It stays a voter and keeps serving; use it
@@ -143,6 +149,10 @@ enum MembersCmd {
         peer_addr: String,
         #[arg(long, value_delimiter = ',')]
         groups: Vec<u32>,
+        /// Replace even if a zone would hold a majority of a group's voters (a new node in
+        /// another zone than the old one's).
+        #[arg(long)]
+        allow_zone_majority: bool,
     },
 }
 
@@ -181,6 +191,9 @@ enum GroupsCmd {
         /// The node ids to place it on (3 or 5 survive a failure), e.g. 4,5,6.
         #[arg(long, value_delimiter = ',', required = true)]
         nodes: Vec<u64>,
+        /// Create it even if a zone would hold a majority of its voters.
+        #[arg(long)]
+        allow_zone_majority: bool,
     },
     /// Remove lock group ID, which must own no bucket (`lockctl buckets move` its buckets to
     /// other groups first). Its nodes stop hosting it, and its id is never used again.
@@ -1006,8 +1019,19 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
             node_id,
             peer_addr,
             groups,
-        } => c.add_member(*node_id, peer_addr, groups).await?,
-        MembersCmd::Remove { node_id, groups } => c.remove_member(*node_id, groups).await?,
+            allow_zone_majority,
+        } => {
+            c.add_member(*node_id, peer_addr, groups, *allow_zone_majority)
+                .await?
+        }
+        MembersCmd::Remove {
+            node_id,
+            groups,
+            allow_zone_majority,
+        } => {
+            c.remove_member(*node_id, groups, *allow_zone_majority)
+                .await?
+        }
         MembersCmd::Drain { node_id } => c.set_draining(*node_id, true).await?,
         MembersCmd::Undrain { node_id } => c.set_draining(*node_id, false).await?,
         MembersCmd::Replace {
@@ -1015,6 +1039,7 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
             new_id,
             peer_addr,
             groups,
+            allow_zone_majority,
         } => {
             if old_id == new_id {
                 eprintln!(
@@ -1040,8 +1065,10 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
             } else {
                 groups.clone()
             };
-            c.add_member(*new_id, peer_addr, &groups).await?;
-            c.remove_member(*old_id, &groups).await?
+            c.add_member(*new_id, peer_addr, &groups, *allow_zone_majority)
+                .await?;
+            c.remove_member(*old_id, &groups, *allow_zone_majority)
+                .await?
         }
     };
     let groups: Vec<Value> = r
@@ -1051,18 +1078,30 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
             let members: Vec<Value> = g
                 .members
                 .iter()
-                .map(|m| json!({"node_id": m.node_id, "peer_addr": m.peer_addr, "role": m.role, "leader": m.leader, "lag": m.lag, "draining": m.draining}))
+                .map(|m| json!({"node_id": m.node_id, "peer_addr": m.peer_addr, "role": m.role, "leader": m.leader, "lag": m.lag, "draining": m.draining, "zone": m.zone}))
                 .collect();
             json!({"group": g.group, "leader": g.leader, "joint": g.joint, "members": members})
         })
         .collect();
     out.print(json!({ "groups": groups }), || {
-        let mut t = String::from("group  node  role     leader  lag     draining  peer");
+        let width = r
+            .groups
+            .iter()
+            .flat_map(|g| &g.members)
+            .map(|m| m.zone.len())
+            .max()
+            .unwrap_or(0)
+            .max(4);
+        let mut t = format!(
+            "group  node  role     leader  lag     draining  {:<width$}  peer",
+            "zone"
+        );
         for g in &r.groups {
             for m in &g.members {
                 let lag = m.lag.map_or("-".to_string(), |l| l.to_string());
+                let zone = if m.zone.is_empty() { "-" } else { &m.zone };
                 t.push_str(&format!(
-                    "\n{:>5}  {:>4}  {:<7}  {:<6}  {:<6}  {:<8}  {}",
+                    "\n{:>5}  {:>4}  {:<7}  {:<6}  {:<6}  {:<8}  {zone:<width$}  {}",
                     g.group,
                     m.node_id,
                     m.role,
@@ -1236,12 +1275,16 @@ async fn groups(cli: &Cli, out: &Out, cmd: &GroupsCmd) -> Result<(), Fail> {
                 t
             });
         }
-        GroupsCmd::Create { id, nodes } => {
+        GroupsCmd::Create {
+            id,
+            nodes,
+            allow_zone_majority,
+        } => {
             // The call waits for the new group to elect a leader (up to a minute).
             let mut opts = options(cli, Duration::from_secs(15));
             opts.request_timeout = opts.request_timeout.max(Duration::from_secs(90));
             let c = Client::lazy(endpoints(cli), opts)?;
-            let g = c.create_group(*id, nodes).await?;
+            let g = c.create_group(*id, nodes, *allow_zone_majority).await?;
             out.print(group_json(&g), || format!("{HEAD}\n{}", row(&g)));
         }
         GroupsCmd::Remove { id } => {

@@ -123,6 +123,8 @@ pub struct Member {
     pub lag: Option<u64>,
     /// Marked draining: handed no group by leader balancing.
     pub draining: bool,
+    /// The zone the node declared (`lockd serve --zone`); empty when none.
+    pub zone: String,
 }
 
 /// The shard map ([`Client::shard_map`](crate::Client::shard_map)).
@@ -413,6 +415,7 @@ impl From<pb::ListMembersResponse> for Members {
                             leader: m.leader,
                             lag: m.lag,
                             draining: m.draining,
+                            zone: m.zone,
                         })
                         .collect(),
                 })

@@ -465,16 +465,18 @@ impl Client {
     }
 
     /// Creates lock group `group` on `nodes` (each already in the meta group) and waits until
-    /// it is ready; it owns no bucket until buckets move to it. Idempotent; needs the admin
-    /// token.
+    /// it is ready; it owns no bucket until buckets move to it. Refused if a zone would hold a
+    /// majority of its voters, unless `allow_zone_majority`. Idempotent; needs the admin token.
     pub async fn create_group(
         &self,
         group: u32,
         nodes: &[u64],
+        allow_zone_majority: bool,
     ) -> Result<crate::admin::LockGroup, Error> {
         let req = pb::CreateGroupRequest {
             group,
             nodes: nodes.to_vec(),
+            allow_zone_majority,
         };
         self.core
             .admin(|mut c| {
@@ -513,17 +515,20 @@ impl Client {
     }
 
     /// Adds node `node_id` (peer address `peer_addr`) to `groups` (empty = every group): a
-    /// learner first, promoted once caught up. Idempotent; needs the admin token.
+    /// learner first, promoted once caught up. Refused if a zone would then hold a majority of
+    /// a group's voters, unless `allow_zone_majority`. Idempotent; needs the admin token.
     pub async fn add_member(
         &self,
         node_id: u64,
         peer_addr: &str,
         groups: &[u32],
+        allow_zone_majority: bool,
     ) -> Result<crate::admin::Members, Error> {
         let req = pb::AddMemberRequest {
             node_id,
             peer_addr: peer_addr.to_string(),
             groups: groups.to_vec(),
+            allow_zone_majority,
         };
         self.core
             .admin(|mut c| {
@@ -534,16 +539,19 @@ impl Client {
             .map(Into::into)
     }
 
-    /// Removes node `node_id` from `groups` (empty = every group). Idempotent; needs the admin
-    /// token.
+    /// Removes node `node_id` from `groups` (empty = every group). Refused if a zone would
+    /// then hold a majority of a group's voters, unless `allow_zone_majority`. Idempotent;
+    /// needs the admin token.
     pub async fn remove_member(
         &self,
         node_id: u64,
         groups: &[u32],
+        allow_zone_majority: bool,
     ) -> Result<crate::admin::Members, Error> {
         let req = pb::RemoveMemberRequest {
             node_id,
             groups: groups.to_vec(),
+            allow_zone_majority,
         };
         self.core
             .admin(|mut c| {

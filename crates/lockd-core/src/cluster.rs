@@ -22,12 +22,16 @@
 //! vote twice in one term, or help elect a leader that lacks a commit), so the record refuses
 //! it, every node refuses its peer calls (`lockd-raft/src/peer`), and it must rejoin under a new
 //! id (`lockctl members replace OLD NEW ADDR`).
+//!
+//! **Zones.** Each node's zone, which membership changes read to keep every group's voters out
+//! of a zone majority (`lockd-raft/src/placement.rs`). Like an incarnation, the first one
+//! recorded for an id stands: a data dir records its zone and never changes it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{ClusterTiming, Rejection, Reply};
+use crate::types::{ClusterTiming, Op, Rejection, Reply};
 
 /// The meta group's record of the cluster (empty in lock groups).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,9 +44,26 @@ pub(crate) struct ClusterRecord {
     /// In the image as a field of its own (format 10), after the namespaces' version.
     #[serde(skip)]
     pub incarnations: BTreeMap<u64, u64>,
+    /// In the image as a field of its own (format 11), after the incarnations.
+    #[serde(skip)]
+    pub zones: BTreeMap<u64, String>,
 }
 
 impl ClusterRecord {
+    /// Applies one of the commands that change this record (`LockTable::apply` sends them).
+    pub(crate) fn apply(&mut self, op: &Op) -> Result<Reply, Rejection> {
+        match op {
+            Op::SetClusterTiming { timing } => self.set_timing(*timing),
+            Op::RetireNode { node } => self.retire_node(*node),
+            Op::SetDraining { node, draining } => self.set_draining(*node, *draining),
+            Op::RegisterIncarnation { node, incarnation } => {
+                self.register_incarnation(*node, *incarnation)
+            }
+            Op::RegisterZones { zones } => self.register_zones(zones),
+            other => unreachable!("not a cluster record command: {other:?}"),
+        }
+    }
+
     /// Marks node `node` draining or not; idempotent. A retired id cannot be marked (it is
     /// gone); unmarking one is a no-op, so the mark never outlives a node's retirement.
     pub(crate) fn set_draining(&mut self, node: u64, draining: bool) -> Result<Reply, Rejection> {
@@ -80,6 +101,39 @@ impl ClusterRecord {
         }
     }
 
+    /// Records each node's zone, all or none: a zone other than the recorded one refuses the
+    /// whole command. Retired ids are skipped (a founder registers every founder's zone, some
+    /// of which may have left since).
+    pub(crate) fn register_zones(
+        &mut self,
+        zones: &BTreeMap<u64, String>,
+    ) -> Result<Reply, Rejection> {
+        for (&node, zone) in zones {
+            if zone.is_empty() || zone.len() > crate::limits::MAX_ZONE_LEN {
+                return Err(Rejection::InvalidZone {
+                    node,
+                    max: crate::limits::MAX_ZONE_LEN,
+                });
+            }
+            match self.zones.get(&node) {
+                Some(known) if known != zone && !self.retired.contains(&node) => {
+                    return Err(Rejection::ZoneMismatch {
+                        node,
+                        known: known.clone(),
+                        given: zone.clone(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        for (&node, zone) in zones {
+            if !self.retired.contains(&node) {
+                self.zones.insert(node, zone.clone());
+            }
+        }
+        Ok(Reply::ZonesRegistered)
+    }
+
     /// Records the cluster's timing; the same again is a no-op, another one is refused.
     pub(crate) fn set_timing(&mut self, t: ClusterTiming) -> Result<Reply, Rejection> {
         if !(0 < t.heartbeat_ms && t.heartbeat_ms < t.election_min_ms)
@@ -105,6 +159,7 @@ impl ClusterRecord {
         self.retired.insert(id);
         self.draining.remove(&id);
         self.incarnations.remove(&id);
+        self.zones.remove(&id);
         Ok(Reply::NodeRetired { node: id })
     }
 }
@@ -219,5 +274,34 @@ mod tests {
         assert!(!t.incarnations().contains_key(&1));
         let e = apply(&mut t, reg(1, 0xc3)).unwrap_err();
         assert_eq!(e.code(), "node_retired");
+    }
+
+    #[test]
+    fn the_first_zone_stands_a_change_is_refused_whole_and_retirement_forgets_it() {
+        let mut t = LockTable::new();
+        let reg = |spec: &[(u64, &str)]| Op::RegisterZones {
+            zones: spec.iter().map(|(n, z)| (*n, z.to_string())).collect(),
+        };
+        assert!(apply(&mut t, reg(&[(1, "a"), (2, "b"), (3, "c")])).is_ok());
+        assert!(apply(&mut t, reg(&[(2, "b")])).is_ok(), "the same again");
+        let before = t.snapshot();
+        let e = apply(&mut t, reg(&[(4, "a"), (2, "c")])).unwrap_err();
+        assert_eq!(e.code(), "member_change_refused");
+        assert!(e.to_string().contains("zone 'b', not 'c'"), "{e}");
+        assert_eq!(
+            t.snapshot(),
+            before,
+            "refused whole: node 4 was not recorded"
+        );
+        let e = apply(&mut t, reg(&[(5, "")])).unwrap_err();
+        assert_eq!(e.code(), "invalid_argument");
+        let restored = LockTable::restore(&before).unwrap();
+        assert_eq!(restored.zones().get(&3).map(String::as_str), Some("c"));
+        assert_eq!(restored.snapshot(), before);
+        assert!(apply(&mut t, Op::RetireNode { node: 3 }).is_ok());
+        assert!(!t.zones().contains_key(&3));
+        // A founder's registration naming a retired id records the others.
+        assert!(apply(&mut t, reg(&[(3, "z"), (4, "a")])).is_ok());
+        assert_eq!(t.zones().keys().copied().collect::<Vec<_>>(), vec![1, 2, 4]);
     }
 }

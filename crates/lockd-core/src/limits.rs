@@ -10,6 +10,8 @@ pub const MAX_NAME_BYTES: usize = 512;
 pub const MAX_OWNER_BYTES: usize = 256;
 /// Longest client description of a session, in bytes.
 pub const MAX_CLIENT_BYTES: usize = 256;
+/// Longest zone name (`--zone`), in bytes.
+pub const MAX_ZONE_LEN: usize = 64;
 /// Longest a queued acquire may wait.
 pub const MAX_WAIT_MS: u64 = 300_000;
 /// Largest semaphore.

@@ -290,8 +290,6 @@ impl LockTable {
                 move_id,
                 map_version,
             } => self.drop_buckets(*move_id, *map_version),
-            Op::SetClusterTiming { timing } => self.cluster.set_timing(*timing),
-            Op::RetireNode { node } => self.cluster.retire_node(*node),
             Op::RecordGroups { groups } => self.record_groups(groups),
             Op::CreateGroup { group, replicas } => self.create_group(*group, replicas),
             Op::GroupReady { group } => self.group_ready(*group),
@@ -306,10 +304,6 @@ impl LockTable {
                 namespace,
             } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut ev),
             Op::SetGroupReplicas { group, replicas } => self.set_group_replicas(*group, replicas),
-            Op::SetDraining { node, draining } => self.cluster.set_draining(*node, *draining),
-            Op::RegisterIncarnation { node, incarnation } => {
-                self.cluster.register_incarnation(*node, *incarnation)
-            }
             Op::PlaceGroup {
                 group,
                 replicas,
@@ -317,6 +311,11 @@ impl LockTable {
             } => self.place_group(*group, replicas, *placed_at),
             Op::CloseGroup => self.close_group(),
             Op::RemoveGroup { group } => self.remove_group(*group),
+            op @ (Op::SetClusterTiming { .. }
+            | Op::RetireNode { .. }
+            | Op::SetDraining { .. }
+            | Op::RegisterIncarnation { .. }
+            | Op::RegisterZones { .. }) => self.cluster.apply(op),
         };
         if reply.is_ok() {
             self.now_ms = now;

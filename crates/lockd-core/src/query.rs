@@ -367,4 +367,9 @@ impl LockTable {
     pub fn incarnations(&self) -> &BTreeMap<u64, u64> {
         &self.cluster.incarnations
     }
+
+    /// Every node's recorded zone, by node id (a node that declared none is absent).
+    pub fn zones(&self) -> &BTreeMap<u64, String> {
+        &self.cluster.zones
+    }
 }

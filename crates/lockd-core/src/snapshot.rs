@@ -19,6 +19,7 @@ use crate::types::{Namespace, SessionId};
 /// Bumped when the layout changes; restore reads this format and the ones listed below, and
 /// refuses any other.
 ///
+/// - 11: the meta group's node zones (`cluster.rs`).
 /// - 10: the meta group's node incarnations (`cluster.rs`).
 /// - 9: a namespace's `max_sessions`.
 /// - 8: group records carry their placement version; removed groups; a closed lock group.
@@ -29,7 +30,7 @@ use crate::types::{Namespace, SessionId};
 /// - 3: the group's bucket ownership and its moves.
 /// - 2: a session records the namespace it was opened in (restored as owning every bucket).
 /// - 1: sessions without a namespace (restored as unrestricted; see `Session::namespace`).
-pub const SNAPSHOT_FORMAT: u32 = 10;
+pub const SNAPSHOT_FORMAT: u32 = 11;
 
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
@@ -68,6 +69,7 @@ struct ImageRef<'a> {
     draining: &'a std::collections::BTreeSet<u64>,
     namespaces_version: u64,
     incarnations: &'a BTreeMap<u64, u64>,
+    zones: &'a BTreeMap<u64, String>,
 }
 
 /// Why a snapshot could not be restored.
@@ -131,6 +133,7 @@ impl LockTable {
             draining: &self.cluster.draining,
             namespaces_version: self.namespaces_version,
             incarnations: &self.cluster.incarnations,
+            zones: &self.cluster.zones,
         }
     }
 
@@ -228,6 +231,7 @@ const IMAGE_FIELDS: &[&str] = &[
     "draining",
     "namespaces_version",
     "incarnations",
+    "zones",
 ];
 
 impl<'de> DeserializeSeed<'de> for ImageSeed<'_> {
@@ -314,6 +318,9 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         };
         if format >= 10 {
             self.t.cluster.incarnations = field(&mut seq, 12)?;
+        }
+        if format >= 11 {
+            self.t.cluster.zones = field(&mut seq, 13)?;
         }
         Ok(())
     }
@@ -477,10 +484,11 @@ mod tests {
             );
         }
         let mut other = bytes.clone();
-        other[0] = 11; // the format is the first varint
+        let next = SNAPSHOT_FORMAT + 1;
+        other[0] = next as u8; // the format is the first varint
         assert_eq!(
             LockTable::restore(&other).err(),
-            Some(RestoreError::Format(11))
+            Some(RestoreError::Format(next))
         );
 
         // A holder whose session is not in the image.

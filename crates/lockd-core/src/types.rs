@@ -332,6 +332,12 @@ pub enum Op {
     /// when the dir was first created). The first one recorded stands; another is refused,
     /// because a node that comes back with another incarnation lost its disk (`cluster.rs`).
     RegisterIncarnation { node: u64, incarnation: u64 },
+    /// Meta group: each node's zone (`--zone`), registered by the node at start (a founder
+    /// also registers every founder's, from `--initial-zones`). A recorded zone never changes;
+    /// a retired id is skipped (`cluster.rs`).
+    RegisterZones {
+        zones: std::collections::BTreeMap<u64, String>,
+    },
 }
 
 impl Op {
@@ -370,6 +376,7 @@ impl Op {
             Op::SeedNamespaces { namespaces } => namespaces.len() * 384,
             Op::SeedNamespacesV8 { namespaces } => namespaces.len() * 384,
             Op::RecordGroups { groups } => groups.values().map(|r| 12 + 8 * r.len()).sum(),
+            Op::RegisterZones { zones } => zones.values().map(|z| 8 + z.len()).sum(),
             _ => 0,
         };
         FIXED + strings
@@ -412,6 +419,7 @@ impl Op {
         match self {
             Op::SetClusterTiming { .. } => true,
             Op::RegisterIncarnation { node, .. } => *node == from,
+            Op::RegisterZones { zones } => zones.len() == 1 && zones.contains_key(&from),
             _ => false,
         }
     }
@@ -437,6 +445,7 @@ impl Op {
                 | Op::PlaceGroup { .. }
                 | Op::RemoveGroup { .. }
                 | Op::RegisterIncarnation { .. }
+                | Op::RegisterZones { .. }
         );
         let copies = matches!(
             self,
@@ -600,6 +609,8 @@ pub enum Reply {
         node: u64,
         incarnation: u64,
     },
+    /// The zones given are recorded (now or before); retired ids among them were skipped.
+    ZonesRegistered,
 }
 
 /// Why a wait ended without a grant.
@@ -1003,6 +1014,17 @@ pub enum Rejection {
         known: u64,
         given: u64,
     },
+    /// Node `node` is recorded in zone `known`: a node never changes zone.
+    ZoneMismatch {
+        node: u64,
+        known: String,
+        given: String,
+    },
+    /// A zone name that is empty or longer than `max` bytes.
+    InvalidZone {
+        node: u64,
+        max: usize,
+    },
     /// The namespaces without a token hold as many live sessions together as they may
     /// ([`crate::limits::MAX_OPEN_NAMESPACE_SESSIONS`]); the rest are kept for namespaces with one.
     OpenSessionsFull {
@@ -1041,6 +1063,8 @@ impl Rejection {
             Rejection::InvalidClusterTiming { .. } => "invalid_cluster_timing",
             Rejection::NodeRetired { .. } => "node_retired",
             Rejection::IncarnationMismatch { .. } => "member_change_refused",
+            Rejection::ZoneMismatch { .. } => "member_change_refused",
+            Rejection::InvalidZone { .. } => "invalid_argument",
             Rejection::SessionNotHere { .. } => "session_not_here",
             Rejection::GroupExists { .. } => "group_exists",
             Rejection::GroupBeingCreated { .. } => "group_creation_in_progress",
@@ -1186,9 +1210,9 @@ impl fmt::Display for Rejection {
                 "node id {node} left this cluster for good, and a node id is never reused: start \
                  the node with a new --node-id and an empty data dir"
             ),
-            Rejection::IncarnationMismatch { node, known, given } => {
-                write!(f, "{}", wiped_disk_message(*node, *known, *given))
-            }
+            r @ (Rejection::IncarnationMismatch { .. }
+            | Rejection::ZoneMismatch { .. }
+            | Rejection::InvalidZone { .. }) => f.write_str(&r.node_record_message()),
             Rejection::SessionNotHere { session } => write!(
                 f,
                 "session {session} is older than this group and has not been used here yet"
@@ -1256,6 +1280,25 @@ impl std::fmt::Display for ClusterTiming {
             "heartbeat {} ms, election timeout {}..{} ms",
             self.heartbeat_ms, self.election_min_ms, self.election_max_ms
         )
+    }
+}
+
+impl Rejection {
+    /// The message of a refused record of a node (its incarnation or its zone).
+    fn node_record_message(&self) -> String {
+        match self {
+            Rejection::IncarnationMismatch { node, known, given } => {
+                wiped_disk_message(*node, *known, *given)
+            }
+            Rejection::ZoneMismatch { node, known, given } => format!(
+                "node {node} is recorded in zone '{known}', not '{given}': a node never changes \
+                 zone (one that moved joins as a new node: `lockctl members replace`)"
+            ),
+            Rejection::InvalidZone { node, max } => {
+                format!("zones: node {node}'s zone must be 1-{max} characters")
+            }
+            _ => self.to_string(),
+        }
     }
 }
 

@@ -380,7 +380,8 @@ impl Model {
             | Op::CloseGroup
             | Op::RemoveGroup { .. }
             | Op::SetDraining { .. }
-            | Op::RegisterIncarnation { .. } => {
+            | Op::RegisterIncarnation { .. }
+            | Op::RegisterZones { .. } => {
                 unreachable!("not generated (tests/moves.rs covers moves, cluster.rs the rest)")
             }
         }

@@ -42,6 +42,16 @@ pub struct NodeConfig {
     /// (0, or at least the peer count: every node hosts every group). The meta group is on every
     /// founder. A node hosts only its groups and reaches the others over the peer port.
     pub replicas: usize,
+    /// This node's zone (`--zone`; "": none declared), recorded with its identity and in the
+    /// meta group, which membership changes read to keep every group's voters out of a zone
+    /// majority ([`crate::zone_majority`]).
+    pub zone: String,
+    /// Every founder's zone (`--initial-zones`; empty: none), which the founding placement
+    /// spreads each group's replicas over. Ignored on a node that joins an existing cluster.
+    pub founder_zones: crate::Zones,
+    /// Found the cluster even if a group's founding placement gives a zone a majority of its
+    /// voters (`--allow-zone-majority`).
+    pub allow_zone_majority: bool,
     /// Leader heartbeat interval.
     pub heartbeat_ms: u64,
     /// A follower calls an election after a random timeout in this range without a heartbeat.
@@ -105,6 +115,9 @@ impl NodeConfig {
             join_existing: false,
             lock_groups: 1,
             replicas: 0,
+            zone: String::new(),
+            founder_zones: crate::Zones::new(),
+            allow_zone_majority: false,
             heartbeat_ms: 100,
             election_timeout_ms: (400, 800),
             snapshot_every: 20_000,

@@ -10,19 +10,26 @@
 //! node's identity lives and dies with its disk: the meta group records each node's
 //! incarnation, peers refuse calls from an incarnation they do not know, and a node that
 //! finds the cluster knows its id by another one stops (`peer/`, `lockd-core/src/cluster.rs`).
+//!
+//! **Zones.** The node's zone (`--zone`) and, on a founder, every founder's zone
+//! (`--initial-zones`, which the founding placement spreads the groups over) are recorded too.
+//! A node never changes zone (one that moved is a new node: `lockctl members replace`), and the
+//! founding placement never changes, so neither may differ on a later start; a later start that
+//! omits them gets the recorded ones. A dir from before zones takes a zone on its next start,
+//! but keeps its zone-blind founding placement (the groups it hosts are where they are).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::NodeId;
+use crate::{NodeId, Zones};
 
 /// The file's name inside the data dir.
 pub const FILE: &str = "identity";
 const FORMAT: u32 = 1;
 
 /// What a data dir belongs to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Identity {
     /// The cluster's name (`--cluster-name`); two clusters on one network need two names.
     pub cluster: String,
@@ -33,15 +40,63 @@ pub struct Identity {
     /// Replicas per lock group the cluster was created with (0: every node; a dir from before
     /// this key reads as 0).
     pub replicas: usize,
+    /// This node's zone ("": none declared).
+    pub zone: String,
+    /// Every founder's zone, as the founding placement used them (empty: zone-blind; always
+    /// empty for a node that joined an existing cluster).
+    pub founder_zones: Zones,
 }
 
 /// What a start found in, or made of, its data dir.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recorded {
     /// The dir had no identity: it is new (a first start, or a wiped disk).
     pub fresh: bool,
     /// The dir's incarnation (never 0).
     pub incarnation: u64,
+    /// The node's zone as recorded ("": none).
+    pub zone: String,
+    /// The founders' zones the founding placement uses: the recorded ones.
+    pub founder_zones: Zones,
+}
+
+/// `1=a,2=b,3=c`, the form `--initial-zones` takes.
+pub fn format_zones(zones: &Zones) -> String {
+    let parts: Vec<String> = zones.iter().map(|(n, z)| format!("{n}={z}")).collect();
+    parts.join(",")
+}
+
+/// Parses `1=a,2=b,3=c` (`--initial-zones`); each zone as [`check_zone`] has it.
+pub fn parse_zones(text: &str) -> Result<Zones, String> {
+    let mut out = Zones::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (n, z) = part
+            .split_once('=')
+            .ok_or_else(|| format!("'{part}' is not NODE_ID=ZONE"))?;
+        let n: NodeId = n
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("'{part}': the node id must be a number from 1"))?;
+        let z = z.trim();
+        check_zone(z)?;
+        if out.insert(n, z.to_string()).is_some() {
+            return Err(format!("node {n} is given twice"));
+        }
+    }
+    Ok(out)
+}
+
+/// A zone name: 1-64 characters of A-Z a-z 0-9 . _ -.
+pub fn check_zone(zone: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    if zone.is_empty() || zone.len() > 64 || !zone.chars().all(ok) {
+        return Err(format!(
+            "zone '{zone}' must be 1-64 characters of A-Z a-z 0-9 . _ -"
+        ));
+    }
+    Ok(())
 }
 
 /// A new incarnation: random, never 0.
@@ -61,6 +116,12 @@ impl Identity {
         let _ = writeln!(s, "lock_groups = {}", self.lock_groups);
         let _ = writeln!(s, "replicas = {}", self.replicas);
         let _ = writeln!(s, "incarnation = {incarnation:016x}");
+        if !self.zone.is_empty() {
+            let _ = writeln!(s, "zone = {}", self.zone);
+        }
+        if !self.founder_zones.is_empty() {
+            let _ = writeln!(s, "founder_zones = {}", format_zones(&self.founder_zones));
+        }
         s
     }
 
@@ -70,6 +131,7 @@ impl Identity {
         let (mut cluster, mut node_id, mut lock_groups) = (None, None, None);
         let mut replicas = 0;
         let mut incarnation = None;
+        let (mut zone, mut founder_zones) = (String::new(), Zones::new());
         for line in text.lines().map(str::trim) {
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -96,6 +158,11 @@ impl Identity {
                             .ok_or_else(|| format!("incarnation = '{v}' is not a hex id"))?,
                     )
                 }
+                "zone" => {
+                    check_zone(v)?;
+                    zone = v.to_string();
+                }
+                "founder_zones" => founder_zones = parse_zones(v)?,
                 _ => return Err(format!("unknown key '{k}'")),
             }
         }
@@ -107,6 +174,8 @@ impl Identity {
             node_id: node_id.ok_or("no node_id")?,
             lock_groups: lock_groups.ok_or("no lock_groups")?,
             replicas,
+            zone,
+            founder_zones,
         };
         Ok((identity, incarnation))
     }
@@ -125,40 +194,59 @@ impl Identity {
 
     /// Checks `self` against the identity recorded in `dir`, or records it with a new
     /// incarnation if there is none. Returns whether it was recorded now (a first start, a
-    /// wiped disk, or a dir from before identities) and the dir's incarnation (a dir from
-    /// before incarnations gets one now). The first thing a start does to its data dir, so it
-    /// also makes the dir private: created 0700 or tightened to it, its files 0600
-    /// (`private.rs`).
+    /// wiped disk, or a dir from before identities), the dir's incarnation (a dir from
+    /// before incarnations gets one now) and the zones as recorded (module doc). The first
+    /// thing a start does to its data dir, so it also makes the dir private: created 0700 or
+    /// tightened to it, its files 0600 (`private.rs`).
     pub fn check_or_record(&self, dir: &Path) -> Result<Recorded, String> {
         crate::private::dir(dir)
             .map_err(|e| format!("cannot make the data dir {} private: {e}", dir.display()))?;
         let path = dir.join(FILE);
+        let write = |id: &Identity, incarnation| {
+            id.write(dir, incarnation)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        };
         match std::fs::read_to_string(&path) {
             Ok(text) => {
                 let (have, incarnation) = Identity::decode(&text)
                     .map_err(|e| format!("{} is damaged: {e}", path.display()))?;
                 self.compare(&have, &path)?;
+                // What the dir says from now on: the recorded zones, or a first zone given.
+                let now = Identity {
+                    zone: if have.zone.is_empty() {
+                        self.zone.clone()
+                    } else {
+                        have.zone.clone()
+                    },
+                    ..have.clone()
+                };
                 let incarnation = match incarnation {
-                    Some(i) => i,
+                    Some(i) if now == have => i,
+                    Some(i) => {
+                        write(&now, i)?;
+                        i
+                    }
                     None => {
                         let i = new_incarnation();
-                        self.write(dir, i)
-                            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                        write(&now, i)?;
                         i
                     }
                 };
                 Ok(Recorded {
                     fresh: false,
                     incarnation,
+                    zone: now.zone,
+                    founder_zones: now.founder_zones,
                 })
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let incarnation = new_incarnation();
-                self.write(dir, incarnation)
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                write(self, incarnation)?;
                 Ok(Recorded {
                     fresh: true,
                     incarnation,
+                    zone: self.zone.clone(),
+                    founder_zones: self.founder_zones.clone(),
                 })
             }
             Err(e) => Err(format!("cannot read {}: {e}", path.display())),
@@ -195,6 +283,27 @@ impl Identity {
                 have.replicas, self.replicas
             ));
         }
+        if !have.zone.is_empty() && self.zone != have.zone {
+            let given = match self.zone.as_str() {
+                "" => "without --zone".to_string(),
+                z => format!("with --zone '{z}'"),
+            };
+            return Err(format!(
+                "this node was recorded in zone '{}' ({p}), and is started {given}: a node \
+                 never changes zone (give --zone {}; a node that moved zone joins as a new \
+                 node, `lockctl members replace`)",
+                have.zone, have.zone
+            ));
+        }
+        let given = &self.founder_zones;
+        if !have.founder_zones.is_empty() && !given.is_empty() && *given != have.founder_zones {
+            return Err(format!(
+                "this cluster was founded with --initial-zones {} ({p}), not {}: the groups were \
+                 placed over those zones, so they cannot change by restarting",
+                format_zones(&have.founder_zones),
+                format_zones(given)
+            ));
+        }
         Ok(())
     }
 
@@ -217,7 +326,7 @@ mod tests {
             cluster: cluster.into(),
             node_id,
             lock_groups,
-            replicas: 0,
+            ..Identity::default()
         }
     }
 
@@ -231,7 +340,9 @@ mod tests {
             again,
             Recorded {
                 fresh: false,
-                incarnation: first.incarnation
+                incarnation: first.incarnation,
+                zone: String::new(),
+                founder_zones: Zones::new(),
             }
         );
         let e = id("prod", 3, 4).check_or_record(dir.path()).unwrap_err();
@@ -266,6 +377,99 @@ mod tests {
         assert!(!r.fresh, "a dir with data is not new");
         // It got an incarnation, kept from then on.
         assert_eq!(id("prod", 2, 4).check_or_record(dir.path()), Ok(r));
+    }
+
+    #[test]
+    fn zones_are_recorded_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let founders = parse_zones("1=a, 2=b,3=c").unwrap();
+        let zoned = Identity {
+            zone: "b".into(),
+            founder_zones: founders.clone(),
+            ..id("prod", 2, 4)
+        };
+        let first = zoned.check_or_record(dir.path()).unwrap();
+        assert_eq!(
+            (first.zone.as_str(), &first.founder_zones),
+            ("b", &founders)
+        );
+        // A start without the flags gets the recorded zones; the same flags are the same.
+        let first = Recorded {
+            fresh: false,
+            ..first
+        };
+        let bare = Identity {
+            zone: "b".into(),
+            ..id("prod", 2, 4)
+        };
+        assert_eq!(bare.check_or_record(dir.path()).unwrap(), first);
+        assert_eq!(zoned.check_or_record(dir.path()).unwrap(), first);
+        let e = Identity {
+            zone: "c".into(),
+            ..zoned.clone()
+        }
+        .check_or_record(dir.path())
+        .unwrap_err();
+        assert!(
+            e.contains("zone 'b'") && e.contains("never changes zone"),
+            "{e}"
+        );
+        let e = id("prod", 2, 4).check_or_record(dir.path()).unwrap_err();
+        assert!(
+            e.contains("without --zone") && e.contains("give --zone b"),
+            "{e}"
+        );
+        let moved = Identity {
+            founder_zones: parse_zones("1=a,2=b,3=a").unwrap(),
+            ..zoned.clone()
+        };
+        let e = moved.check_or_record(dir.path()).unwrap_err();
+        assert!(
+            e.contains("--initial-zones 1=a,2=b,3=c") && e.contains("not 1=a,2=b,3=a"),
+            "{e}"
+        );
+        assert_eq!(
+            zoned.check_or_record(dir.path()).unwrap(),
+            first,
+            "refusals change nothing"
+        );
+    }
+
+    #[test]
+    fn a_dir_from_before_zones_takes_a_zone_but_keeps_its_zone_blind_placement() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = id("prod", 2, 4).check_or_record(dir.path()).unwrap();
+        let zoned = Identity {
+            zone: "b".into(),
+            founder_zones: parse_zones("1=a,2=b,3=c").unwrap(),
+            ..id("prod", 2, 4)
+        };
+        let r = zoned.check_or_record(dir.path()).unwrap();
+        assert_eq!(r.incarnation, old.incarnation);
+        assert_eq!((r.zone.as_str(), r.founder_zones.len()), ("b", 0));
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(
+            text.contains("zone = b") && !text.contains("founder_zones"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn zone_lists_parse_and_name_what_is_wrong() {
+        let z = parse_zones("3=eu-west-1c,1=eu-west-1a").unwrap();
+        assert_eq!(format_zones(&z), "1=eu-west-1a,3=eu-west-1c");
+        assert!(parse_zones("").unwrap().is_empty());
+        for (bad, says) in [
+            ("1=a,1=b", "given twice"),
+            ("1", "NODE_ID=ZONE"),
+            ("0=a", "from 1"),
+            ("x=a", "from 1"),
+            ("1=a b", "1-64 characters"),
+            ("1=", "1-64 characters"),
+        ] {
+            let e = parse_zones(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

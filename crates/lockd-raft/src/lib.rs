@@ -42,13 +42,13 @@ pub use config::{check_peer_addr, NodeConfig, Storage};
 pub use error::{GroupError, StartError};
 pub use group::remote::RemoteGroup;
 pub use group::{Group, GroupStatus, ProposeResult, Renewed};
-pub use identity::Identity;
+pub use identity::{check_zone, format_zones, parse_zones, Identity};
 pub use node::fatal::GroupFailure;
 pub use node::{Node, Route, META_MAX_VOTERS};
 pub use peer::tls::{peer_dns_name, PeerTls};
 pub use peer::{Method as PeerMethod, PeerBook, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
-pub use placement::initial_placement;
+pub use placement::{initial_placement, zone_majority, ZoneMajority, Zones};
 pub use raft::{
     inspect_snapshot, seed_thread_rng, MemStorage, MemberCall, MemberError, Membership,
     SnapshotReport,

@@ -69,3 +69,54 @@ async fn a_joiner_never_initialises_a_group() {
     let n = start(founder).await;
     leader_of(std::slice::from_ref(&n)).await;
 }
+
+async fn refused_config(cfg: lockd_raft::NodeConfig) -> String {
+    match Node::start(cfg, std::sync::Arc::new(Recorder::default())).await {
+        Err(StartError::Config(why)) => why,
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a node started with zones that should be refused"),
+    }
+}
+
+/// A founder's zones are checked before anything is written: every founder named once, its
+/// own zone agreeing, and no group of the founding placement in a zone majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn founders_zones_that_would_give_a_zone_a_majority_are_refused_before_the_dir_is_touched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(5).await;
+    let zoned = |spec: &str| {
+        let mut cfg = configs(tmp.path(), &addrs, |c| {
+            c.lock_groups = 2;
+            c.replicas = 3;
+        })
+        .remove(0);
+        cfg.founder_zones = lockd_raft::parse_zones(spec).unwrap();
+        cfg
+    };
+    // 3 of 5 founders in zone a: the meta group (on every founder) has a zone majority.
+    let e = refused_config(zoned("1=a,2=a,3=a,4=b,5=c")).await;
+    assert!(
+        e.contains("the meta group") && e.contains("zone a") && e.contains("--allow-zone-majority"),
+        "{e}"
+    );
+    let e = refused_config(zoned("1=a,2=b,3=c")).await;
+    assert!(e.contains("every founder"), "{e}");
+    let mut cfg = zoned("1=a,2=b,3=c,4=a,5=b");
+    cfg.zone = "c".into();
+    assert!(refused_config(cfg).await.contains("disagree"));
+    let mut cfg = zoned("");
+    cfg.zone = "a".into();
+    assert!(refused_config(cfg).await.contains("--initial-zones"));
+    assert!(
+        !tmp.path().join("node-1").join("identity").exists(),
+        "nothing was written"
+    );
+    // Allowed, the same layout starts.
+    let mut cfg = zoned("1=a,2=a,3=a,4=b,5=c");
+    cfg.allow_zone_majority = true;
+    assert!(
+        lockd_raft::Node::start(cfg, std::sync::Arc::new(Recorder::default()))
+            .await
+            .is_ok()
+    );
+}

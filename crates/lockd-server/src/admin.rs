@@ -5,17 +5,19 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId, META_GROUP};
+use lockd_raft::{GroupId, MemberCall, MemberError, Membership, NodeId, Zones, META_GROUP};
 
 use crate::ask::{answer_of, Query};
 use crate::error::{ApiError, ErrorCode};
 use crate::service::{Credentials, Service};
 
-/// One group's membership, as its leader answered, and the nodes marked draining.
+/// One group's membership, as its leader answered, the nodes marked draining and every
+/// node's zone.
 pub struct GroupMembers {
     pub group: GroupId,
     pub membership: Membership,
     pub draining: BTreeSet<NodeId>,
+    pub zones: Zones,
 }
 
 /// How long a drain call waits for the node to lead no group.
@@ -37,6 +39,12 @@ impl From<MemberError> for ApiError {
 }
 
 impl Service {
+    /// The meta group's record of each node's zone (`lockd-core/src/cluster.rs`).
+    pub(crate) async fn zones(&self) -> Result<Zones, ApiError> {
+        let meta = self.route_of(META_GROUP)?;
+        answer_of!(self, &meta, Query::Zones, Zones)
+    }
+
     /// The groups a member call names: `groups`, or every group if it is empty. A group the
     /// cluster does not have is a 404 naming it (it depends on the cluster, not on the input's
     /// shape).
@@ -75,7 +83,14 @@ impl Service {
                 group,
                 membership,
                 draining: draining.clone(),
+                zones: Zones::new(),
             });
+        }
+        // The zones are for display: a meta group that cannot answer leaves them out.
+        if let Ok(zones) = self.zones().await {
+            for g in &mut out {
+                g.zones = zones.clone();
+            }
         }
         Ok(out)
     }
@@ -139,12 +154,15 @@ impl Service {
     }
 
     /// Adds node `id` at `peer_addr` to `groups` (empty = all), each as a learner first.
+    /// Refused if a group's voters would then hold a zone majority ([`keep_zones`]), unless
+    /// `allow_zone_majority`.
     pub async fn add_member(
         &self,
         creds: &Credentials,
         id: NodeId,
         peer_addr: &str,
         groups: &[GroupId],
+        allow_zone_majority: bool,
     ) -> Result<Vec<GroupMembers>, ApiError> {
         self.require_admin(creds, "adding a member")?;
         check_node_id(id)?;
@@ -163,7 +181,23 @@ impl Service {
         // that node (the peer port refuses it too, `lockd-to`): say so now, not by a learner
         // that never catches up.
         let all = self.member_groups(&[])?;
-        for g in self.member_calls(&all, MemberCall::Describe).await? {
+        let now = self.member_calls(&all, MemberCall::Describe).await?;
+        let after: Vec<_> = now
+            .iter()
+            .filter(|g| groups.contains(&g.group))
+            .map(|g| {
+                let mut voters = g.membership.voters.clone();
+                let stays_learner =
+                    g.group == META_GROUP && voters.len() >= lockd_raft::META_MAX_VOTERS;
+                if !voters.contains(&id) && !stays_learner {
+                    voters.push(id);
+                }
+                (g.group, voters)
+            })
+            .collect();
+        self.keep_zones(Some(id), &after, allow_zone_majority)
+            .await?;
+        for g in now {
             if let Some((other, _)) = g
                 .membership
                 .addrs
@@ -192,11 +226,14 @@ impl Service {
     }
 
     /// Removes node `id` from `groups` (empty = all). Removing an absent node changes nothing.
+    /// Refused if a group's remaining voters would hold a zone majority, unless
+    /// `allow_zone_majority`.
     pub async fn remove_member(
         &self,
         creds: &Credentials,
         id: NodeId,
         groups: &[GroupId],
+        allow_zone_majority: bool,
     ) -> Result<Vec<GroupMembers>, ApiError> {
         self.require_admin(creds, "removing a member")?;
         check_node_id(id)?;
@@ -217,6 +254,8 @@ impl Service {
                 format!("node {id} is group {}'s only voter", g.group),
             ));
         }
+        let after = voters_after_remove(&before, groups.as_slice(), id);
+        self.keep_zones(None, &after, allow_zone_majority).await?;
         // Leaving every group: retire the id for good, so that no later add can bring it back
         // (a wiped node rejoins under a new id). First, not last: a call that fails half-way
         // is retried when the node may be in no group any more, and must not leave the id
@@ -239,6 +278,71 @@ impl Service {
             }
         }
         Ok(out)
+    }
+}
+
+/// Each group's voters once node `id` leaves the `groups` it votes in: the meta group promotes
+/// a learner in its place, one that keeps the zones (`Node::remove_member`).
+fn voters_after_remove(
+    before: &[GroupMembers],
+    groups: &[GroupId],
+    id: NodeId,
+) -> Vec<(GroupId, Vec<NodeId>)> {
+    let zones = before.first().map(|g| g.zones.clone()).unwrap_or_default();
+    before
+        .iter()
+        .filter(|g| groups.contains(&g.group) && g.membership.voters.contains(&id))
+        .map(|g| {
+            let mut voters = g.membership.voters.clone();
+            voters.retain(|v| *v != id);
+            if g.group == META_GROUP {
+                let best = g.membership.learners.iter().find(|l| {
+                    let mut v = voters.clone();
+                    v.push(**l);
+                    lockd_raft::zone_majority(&v, &zones).is_none()
+                });
+                voters.extend(best);
+            }
+            (g.group, voters)
+        })
+        .collect()
+}
+
+impl Service {
+    /// Refuses, unless `allow`, a change that would leave a group with voters in a zone
+    /// majority (`lockd_raft::zone_majority`: losing that one zone would lose the group), or
+    /// that adds node `new` with no zone recorded to a cluster whose nodes have zones.
+    pub(crate) async fn keep_zones(
+        &self,
+        new: Option<NodeId>,
+        changes: &[(GroupId, Vec<NodeId>)],
+        allow: bool,
+    ) -> Result<(), ApiError> {
+        if allow || changes.is_empty() {
+            return Ok(());
+        }
+        let zones = self.zones().await?;
+        let refused = |why: String| Err(ApiError::new(ErrorCode::MemberChangeRefused, why));
+        if let Some(id) = new.filter(|id| !zones.is_empty() && !zones.contains_key(id)) {
+            return refused(format!(
+                "node_id: node {id} has no zone recorded, and this cluster's nodes are in zones: \
+                 start it with --zone (it records its zone as it starts), or say \
+                 allow_zone_majority"
+            ));
+        }
+        for (group, voters) in changes {
+            if let Some(m) = lockd_raft::zone_majority(voters, &zones) {
+                let group = match *group {
+                    META_GROUP => "the meta group".to_string(),
+                    g => format!("group {g}"),
+                };
+                return refused(format!(
+                    "zones: in {group}, {m}. Use a node of another zone, or say \
+                     allow_zone_majority"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

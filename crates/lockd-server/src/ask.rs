@@ -62,6 +62,8 @@ pub(crate) enum Query {
     Stats,
     /// The meta group's removed lock groups (id → birth epoch).
     RemovedGroups,
+    /// The meta group's record of each node's zone.
+    Zones,
 }
 
 /// The answer to a [`Query`] (the variant of the same name).
@@ -84,6 +86,7 @@ pub(crate) enum Answer {
     NamespaceConfig((u64, Vec<Namespace>)),
     Stats(lockd_core::Stats),
     RemovedGroups(std::collections::BTreeMap<GroupId, u64>),
+    Zones(std::collections::BTreeMap<u64, String>),
 }
 
 impl Query {
@@ -124,6 +127,7 @@ impl Query {
             }
             Query::Stats => Answer::Stats(t.stats()),
             Query::RemovedGroups => Answer::RemovedGroups(t.removed_groups().clone()),
+            Query::Zones => Answer::Zones(t.zones().clone()),
         }
     }
 }

@@ -214,6 +214,20 @@ pub struct ServeArgs {
     /// initialises a group.
     #[arg(long, env = "LOCKD_INITIAL_CLUSTER_STATE", default_value = "new", value_parser = ["new", "existing"])]
     pub initial_cluster_state: String,
+    /// This node's zone (a failure domain: an availability zone, a rack; 1-64 of A-Z a-z 0-9 .
+    /// _ -). Recorded in the data dir and the meta group; a node never changes zone. Membership
+    /// changes keep every group's voters out of a zone majority (docs/OPERATIONS.md).
+    #[arg(long, env = "LOCKD_ZONE")]
+    pub zone: Option<String>,
+    /// Every founder's zone, `1=a,2=b,3=c`, the same on each founder (with `new`): the founding
+    /// placement spreads each group's replicas over them, so no zone holds a majority of any
+    /// group (5 replicas over 3 zones: 2+2+1). A founder's --zone defaults to its entry here.
+    #[arg(long, env = "LOCKD_INITIAL_ZONES")]
+    pub initial_zones: Option<String>,
+    /// Found the cluster even where the zones leave a group with a zone majority (losing that
+    /// zone then loses the group).
+    #[arg(long, env = "LOCKD_ALLOW_ZONE_MAJORITY")]
+    pub allow_zone_majority: bool,
     /// Append every grant, end of a hold and end of a session this replica applies to this
     /// file (JSON lines, log order; read by `lockd-check`).
     #[arg(long, env = "LOCKD_AUDIT_LOG")]
@@ -291,6 +305,9 @@ impl ServeArgs {
             probes,
             data_dir,
             initial_cluster_state,
+            zone,
+            initial_zones,
+            allow_zone_majority,
             audit_log,
             #[cfg(feature = "negative-controls")]
             unsafe_negative_control,
@@ -313,12 +330,21 @@ impl ServeArgs {
         }
         flag("data-dir", data_dir.into());
         flag("initial-cluster-state", initial_cluster_state.into());
+        if let Some(z) = zone {
+            flag("zone", z.into());
+        }
+        if let Some(z) = initial_zones {
+            flag("initial-zones", z.into());
+        }
         if let Some(f) = audit_log {
             flag("audit-log", f.into());
         }
         #[cfg(feature = "negative-controls")]
         if let Some(c) = unsafe_negative_control {
             flag("unsafe-negative-control", c.into());
+        }
+        if *allow_zone_majority {
+            v.push("--allow-zone-majority".into());
         }
         common.push_args(&mut v);
         v
@@ -584,7 +610,7 @@ mod tests {
             cluster: "lockd".into(),
             node_id: 1,
             lock_groups: 6,
-            replicas: 0,
+            ..lockd_raft::Identity::default()
         }
         .check_or_record(dir.path())
         .unwrap();

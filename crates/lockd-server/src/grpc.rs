@@ -1108,6 +1108,7 @@ fn members_response(groups: Vec<crate::admin::GroupMembers>) -> pb::ListMembersR
                             leader: m.leader == Some(id),
                             lag: m.lag.get(&id).copied().flatten(),
                             draining: g.draining.contains(&id),
+                            zone: g.zones.get(&id).cloned().unwrap_or_default(),
                         })
                         .collect(),
                 }
@@ -1138,7 +1139,13 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         let out = self
             .api
             .svc
-            .add_member(&c, r.node_id, &r.peer_addr, &r.groups)
+            .add_member(
+                &c,
+                r.node_id,
+                &r.peer_addr,
+                &r.groups,
+                r.allow_zone_majority,
+            )
             .await
             .map(members_response);
         self.api.finish("add_member", start, out)
@@ -1154,7 +1161,7 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         let out = self
             .api
             .svc
-            .remove_member(&c, r.node_id, &r.groups)
+            .remove_member(&c, r.node_id, &r.groups, r.allow_zone_majority)
             .await
             .map(members_response);
         self.api.finish("remove_member", start, out)
@@ -1315,7 +1322,11 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         let c = creds("", &req);
         let r = req.into_inner();
         let out = async {
-            let record = self.api.svc.create_group(&c, r.group, &r.nodes).await?;
+            let record = self
+                .api
+                .svc
+                .create_group(&c, r.group, &r.nodes, r.allow_zone_majority)
+                .await?;
             Ok(lock_group(r.group, record))
         }
         .await;

@@ -868,6 +868,7 @@ fn members_json(groups: Vec<crate::admin::GroupMembers>) -> Value {
                         "leader": m.leader == Some(id),
                         "lag": m.lag.get(&id).copied().flatten(),
                         "draining": g.draining.contains(&id),
+                        "zone": g.zones.get(&id),
                     })
                 })
                 .collect();
@@ -895,6 +896,8 @@ struct AddMemberBody {
     peer_addr: String,
     #[serde(default, deserialize_with = "null_default")]
     groups: Vec<u32>,
+    #[serde(default, deserialize_with = "null_default")]
+    allow_zone_majority: bool,
 }
 
 async fn add_member(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body) -> Response {
@@ -905,7 +908,13 @@ async fn add_member(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body
         svc.require_admin(&creds, "adding a member")?;
         let b: AddMemberBody = body(&headers, b).await?;
         let groups = svc
-            .add_member(&creds, b.node_id, &b.peer_addr, &b.groups)
+            .add_member(
+                &creds,
+                b.node_id,
+                &b.peer_addr,
+                &b.groups,
+                b.allow_zone_majority,
+            )
             .await?;
         Ok(members_json(groups))
     }
@@ -918,6 +927,9 @@ async fn add_member(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body
 struct GroupsQuery {
     /// Comma-separated group ids; absent = every group.
     groups: Option<String>,
+    /// `true`: remove even if a zone would then hold a majority of a group's voters.
+    #[serde(default)]
+    allow_zone_majority: bool,
 }
 
 async fn remove_member(
@@ -952,7 +964,10 @@ async fn remove_member(
                 })
                 .collect::<Result<_, _>>()?,
         };
-        Ok(members_json(svc.remove_member(&creds, id, &groups).await?))
+        let allow = q.allow_zone_majority;
+        Ok(members_json(
+            svc.remove_member(&creds, id, &groups, allow).await?,
+        ))
     }
     .await;
     finish(&svc, "remove_member", start, r)
@@ -1260,6 +1275,8 @@ fn group_json(group: u32, r: &lockd_core::GroupRecord) -> Value {
 struct CreateGroupBody {
     group: u32,
     nodes: Vec<u64>,
+    #[serde(default, deserialize_with = "null_default")]
+    allow_zone_majority: bool,
 }
 
 async fn create_group(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Body) -> Response {
@@ -1268,7 +1285,9 @@ async fn create_group(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Bo
         let creds = credentials(&headers);
         svc.require_admin(&creds, "creating a group")?;
         let b: CreateGroupBody = body(&headers, b).await?;
-        let record = svc.create_group(&creds, b.group, &b.nodes).await?;
+        let record = svc
+            .create_group(&creds, b.group, &b.nodes, b.allow_zone_majority)
+            .await?;
         Ok(group_json(b.group, &record))
     }
     .await;

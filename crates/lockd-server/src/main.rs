@@ -168,6 +168,10 @@ struct DevArgs {
     /// Start this many nodes as separate OS processes on consecutive ports.
     #[arg(long, env = "LOCKD_NODES", default_value_t = 1)]
     nodes: u32,
+    /// With --nodes: put the nodes in this many zones, `z1`..`zZ`, round-robin (node 1 in z1,
+    /// node 2 in z2, ...), and place the groups over them (`lockd serve --initial-zones`).
+    #[arg(long, env = "LOCKD_ZONES", default_value_t = 0)]
+    zones: u32,
     /// Serve every port over TLS with a throwaway CA and certificates made in DATA_DIR/tls (kept
     /// for restarts): HTTPS and gRPC over TLS for clients, mutual TLS between the nodes.
     #[arg(long, conflicts_with_all = ["tls_cert_file", "peer_cert_file"])]
@@ -327,6 +331,37 @@ struct ServeExtras {
     audit_log: Option<PathBuf>,
     join_existing: bool,
     skip_leader_lease_check: bool,
+    zones: ZoneFlags,
+}
+
+/// `--zone`, `--initial-zones` (parsed) and `--allow-zone-majority`.
+#[derive(Default)]
+struct ZoneFlags {
+    zone: Option<String>,
+    initial: lockd_raft::Zones,
+    allow_majority: bool,
+}
+
+impl ZoneFlags {
+    fn of(a: &ServeArgs) -> anyhow::Result<ZoneFlags> {
+        let initial = lockd_raft::parse_zones(a.initial_zones.as_deref().unwrap_or(""))
+            .map_err(|e| anyhow::anyhow!("--initial-zones: {e}"))?;
+        Ok(ZoneFlags {
+            zone: a.zone.clone(),
+            initial,
+            allow_majority: a.allow_zone_majority,
+        })
+    }
+
+    /// Sets `node`'s zones: its --zone defaults to its own entry in --initial-zones.
+    fn apply(self, node: &mut NodeConfig) {
+        node.zone = self
+            .zone
+            .or_else(|| self.initial.get(&node.node_id).cloned())
+            .unwrap_or_default();
+        node.founder_zones = self.initial;
+        node.allow_zone_majority = self.allow_majority;
+    }
 }
 
 /// The addresses a node listens on.
@@ -388,6 +423,24 @@ impl Listen {
     }
 }
 
+/// Sets `node`'s settings from the shared flags (`peer`: the bound peer port, which decides
+/// whether a plain-text peer port needs a secret).
+fn configure_node(node: &mut NodeConfig, common: &Common, peer: SocketAddr) -> anyhow::Result<()> {
+    node.lock_groups = common.groups_for(&node.data_dir, lockd_server::cli::DEFAULT_GROUPS)?;
+    node.replicas = common.replicas;
+    node.cluster_name = common.cluster_name.clone();
+    node.heartbeat_ms = common.heartbeat_ms;
+    node.election_timeout_ms = (
+        common.election_timeout_ms,
+        common.election_timeout_ms * 3 / 2,
+    );
+    node.snapshot_every = common.snapshot_every;
+    node.balance_leaders = !common.no_leader_balance;
+    node.peer_tls = common.peer_tls()?;
+    node.peer_secret = common.peer_secret(peer)?;
+    Ok(())
+}
+
 async fn run_node(
     node_id: u64,
     peers: BTreeMap<u64, String>,
@@ -420,19 +473,9 @@ async fn run_node(
         probes,
     } = listen.bind().await?;
     let mut node = NodeConfig::new(node_id, data_dir, peers);
-    node.lock_groups = common.groups_for(data_dir, lockd_server::cli::DEFAULT_GROUPS)?;
-    node.replicas = common.replicas;
-    node.cluster_name = common.cluster_name.clone();
     node.join_existing = extras.join_existing;
-    node.heartbeat_ms = common.heartbeat_ms;
-    node.election_timeout_ms = (
-        common.election_timeout_ms,
-        common.election_timeout_ms * 3 / 2,
-    );
-    node.snapshot_every = common.snapshot_every;
-    node.balance_leaders = !common.no_leader_balance;
-    node.peer_tls = common.peer_tls()?;
-    node.peer_secret = common.peer_secret(peer.local_addr()?)?;
+    extras.zones.apply(&mut node);
+    configure_node(&mut node, common, peer.local_addr()?)?;
     let tls = common.client_tls()?;
     if extras.skip_leader_lease_check {
         tracing::warn!("NEGATIVE CONTROL: skip-leader-lease-check; this node is unsafe");
@@ -529,72 +572,134 @@ async fn shutdown_signal() {
     }
 }
 
+/// What every node of `lockd dev --nodes N` shares.
+struct DevShared {
+    peers: String,
+    admin: PathBuf,
+    secret: PathBuf,
+    groups: u32,
+    threads: u16,
+    /// `--initial-zones` for `--zones Z` (node i in zone `z((i-1) mod Z + 1)`).
+    initial_zones: Option<String>,
+}
+
+/// Node `i`'s (from 0) zone under `lockd dev --zones zones`.
+fn dev_zone(i: u32, zones: u32) -> Option<String> {
+    (zones > 0).then(|| format!("z{}", i % zones + 1))
+}
+
+/// The `i`-th (from 0) node's port: `base`'s plus `i`.
+fn dev_port(base: SocketAddr, i: u32) -> SocketAddr {
+    SocketAddr::new(base.ip(), base.port() + i as u16)
+}
+
+/// Node `i` (from 0) of `lockd dev --nodes N`, as `lockd serve` arguments.
+fn dev_serve_args(args: &DevArgs, i: u32, common: &Common, shared: &DevShared) -> ServeArgs {
+    let (http, grpc) = (dev_port(args.http, i), dev_port(args.grpc, i));
+    let dir = args.data_dir.join(format!("node-{}", i + 1));
+    let mut serve = ServeArgs::new(u64::from(i) + 1, shared.peers.clone(), http, grpc, dir);
+    serve.peer = Some(dev_port(args.peer, i));
+    serve.common = common.clone();
+    serve.common.admin_token_file = Some(shared.admin.clone());
+    serve.common.peer_secret_file = Some(shared.secret.clone());
+    serve.common.groups = Some(shared.groups);
+    serve.common.worker_threads = Some(shared.threads);
+    serve.initial_zones = shared.initial_zones.clone();
+    serve
+}
+
+/// Starts `serve` as a child process logging as this one does; answers it and its command
+/// line (printed if it exits, to restart it by hand).
+fn spawn_node(
+    exe: &Path,
+    serve: &ServeArgs,
+    log_format: LogFormat,
+) -> anyhow::Result<(Child, String)> {
+    let mut cmd = Command::new(exe);
+    cmd.args(serve.to_args());
+    if log_format == LogFormat::Json {
+        cmd.env("LOCKD_LOG_FORMAT", "json");
+    }
+    let line = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting node {}", serve.node_id))?;
+    Ok((child, line))
+}
+
+/// Stops each child: SIGTERM lets a node stop cleanly; SIGKILL after a grace period.
+async fn stop_nodes(children: &mut [(u32, Child, String)]) {
+    for (id, child, _) in children {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        println!("node {id} stopped");
+    }
+}
+
 /// `lockd dev --nodes N`: N child processes of `lockd serve`, stopped together on Ctrl-C.
 async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()> {
     let n = args.nodes;
     let exe = std::env::current_exe().context("finding the lockd binary")?;
-    let at = |base: SocketAddr, i: u32| SocketAddr::new(base.ip(), base.port() + i as u16);
-    let peers: Vec<String> = (0..n)
-        .map(|i| format!("{}={}", i + 1, at(args.peer, i)))
-        .collect();
-    let peers = peers.join(",");
+    let list = |f: &dyn Fn(u32) -> String| (0..n).map(f).collect::<Vec<_>>().join(",");
     let admin = match &args.common.admin_token_file {
         Some(p) => p.clone(),
         None => dev_admin_token_file(&args.data_dir)?,
     };
-    let secret = dev_peer_secret_file(&args.common, &args.data_dir)?;
     let commons = dev_tls(args)?;
     // The nodes share this machine's cores: size groups and threads for that, unless told.
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let groups = args.common.groups_for(
-        &args.data_dir.join("node-1"),
-        lockd_server::cli::shared_machine_groups(n, cores),
-    )?;
-    let threads = args
-        .common
-        .worker_threads
-        .unwrap_or_else(|| lockd_server::cli::shared_machine_threads(n, cores));
+    let shared = DevShared {
+        peers: list(&|i| format!("{}={}", i + 1, dev_port(args.peer, i))),
+        admin,
+        secret: dev_peer_secret_file(&args.common, &args.data_dir)?,
+        groups: args.common.groups_for(
+            &args.data_dir.join("node-1"),
+            lockd_server::cli::shared_machine_groups(n, cores),
+        )?,
+        threads: args
+            .common
+            .worker_threads
+            .unwrap_or_else(|| lockd_server::cli::shared_machine_threads(n, cores)),
+        initial_zones: (args.zones > 0).then(|| {
+            list(&|i| format!("{}={}", i + 1, dev_zone(i, args.zones).unwrap_or_default()))
+        }),
+    };
     let mut children: Vec<(u32, Child, String)> = Vec::new();
     for i in 0..n {
-        let (http, grpc) = (at(args.http, i), at(args.grpc, i));
-        let dir = args.data_dir.join(format!("node-{}", i + 1));
         let c = &commons[i as usize];
-        let mut serve = ServeArgs::new(u64::from(i) + 1, peers.clone(), http, grpc, dir);
-        serve.peer = Some(at(args.peer, i));
-        serve.common = c.clone();
-        serve.common.admin_token_file = Some(admin.clone());
-        serve.common.peer_secret_file = Some(secret.clone());
-        serve.common.groups = Some(groups);
-        serve.common.worker_threads = Some(threads);
-        let mut cmd = Command::new(&exe);
-        cmd.args(serve.to_args());
-        // The nodes log as this process does.
-        if log_format == LogFormat::Json {
-            cmd.env("LOCKD_LOG_FORMAT", "json");
-        }
-        let line = std::iter::once(cmd.get_program())
-            .chain(cmd.get_args())
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting node {}", i + 1))?;
+        let serve = dev_serve_args(args, i, c, &shared);
+        let (child, line) = spawn_node(&exe, &serve, log_format)?;
         let scheme = if c.tls_cert_file.is_some() {
             "https"
         } else {
             "http"
         };
+        let zone = dev_zone(i, args.zones).map_or(String::new(), |z| format!(" zone {z}"));
         println!(
-            "node {} pid {} http {scheme}://{} grpc {scheme}://{} peer {}",
+            "node {}{zone} pid {} http {scheme}://{} grpc {scheme}://{} peer {}",
             i + 1,
             child.id(),
-            http,
-            grpc,
-            at(args.peer, i)
+            serve.http,
+            serve.grpc,
+            dev_port(args.peer, i)
         );
         children.push((i + 1, child, line));
     }
+    let (groups, threads) = (shared.groups, shared.threads);
     println!(
         "{n} nodes running on {cores} cores: {groups} lock group(s), {threads} scheduler \
          thread(s) each (--groups, --worker-threads); `kill -9 <pid>` one to watch failover; \
@@ -602,7 +707,7 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
     );
     println!(
         "admin token in {} (lockctl --admin-token-file)",
-        admin.display()
+        shared.admin.display()
     );
     let mut interval = tokio::time::interval(Duration::from_millis(500));
     loop {
@@ -621,22 +726,7 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
             }
         }
     }
-    for (id, child, _) in &mut children {
-        // SIGTERM lets each node stop cleanly; SIGKILL after a grace period.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while std::time::Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-        println!("node {id} stopped");
-    }
+    stop_nodes(&mut children).await;
     Ok(())
 }
 
@@ -686,6 +776,57 @@ fn main() -> ExitCode {
     }
 }
 
+/// `lockd dev`: one node hosting every group.
+async fn run_dev(a: &DevArgs) -> anyhow::Result<()> {
+    if a.zones > 0 {
+        bail!("--zones spreads nodes over zones: give --nodes N as well");
+    }
+    let peers = BTreeMap::from([(1, a.peer.to_string())]);
+    let listen = Listen::new(a.http, a.grpc, a.peer);
+    let admin = match &a.common.admin_token_file {
+        Some(p) => p.clone(),
+        None => dev_admin_token_file(&a.data_dir)?,
+    };
+    let secret = dev_peer_secret_file(&a.common, &a.data_dir)?;
+    let extras = ServeExtras {
+        admin_token_file: Some(admin),
+        ..ServeExtras::default()
+    };
+    let mut common = dev_tls(a)?.swap_remove(0);
+    common.peer_secret_file = Some(secret);
+    run_node(1, peers, listen, &a.data_dir, &common, extras).await
+}
+
+/// `lockd serve`.
+async fn run_serve(a: &ServeArgs) -> anyhow::Result<()> {
+    let peers = parse_peers(&a.peers)?;
+    let extras = ServeExtras {
+        zones: ZoneFlags::of(a)?,
+        admin_token_file: a.common.admin_token_file.clone(),
+        audit_log: a.audit_log.clone(),
+        join_existing: a.initial_cluster_state == "existing",
+        #[cfg(feature = "negative-controls")]
+        skip_leader_lease_check: a.unsafe_negative_control.is_some(),
+        #[cfg(not(feature = "negative-controls"))]
+        skip_leader_lease_check: false,
+    };
+    let own = match (a.peer, peers.get(&a.node_id)) {
+        (Some(_), _) | (None, None) => None,
+        (None, Some(p)) => Some(resolve_own(p).await?),
+    };
+    let Some(peer) = a.peer.or(own) else {
+        bail!(
+            "--peers has no entry for node {} to listen on (or give --peer)",
+            a.node_id
+        );
+    };
+    let listen = Listen {
+        probes: a.probes,
+        ..Listen::new(a.http, a.grpc, peer)
+    };
+    run_node(a.node_id, peers, listen, &a.data_dir, &a.common, extras).await
+}
+
 async fn run(cli: Cli) -> ExitCode {
     use std::io::IsTerminal as _;
     let logs = tracing_subscriber::fmt()
@@ -705,66 +846,8 @@ async fn run(cli: Cli) -> ExitCode {
     let result = match &cli.cmd {
         offline_cmd @ (Cmd::Restore(_) | Cmd::InspectData(_)) => return offline(offline_cmd),
         Cmd::Dev(a) if a.nodes > 1 => run_cluster(a, cli.log_format).await,
-        Cmd::Dev(a) => {
-            let peers = BTreeMap::from([(1, a.peer.to_string())]);
-            let listen = Listen::new(a.http, a.grpc, a.peer);
-            let admin = match &a.common.admin_token_file {
-                Some(p) => Ok(p.clone()),
-                None => dev_admin_token_file(&a.data_dir),
-            };
-            let ready = admin.and_then(|admin| {
-                let secret = dev_peer_secret_file(&a.common, &a.data_dir)?;
-                Ok((admin, secret, dev_tls(a)?))
-            });
-            match ready {
-                Ok((admin, secret, commons)) => {
-                    let extras = ServeExtras {
-                        admin_token_file: Some(admin),
-                        ..ServeExtras::default()
-                    };
-                    let mut common = commons[0].clone();
-                    common.peer_secret_file = Some(secret);
-                    run_node(1, peers, listen, &a.data_dir, &common, extras).await
-                }
-                Err(e) => Err(e),
-            }
-        }
-        Cmd::Serve(a) => match parse_peers(&a.peers) {
-            Ok(peers) => {
-                let extras = ServeExtras {
-                    admin_token_file: a.common.admin_token_file.clone(),
-                    audit_log: a.audit_log.clone(),
-                    join_existing: a.initial_cluster_state == "existing",
-                    #[cfg(feature = "negative-controls")]
-                    skip_leader_lease_check: a.unsafe_negative_control.is_some(),
-                    #[cfg(not(feature = "negative-controls"))]
-                    skip_leader_lease_check: false,
-                };
-                let own = match (a.peer, peers.get(&a.node_id)) {
-                    (Some(_), _) | (None, None) => None,
-                    (None, Some(p)) => match resolve_own(p).await {
-                        Ok(addr) => Some(addr),
-                        Err(e) => {
-                            failure!("lockd: {e:#}");
-                            return ExitCode::FAILURE;
-                        }
-                    },
-                };
-                let Some(peer) = a.peer.or(own) else {
-                    failure!(
-                        "lockd: --peers has no entry for node {} to listen on (or give --peer)",
-                        a.node_id
-                    );
-                    return ExitCode::FAILURE;
-                };
-                let listen = Listen {
-                    probes: a.probes,
-                    ..Listen::new(a.http, a.grpc, peer)
-                };
-                run_node(a.node_id, peers, listen, &a.data_dir, &a.common, extras).await
-            }
-            Err(e) => Err(e),
-        },
+        Cmd::Dev(a) => run_dev(a).await,
+        Cmd::Serve(a) => run_serve(a).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -112,8 +112,10 @@ impl Service {
         self.heal_placements(&meta, &records).await;
         let me = self.node.node_id();
         for (&id, r) in &records {
-            // The founding groups are hosted from the founding placement (`Node::start`).
-            if r.born_epoch == 0 {
+            // The founding groups are hosted from the founding placement (`Node::start`), and
+            // routed from it unless this node is added to one later: then it hosts it here.
+            let hosted = self.node.group(id).is_some();
+            if r.born_epoch == 0 && (hosted || !r.replicas.contains(&me)) {
                 continue;
             }
             if !r.replicas.contains(&me) {
@@ -122,7 +124,7 @@ impl Service {
             }
             let initialiser = r.replicas.first() == Some(&me) && !r.ready;
             let member = matches!(self.node.route(id), Some(Route::Local(_)));
-            if self.node.group(id).is_some() && (member || !initialiser) {
+            if hosted && (member || !initialiser) {
                 continue;
             }
             let members = if initialiser {
@@ -219,6 +221,7 @@ impl Service {
         creds: &Credentials,
         group: GroupId,
         nodes: &[NodeId],
+        allow_zone_majority: bool,
     ) -> Result<GroupRecord, ApiError> {
         self.require_admin(creds, "creating a group")?;
         if group == 0 {
@@ -236,6 +239,8 @@ impl Service {
         // Every node must be in the cluster: the new group's members are reached at the
         // addresses the meta group has for them.
         self.addresses(nodes).await?;
+        let placed = [(group, nodes.to_vec())];
+        self.keep_zones(None, &placed, allow_zone_majority).await?;
         let meta = self.route_of(META_GROUP)?;
         let create = Op::CreateGroup {
             group,

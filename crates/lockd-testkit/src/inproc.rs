@@ -132,6 +132,27 @@ pub async fn cluster_with(
     replicas: usize,
     tls: Option<TlsSetup<'_>>,
 ) -> Cluster {
+    zoned_cluster_with(n, lock_groups, replicas, 0, tls).await
+}
+
+/// [`placed_cluster`] over `zones` zones, `z1`..: node i in zone `z((i-1) mod zones + 1)`, as
+/// `lockd dev --nodes N --zones Z` lays them out (`--initial-zones` on every founder).
+pub async fn zoned_cluster(n: usize, lock_groups: u32, replicas: usize, zones: usize) -> Cluster {
+    zoned_cluster_with(n, lock_groups, replicas, zones, None).await
+}
+
+async fn zoned_cluster_with(
+    n: usize,
+    lock_groups: u32,
+    replicas: usize,
+    zones: usize,
+    tls: Option<TlsSetup<'_>>,
+) -> Cluster {
+    let zone_of = |i: usize| format!("z{}", i % zones.max(1) + 1);
+    let founder_zones: lockd_raft::Zones = match zones {
+        0 => Default::default(),
+        _ => (0..n).map(|i| (i as u64 + 1, zone_of(i))).collect(),
+    };
     let mut https = Vec::new();
     let mut grpcs = Vec::new();
     let mut peer_listeners = Vec::new();
@@ -151,6 +172,11 @@ pub async fn cluster_with(
         let mut node = NodeConfig::new(i as u64 + 1, dir.path(), peers.clone());
         node.lock_groups = lock_groups;
         node.replicas = replicas;
+        node.founder_zones = founder_zones.clone();
+        node.zone = founder_zones
+            .get(&(i as u64 + 1))
+            .cloned()
+            .unwrap_or_default();
         let mut client_tls = None;
         if let Some(t) = &tls {
             let files = &t.pki.certs[i];

@@ -1151,8 +1151,11 @@ async fn replace(cluster: &mut Cluster, dead: u64) -> anyhow::Result<u64> {
         .filter(|e| *e != cluster.grpc_addr(dead).to_string())
         .collect();
     let c = admin_via(members)?;
-    again("add the replacement", || c.add_member(id, &dial, &groups)).await?;
-    again("remove the dead node", || c.remove_member(dead, &[])).await?;
+    again("add the replacement", || {
+        c.add_member(id, &dial, &groups, false)
+    })
+    .await?;
+    again("remove the dead node", || c.remove_member(dead, &[], false)).await?;
     cluster.retire(dead);
     Ok(id)
 }
@@ -1183,12 +1186,12 @@ async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::R
     for id in 4..=6u64 {
         let peer = cluster.add_joiner(id, None).await?.to_string();
         let c = admin(cluster)?;
-        again("add member", || c.add_member(id, &peer, &[0])).await?;
+        again("add member", || c.add_member(id, &peer, &[0], false)).await?;
         step("join", format!("node{id}"));
     }
     // A second lock group on them, and half the buckets.
     let c = admin(cluster)?;
-    again("create group", || c.create_group(2, &[4, 5, 6])).await?;
+    again("create group", || c.create_group(2, &[4, 5, 6], false)).await?;
     step("create-group", "group2 on nodes 4,5,6".into());
     settle().await;
     let m = again("move buckets", || c.move_buckets("0-2047", 2)).await?;
@@ -1205,8 +1208,8 @@ async fn grow(cluster: &mut Cluster, rec: &Recorder, ttl: Duration) -> anyhow::R
     cluster.kill(5).await?;
     let peer = cluster.add_joiner(7, None).await?.to_string();
     let c = admin(cluster)?;
-    again("add node 7", || c.add_member(7, &peer, &[0, 2])).await?;
-    again("remove node 5", || c.remove_member(5, &[])).await?;
+    again("add node 7", || c.add_member(7, &peer, &[0, 2], false)).await?;
+    again("remove node 5", || c.remove_member(5, &[], false)).await?;
     cluster.retire(5);
     step("replace", "node5 by node7 (SIGKILL, new id)".into());
     settle().await;

@@ -308,6 +308,71 @@ fn validate(cfg: &NodeConfig) -> Result<(), StartError> {
             cfg.cluster_name
         ));
     }
+    validate_zones(cfg).map_err(StartError::Config)
+}
+
+/// The zones a node is started with: valid names, and on a founder, every founder's zone with
+/// its own among them and no group of the founding placement in a zone majority (unless
+/// allowed).
+fn validate_zones(cfg: &NodeConfig) -> Result<(), String> {
+    if !cfg.zone.is_empty() {
+        crate::check_zone(&cfg.zone).map_err(|e| format!("--zone: {e}"))?;
+    }
+    for z in cfg.founder_zones.values() {
+        crate::check_zone(z).map_err(|e| format!("--initial-zones: {e}"))?;
+    }
+    if cfg.join_existing {
+        return Ok(());
+    }
+    let founders: Vec<NodeId> = cfg.peers.keys().copied().collect();
+    if cfg.founder_zones.is_empty() {
+        if !cfg.zone.is_empty() && founders.len() > 1 {
+            return Err(format!(
+                "--zone {} on a founder needs every founder's zone, so that the groups are \
+                 placed over them: give --initial-zones (the same on every founder, e.g. \
+                 {})",
+                cfg.zone,
+                founders
+                    .iter()
+                    .map(|n| format!("{n}=ZONE"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        return Ok(());
+    }
+    let named: Vec<NodeId> = cfg.founder_zones.keys().copied().collect();
+    if named != founders {
+        return Err(format!(
+            "--initial-zones names nodes {named:?}; it must name every founder in --peers, \
+             {founders:?}, once"
+        ));
+    }
+    let mine = &cfg.founder_zones[&cfg.node_id];
+    if !cfg.zone.is_empty() && cfg.zone != *mine {
+        return Err(format!(
+            "--zone {} and --initial-zones (node {}={mine}) disagree",
+            cfg.zone, cfg.node_id
+        ));
+    }
+    if cfg.allow_zone_majority {
+        return Ok(());
+    }
+    let placement =
+        crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas, &cfg.founder_zones);
+    for (g, voters) in &placement {
+        if let Some(m) = crate::zone_majority(voters, &cfg.founder_zones) {
+            let group = match *g {
+                META_GROUP => "the meta group (on every founder)".to_string(),
+                g => format!("lock group {g}"),
+            };
+            return Err(format!(
+                "--initial-zones {}: in {group}, {m}. Spread the founders so that no zone holds \
+                 a majority, or say --allow-zone-majority",
+                crate::format_zones(&cfg.founder_zones)
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -315,12 +380,12 @@ impl Node {
     /// Opens and recovers every group (0..=lock_groups) under `data_dir`, starts Raft for each,
     /// and initialises fresh groups if this node has the lowest id among the peers.
     pub async fn start(
-        cfg: NodeConfig,
+        mut cfg: NodeConfig,
         sink: Arc<dyn EffectSink>,
     ) -> Result<Arc<Node>, StartError> {
         validate(&cfg)?;
-        let recorded = record_identity(&cfg)?;
-        let incarnation = recorded.map_or(0, |r| r.incarnation);
+        let recorded = record_identity(&mut cfg)?;
+        let incarnation = recorded.as_ref().map_or(0, |r| r.incarnation);
         let book = Arc::new(PeerBook::new(incarnation, cfg.peer_secret.clone()));
         let pool = PeerPool::new(
             &cfg.peers,
@@ -331,7 +396,7 @@ impl Node {
         )
         .map_err(StartError::Config)?;
         let pool: Arc<dyn PeerTransport> = Arc::new(pool);
-        if recorded.is_some_and(|r| r.fresh) {
+        if recorded.as_ref().is_some_and(|r| r.fresh) {
             if let Err(e) = ask_peers_first(&cfg, &*pool).await {
                 // Forget the new identity, so that a supervisor's restart asks again.
                 let _ = std::fs::remove_file(cfg.data_dir.join(crate::identity::FILE));
@@ -344,12 +409,12 @@ impl Node {
     /// [`Node::start`] with peer calls sent through `transport` instead of the gRPC pool (the
     /// simulator's in-process network; inbound calls then arrive through [`Node::serve_peer`]).
     pub async fn start_with_transport(
-        cfg: NodeConfig,
+        mut cfg: NodeConfig,
         sink: Arc<dyn EffectSink>,
         transport: Arc<dyn PeerTransport>,
     ) -> Result<Arc<Node>, StartError> {
         validate(&cfg)?;
-        let incarnation = record_identity(&cfg)?.map_or(0, |r| r.incarnation);
+        let incarnation = record_identity(&mut cfg)?.map_or(0, |r| r.incarnation);
         let book = Arc::new(PeerBook::new(incarnation, cfg.peer_secret.clone()));
         Node::start_inner(cfg, sink, transport, book).await
     }
@@ -376,8 +441,12 @@ impl Node {
             opening: tokio::sync::Mutex::new(()),
         };
         let founders: Vec<NodeId> = maker.cfg.peers.keys().copied().collect();
-        let placement =
-            crate::initial_placement(&founders, maker.cfg.lock_groups, maker.cfg.replicas);
+        let placement = crate::initial_placement(
+            &founders,
+            maker.cfg.lock_groups,
+            maker.cfg.replicas,
+            &maker.cfg.founder_zones,
+        );
         let groups = maker.open_groups(&placement, &shared).await?;
         *shared.remotes.write().expect("remotes poisoned") = maker.remotes(&placement, &founders);
         if !maker.cfg.join_existing {
@@ -416,6 +485,17 @@ impl Node {
                 .push(tokio::spawn(balancer));
         }
         Ok(node)
+    }
+
+    /// This node's zone ("": none declared), as its data dir records it.
+    pub fn zone(&self) -> &str {
+        &self.maker.cfg.zone
+    }
+
+    /// Every founder's zone as the founding placement used them (empty: zone-blind, or a node
+    /// that joined an existing cluster).
+    pub fn founder_zones(&self) -> &crate::Zones {
+        &self.maker.cfg.founder_zones
     }
 
     /// This node's data dir incarnation (0: storage in memory, not tracked).
@@ -627,7 +707,8 @@ impl Node {
             return None;
         }
         let founders: Vec<NodeId> = cfg.peers.keys().copied().collect();
-        let mut p = crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas);
+        let mut p =
+            crate::initial_placement(&founders, cfg.lock_groups, cfg.replicas, &cfg.founder_zones);
         p.remove(&META_GROUP);
         Some(p)
     }
@@ -904,10 +985,18 @@ impl Node {
             let m = raft.membership();
             if m.voters.len() < META_MAX_VOTERS && !m.joint {
                 let lag = |l: &NodeId| m.lag.get(l).copied().flatten().unwrap_or(u64::MAX);
+                // Never one that would give a zone a majority of the voters (fewer voters
+                // lose less when that zone fails).
+                let zones = g.read_local(|t| t.zones().clone());
+                let keeps_zones = |l: NodeId| {
+                    let mut v = m.voters.clone();
+                    v.push(l);
+                    crate::zone_majority(&v, &zones).is_none()
+                };
                 let next = m
                     .learners
                     .iter()
-                    .filter(|l| **l != id && lag(l) <= PROMOTE_MAX_LAG)
+                    .filter(|l| **l != id && lag(l) <= PROMOTE_MAX_LAG && keeps_zones(**l))
                     .min_by_key(|l| (lag(l), **l));
                 if let Some(&l) = next {
                     raft.promote(l).await?;
@@ -1069,7 +1158,13 @@ fn created_group_dirs(
 }
 
 /// Checks (or records, on a first start) the data dir's identity; `None` for storage in memory.
-fn record_identity(cfg: &NodeConfig) -> Result<Option<crate::identity::Recorded>, StartError> {
+/// Checks or records the data dir's identity ([`crate::Identity`]) and takes the zones it
+/// records into `cfg`: those are the ones the node serves with (a founder's later start that
+/// omits the flags, or a dir founded before zones).
+fn record_identity(cfg: &mut NodeConfig) -> Result<Option<crate::identity::Recorded>, StartError> {
+    if cfg.join_existing {
+        cfg.founder_zones.clear();
+    }
     if !matches!(cfg.storage, crate::Storage::Disk) {
         return Ok(None);
     }
@@ -1078,10 +1173,21 @@ fn record_identity(cfg: &NodeConfig) -> Result<Option<crate::identity::Recorded>
         node_id: cfg.node_id,
         lock_groups: cfg.lock_groups,
         replicas: cfg.replicas,
+        zone: cfg.zone.clone(),
+        founder_zones: cfg.founder_zones.clone(),
     };
     let r = me
         .check_or_record(&cfg.data_dir)
         .map_err(StartError::Identity)?;
+    if !r.fresh && r.founder_zones.is_empty() && !cfg.founder_zones.is_empty() {
+        tracing::warn!(
+            node = cfg.node_id,
+            "this data dir was founded without zones: its founding placement stays as it was \
+             (--initial-zones is not used for it); move replicas with membership calls"
+        );
+    }
+    cfg.zone = r.zone.clone();
+    cfg.founder_zones = r.founder_zones.clone();
     if r.fresh {
         info!(node = cfg.node_id, cluster = %cfg.cluster_name, incarnation = %format!("{:016x}", r.incarnation), "recorded the data dir's identity");
     }

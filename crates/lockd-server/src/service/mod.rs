@@ -1651,6 +1651,7 @@ impl Service {
             .collect();
         serde_json::json!({
             "node_id": self.node.node_id(),
+            "zone": Some(self.node.zone()).filter(|z| !z.is_empty()),
             "pid": std::process::id(),
             "serving_names": self.serving(),
             "meta_cut_off": self.meta_cut_off(),
@@ -1760,6 +1761,23 @@ impl Service {
                 // A retired id serves nothing new; its refusal is the admin API's to say.
                 Err(e) if e.code == ErrorCode::NodeRetired => {
                     tracing::warn!(error = %e, "this node's id is retired");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Zones, which membership changes read: this node's, and on a founder every
+        // founder's, so that the founding placement's zones are known before every founder
+        // has started. A recorded zone never changes (`lockd-core/src/cluster.rs`).
+        let mut zones = self.node.founder_zones().clone();
+        if !self.node.zone().is_empty() {
+            zones.insert(self.node.node_id(), self.node.zone().to_string());
+        }
+        if !zones.is_empty() {
+            match self.propose(meta, Op::RegisterZones { zones }).await {
+                Ok(_) => {}
+                Err(e) if e.code == ErrorCode::MemberChangeRefused => {
+                    self.node.refuse_to_serve(META_GROUP, e.message.clone());
+                    return Err(e);
                 }
                 Err(e) => return Err(e),
             }

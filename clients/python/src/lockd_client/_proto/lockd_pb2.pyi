@@ -739,12 +739,14 @@ class SetDrainingRequest(_message.Message):
     def __init__(self, node_id: _Optional[int] = ..., draining: bool = ...) -> None: ...
 
 class CreateGroupRequest(_message.Message):
-    __slots__ = ("group", "nodes")
+    __slots__ = ("group", "nodes", "allow_zone_majority")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_ZONE_MAJORITY_FIELD_NUMBER: _ClassVar[int]
     group: int
     nodes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, group: _Optional[int] = ..., nodes: _Optional[_Iterable[int]] = ...) -> None: ...
+    allow_zone_majority: bool
+    def __init__(self, group: _Optional[int] = ..., nodes: _Optional[_Iterable[int]] = ..., allow_zone_majority: bool = ...) -> None: ...
 
 class LockGroup(_message.Message):
     __slots__ = ("group", "nodes", "born_epoch", "ready", "placed_at_term", "placed_at_index")
@@ -843,20 +845,22 @@ class ListMembersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("node_id", "peer_addr", "role", "leader", "lag", "draining")
+    __slots__ = ("node_id", "peer_addr", "role", "leader", "lag", "draining", "zone")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     peer_addr: str
     role: str
     leader: bool
     lag: int
     draining: bool
-    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., role: _Optional[str] = ..., leader: bool = ..., lag: _Optional[int] = ..., draining: bool = ...) -> None: ...
+    zone: str
+    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., role: _Optional[str] = ..., leader: bool = ..., lag: _Optional[int] = ..., draining: bool = ..., zone: _Optional[str] = ...) -> None: ...
 
 class GroupMembers(_message.Message):
     __slots__ = ("group", "leader", "joint", "members")
@@ -877,22 +881,26 @@ class ListMembersResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupMembers, _Mapping]]] = ...) -> None: ...
 
 class AddMemberRequest(_message.Message):
-    __slots__ = ("node_id", "peer_addr", "groups")
+    __slots__ = ("node_id", "peer_addr", "groups", "allow_zone_majority")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_ZONE_MAJORITY_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     peer_addr: str
     groups: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., groups: _Optional[_Iterable[int]] = ...) -> None: ...
+    allow_zone_majority: bool
+    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., groups: _Optional[_Iterable[int]] = ..., allow_zone_majority: bool = ...) -> None: ...
 
 class RemoveMemberRequest(_message.Message):
-    __slots__ = ("node_id", "groups")
+    __slots__ = ("node_id", "groups", "allow_zone_majority")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_ZONE_MAJORITY_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     groups: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, node_id: _Optional[int] = ..., groups: _Optional[_Iterable[int]] = ...) -> None: ...
+    allow_zone_majority: bool
+    def __init__(self, node_id: _Optional[int] = ..., groups: _Optional[_Iterable[int]] = ..., allow_zone_majority: bool = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("name", "prefix", "after")
