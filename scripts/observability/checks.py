@@ -114,7 +114,11 @@ class Http:
         return reply
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as r:
+        # Open while no namespace has a token; with one, the admin's (docs/API.md).
+        req = urllib.request.Request(self.base + "/metrics")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(req, timeout=10) as r:
             ctype = r.headers.get("Content-Type", "")
             if not ctype.startswith(("application/openmetrics-text", "text/plain")):
                 fail(f"/metrics answered Content-Type {ctype!r}")

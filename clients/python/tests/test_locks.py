@@ -302,7 +302,12 @@ def _fencing_rejections(cluster: Cluster) -> int:
     http = cluster.ports[0]
     for i in range(len(cluster.endpoints)):
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http + i}/metrics", timeout=5) as r:
+            # The test namespaces have tokens, so the client port's /metrics is the admin's.
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{http + i}/metrics",
+                headers={"Authorization": f"Bearer {cluster.admin_token()}"},
+            )
+            with urllib.request.urlopen(req, timeout=5) as r:
                 text = r.read().decode()
         except OSError:
             continue  # a node another test stopped

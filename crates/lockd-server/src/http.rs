@@ -104,7 +104,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         )
         .route("/v1/admin/namespaces:delete", post(delete_namespace))
         .route("/v1/admin/backup", get(backup))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(client_metrics))
         .fallback(|| async {
             error_response(ApiError::new(
                 ErrorCode::NotFound,
@@ -1127,6 +1127,15 @@ async fn readyz(State(svc): State<Arc<Service>>) -> Response {
         )
         .retry_after(1000),
     )
+}
+
+/// `GET /metrics` on the client port: the series name every namespace, so once one has a token
+/// they are the admin's to read (the probes port, `--probes`, serves them to whoever reaches it).
+async fn client_metrics(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    match svc.authorize_metrics(&credentials(&headers)) {
+        Ok(()) => metrics(State(svc)).await,
+        Err(e) => error_response(e),
+    }
 }
 
 async fn metrics(State(svc): State<Arc<Service>>) -> Response {

@@ -444,7 +444,7 @@ async fn contention_counts_each_event_once_across_replicas() {
     let scrape = || async {
         let mut texts = Vec::new();
         for i in 0..3 {
-            let m = Http::new(c.url(i, "")).get("/metrics").await;
+            let m = Http::new(c.url(i, "")).admin().get("/metrics").await;
             texts.push(m.body.as_str().unwrap().to_string());
         }
         texts

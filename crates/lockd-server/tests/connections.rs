@@ -72,7 +72,7 @@ async fn a_port_over_its_connection_cap_refuses_the_next_one_and_takes_it_once_o
 
     // The metrics count both: one refusal per port, and the connections open now (gRPC: the
     // two held; HTTP: the one still held and the one this scrape rides on).
-    let m = http.get("/metrics").await;
+    let m = http.admin().get("/metrics").await;
     let text = m.body.as_str().unwrap();
     for line in [
         "lockd_client_connections_refused_total{port=\"HTTP\"} 1",
@@ -253,6 +253,8 @@ async fn the_probes_port_answers_while_the_client_cap_is_full() {
     assert_eq!(h.get("/livez").await.status, 200);
     let ready = h.get("/readyz").await;
     assert_eq!((ready.status, &ready.body), (200, &json!({"ready": true})));
+    // Without a credential, although the test namespaces have tokens (the client port's
+    // /metrics then needs the admin token).
     let m = h.get("/metrics").await;
     assert_eq!(m.status, 200);
     assert!(

@@ -272,7 +272,7 @@ async fn a_group_with_the_largest_id_is_served_and_counted() {
     );
     let http = Http::new(c.url(0, ""));
     for _ in 0..2 {
-        let m = http.get("/metrics").await;
+        let m = http.admin().get("/metrics").await;
         assert_eq!(m.status, 200);
         assert!(
             m.body

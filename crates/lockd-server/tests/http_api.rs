@@ -42,7 +42,18 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
         st.body
     );
     assert_eq!(h.get("/readyz").await.body, json!({"ready": true}));
-    let metrics = h.get("/metrics").await;
+    // The test namespaces have tokens, so the series (which name them) are the admin's.
+    let refused = h.get("/metrics").await;
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    let why = refused.body["error"]["message"].as_str().unwrap();
+    assert!(why.contains("--probes") && why.contains("admin"), "{why}");
+    let wrong = h.with_token(SECURE_TOKEN).get("/metrics").await;
+    assert_eq!(
+        wrong.status, 403,
+        "a namespace's token is not enough: {}",
+        wrong.body
+    );
+    let metrics = h.admin().get("/metrics").await;
     assert!(!metrics
         .body
         .as_str()
@@ -156,7 +167,7 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     );
     assert_eq!(h.inspect(name).await["holder"], json!(null));
 
-    let m = h.get("/metrics").await;
+    let m = h.admin().get("/metrics").await;
     assert_eq!(m.status, 200);
     let text = m.body.as_str().unwrap();
     // The grant is `ok`; the try-lock that found the name taken is `busy`, not `ok`.
@@ -1187,7 +1198,7 @@ async fn failed_authentications_are_budgeted_per_client_address() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let metrics = h.get("/metrics").await.body;
+    let metrics = h.admin().get("/metrics").await.body;
     assert!(
         metrics
             .as_str()
@@ -1256,7 +1267,14 @@ async fn reports_of_expired_leases_and_fencing_rejections_are_counted_per_namesp
         let r = h.post(path, json!({"name": "a", "extra": 1})).await;
         assert_eq!(r.status, 400, "{}", r.body);
     }
-    let text = h.get("/metrics").await.body.as_str().unwrap().to_string();
+    let text = h
+        .admin()
+        .get("/metrics")
+        .await
+        .body
+        .as_str()
+        .unwrap()
+        .to_string();
     for line in [
         "lockd_lease_expired_while_holding_total{namespace=\"fast\"} 2",
         "lockd_fencing_rejections_total{namespace=\"fast\"} 3",
@@ -1336,7 +1354,14 @@ async fn contention_is_counted_per_namespace_from_the_core_events() {
     ];
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let text = h.get("/metrics").await.body.as_str().unwrap().to_string();
+        let text = h
+            .admin()
+            .get("/metrics")
+            .await
+            .body
+            .as_str()
+            .unwrap()
+            .to_string();
         let missing: Vec<_> = want
             .iter()
             .filter(|l| !text.lines().any(|x| x == **l))

@@ -559,6 +559,23 @@ impl Service {
         self.checked_auth(creds, || self.authorize_token(ns, creds, want))
     }
 
+    /// Whether `creds` may read `/metrics` on a client port: anyone while no namespace has a
+    /// token (nothing to protect), else the admin only, since the series name every namespace
+    /// and count its holds and waits.
+    pub fn authorize_metrics(&self, creds: &Credentials) -> Result<(), ApiError> {
+        let protected = self.node.group(META_GROUP).is_none_or(|m| {
+            m.read_local(|t| t.namespaces().any(|n| n.token_sha256.is_some()))
+        });
+        if !protected {
+            return Ok(());
+        }
+        self.require_admin(
+            creds,
+            "reading /metrics on a client port while a namespace has a token (scrape the \
+             --probes port, or send the admin token)",
+        )
+    }
+
     fn authorize_token(
         &self,
         ns: &Namespace,
