@@ -71,7 +71,7 @@ LAYERS = {
         # The edge: HTTP, gRPC, the command line; the ports and the background duties that
         # start() runs.
         ["cli", "grpc", "http"],
-        ["duties", "servers"],
+        ["duties", "servers", "systemd"],
     ],
 }
 

@@ -166,8 +166,10 @@ def cmd_systemd_static(a: argparse.Namespace) -> None:
         return (unit_get(e, key) or [""])[-1]
 
     check(one("User") == "lockd" and one("Group") == "lockd", "runs as User=lockd Group=lockd")
-    check(one("Type") in ("exec", "simple"), f"Type={one('Type')} (lockd does not notify systemd)")
+    check(one("Type") == "notify" and one("NotifyAccess") == "main",
+          f"Type={one('Type')} NotifyAccess={one('NotifyAccess')} (lockd sends READY=1 once it serves)")
     check(one("Restart") == "on-failure", "Restart=on-failure (a node whose disk failed exits 1)")
+    check(one("RestartPreventExitStatus") == "2", "RestartPreventExitStatus=2 (a refused start exits 2)")
     check(one("KillSignal") == "SIGTERM", "KillSignal=SIGTERM (the graceful leave)")
     check(seconds(one("TimeoutStopSec")) >= 30, f"TimeoutStopSec={one('TimeoutStopSec')} >= 30 s")
     check(one("NoNewPrivileges") == "yes" and one("ProtectSystem") == "strict",

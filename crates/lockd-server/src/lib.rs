@@ -26,6 +26,7 @@ pub mod namespaces;
 mod route;
 mod servers;
 pub mod service;
+pub mod systemd;
 pub mod tls;
 pub mod topology;
 pub mod waits;
@@ -174,10 +175,9 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     // the start with its reason.
     let data_dir = cfg.node.data_dir.clone();
     let restore = backup::load_seed(&data_dir)?;
-    // StartError's message already carries its cause; as an anyhow chain, `{:#}` repeated it.
     let node = Node::start(cfg.node, waits.clone())
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(systemd::start_error)?;
     let mut service = Service::new(node.clone(), waits, metrics, lock_groups)
         .with_admin_token(cfg.admin_token.as_deref());
     service.election_timeout_max_ms = timing.election_max_ms;

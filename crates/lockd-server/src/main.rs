@@ -180,6 +180,8 @@ struct DevArgs {
     common: Common,
 }
 
+use lockd_server::systemd::refused;
+
 fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
     let mut peers = BTreeMap::new();
     for part in s.split(',').filter(|p| !p.trim().is_empty()) {
@@ -423,6 +425,61 @@ impl Listen {
     }
 }
 
+/// What a started node says on stderr: its ports, and how its doors are guarded.
+fn print_banners(
+    node_id: u64,
+    running: &lockd_server::Running,
+    data_dir: &Path,
+    tls: Option<&lockd_server::tls::ClientTls>,
+    common: &Common,
+    admin_token_file: Option<&Path>,
+) {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    banner!(
+        "lockd node {node_id} (pid {}): HTTP {scheme}://{} gRPC {scheme}://{} peer {} data {}",
+        std::process::id(),
+        running.http_addr,
+        running.grpc_addr,
+        running.peer_addr,
+        data_dir.display()
+    );
+    if let Some(addr) = running.probes_addr {
+        banner!("lockd node {node_id}: probes and metrics at http://{addr} (plain HTTP)");
+    }
+    match tls {
+        Some(t) if t.client_ca_pem.is_some() => {
+            banner!("lockd node {node_id}: client ports over TLS; client certificates required")
+        }
+        Some(_) => banner!("lockd node {node_id}: client ports over TLS"),
+        None => banner!(
+            "lockd node {node_id}: client ports in PLAIN TEXT (no --tls-cert-file): bearer \
+             tokens and session ids cross the network in clear; for loopback development only"
+        ),
+    }
+    match (&common.peer_cert_file, &common.peer_secret_file) {
+        (Some(_), _) => {}
+        (None, Some(path)) => banner!(
+            "lockd node {node_id}: peer port in plain text, open to the cluster's nodes only \
+             (the peer secret in {}); it is readable on the wire: keep the port on loopback or \
+             a private network, or use --peer-cert-file",
+            path.display()
+        ),
+        (None, None) => banner!(
+            "lockd node {node_id}: peer port in PLAIN TEXT with NO peer secret \
+             (--peer-secret-file): anything that reaches it can act as a node"
+        ),
+    }
+    match admin_token_file {
+        Some(path) => banner!(
+            "lockd node {node_id}: admin token in {} (lockctl --admin-token-file)",
+            path.display()
+        ),
+        None => banner!(
+            "lockd node {node_id}: no admin token (--admin-token-file): admin calls are refused"
+        ),
+    }
+}
+
 /// Sets `node`'s settings from the shared flags (`peer`: the bound peer port, which decides
 /// whether a plain-text peer port needs a secret).
 fn configure_node(node: &mut NodeConfig, common: &Common, peer: SocketAddr) -> anyhow::Result<()> {
@@ -450,17 +507,15 @@ async fn run_node(
     extras: ServeExtras,
 ) -> anyhow::Result<()> {
     if !peers.contains_key(&node_id) {
-        bail!("--peers must include this node ({node_id})");
+        return Err(refused(format!(
+            "--peers must include this node ({node_id})"
+        )));
     }
     let namespaces = match &common.config {
-        Some(path) => FileConfig::load(path)
-            .map_err(anyhow::Error::msg)?
-            .namespaces()
-            .map_err(anyhow::Error::msg)?,
-        None => FileConfig::default()
-            .namespaces()
-            .map_err(anyhow::Error::msg)?,
-    };
+        Some(path) => FileConfig::load(path).and_then(|f| f.namespaces()),
+        None => FileConfig::default().namespaces(),
+    }
+    .map_err(refused)?;
     let admin_token = match &extras.admin_token_file {
         Some(path) => Some(read_admin_token(path)?),
         None => None,
@@ -496,69 +551,40 @@ async fn run_node(
         probes,
     })
     .await?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    banner!(
-        "lockd node {node_id} (pid {}): HTTP {scheme}://{} gRPC {scheme}://{} peer {} data {}",
-        std::process::id(),
-        running.http_addr,
-        running.grpc_addr,
-        running.peer_addr,
-        data_dir.display()
+    let admin_token_file = extras.admin_token_file.as_deref();
+    print_banners(
+        node_id,
+        &running,
+        data_dir,
+        tls.as_ref(),
+        common,
+        admin_token_file,
     );
-    if let Some(addr) = running.probes_addr {
-        banner!("lockd node {node_id}: probes and metrics at http://{addr} (plain HTTP)");
-    }
-    match &tls {
-        Some(t) if t.client_ca_pem.is_some() => {
-            banner!("lockd node {node_id}: client ports over TLS; client certificates required")
-        }
-        Some(_) => banner!("lockd node {node_id}: client ports over TLS"),
-        None => banner!(
-            "lockd node {node_id}: client ports in PLAIN TEXT (no --tls-cert-file): bearer \
-             tokens and session ids cross the network in clear; for loopback development only"
-        ),
-    }
-    match (&common.peer_cert_file, &common.peer_secret_file) {
-        (Some(_), _) => {}
-        (None, Some(path)) => banner!(
-            "lockd node {node_id}: peer port in plain text, open to the cluster's nodes only \
-             (the peer secret in {}); it is readable on the wire: keep the port on loopback or \
-             a private network, or use --peer-cert-file",
-            path.display()
-        ),
-        (None, None) => banner!(
-            "lockd node {node_id}: peer port in PLAIN TEXT with NO peer secret \
-             (--peer-secret-file): anything that reaches it can act as a node"
-        ),
-    }
-    match &extras.admin_token_file {
-        Some(path) => banner!(
-            "lockd node {node_id}: admin token in {} (lockctl --admin-token-file)",
-            path.display()
-        ),
-        None => banner!(
-            "lockd node {node_id}: no admin token (--admin-token-file): admin calls are refused"
-        ),
-    }
     // A group whose storage failed cannot serve again in this process: exit non-zero so that a
     // supervisor restarts the node (which replays its log, or refuses a damaged one).
     let fatal = running.service.node.fatal();
+    tokio::spawn(lockd_server::systemd::ready_when_serving(
+        running.service.clone(),
+    ));
     tokio::select! {
         _ = shutdown_signal() => {
             banner!("lockd node {node_id}: stopping");
+            let _ = lockd_server::systemd::notify("STOPPING=1");
             running.stop().await;
             Ok(())
         }
         failure = fatal => {
-            failure!(
-                "lockd node {node_id}: {failure}; stopping with an error so that a supervisor \
-                 restarts it"
-            );
+            let then = match failure.refused {
+                true => "stopping, refused (exit 2: a restart as it is would be refused again)",
+                false => "stopping with an error so that a supervisor restarts it (exit 1)",
+            };
+            failure!("lockd node {node_id}: {failure}; {then}");
             let stop = tokio::time::timeout(Duration::from_secs(10), running.stop());
             if stop.await.is_err() {
                 failure!("lockd node {node_id}: the stop took over 10 s; exiting anyway");
             }
-            bail!("node {node_id}: {failure}")
+            let e = anyhow::anyhow!("node {node_id}: {failure}");
+            Err(if failure.refused { refused(format!("{e}")) } else { e })
         }
     }
 }
@@ -779,7 +805,9 @@ fn main() -> ExitCode {
 /// `lockd dev`: one node hosting every group.
 async fn run_dev(a: &DevArgs) -> anyhow::Result<()> {
     if a.zones > 0 {
-        bail!("--zones spreads nodes over zones: give --nodes N as well");
+        return Err(refused(
+            "--zones spreads nodes over zones: give --nodes N as well",
+        ));
     }
     let peers = BTreeMap::from([(1, a.peer.to_string())]);
     let listen = Listen::new(a.http, a.grpc, a.peer);
@@ -799,9 +827,9 @@ async fn run_dev(a: &DevArgs) -> anyhow::Result<()> {
 
 /// `lockd serve`.
 async fn run_serve(a: &ServeArgs) -> anyhow::Result<()> {
-    let peers = parse_peers(&a.peers)?;
+    let peers = parse_peers(&a.peers).map_err(|e| refused(format!("{e:#}")))?;
     let extras = ServeExtras {
-        zones: ZoneFlags::of(a)?,
+        zones: ZoneFlags::of(a).map_err(refused)?,
         admin_token_file: a.common.admin_token_file.clone(),
         audit_log: a.audit_log.clone(),
         join_existing: a.initial_cluster_state == "existing",
@@ -815,10 +843,10 @@ async fn run_serve(a: &ServeArgs) -> anyhow::Result<()> {
         (None, Some(p)) => Some(resolve_own(p).await?),
     };
     let Some(peer) = a.peer.or(own) else {
-        bail!(
+        return Err(refused(format!(
             "--peers has no entry for node {} to listen on (or give --peer)",
             a.node_id
-        );
+        )));
     };
     let listen = Listen {
         probes: a.probes,
@@ -853,7 +881,7 @@ async fn run(cli: Cli) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             failure!("lockd: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(lockd_server::systemd::exit_code(&e))
         }
     }
 }

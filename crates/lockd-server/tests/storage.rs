@@ -306,3 +306,51 @@ async fn a_node_starts_from_its_config_files_server_table() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no setting 'heartbeat'"), "{err}");
 }
+
+/// A start that would be refused again as it is exits 2 (`RestartPreventExitStatus=2` in the
+/// unit), a failure a restart may cure exits 1 (the tests above): here, a data dir of another
+/// cluster.
+#[test]
+fn a_refused_start_exits_2_so_that_systemd_does_not_loop_on_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node-1");
+    lockd_raft::Identity {
+        cluster: "another".into(),
+        node_id: 1,
+        lock_groups: 1,
+        ..lockd_raft::Identity::default()
+    }
+    .check_or_record(&dir)
+    .unwrap();
+    let child = Proc::spawn(serve(&dir, &ports(), ""));
+    let (status, stderr) = wait_exit(child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "stderr:\n{stderr}");
+    assert!(stderr.contains("cluster 'another'"), "{stderr}");
+}
+
+/// Under systemd's `Type=notify` the node says READY=1 once it serves (so `systemctl restart`
+/// returns only then) and STOPPING=1 as a SIGTERM's graceful stop begins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_tells_systemd_when_it_is_ready_and_when_it_stops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let socket_path = tmp.path().join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let addrs = ports();
+    let mut cmd = serve(&tmp.path().join("node-1"), &addrs, "");
+    cmd.env("NOTIFY_SOCKET", &socket_path);
+    let mut child = Proc::spawn(cmd);
+    let mut buf = [0u8; 512];
+    let n = socket.recv(&mut buf).expect("READY=1 within 30 s");
+    let ready = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(ready.starts_with("READY=1\n"), "{ready}");
+    // Ready means serving: a session opens at once.
+    open_session(&addrs[0]).await;
+    sigterm(&mut child);
+    let n = socket.recv(&mut buf).expect("STOPPING=1");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    let (status, stderr) = wait_exit(child, Duration::from_secs(20));
+    assert!(status.success(), "{status}; stderr:\n{stderr}");
+}

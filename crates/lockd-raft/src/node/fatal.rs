@@ -24,6 +24,9 @@ use crate::{GroupId, Node};
 pub struct GroupFailure {
     pub group: GroupId,
     pub error: String,
+    /// Reported by [`Node::refuse_to_serve`]: the node must not serve as it is configured
+    /// (a restart with the same flags and data dir is refused again), rather than a failure.
+    pub refused: bool,
 }
 
 impl fmt::Display for GroupFailure {
@@ -43,6 +46,7 @@ pub(crate) async fn watch_group(group: Arc<Group>, failed: watch::Sender<Option<
     let f = GroupFailure {
         group: group.id(),
         error,
+        refused: false,
     };
     error!(group = f.group, error = %f.error, "group stopped by itself; the node must stop");
     failed.send_if_modified(|cur| {
@@ -63,7 +67,11 @@ impl Node {
         self.failed.send_if_modified(|cur| {
             let first = cur.is_none();
             if first {
-                *cur = Some(GroupFailure { group, error });
+                *cur = Some(GroupFailure {
+                    group,
+                    error,
+                    refused: true,
+                });
             }
             first
         });

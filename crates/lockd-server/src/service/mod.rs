@@ -563,9 +563,10 @@ impl Service {
     /// token (nothing to protect), else the admin only, since the series name every namespace
     /// and count its holds and waits.
     pub fn authorize_metrics(&self, creds: &Credentials) -> Result<(), ApiError> {
-        let protected = self.node.group(META_GROUP).is_none_or(|m| {
-            m.read_local(|t| t.namespaces().any(|n| n.token_sha256.is_some()))
-        });
+        let protected = self
+            .node
+            .group(META_GROUP)
+            .is_none_or(|m| m.read_local(|t| t.namespaces().any(|n| n.token_sha256.is_some())));
         if !protected {
             return Ok(());
         }
