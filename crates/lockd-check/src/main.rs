@@ -159,8 +159,11 @@ struct NemesisArgs {
     faults: Vec<nemesis::FaultKind>,
     /// Run a scripted topology scenario instead of the random faults (`grow`: 3 nodes and one
     /// lock group; join 3 nodes, create group 2 on them, move half the buckets, replace a
-    /// SIGKILLed node by a new id, restart every node in turn). Needs --groups 1 and a
-    /// --duration long enough for the script (90 s or more).
+    /// SIGKILLed node by a new id, restart every node in turn. Needs --groups 1 and a
+    /// --duration long enough for the script (90 s or more). `zones`: 5 nodes in 3 zones
+    /// (z1: 1,4; z2: 2,5; z3: 3), every group on all 5; lose a whole zone, another, then cut a
+    /// zone off, in turn until the duration is used up; needs --groups 2 or more, and 60 s or
+    /// more for one cycle).
     #[arg(long, value_enum)]
     scenario: Option<nemesis::Scenario>,
     /// NEGATIVE CONTROL: break one safety mechanism; the run then passes only if its signature

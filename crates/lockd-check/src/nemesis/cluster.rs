@@ -35,6 +35,25 @@ pub struct ClusterConfig {
     /// `lockd serve --unsafe-negative-control` (a sabotaged run).
     pub negative_control: Option<String>,
     pub faketime: bool,
+    /// The founders' zones, node 1's first (`lockd serve --initial-zones`, and each founder's
+    /// `--zone`); empty: no zones.
+    pub zones: Vec<String>,
+    /// `lockd serve --replicas` (0: every node hosts every group).
+    pub replicas: usize,
+}
+
+impl ClusterConfig {
+    /// `--initial-zones`: `1=z1,2=z2,...`, or `None` without zones.
+    fn initial_zones(&self) -> Option<String> {
+        (!self.zones.is_empty()).then(|| {
+            self.zones
+                .iter()
+                .enumerate()
+                .map(|(i, z)| format!("{}={z}", i + 1))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    }
 }
 
 struct NodeProc {
@@ -119,7 +138,12 @@ fn serve_args(
     a.unsafe_negative_control = cfg.negative_control.clone();
     if joiner {
         a.initial_cluster_state = "existing".into();
+    } else {
+        // A founder's zone, the same flags on every start (the data dir records them).
+        a.initial_zones = cfg.initial_zones();
+        a.zone = cfg.zones.get(id as usize - 1).cloned();
     }
+    a.common.replicas = cfg.replicas;
     a.common.groups = Some(cfg.lock_groups);
     a.common.config = Some(cfg.dir.join("namespaces.toml"));
     a.common.admin_token_file = Some(cfg.dir.join("admin-token"));
@@ -234,6 +258,8 @@ impl Cluster {
                 snapshot_every: 0,
                 negative_control: None,
                 faketime: false,
+                zones: Vec::new(),
+                replicas: 0,
             },
             nodes: Vec::new(),
             links: BTreeMap::new(),
@@ -461,6 +487,22 @@ impl Cluster {
         Ok(())
     }
 
+    /// SIGKILL every node of `ids` at once (all signalled before any is reaped), then reap.
+    pub async fn kill_all(&mut self, ids: &[u64]) -> anyhow::Result<()> {
+        let mut children = Vec::new();
+        for &id in ids {
+            let n = &mut self.nodes[(id - 1) as usize];
+            if let Some(child) = n.child.take() {
+                signal(n.pid, Signal::KILL)?;
+                children.push(child);
+            }
+        }
+        for mut child in children {
+            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        }
+        Ok(())
+    }
+
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         self.spawn((id - 1) as usize)
     }
@@ -570,6 +612,16 @@ impl Cluster {
     pub fn isolate(&self, id: u64, cut: bool) {
         for ((a, b), link) in &self.links {
             if *a == id || *b == id {
+                link.set_cut(cut);
+            }
+        }
+    }
+
+    /// Cuts (or heals) every link between a node of `ids` and a node outside them, both ways;
+    /// the links among `ids`, and among the others, stay up.
+    pub fn isolate_set(&self, ids: &[u64], cut: bool) {
+        for ((a, b), link) in &self.links {
+            if ids.contains(a) != ids.contains(b) {
                 link.set_cut(cut);
             }
         }

@@ -28,6 +28,7 @@ pub mod avail;
 pub mod cluster;
 pub mod proxy;
 pub mod worker;
+pub mod zones;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
@@ -107,6 +108,11 @@ pub enum Scenario {
     /// turn (SIGTERM, start again, wait until caught up), then move the buckets back and remove
     /// group 2, all under the workers' load.
     Grow,
+    /// Five nodes in three zones (z1: nodes 1 and 4, z2: 2 and 5, z3: 3), every lock group on
+    /// all five (2+2+1: no zone holds a majority); lose a whole zone (SIGKILL its nodes, start
+    /// them again on their data), then another, then cut a zone off from the others through
+    /// the proxies, and again until the duration is used up (see [`zones`]).
+    Zones,
 }
 
 /// A negative control: a deliberately broken safety mechanism the run must catch.
@@ -207,6 +213,8 @@ pub struct Progress {
     pub drain_stuck: u64,
     /// Why a draining mark could not be cleared at the end of the run, if so.
     pub drain_left: Option<String>,
+    /// What the [`Scenario::Zones`] script did (`None`: another run).
+    pub zones: Option<zones::ZoneCounts>,
 }
 
 impl Outcome {
@@ -233,10 +241,16 @@ impl Outcome {
             ),
             None => "nodes=external".into(),
         };
+        let zones = p.zones.map_or(String::new(), |z| {
+            format!(
+                " zone_losses={} zone_partitions={} zone_slow_recoveries={}",
+                z.losses, z.partitions, z.slow_recoveries
+            )
+        });
         format!(
             "{line} replica_divergence={} audit_entries={}{snapshots} workers_failed={} {nodes} \
              acked_grants={} fenced_adds={} unfenced_lost={} missing_in_audit={} \
-             drain_checks={} drain_still_leading={} drain_stuck={} \
+             drain_checks={} drain_still_leading={} drain_stuck={}{zones} \
              moves_ok={} moves_failed={} progress_failures={} {} duration_s={} seed={} \
              sabotage={} violations={}",
             self.replica_divergence,
@@ -501,18 +515,29 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
     // The cluster.
     let negative_control = (cfg.sabotage == Some(Sabotage::LeaderLease))
         .then(|| "skip-leader-lease-check".to_string());
+    let zoned = cfg.scenario == Some(Scenario::Zones);
+    anyhow::ensure!(
+        !zoned || (cfg.lock_groups >= 2 && cfg.external.is_none()),
+        "--scenario zones needs --groups 2 or more, and a cluster of its own (no --endpoints)"
+    );
     let mut cluster = match &cfg.external {
         Some((endpoints, audit_logs)) => Cluster::external(endpoints.clone(), audit_logs.clone()),
         None => {
             Cluster::start(ClusterConfig {
                 lockd_bin: cfg.lockd_bin.clone(),
                 dir: cfg.dir.join("cluster"),
-                nodes: 3,
+                nodes: if zoned { zones::NODES } else { 3 },
                 lock_groups: cfg.lock_groups,
                 config_toml: namespaces_toml(cfg.ttl),
                 snapshot_every: cfg.snapshot_every,
                 negative_control,
                 faketime: cfg.faketime,
+                zones: if zoned {
+                    zones::ZONES.iter().map(|z| z.to_string()).collect()
+                } else {
+                    Vec::new()
+                },
+                replicas: if zoned { zones::REPLICAS } else { 0 },
             })
             .await?
         }
@@ -608,6 +633,13 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    let zone_counts = if zoned {
+        let z = zones::run(&mut cluster, &rec, cfg.ttl, cfg.seed, end).await?;
+        faults_done += z.losses + z.partitions;
+        Some(z)
+    } else {
+        None
+    };
     let faults = if cfg.scenario.is_some() {
         Vec::new()
     } else {
@@ -989,6 +1021,7 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
         drain_still_leading,
         drain_stuck,
         drain_left,
+        zones: zone_counts,
         ..Progress::default()
     };
     for (id, pid, mut child, file) in workers {
@@ -1338,6 +1371,22 @@ fn progress_failures(cfg: &NemesisConfig, out: &Outcome, has_audit: bool) -> Vec
             p.kinds_never_injected.join(",")
         ));
     }
+    if let Some(z) = p.zones {
+        if z.losses == 0 || z.partitions == 0 {
+            f.push(format!(
+                "zone_losses={} zone_partitions={}: the zones scenario needs a zone lost and a \
+                 zone cut off (a longer --duration)",
+                z.losses, z.partitions
+            ));
+        }
+        if z.slow_recoveries > 0 {
+            f.push(format!(
+                "zone_slow_recoveries={}: nodes not caught up within {} s of a zone's return",
+                z.slow_recoveries,
+                zones::CATCH_UP_WITHIN.as_secs()
+            ));
+        }
+    }
     if let Some(why) = &p.drain_left {
         f.push(format!(
             "drain_left: a draining mark was not cleared after the faults: {why}"
@@ -1553,6 +1602,7 @@ mod tests {
                 drain_still_leading: 1,
                 drain_stuck: 0,
                 drain_left: Some("node 3 still shown draining".into()),
+                zones: None,
             },
             progress_failures: Vec::new(),
             availability: avail::Availability::default(),
@@ -1592,6 +1642,21 @@ mod tests {
             ),
             "{line}"
         );
+        // The zones scenario: its counts beside the drain checks, a step short fails.
+        out.progress.zones = Some(zones::ZoneCounts {
+            losses: 2,
+            partitions: 0,
+            slow_recoveries: 1,
+        });
+        assert!(out.result_line(&cfg()).contains(
+            " drain_stuck=0 zone_losses=2 zone_partitions=0 zone_slow_recoveries=1 moves_ok=0 "
+        ));
+        let f = progress_failures(&cfg(), &out, true);
+        assert!(f
+            .iter()
+            .any(|l| l.starts_with("zone_losses=2 zone_partitions=0:")));
+        assert!(f.iter().any(|l| l.starts_with("zone_slow_recoveries=1:")));
+        out.progress.zones = None;
         // An external cluster: no node checks, reported as such.
         out.progress.nodes = None;
         assert!(out.result_line(&cfg()).contains(" nodes=external "));
