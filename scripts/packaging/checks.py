@@ -43,7 +43,7 @@ UNIT_VARS = {"LOCKD_NODE_ID", "LOCKD_PEERS", "LOCKD_HTTP", "LOCKD_GRPC", "LOCKD_
 # The variables the Kubernetes entrypoint reads (POD_NAME from the downward API).
 ENTRYPOINT_VARS = {
     "POD_NAME", "LOCKD_FOUNDERS", "LOCKD_PEER_SERVICE", "LOCKD_LISTEN_HOST", "LOCKD_HTTP_PORT",
-    "LOCKD_GRPC_PORT", "LOCKD_PEER_PORT", "LOCKD_DATA_DIR", "LOCKD_ETC", "LOCKD_BIN",
+    "LOCKD_GRPC_PORT", "LOCKD_PEER_PORT", "LOCKD_PROBES_PORT", "LOCKD_DATA_DIR", "LOCKD_ETC", "LOCKD_BIN",
 }
 # docs/OPERATIONS.md: a stop hands groups over (at most two election timeouts, the maximum
 # being 1.5 x --election-timeout-ms), then waits at most 5 s for the node's tasks.
@@ -499,9 +499,9 @@ def cmd_k8s_static(a: argparse.Namespace) -> None:
     c = lockd_container(docs)
     env = container_env(c, "lockd-0")
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    check(set(ports) == {"http", "grpc", "peer"}, "the container names its ports http, grpc and peer")
+    check(set(ports) == {"http", "grpc", "peer", "probes"}, "the container names its ports http, grpc, peer and probes")
     check(all(int(env[f"LOCKD_{n.upper()}_PORT"]) == ports[n] for n in ports),
-          "LOCKD_HTTP_PORT, LOCKD_GRPC_PORT and LOCKD_PEER_PORT are the container ports")
+          "LOCKD_HTTP_PORT, LOCKD_GRPC_PORT, LOCKD_PEER_PORT and LOCKD_PROBES_PORT are the container ports")
     check(labels_match(spec["selector"]["matchLabels"], labels), "the StatefulSet's selector matches its pods")
     check(spec["replicas"] == 3 and env["LOCKD_FOUNDERS"] == "3", "3 replicas, all founders")
     check(spec.get("podManagementPolicy") == "Parallel",
@@ -532,8 +532,8 @@ def cmd_k8s_static(a: argparse.Namespace) -> None:
           f"the client Service exposes the client ports {cports} and never the peer port {ports['peer']}")
     for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz"), ("startupProbe", "/livez")):
         g = c[probe]["httpGet"]
-        check(g["path"] == path and ports.get(g["port"], g["port"]) == ports["http"],
-              f"{probe}: GET {path} on the client HTTP port")
+        check(g["path"] == path and ports.get(g["port"], g["port"]) == ports["probes"],
+              f"{probe}: GET {path} on the probes port (outside the client cap and client TLS)")
     res = c.get("resources", {})
     check(res.get("requests", {}).get("cpu") and res.get("requests", {}).get("memory")
           and res.get("limits", {}).get("memory"), "resources: CPU and memory requests, a memory limit")
