@@ -154,7 +154,7 @@ impl Service {
     }
 
     /// Adds node `id` at `peer_addr` to `groups` (empty = all), each as a learner first.
-    /// Refused if a group's voters would then hold a zone majority ([`keep_zones`]), unless
+    /// Refused if a group's voters would then hold a zone majority (`lockd_raft::zone_majority`), unless
     /// `allow_zone_majority`.
     pub async fn add_member(
         &self,
