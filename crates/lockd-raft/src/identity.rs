@@ -14,9 +14,11 @@
 //! **Zones.** The node's zone (`--zone`) and, on a founder, every founder's zone
 //! (`--initial-zones`, which the founding placement spreads the groups over) are recorded too.
 //! A node never changes zone (one that moved is a new node: `lockctl members replace`), and the
-//! founding placement never changes, so neither may differ on a later start; a later start that
-//! omits them gets the recorded ones. A dir from before zones takes a zone on its next start,
-//! but keeps its zone-blind founding placement (the groups it hosts are where they are).
+//! founding placement never changes, so neither may differ on a later start. A later start may
+//! omit the founders' zones (it gets the recorded ones), but not the node's own: a start whose
+//! zone is none is refused, naming the zone to give. A dir from before zones takes a zone on
+//! its next start, but keeps its zone-blind founding placement (the groups it hosts are where
+//! they are).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
