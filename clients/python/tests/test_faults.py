@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict
 
@@ -20,6 +21,43 @@ from lockd_client import Client, fencing
 from conftest import Cluster, proc_state, wait_until
 
 HERE = pathlib.Path(__file__).resolve().parent
+
+
+def test_a_retry_after_a_broken_stream_takes_the_wait_it_queued(fresh_cluster: Cluster,
+                                                                 name: str) -> None:
+    """SIGKILL the node that carries a waiting client's session stream (a follower of the
+    name's group, so the group keeps its leader): the wait lives on in the group, the acquire's
+    retry on the moved stream is refused ``already_waiting`` by its own first attempt and adopts
+    that wait, and the grant pushed later answers it."""
+    cl = fresh_cluster
+    ttl = 6.0
+    with Client(cl.endpoints, ttl=ttl) as holder:
+        held = holder.lock(name)
+        group = holder.get_session().held[0].group
+        leader = {g.id: g.leader for g in holder.status().groups}[group]
+        follower = next(n for n in sorted(cl.node_pids) if n != leader)
+        ep = cl.endpoint_of(follower)
+        with Client([ep, *[e for e in cl.endpoints if e != ep]], ttl=ttl) as w:
+            got: Dict[str, Any] = {}
+
+            def wait() -> None:
+                try:
+                    got["lock"] = w.lock(name, wait=30)
+                except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                    got["error"] = e
+
+            t = threading.Thread(target=wait, daemon=True)
+            t.start()
+            wait_until(lambda: len(holder.inspect(name).waiters) == 1, 10, "the wait queued")
+            os.kill(cl.node_pids[follower], signal.SIGKILL)
+            time.sleep(2)
+            assert len(holder.inspect(name).waiters) == 1, "one wait, not two"
+            held.release()
+            t.join(20)
+            assert "lock" in got, f"the retry did not take its wait: {got.get('error')!r}"
+            lk = got["lock"]
+            assert [h.token for h in holder.inspect(name).holders] == [lk.token]
+            assert lk.release() == 0
 
 
 def test_leader_sigkill_keeps_the_lock(fresh_cluster: Cluster, name: str) -> None:

@@ -651,3 +651,100 @@ def test_the_engine_fires_lost_at_each_locks_own_deadline_while_the_session_goes
             await _stop(core, s)
 
     asyncio.run(main())
+
+
+# ----- pushes: which waiting acquire a pushed outcome answers (the rules of _pushes.py) -----
+
+from lockd_client._pushes import Answer, Orphan, Pushes  # noqa: E402
+
+
+def _granted(waiter: int, name: str, token: int) -> lockd_pb2.SessionEvent:
+    return lockd_pb2.SessionEvent(granted=lockd_pb2.Granted(
+        group=1, waiter=waiter, name=name, fencing_token=token))
+
+
+def _ended(waiter: int, name: str) -> lockd_pb2.SessionEvent:
+    return lockd_pb2.SessionEvent(wait_ended=lockd_pb2.WaitEnded(
+        group=1, waiter=waiter, name=name, reason="timed_out"))
+
+
+def _none(_: str) -> bool:
+    return False
+
+
+def _all(_: str) -> bool:
+    return True
+
+
+def test_a_push_answers_its_queued_wait_once() -> None:
+    p: Pushes[str] = Pushes()
+    assert p.queued((1, 7), "a") is None
+    got = p.pushed(_granted(7, "x", 42), _none)
+    assert isinstance(got, Answer) and got.acq == "a"
+    # The same outcome pushed again (a relay and the local replica) is no orphan.
+    assert p.pushed(_granted(7, "x", 42), _none) is None
+
+
+def test_a_push_before_its_queued_reply_waits_for_it() -> None:
+    p: Pushes[str] = Pushes()
+    assert p.pushed(_granted(7, "x", 42), _all) is None
+    got = p.queued((1, 7), "a")
+    assert got is not None and got.acq == "a" and got.event.granted.fencing_token == 42
+    assert p.unclaimed("x", _none) == []
+
+
+def test_a_grant_nobody_waits_for_is_an_orphan_once() -> None:
+    p: Pushes[str] = Pushes()
+    assert p.pushed(_granted(9, "x", 50), _none) == Orphan("x", 50)
+    assert p.pushed(_granted(9, "x", 50), _none) is None
+    assert p.pushed(_ended(10, "x"), _none) is None
+
+
+def test_a_kept_grant_that_no_reply_claims_is_an_orphan() -> None:
+    p: Pushes[str] = Pushes()
+    assert p.pushed(_granted(9, "x", 50), _all) is None
+    assert p.queued((1, 11), "b") is None
+    assert p.unclaimed("x", _all) == []
+    assert p.unclaimed("x", _none) == [Orphan("x", 50)]
+    got = p.pushed(_granted(11, "x", 51), _none)
+    assert isinstance(got, Answer) and got.acq == "b"
+
+
+def test_a_strays_retry_adopts_its_queued_wait() -> None:
+    p: Pushes[str] = Pushes()
+    assert p.queued((1, 7), "first") is None
+    assert p.broke() == ["first"]
+    p.stray("x", "me")
+    assert p.refused_waiting("x", "other", "o") == (False, None)
+    assert p.refused_waiting("x", "me", "retry") == (True, None)
+    got = p.pushed(_granted(7, "x", 42), _none)
+    assert isinstance(got, Answer) and got.acq == "retry"
+    p.settled("x", "me")
+    assert p.refused_waiting("x", "me", "again") == (False, None)
+
+
+def test_a_strays_grant_pushed_before_the_refusal_answers_the_retry() -> None:
+    p: Pushes[str] = Pushes()
+    p.stray("x", "me")
+    assert p.pushed(_granted(7, "x", 42), _all) is None
+    adopted, got = p.refused_waiting("x", "me", "retry")
+    assert adopted and got is not None and got.acq == "retry"
+    assert got.event.granted.fencing_token == 42
+
+
+def test_a_kept_grant_goes_to_an_adopter_before_it_is_called_an_orphan() -> None:
+    p: Pushes[str] = Pushes()
+    p.stray("x", "me")
+    assert p.refused_waiting("x", "me", "retry") == (True, None)
+    assert p.pushed(_granted(7, "x", 42), _all) is None
+    out = p.unclaimed("x", _none)
+    assert len(out) == 1 and isinstance(out[0], Answer) and out[0].acq == "retry"
+
+
+def test_the_end_of_a_session_hands_back_waits_and_adopters() -> None:
+    p: Pushes[str] = Pushes()
+    assert p.queued((1, 7), "w") is None
+    p.stray("x", "me")
+    assert p.refused_waiting("x", "me", "adopter") == (True, None)
+    assert sorted(p.end()) == ["adopter", "w"]
+    assert p.refused_waiting("x", "me", "z") == (False, None)

@@ -62,6 +62,7 @@ mod facades;
 pub mod fence;
 mod info;
 pub mod lease;
+mod pushes;
 mod retry;
 mod session;
 mod watch;

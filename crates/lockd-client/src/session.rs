@@ -11,7 +11,7 @@
 //!
 //! [`LockGuard`]: crate::LockGuard
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -27,6 +27,7 @@ use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::lease::{GroupAnswer, GroupLeases, HoldLease};
+use crate::pushes::{Pushed, Pushes};
 use crate::{ClientOptions, Error};
 
 /// What every guard of the client watches: the current session and its local deadline.
@@ -423,9 +424,6 @@ enum Pending {
     Release(oneshot::Sender<StreamRelease>),
 }
 
-/// Outcomes pushed before the `queued` reply they belong to.
-const EARLY_CAPACITY: usize = 4096;
-
 pub(crate) struct Driver {
     core: Arc<Core>,
     cmds: mpsc::UnboundedReceiver<Cmd>,
@@ -434,9 +432,8 @@ pub(crate) struct Driver {
     gen: u64,
     next_rid: u64,
     pending: HashMap<u64, Pending>,
-    waits: HashMap<(u32, u64), Acq>,
-    early: HashMap<(u32, u64), Ev>,
-    early_order: VecDeque<(u32, u64)>,
+    /// Queued waits and the pushes that answer them (`pushes.rs`).
+    pushes: Pushes<Acq>,
     /// (name, owner) of acquires whose outcome a broken stream took with it.
     unsure: Vec<(String, String)>,
 }
@@ -465,9 +462,7 @@ impl Driver {
             gen: 0,
             next_rid: 1,
             pending: HashMap::new(),
-            waits: HashMap::new(),
-            early: HashMap::new(),
-            early_order: VecDeque::new(),
+            pushes: Pushes::default(),
             unsure: Vec::new(),
         }
     }
@@ -746,6 +741,8 @@ impl Driver {
                 }
             }
             (Ev::Acquired(r), Some(Pending::Acquire(a))) => {
+                let name = a.name.clone();
+                self.pushes.settled(&a.name, &a.owner);
                 let out = if r.acquired {
                     Ok(Granted {
                         token: r.fencing_token,
@@ -761,18 +758,34 @@ impl Driver {
                     })
                 };
                 self.answer(a, out);
+                self.unclaimed(&name);
             }
             (Ev::Queued(q), Some(Pending::Acquire(a))) => {
-                let key = (q.group, q.waiter);
-                match self.early.remove(&key) {
-                    Some(push) => self.push(push, Some(a)),
-                    None => {
-                        self.waits.insert(key, a);
+                let name = a.name.clone();
+                self.pushes.settled(&a.name, &a.owner);
+                if let Some((a, push)) = self.pushes.queued((q.group, q.waiter), a) {
+                    self.outcome(a, push);
+                }
+                self.unclaimed(&name);
+            }
+            // Refused by its own first attempt, whose answer a broken stream took: the wait is
+            // queued for the session, and this retry adopts it (`pushes.rs`).
+            (Ev::Error(e), Some(Pending::Acquire(a))) if e.code == "already_waiting" => {
+                let (name, owner) = (a.name.clone(), a.owner.clone());
+                match self.pushes.refused_waiting(&name, &owner, a) {
+                    Ok(Some((a, push))) => self.outcome(a, push),
+                    Ok(None) => {}
+                    Err(a) => {
+                        let _ = a.reply.send(Err(Error::from_event(e)));
                     }
                 }
+                self.unclaimed(&name);
             }
             (Ev::Error(e), Some(Pending::Acquire(a))) => {
+                let name = a.name.clone();
+                self.pushes.settled(&a.name, &a.owner);
                 let _ = a.reply.send(Err(Error::from_event(e)));
+                self.unclaimed(&name);
             }
             (Ev::Released(r), Some(Pending::Release(reply))) => {
                 let _ = reply.send(StreamRelease::Answered(Ok(r.remaining)));
@@ -792,7 +805,11 @@ impl Driver {
                 let why = format!("the service ended the session ({})", e.reason);
                 self.lose(&why, e.reason != "closed");
             }
-            (push @ (Ev::Granted(_) | Ev::WaitEnded(_)), _) => self.push(push, None),
+            (push @ (Ev::Granted(_) | Ev::WaitEnded(_)), _) => {
+                let pending = &self.pending;
+                let pushed = self.pushes.pushed(push, |n| unanswered(pending, n));
+                self.pushed(pushed);
+            }
             (Ev::LeaseExtended(l), _) => {
                 self.core.lease_extended.fetch_add(1, Relaxed);
                 // A server without `remaining_ms` (older) says only the grace it added.
@@ -815,25 +832,44 @@ impl Driver {
         }
     }
 
-    /// A `granted` or `wait_ended` push; `waiting` is the acquire it answers when known.
-    fn push(&mut self, push: Ev, waiting: Option<Acq>) {
-        let key = match &push {
-            Ev::Granted(g) => (g.group, g.waiter),
-            Ev::WaitEnded(w) => (w.group, w.waiter),
-            _ => return,
+    /// Acts on what `pushes.rs` made of a push.
+    fn pushed(&mut self, pushed: Pushed<Acq>) {
+        match pushed {
+            Pushed::Answer(a, push) => self.outcome(a, push),
+            Pushed::Orphan { name, token } => self.give_back(name, token),
+            Pushed::Kept | Pushed::Dropped => {}
+        }
+    }
+
+    /// Pushes of `name` kept for a reply that did not claim them: an adopter's, or orphans.
+    fn unclaimed(&mut self, name: &str) {
+        let pending = &self.pending;
+        for p in self.pushes.unclaimed(name, |n| unanswered(pending, n)) {
+            self.pushed(p);
+        }
+    }
+
+    /// A grant nobody waits for (its acquire gave up after the stream broke): give it back,
+    /// unless a guard holds it (a second push of a grant already answered).
+    fn give_back(&mut self, name: String, token: u64) {
+        let Some(s) = &self.sess else { return };
+        let known = {
+            let held = self.core.held.lock().expect("held lock");
+            held.values().any(|h| h.name == name && h.token == token)
         };
-        let Some(a) = waiting.or_else(|| self.waits.remove(&key)) else {
-            // Pushed before the `queued` reply: keep it for that reply.
-            if self.early.insert(key, push).is_none() {
-                self.early_order.push_back(key);
-                while self.early_order.len() > EARLY_CAPACITY {
-                    if let Some(old) = self.early_order.pop_front() {
-                        self.early.remove(&old);
-                    }
-                }
-            }
+        if known {
             return;
-        };
+        }
+        tracing::debug!(name, token, "giving back a grant nobody waits for");
+        let core = self.core.clone();
+        let req = core.release_request(&s.id, &name, token);
+        tokio::spawn(async move {
+            let _ = core.release(req, false).await;
+        });
+    }
+
+    /// A `granted` or `wait_ended` push answers the acquire `a`.
+    fn outcome(&mut self, a: Acq, push: Ev) {
         let out = match push {
             Ev::Granted(g) => Ok(Granted {
                 token: g.fencing_token,
@@ -889,9 +925,7 @@ impl Driver {
         let Some(c) = self.conn.take() else { return };
         tracing::debug!(endpoint = %self.core.channels[c.endpoint].0, why, "session stream lost");
         self.core.rotate(c.endpoint);
-        self.early.clear();
-        self.early_order.clear();
-        let waits: Vec<_> = self.waits.drain().map(|(_, a)| a).collect();
+        let waits = self.pushes.broke();
         let pending: Vec<_> = self.pending.drain().map(|(_, p)| p).collect();
         for p in pending {
             match p {
@@ -912,6 +946,7 @@ impl Driver {
     }
 
     fn fail_unsure(&mut self, a: Acq) {
+        self.pushes.stray(a.name.clone(), a.owner.clone());
         self.unsure.push((a.name, a.owner));
         let _ = a.reply.send(Err(Error::Unavailable(
             "the session stream broke before the acquire was answered".into(),
@@ -1019,7 +1054,7 @@ impl Driver {
                 Pending::KeepAlive(_) => {}
             }
         }
-        for (_, a) in self.waits.drain() {
+        for a in self.pushes.end() {
             let _ = a.reply.send(Err(err()));
         }
     }
@@ -1030,8 +1065,6 @@ impl Driver {
         // Not the session id: it is the session's capability, and logs travel.
         tracing::warn!(client = %self.core.opts.client_name, why, "lockd session lost");
         self.end_locally(s.gen, || Error::SessionLost);
-        self.early.clear();
-        self.early_order.clear();
         self.unsure.clear();
         let held: Vec<String> = {
             let held = self.core.held.lock().expect("held lock");
@@ -1080,6 +1113,13 @@ impl Driver {
             .await
             .map(|_| ())
     }
+}
+
+/// Whether an acquire of `name` is still unanswered on the stream.
+fn unanswered(pending: &HashMap<u64, Pending>, name: &str) -> bool {
+    pending
+        .values()
+        .any(|p| matches!(p, Pending::Acquire(a) if a.name == name))
 }
 
 /// A group's answer to a keepalive as `lease.rs` takes it.

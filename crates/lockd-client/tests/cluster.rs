@@ -814,3 +814,109 @@ async fn a_guard_follows_the_lease_of_the_group_that_granted_it() {
     pushed.release().await.unwrap();
     guards.remove(0).release().await.unwrap();
 }
+
+/// A client whose session stream is on node index `on`, and a follower of group 1 to put it on
+/// (not its leader: the group must keep its quorum and leader when that node is killed).
+async fn client_on_a_follower(c: &Cluster, ttl: Duration) -> (Client, usize) {
+    let leader = c.leader_of(0, 1).await as usize;
+    assert!(leader > 0, "group 1 has a leader");
+    let on = (0..c.nodes.len()).find(|&i| i + 1 != leader).unwrap();
+    let mut endpoints = vec![c.grpc[on].clone()];
+    endpoints.extend(
+        (0..c.nodes.len())
+            .filter(|&i| i != on)
+            .map(|i| c.grpc[i].clone()),
+    );
+    let client = Client::connect_with(&endpoints, options(ttl))
+        .await
+        .unwrap();
+    (client, on)
+}
+
+async fn waiters(client: &Client, name: &str) -> usize {
+    client.inspect(name).await.map_or(0, |s| s.waiters.len())
+}
+
+/// The stream that queued a wait dies with its node; the wait lives on in the group. The
+/// acquire's retry is refused `already_waiting` by its own first attempt, and adopts it: the
+/// grant pushed later answers the retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_broken_stream_takes_the_wait_it_queued() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::start(3, 1).await;
+    let ttl = Duration::from_secs(10);
+    let holder = Client::connect_with(&c.grpc, options(ttl)).await.unwrap();
+    let (waiter, on) = client_on_a_follower(&c, ttl).await;
+    let name = "fast/stray-retry";
+    let held = holder.acquire(name).try_once().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire(name).wait(Duration::from_secs(30)).await }
+    });
+    eventually(Duration::from_secs(10), "the wait queued", || async {
+        waiters(&holder, name).await == 1
+    })
+    .await;
+    c.kill(on);
+    // The stream moves to another node and the acquire is retried there before the grant.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(waiters(&holder, name).await, 1, "one wait, not two");
+    held.release().await.unwrap();
+    let guard = timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the retried acquire was answered")
+        .unwrap()
+        .expect("the retry took the grant of the wait it had queued");
+    let state = holder.inspect(name).await.unwrap();
+    assert_eq!(state.holders.len(), 1);
+    assert_eq!(state.holders[0].fencing_token, guard.token());
+    guard.release().await.unwrap();
+    assert!(holder.inspect(name).await.unwrap().holders.is_empty());
+}
+
+/// The same broken stream, but the acquire gives up: when the wait it queued is granted, the
+/// grant is pushed to the session's new stream with nobody to take it, and the client gives
+/// it back rather than hold the lock until the session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_for_a_wait_whose_acquire_gave_up_is_given_back() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::start(3, 1).await;
+    let ttl = Duration::from_secs(10);
+    let holder = Client::connect_with(&c.grpc, options(ttl)).await.unwrap();
+    let (waiter, on) = client_on_a_follower(&c, ttl).await;
+    let name = "fast/stray-orphan";
+    let held = holder.acquire(name).try_once().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire(name).wait(Duration::from_secs(30)).await }
+    });
+    eventually(Duration::from_secs(10), "the wait queued", || async {
+        waiters(&holder, name).await == 1
+    })
+    .await;
+    c.kill(on);
+    waiting.abort();
+    // The waiter's session lives on (its keepalives ride the moved stream)...
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(waiters(&holder, name).await, 1, "the wait is still queued");
+    held.release().await.unwrap();
+    // ... but the lock it was granted comes back at once, not when that session ends.
+    eventually(
+        Duration::from_secs(10),
+        "the orphaned grant given back",
+        || async {
+            holder
+                .inspect(name)
+                .await
+                .is_ok_and(|s| s.holders.is_empty() && s.waiters.is_empty())
+        },
+    )
+    .await;
+    let again = holder.acquire(name).try_once().await.unwrap();
+    again.release().await.unwrap();
+    assert!(
+        waiter.session_id().is_some(),
+        "the waiter's session is alive"
+    );
+    waiter.close().await.unwrap();
+}

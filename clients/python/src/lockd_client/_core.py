@@ -25,7 +25,6 @@ The semantics follow lockd-client (Rust), crates/lockd-client/src/session.rs.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import math
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from . import errors
 from ._lease import EXTENDED, NOT_HERE, GroupLeases, Lease, LockLease, monotonic
 from ._options import ClientOptions
 from ._proto import lockd_pb2 as pb
+from ._pushes import Answer, Orphan, Pushed, Pushes
 from ._rpc import LockStub
 from .errors import (ClientClosed, InvalidArgument, LockdError, NotAcquired, SessionLost,
                      Unavailable)
@@ -49,8 +49,6 @@ log = logging.getLogger("lockd_client")
 #: The longest wait the service accepts for one acquire (``wait_ms`` <= 300 000). A longer wait
 #: queues again, round after round, up to the caller's deadline.
 MAX_WAIT = 300.0
-#: Pushed outcomes kept for a ``queued`` reply that has not arrived yet.
-EARLY_CAPACITY = 4096
 MAX_NAME_BYTES = 512
 MAX_OWNER_BYTES = 256
 MAX_SEMAPHORE = 10_000
@@ -226,8 +224,8 @@ class Core:
         self._gen = 0
         self._rid = 0
         self._pending: Dict[int, _Pending] = {}
-        self._waits: Dict[Tuple[int, int], _Acq] = {}
-        self._early: "collections.OrderedDict[Tuple[int, int], pb.SessionEvent]" = collections.OrderedDict()
+        #: Queued waits and the pushes that answer them (``_pushes.py``).
+        self._pushes: Pushes[_Acq] = Pushes()
         self._unsure: List[str] = []
         self._open_lock: Optional[asyncio.Lock] = None
         self._wake: Optional[asyncio.Event] = None
@@ -652,6 +650,17 @@ class Core:
                 self._keepalive_failed(errors.from_event(ev.error))
         elif p is not None and p.kind == "acquire" and p.acq is not None:
             a = p.acq
+            if kind == "error" and ev.error.code == "already_waiting":
+                # Refused by its own first attempt, whose answer a broken stream took: the wait
+                # is queued for the session, and this retry adopts it (``_pushes.py``).
+                adopted, answer = self._pushes.refused_waiting(a.name, a.owner, a)
+                if answer is not None:
+                    self._outcome(answer.acq, answer.event)
+                elif not adopted:
+                    self._fail(a, errors.from_event(ev.error))
+                self._unclaimed(a.name)
+                return
+            self._pushes.settled(a.name, a.owner)
             if kind == "acquired":
                 r = ev.acquired
                 if r.acquired:
@@ -663,14 +672,12 @@ class Core:
                         holder=r.holder or None, queue_position=r.queue_position,
                         lock_delay_until_ms=r.lock_delay_until_ms))
             elif kind == "queued":
-                key = (ev.queued.group, ev.queued.waiter)
-                early = self._early.pop(key, None)
-                if early is not None:
-                    self._push(early, a)
-                else:
-                    self._waits[key] = a
+                answer = self._pushes.queued((ev.queued.group, ev.queued.waiter), a)
+                if answer is not None:
+                    self._outcome(answer.acq, answer.event)
             elif kind == "error":
                 self._fail(a, errors.from_event(ev.error))
+            self._unclaimed(a.name)
         elif p is not None and p.kind == "release" and p.fut is not None:
             if not p.fut.done():
                 if kind == "released":
@@ -684,7 +691,7 @@ class Core:
             else:
                 self._lose(f"the service ended the session ({se.reason})", se.reason != "closed")
         elif kind in ("granted", "wait_ended"):
-            self._push(ev, None)
+            self._pushed(self._pushes.pushed(ev, self._unanswered))
         elif kind == "lease_extended":
             le = ev.lease_extended
             self.lease_extended += 1
@@ -719,18 +726,34 @@ class Core:
             s.next_keepalive = retry
             self._poke()
 
-    def _push(self, ev: pb.SessionEvent, waiting: Optional[_Acq]) -> None:
-        """A ``granted`` or ``wait_ended`` push; ``waiting`` is the acquire it answers if known."""
-        kind = ev.WhichOneof("kind")
-        key = (ev.granted.group, ev.granted.waiter) if kind == "granted" else (
-            ev.wait_ended.group, ev.wait_ended.waiter)
-        a = waiting or self._waits.pop(key, None)
-        if a is None:
-            # Pushed before the ``queued`` reply: keep it for that reply.
-            self._early[key] = ev
-            while len(self._early) > EARLY_CAPACITY:
-                self._early.popitem(last=False)
+    def _unanswered(self, name: str) -> bool:
+        """Whether an acquire of ``name`` is still unanswered on the stream."""
+        return any(p.acq is not None and p.acq.name == name for p in self._pending.values())
+
+    def _pushed(self, p: "Pushed[_Acq]") -> None:
+        if isinstance(p, Answer):
+            self._outcome(p.acq, p.event)
+        elif isinstance(p, Orphan):
+            self._give_back(p.name, p.token)
+
+    def _unclaimed(self, name: str) -> None:
+        """Pushes of ``name`` kept for a reply that did not claim them: an adopter's, or
+        orphans."""
+        for p in self._pushes.unclaimed(name, self._unanswered):
+            self._pushed(p)
+
+    def _give_back(self, name: str, token: int) -> None:
+        """A grant nobody waits for (its acquire gave up after the stream broke): give it back,
+        unless a lock object holds it (a second push of a grant already answered)."""
+        s = self._sess
+        if s is None or any(h.name == name and h.token == token for h in self.held.values()):
             return
+        log.debug("lockd: giving back a grant of %r nobody waits for", name)
+        self._spawn(self._release_quietly(s.id, name, token))
+
+    def _outcome(self, a: _Acq, ev: pb.SessionEvent) -> None:
+        """A ``granted`` or ``wait_ended`` push answers the acquire ``a``."""
+        kind = ev.WhichOneof("kind")
         if kind == "granted":
             g = ev.granted
             self._answer(a, g.fencing_token, 1, g.group, g.group_moves, g.lease_ttl_ms)
@@ -780,15 +803,13 @@ class Core:
         log.debug("lockd: session stream to %s lost: %s", self.endpoints[c.endpoint], why)
         c.close()
         self.rotate(c.endpoint)
-        self._early.clear()
         pending, self._pending = self._pending, {}
-        waits, self._waits = self._waits, {}
         for p in pending.values():
             if p.acq is not None:
                 self._fail_unsure(p.acq)
             elif p.fut is not None and not p.fut.done():
                 p.fut.set_exception(_Unsure())
-        for a in waits.values():
+        for a in self._pushes.broke():
             self._fail_unsure(a)
         if self._sess is not None:
             self._sess.reconnect_at = monotonic()
@@ -797,6 +818,7 @@ class Core:
 
     def _fail_unsure(self, a: _Acq) -> None:
         self._unsure.append(a.name)
+        self._pushes.stray(a.name, a.owner)
         self._fail(a, Unavailable("the session stream broke before the acquire was answered"))
 
     def _end_locally(self, s: _Sess, why: str, err: Callable[[], LockdError]) -> None:
@@ -805,13 +827,12 @@ class Core:
             c.close()
         s.lease.end(why)
         pending, self._pending = self._pending, {}
-        waits, self._waits = self._waits, {}
         for p in pending.values():
             if p.acq is not None:
                 self._fail(p.acq, err())
             elif p.fut is not None and not p.fut.done():
                 p.fut.set_exception(_Unsure())  # the session is ending, which frees its holds
-        for a in waits.values():
+        for a in self._pushes.end():
             self._fail(a, err())
         self._poke()
 
@@ -826,7 +847,6 @@ class Core:
         held = [h.name for h in self.held.values()
                 if h.lease.session is s.lease and not h.lease.lost] if report else []
         self._end_locally(s, why, lambda: SessionLost(f"the session ended: {why}"))
-        self._early.clear()
         self._unsure.clear()
         self.lease_expired += len(held)
 
