@@ -7,11 +7,23 @@ use std::time::Duration;
 use common::*;
 use lockd_raft::{Node, StartError};
 
-async fn refused(cfg: lockd_raft::NodeConfig) -> String {
-    match Node::start(cfg, std::sync::Arc::new(Recorder::default())).await {
-        Err(StartError::Identity(why)) => why,
-        Err(e) => panic!("refused for the wrong reason: {e}"),
-        Ok(_) => panic!("a node started on a data dir that is not its own"),
+/// Why a node must not start: its data dir is not its own, or its flags contradict.
+#[derive(Clone, Copy)]
+enum Refusal {
+    Identity,
+    Config,
+}
+
+/// Starts a node that must be refused for `reason`; returns why it was.
+async fn refused(cfg: lockd_raft::NodeConfig, reason: Refusal) -> String {
+    match (
+        Node::start(cfg, std::sync::Arc::new(Recorder::default())).await,
+        reason,
+    ) {
+        (Err(StartError::Identity(why)), Refusal::Identity) => why,
+        (Err(StartError::Config(why)), Refusal::Config) => why,
+        (Err(e), _) => panic!("refused for the wrong reason: {e}"),
+        (Ok(_), _) => panic!("a node started where it must be refused"),
     }
 }
 
@@ -27,13 +39,19 @@ async fn a_data_dir_starts_only_as_the_node_and_cluster_it_was_made_for() {
     let mut other = cfg.clone();
     other.node_id = 2;
     other.peers = [(2, cfg.peers[&1].clone())].into();
-    assert!(refused(other).await.contains("belongs to node 1"));
+    assert!(refused(other, Refusal::Identity)
+        .await
+        .contains("belongs to node 1"));
     let mut other = cfg.clone();
     other.lock_groups = 3;
-    assert!(refused(other).await.contains("--groups 2"));
+    assert!(refused(other, Refusal::Identity)
+        .await
+        .contains("--groups 2"));
     let mut other = cfg.clone();
     other.cluster_name = "staging".into();
-    assert!(refused(other).await.contains("cluster 'lockd'"));
+    assert!(refused(other, Refusal::Identity)
+        .await
+        .contains("cluster 'lockd'"));
     assert_eq!(
         std::fs::read_to_string(cfg.data_dir.join("identity")).unwrap(),
         identity
@@ -70,14 +88,6 @@ async fn a_joiner_never_initialises_a_group() {
     leader_of(std::slice::from_ref(&n)).await;
 }
 
-async fn refused_config(cfg: lockd_raft::NodeConfig) -> String {
-    match Node::start(cfg, std::sync::Arc::new(Recorder::default())).await {
-        Err(StartError::Config(why)) => why,
-        Err(e) => panic!("refused for the wrong reason: {e}"),
-        Ok(_) => panic!("a node started with zones that should be refused"),
-    }
-}
-
 /// A founder's zones are checked before anything is written: every founder named once, its
 /// own zone agreeing, and no group of the founding placement in a zone majority.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,19 +104,21 @@ async fn founders_zones_that_would_give_a_zone_a_majority_are_refused_before_the
         cfg
     };
     // 3 of 5 founders in zone a: the meta group (on every founder) has a zone majority.
-    let e = refused_config(zoned("1=a,2=a,3=a,4=b,5=c")).await;
+    let e = refused(zoned("1=a,2=a,3=a,4=b,5=c"), Refusal::Config).await;
     assert!(
         e.contains("the meta group") && e.contains("zone a") && e.contains("--allow-zone-majority"),
         "{e}"
     );
-    let e = refused_config(zoned("1=a,2=b,3=c")).await;
+    let e = refused(zoned("1=a,2=b,3=c"), Refusal::Config).await;
     assert!(e.contains("every founder"), "{e}");
     let mut cfg = zoned("1=a,2=b,3=c,4=a,5=b");
     cfg.zone = "c".into();
-    assert!(refused_config(cfg).await.contains("disagree"));
+    assert!(refused(cfg, Refusal::Config).await.contains("disagree"));
     let mut cfg = zoned("");
     cfg.zone = "a".into();
-    assert!(refused_config(cfg).await.contains("--initial-zones"));
+    assert!(refused(cfg, Refusal::Config)
+        .await
+        .contains("--initial-zones"));
     assert!(
         !tmp.path().join("node-1").join("identity").exists(),
         "nothing was written"

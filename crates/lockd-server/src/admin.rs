@@ -68,10 +68,23 @@ impl Service {
         Ok(out)
     }
 
+    /// The zones a member change is checked against, read once per call: a change is refused
+    /// while the meta group cannot say them, unless `allow` (no check is made then).
+    pub(crate) async fn change_zones(&self, allow: bool) -> Result<Zones, ApiError> {
+        match self.zones().await {
+            Ok(zones) => Ok(zones),
+            Err(_) if allow => Ok(Zones::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `call` on each of `groups`; the answers show `zones`, or the meta group's record
+    /// when `None` (for display: left out when the meta group cannot answer).
     async fn member_calls(
         &self,
         groups: &[GroupId],
         call: MemberCall,
+        zones: Option<&Zones>,
     ) -> Result<Vec<GroupMembers>, ApiError> {
         let mut out = Vec::new();
         // One group at a time: an add waits for the new member to catch up, and doing every
@@ -86,8 +99,11 @@ impl Service {
                 zones: Zones::new(),
             });
         }
-        // The zones are for display: a meta group that cannot answer leaves them out.
-        if let Ok(zones) = self.zones().await {
+        let zones = match zones {
+            Some(z) => Some(z.clone()),
+            None => self.zones().await.ok(),
+        };
+        if let Some(zones) = zones {
             for g in &mut out {
                 g.zones = zones.clone();
             }
@@ -116,7 +132,7 @@ impl Service {
         check_node_id(id)?;
         let all = self.member_groups(&[])?;
         if draining {
-            let now = self.member_calls(&all, MemberCall::Describe).await?;
+            let now = self.member_calls(&all, MemberCall::Describe, None).await?;
             if !now.iter().any(|g| g.membership.members().contains(&id)) {
                 return Err(ApiError::new(
                     ErrorCode::NotFound,
@@ -134,7 +150,7 @@ impl Service {
         tracing::info!(node = id, draining, "draining mark set");
         let started = tokio::time::Instant::now();
         loop {
-            let out = self.member_calls(&all, MemberCall::Describe).await?;
+            let out = self.member_calls(&all, MemberCall::Describe, None).await?;
             // A group whose only voter is `id` has no one to hand over to: not waited for.
             let leads = out.iter().any(|g| {
                 g.membership.leader == Some(id) && g.membership.voters.iter().any(|v| *v != id)
@@ -150,7 +166,7 @@ impl Service {
     pub async fn list_members(&self, creds: &Credentials) -> Result<Vec<GroupMembers>, ApiError> {
         self.require_admin(creds, "listing members")?;
         let groups = self.member_groups(&[])?;
-        self.member_calls(&groups, MemberCall::Describe).await
+        self.member_calls(&groups, MemberCall::Describe, None).await
     }
 
     /// Adds node `id` at `peer_addr` to `groups` (empty = all), each as a learner first.
@@ -181,7 +197,10 @@ impl Service {
         // that node (the peer port refuses it too, `lockd-to`): say so now, not by a learner
         // that never catches up.
         let all = self.member_groups(&[])?;
-        let now = self.member_calls(&all, MemberCall::Describe).await?;
+        let zones = self.change_zones(allow_zone_majority).await?;
+        let now = self
+            .member_calls(&all, MemberCall::Describe, Some(&zones))
+            .await?;
         let after: Vec<_> = now
             .iter()
             .filter(|g| groups.contains(&g.group))
@@ -195,8 +214,7 @@ impl Service {
                 (g.group, voters)
             })
             .collect();
-        self.keep_zones(Some(id), &after, allow_zone_majority)
-            .await?;
+        keep_zones(&zones, Some(id), &after, allow_zone_majority)?;
         for g in now {
             if let Some((other, _)) = g
                 .membership
@@ -222,7 +240,7 @@ impl Service {
             id,
             addr: peer_addr.to_string(),
         };
-        self.member_calls(&groups, call).await
+        self.member_calls(&groups, call, Some(&zones)).await
     }
 
     /// Removes node `id` from `groups` (empty = all). Removing an absent node changes nothing.
@@ -239,7 +257,10 @@ impl Service {
         check_node_id(id)?;
         let groups = self.member_groups(groups)?;
         let all = self.member_groups(&[])?;
-        let before = self.member_calls(&all, MemberCall::Describe).await?;
+        let zones = self.change_zones(allow_zone_majority).await?;
+        let before = self
+            .member_calls(&all, MemberCall::Describe, Some(&zones))
+            .await?;
         let was = before.iter().any(|g| g.membership.members().contains(&id));
         let stays = before
             .iter()
@@ -254,8 +275,8 @@ impl Service {
                 format!("node {id} is group {}'s only voter", g.group),
             ));
         }
-        let after = voters_after_remove(&before, groups.as_slice(), id);
-        self.keep_zones(None, &after, allow_zone_majority).await?;
+        let after = voters_after_remove(&before, groups.as_slice(), id, &zones);
+        keep_zones(&zones, None, &after, allow_zone_majority)?;
         // Leaving every group: retire the id for good, so that no later add can bring it back
         // (a wiped node rejoins under a new id). First, not last: a call that fails half-way
         // is retried when the node may be in no group any more, and must not leave the id
@@ -270,7 +291,7 @@ impl Service {
             );
         }
         let out = self
-            .member_calls(&groups, MemberCall::Remove { id })
+            .member_calls(&groups, MemberCall::Remove { id }, Some(&zones))
             .await?;
         for g in &out {
             if !g.membership.members().contains(&id) {
@@ -287,8 +308,8 @@ fn voters_after_remove(
     before: &[GroupMembers],
     groups: &[GroupId],
     id: NodeId,
+    zones: &Zones,
 ) -> Vec<(GroupId, Vec<NodeId>)> {
-    let zones = before.first().map(|g| g.zones.clone()).unwrap_or_default();
     before
         .iter()
         .filter(|g| groups.contains(&g.group) && g.membership.voters.contains(&id))
@@ -299,7 +320,7 @@ fn voters_after_remove(
                 let best = g.membership.learners.iter().find(|l| {
                     let mut v = voters.clone();
                     v.push(**l);
-                    lockd_raft::zone_majority(&v, &zones).is_none()
+                    lockd_raft::zone_majority(&v, zones).is_none()
                 });
                 voters.extend(best);
             }
@@ -308,42 +329,40 @@ fn voters_after_remove(
         .collect()
 }
 
-impl Service {
-    /// Refuses, unless `allow`, a change that would leave a group with voters in a zone
-    /// majority (`lockd_raft::zone_majority`: losing that one zone would lose the group), or
-    /// that adds node `new` with no zone recorded to a cluster whose nodes have zones.
-    pub(crate) async fn keep_zones(
-        &self,
-        new: Option<NodeId>,
-        changes: &[(GroupId, Vec<NodeId>)],
-        allow: bool,
-    ) -> Result<(), ApiError> {
-        if allow || changes.is_empty() {
-            return Ok(());
-        }
-        let zones = self.zones().await?;
-        let refused = |why: String| Err(ApiError::new(ErrorCode::MemberChangeRefused, why));
-        if let Some(id) = new.filter(|id| !zones.is_empty() && !zones.contains_key(id)) {
+/// Refuses, unless `allow`, a change that would leave a group with voters in a zone majority
+/// (`lockd_raft::zone_majority`: losing that one zone would lose the group), or that adds node
+/// `new` with no zone recorded to a cluster whose nodes have zones (`zones`: the meta group's
+/// record, `Service::change_zones`).
+pub(crate) fn keep_zones(
+    zones: &Zones,
+    new: Option<NodeId>,
+    changes: &[(GroupId, Vec<NodeId>)],
+    allow: bool,
+) -> Result<(), ApiError> {
+    if allow || changes.is_empty() {
+        return Ok(());
+    }
+    let refused = |why: String| Err(ApiError::new(ErrorCode::MemberChangeRefused, why));
+    if let Some(id) = new.filter(|id| !zones.is_empty() && !zones.contains_key(id)) {
+        return refused(format!(
+            "node_id: node {id} has no zone recorded, and this cluster's nodes are in zones: \
+             start it with --zone (it records its zone as it starts), or say \
+             allow_zone_majority"
+        ));
+    }
+    for (group, voters) in changes {
+        if let Some(m) = lockd_raft::zone_majority(voters, zones) {
+            let group = match *group {
+                META_GROUP => "the meta group".to_string(),
+                g => format!("group {g}"),
+            };
             return refused(format!(
-                "node_id: node {id} has no zone recorded, and this cluster's nodes are in zones: \
-                 start it with --zone (it records its zone as it starts), or say \
+                "zones: in {group}, {m}. Use a node of another zone, or say \
                  allow_zone_majority"
             ));
         }
-        for (group, voters) in changes {
-            if let Some(m) = lockd_raft::zone_majority(voters, &zones) {
-                let group = match *group {
-                    META_GROUP => "the meta group".to_string(),
-                    g => format!("group {g}"),
-                };
-                return refused(format!(
-                    "zones: in {group}, {m}. Use a node of another zone, or say \
-                     allow_zone_majority"
-                ));
-            }
-        }
-        Ok(())
     }
+    Ok(())
 }
 
 fn check_node_id(id: NodeId) -> Result<(), ApiError> {

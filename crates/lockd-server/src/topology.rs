@@ -224,23 +224,13 @@ impl Service {
         allow_zone_majority: bool,
     ) -> Result<GroupRecord, ApiError> {
         self.require_admin(creds, "creating a group")?;
-        if group == 0 {
-            return Err(ApiError::bad_request(
-                "group: 0 is the meta group; lock groups are 1 and up",
-            ));
-        }
-        if nodes.is_empty() || nodes.len() > lockd_core::MAX_GROUP_REPLICAS {
-            return Err(ApiError::bad_request(format!(
-                "nodes: a group needs 1..={} nodes (3 or 5 survive a failure), {} given",
-                lockd_core::MAX_GROUP_REPLICAS,
-                nodes.len()
-            )));
-        }
+        check_new_group(group, nodes)?;
         // Every node must be in the cluster: the new group's members are reached at the
         // addresses the meta group has for them.
         self.addresses(nodes).await?;
         let placed = [(group, nodes.to_vec())];
-        self.keep_zones(None, &placed, allow_zone_majority).await?;
+        let zones = self.change_zones(allow_zone_majority).await?;
+        crate::admin::keep_zones(&zones, None, &placed, allow_zone_majority)?;
         let meta = self.route_of(META_GROUP)?;
         let create = Op::CreateGroup {
             group,
@@ -451,4 +441,21 @@ fn recorded(reply: Reply) -> Result<GroupRecord, ApiError> {
         Reply::GroupRecorded { record, .. } => Ok(record),
         _ => Err(unexpected("a group record")),
     }
+}
+
+/// A new group's id and replica count, as given (before the cluster is asked anything).
+fn check_new_group(group: GroupId, nodes: &[NodeId]) -> Result<(), ApiError> {
+    if group == 0 {
+        return Err(ApiError::bad_request(
+            "group: 0 is the meta group; lock groups are 1 and up",
+        ));
+    }
+    if nodes.is_empty() || nodes.len() > lockd_core::MAX_GROUP_REPLICAS {
+        return Err(ApiError::bad_request(format!(
+            "nodes: a group needs 1..={} nodes (3 or 5 survive a failure), {} given",
+            lockd_core::MAX_GROUP_REPLICAS,
+            nodes.len()
+        )));
+    }
+    Ok(())
 }
