@@ -719,7 +719,9 @@ def test_a_strays_retry_adopts_its_queued_wait() -> None:
     assert p.refused_waiting("x", "me", "retry") == (True, None)
     got = p.pushed(_granted(7, "x", 42), _none)
     assert isinstance(got, Answer) and got.acq == "retry"
+    assert p.is_stray("x", "me")
     p.settled("x", "me")
+    assert not p.is_stray("x", "me")
     assert p.refused_waiting("x", "me", "again") == (False, None)
 
 

@@ -138,7 +138,7 @@ impl<A> Pushes<A> {
     /// the queued wait (`Ok`: answered now by a push that came first, or later); any other
     /// acquire gets the refusal (`Err`).
     pub fn refused_waiting(&mut self, name: &str, owner: &str, a: A) -> Result<Option<(A, Ev)>, A> {
-        if !self.strays.contains(&(name.to_string(), owner.to_string())) {
+        if !self.is_stray(name, owner) {
             return Err(a);
         }
         let first = self.early_order.iter().copied().find(|k| {
@@ -158,6 +158,11 @@ impl<A> Pushes<A> {
             .or_default()
             .push_back(a);
         Ok(None)
+    }
+
+    /// Whether `(name, owner)`'s last acquire lost its outcome with a broken stream.
+    pub fn is_stray(&self, name: &str, owner: &str) -> bool {
+        self.strays.contains(&(name.to_string(), owner.to_string()))
     }
 
     /// The acquire of `name` by `owner` got an answer other than `already_waiting`: it is not
@@ -346,7 +351,9 @@ mod tests {
             Pushed::Answer("retry", _)
         ));
         // Answered: no longer a stray.
+        assert!(p.is_stray("x", "me"));
         p.settled("x", "me");
+        assert!(!p.is_stray("x", "me"));
         assert_eq!(p.refused_waiting("x", "me", "again").unwrap_err(), "again");
     }
 

@@ -436,6 +436,8 @@ pub(crate) struct Driver {
     pushes: Pushes<Acq>,
     /// (name, owner) of acquires whose outcome a broken stream took with it.
     unsure: Vec<(String, String)>,
+    /// When to give back the holds of `unsure` acquires (a retry met its own first attempt).
+    settle_at: Option<Instant>,
 }
 
 async fn at(t: Option<Instant>) {
@@ -464,6 +466,7 @@ impl Driver {
             pending: HashMap::new(),
             pushes: Pushes::default(),
             unsure: Vec::new(),
+            settle_at: None,
         }
     }
 
@@ -480,6 +483,7 @@ impl Driver {
                 .as_ref()
                 .filter(|_| self.conn.is_none())
                 .map(|s| s.reconnect_at);
+            let settle = self.settle_at.filter(|_| self.conn.is_some());
             tokio::select! {
                 biased;
                 _ = at(deadline) => {
@@ -510,6 +514,12 @@ impl Driver {
                     Err(s) => self.disconnected(&format!("session stream failed: {}", s.message())),
                 },
                 _ = at(keepalive) => self.keepalive(),
+                _ = at(settle) => {
+                    self.settle_at = None;
+                    if let Some(id) = self.sess.as_ref().map(|s| s.id.clone()) {
+                        self.settle_unsure(&id).await;
+                    }
+                }
                 _ = at(reconnect) => self.reconnect().await,
             }
         }
@@ -783,8 +793,20 @@ impl Driver {
             }
             (Ev::Error(e), Some(Pending::Acquire(a))) => {
                 let name = a.name.clone();
-                self.pushes.settled(&a.name, &a.owner);
-                let _ = a.reply.send(Err(Error::from_event(e)));
+                let err = if e.code == "already_held" && self.first_attempt_held(&a) {
+                    // Its own first attempt landed as a hold no guard knows: give that back
+                    // (`settle_unsure`), and the caller's retry starts clean.
+                    self.unsure.push((a.name.clone(), a.owner.clone()));
+                    self.settle_at = Some(Instant::now());
+                    Error::Unavailable(format!(
+                        "the first attempt at '{name}' landed after its stream broke; that hold \
+                         is given back before the retry"
+                    ))
+                } else {
+                    self.pushes.settled(&a.name, &a.owner);
+                    Error::from_event(e)
+                };
+                let _ = a.reply.send(Err(err));
                 self.unclaimed(&name);
             }
             (Ev::Released(r), Some(Pending::Release(reply))) => {
@@ -830,6 +852,18 @@ impl Driver {
             }
             (other, _) => tracing::debug!(?other, "unexpected session event"),
         }
+    }
+
+    /// Whether an `already_held` answer to `a` is its own first attempt's hold: the acquire
+    /// is a stray (its outcome went with a broken stream) and no guard of this session holds
+    /// the name.
+    fn first_attempt_held(&self, a: &Acq) -> bool {
+        let Some(s) = &self.sess else { return false };
+        let guarded = {
+            let held = self.core.held.lock().expect("held lock");
+            held.values().any(|h| h.name == a.name && h.gen == s.gen)
+        };
+        !guarded && self.pushes.is_stray(&a.name, &a.owner)
     }
 
     /// Acts on what `pushes.rs` made of a push.

@@ -660,6 +660,15 @@ class Core:
                     self._fail(a, errors.from_event(ev.error))
                 self._unclaimed(a.name)
                 return
+            if kind == "error" and ev.error.code == "already_held" and self._first_attempt_held(a):
+                # Its own first attempt landed as a hold no lock object knows: give that back,
+                # and the caller's retry starts clean.
+                self._unsure.append(a.name)
+                if self._sess is not None:
+                    self._spawn(self._settle_unsure(self._sess))
+                self._fail(a, Unavailable(f"the first attempt at {a.name!r} landed after its "
+                                          "stream broke; that hold is given back before the retry"))
+                return
             self._pushes.settled(a.name, a.owner)
             if kind == "acquired":
                 r = ev.acquired
@@ -725,6 +734,15 @@ class Core:
         if retry < s.next_keepalive:
             s.next_keepalive = retry
             self._poke()
+
+    def _first_attempt_held(self, a: _Acq) -> bool:
+        """Whether ``already_held`` answering ``a`` is its own first attempt's hold: ``a`` is a
+        stray (its outcome went with a broken stream) and no lock of this session holds it."""
+        s = self._sess
+        if s is None or any(h.name == a.name and h.lease.session is s.lease
+                            for h in self.held.values()):
+            return False
+        return self._pushes.is_stray(a.name, a.owner)
 
     def _unanswered(self, name: str) -> bool:
         """Whether an acquire of ``name`` is still unanswered on the stream."""

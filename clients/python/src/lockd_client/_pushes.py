@@ -112,6 +112,10 @@ class Pushes(Generic[A]):
         self._adopters.setdefault(name, collections.deque()).append(acq)
         return True, None
 
+    def is_stray(self, name: str, owner: str) -> bool:
+        """Whether ``(name, owner)``'s last acquire lost its outcome with a broken stream."""
+        return (name, owner) in self._strays
+
     def settled(self, name: str, owner: str) -> None:
         """The acquire got another answer than ``already_waiting``: no longer a stray."""
         self._strays.discard((name, owner))
