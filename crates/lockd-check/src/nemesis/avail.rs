@@ -15,9 +15,10 @@
 //!   the slot knew of, and the client has already missed one whole keepalive interval when a
 //!   slot fails). Slots still open when the worker's process id ends are not counted.
 //!
-//! **Attribution.** Each attempt counts for the kind of the service fault active at its start
-//! (`Fault` records with `verified` and a window `at_ns .. at_ns + hold_ms`; when windows
-//! overlap, the latest-started one), or [`NO_FAULT`].
+//! **Attribution.** Each attempt counts for the kind of the service fault whose window it
+//! overlaps (`Fault` records with `verified` and a window `at_ns .. at_ns + hold_ms`; when it
+//! overlaps several, the latest-started one), or [`NO_FAULT`]. Overlap, not start: an attempt
+//! in flight when a node is killed fails because of the kill, though it started before it.
 //!
 //! **A worker's pause is the worker's fault, not the service's**: the window of a pause whose
 //! target is a worker (its own `--self-pause` or a scheduled `pause-client`) attributes no
@@ -269,6 +270,17 @@ pub fn kind_at(windows: &[Window], t: u64) -> &str {
         .map_or(NO_FAULT, |w| w.kind.as_str())
 }
 
+/// The kind of the latest-started service fault whose window `a` overlaps; [`NO_FAULT`] if
+/// none. An attempt with no duration counts as the instant it started.
+pub fn kind_over<'w>(windows: &'w [Window], a: &Attempt) -> &'w str {
+    let end = a.end_ns.max(a.start_ns + 1);
+    windows
+        .iter()
+        .filter(|w| w.worker.is_none() && w.start_ns < end && a.start_ns < w.end_ns)
+        .max_by_key(|w| w.start_ns)
+        .map_or(NO_FAULT, |w| w.kind.as_str())
+}
+
 /// Whether `a` overlaps a pause of its own worker or starts within `grace_ns` after one.
 pub fn excluded(windows: &[Window], a: &Attempt, grace_ns: u64) -> bool {
     windows.iter().any(|w| {
@@ -278,7 +290,7 @@ pub fn excluded(windows: &[Window], a: &Attempt, grace_ns: u64) -> bool {
     })
 }
 
-/// Counts `attempts` by the kind active at their start and sums the unavailable time.
+/// Counts `attempts` by the kind whose window they overlap and sums the unavailable time.
 pub fn compute(attempts: &[Attempt], windows: &[Window], ttl: Duration) -> Availability {
     let grace_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
     let mut av = Availability::default();
@@ -289,7 +301,7 @@ pub fn compute(attempts: &[Attempt], windows: &[Window], ttl: Duration) -> Avail
             continue;
         }
         counted.push(a);
-        let kind = kind_at(windows, a.start_ns).to_string();
+        let kind = kind_over(windows, a).to_string();
         av.by_kind.entry(kind).or_default().add(a);
         av.total.add(a);
     }
@@ -394,6 +406,24 @@ mod tests {
         assert_eq!(kind_at(&w, 3500 * MS), "move");
         assert_eq!(kind_at(&w, 4500 * MS), "move");
         assert_eq!(kind_at(&w, 5000 * MS), NO_FAULT); // the end is not in the window
+    }
+
+    #[test]
+    fn an_attempt_in_flight_when_a_fault_begins_counts_for_that_fault() {
+        let w = vec![
+            window("kill", 1000, 4000, None),
+            window("move", 3000, 5000, None),
+            window("pause", 0, 10_000, Some(9)),
+        ];
+        // Started before the kill, failed during it: the kill's.
+        assert_eq!(kind_over(&w, &acquire(1, "a", 500, 1500, false)), "kill");
+        // Over both: the latest-started.
+        assert_eq!(kind_over(&w, &acquire(1, "a", 2000, 3500, false)), "move");
+        // Ended before the kill, or started at a window's end: none.
+        assert_eq!(kind_over(&w, &acquire(1, "a", 100, 1000, true)), NO_FAULT);
+        assert_eq!(kind_over(&w, &acquire(1, "a", 5000, 5100, true)), NO_FAULT);
+        // An instant attempt: its start.
+        assert_eq!(kind_over(&w, &acquire(1, "a", 1000, 1000, true)), "kill");
     }
 
     #[test]
