@@ -16,6 +16,7 @@
 pub mod checker;
 pub mod demo;
 pub mod history;
+pub mod latency;
 pub mod nemesis;
 pub mod sim;
 pub mod store;

@@ -109,6 +109,10 @@ enum Cmd {
     /// check (with --sabotage: 0 only if the sabotage's signature violation was found), 3 if no
     /// violation but a verdict is unknown.
     Nemesis(NemesisArgs),
+    /// The design's latency across zones: real nodes over zones whose peer links between zones
+    /// run through a delay proxy; an uncontended acquire's and a keepalive's p50/p99 from a
+    /// client in the leader's zone and from one in another. Prints a table and a RESULT line.
+    Latency(LatencyArgs),
     /// One worker process of `nemesis` (started by it).
     #[command(hide = true)]
     NemesisWorker(WorkerArgs),
@@ -117,6 +121,31 @@ enum Cmd {
     /// exits 1 if any seed fails (with --sabotage: unless some seed shows the sabotage's
     /// signature violation), 3 if none fails but a seed's verdict is unknown.
     Sim(lockd_check::sim::SimArgs),
+}
+
+#[derive(clap::Args)]
+struct LatencyArgs {
+    /// The lockd binary to run as `lockd serve`.
+    #[arg(long, env = "LOCKD_BIN", default_value = "target/debug/lockd")]
+    lockd_bin: PathBuf,
+    /// Where node data and logs go (cleared first).
+    #[arg(long, default_value = "target/latency")]
+    dir: PathBuf,
+    /// Nodes, laid over the zones round-robin (5 over 3: 2+2+1, the design's shape).
+    #[arg(long, default_value_t = 5)]
+    nodes: u64,
+    #[arg(long, default_value_t = 3)]
+    zones: u64,
+    /// Lock groups; every node hosts every group. A keepalive reaches every group's leader.
+    #[arg(long, default_value_t = 1)]
+    groups: u32,
+    /// Microseconds each way on every peer link between zones (500: the design's 1 ms round
+    /// trip between zones).
+    #[arg(long, default_value_t = 500)]
+    delay_us: u64,
+    /// Timed calls per client and kind.
+    #[arg(long, default_value_t = 2000)]
+    ops: usize,
 }
 
 #[derive(clap::Args)]
@@ -346,6 +375,28 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Nemesis(a) => run_nemesis(a),
+        Cmd::Latency(a) => {
+            anyhow::ensure!(
+                a.lockd_bin.exists(),
+                "--lockd-bin {} does not exist (build it: cargo build -p lockd-server)",
+                a.lockd_bin.display()
+            );
+            let cfg = lockd_check::latency::LatencyConfig {
+                lockd_bin: a.lockd_bin,
+                dir: a.dir,
+                nodes: a.nodes.clamp(2, 9),
+                zones: a.zones,
+                groups: a.groups.clamp(1, 16),
+                delay: Duration::from_micros(a.delay_us.min(100_000)),
+                ops: a.ops.min(1_000_000),
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(lockd_check::latency::run(cfg))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::NemesisWorker(a) => run_worker(a),
         Cmd::Sim(args) => {
             // `SIM_LOG=lockd_server=debug,...`: the nodes' logs, stamped with simulated time.

@@ -40,6 +40,11 @@ pub struct ClusterConfig {
     pub zones: Vec<String>,
     /// `lockd serve --replicas` (0: every node hosts every group).
     pub replicas: usize,
+    /// Each way on every peer link between nodes of different zones (`proxy.rs`); such links
+    /// cannot be cut. Zero: no delay.
+    pub zone_delay: Duration,
+    /// `lockd serve --audit-log` on every node (the nemesis checks them).
+    pub audit: bool,
 }
 
 impl ClusterConfig {
@@ -134,7 +139,9 @@ fn serve_args(
     joiner: bool,
 ) -> Vec<String> {
     let mut a = ServeArgs::new(id, peers, http, grpc, cfg.dir.join(format!("node{id}")));
-    a.audit_log = Some(cfg.dir.join(format!("node{id}.audit.jsonl")));
+    if cfg.audit {
+        a.audit_log = Some(cfg.dir.join(format!("node{id}.audit.jsonl")));
+    }
     a.unsafe_negative_control = cfg.negative_control.clone();
     if joiner {
         a.initial_cluster_state = "existing".into();
@@ -197,7 +204,13 @@ impl Cluster {
         for &a in &ids {
             for &b in &ids {
                 if a != b {
-                    links.insert((a, b), Link::start(peer[&b]).await?);
+                    let zone = |id: u64| cfg.zones.get(id as usize - 1);
+                    let delay = if zone(a) != zone(b) {
+                        cfg.zone_delay
+                    } else {
+                        Duration::ZERO
+                    };
+                    links.insert((a, b), Link::start(peer[&b], delay).await?);
                 }
             }
         }
@@ -260,6 +273,8 @@ impl Cluster {
                 faketime: false,
                 zones: Vec::new(),
                 replicas: 0,
+                zone_delay: Duration::ZERO,
+                audit: false,
             },
             nodes: Vec::new(),
             links: BTreeMap::new(),
@@ -350,7 +365,7 @@ impl Cluster {
             let old = self.node(old);
             (grpc, http) = (old.grpc, old.http);
         }
-        let inbound = Link::start(peer).await?;
+        let inbound = Link::start(peer, Duration::ZERO).await?;
         let dial = inbound.listen;
         self.links.insert((0, id), inbound);
         let mut peers = vec![format!("{id}={peer}")];
@@ -361,7 +376,7 @@ impl Cluster {
             .map(|n| (n.id, n.peer))
             .collect();
         for (other, addr) in others {
-            let link = Link::start(addr).await?;
+            let link = Link::start(addr, Duration::ZERO).await?;
             peers.push(format!("{other}={}", link.listen));
             self.links.insert((id, other), link);
         }

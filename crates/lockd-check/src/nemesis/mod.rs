@@ -538,6 +538,8 @@ pub async fn run(cfg: &NemesisConfig) -> anyhow::Result<Outcome> {
                     Vec::new()
                 },
                 replicas: if zoned { zones::REPLICAS } else { 0 },
+                zone_delay: Duration::ZERO,
+                audit: true,
             })
             .await?
         }
