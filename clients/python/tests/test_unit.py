@@ -714,7 +714,7 @@ def test_a_strays_retry_adopts_its_queued_wait() -> None:
     p: Pushes[str] = Pushes()
     assert p.queued((1, 7), "first") is None
     assert p.broke() == ["first"]
-    p.stray("x", "me")
+    p.stray("x", "me", 1.0)
     assert p.refused_waiting("x", "other", "o") == (False, None)
     assert p.refused_waiting("x", "me", "retry") == (True, None)
     got = p.pushed(_granted(7, "x", 42), _none)
@@ -725,9 +725,17 @@ def test_a_strays_retry_adopts_its_queued_wait() -> None:
     assert p.refused_waiting("x", "me", "again") == (False, None)
 
 
+def test_a_stray_keeps_its_first_attempts_send_time() -> None:
+    p: Pushes[str] = Pushes()
+    p.stray("x", "me", 1.0)
+    p.stray("x", "me", 2.0)
+    assert p.stray_since("x", "me") == 1.0
+    assert p.stray_since("x", "other") is None
+
+
 def test_a_strays_grant_pushed_before_the_refusal_answers_the_retry() -> None:
     p: Pushes[str] = Pushes()
-    p.stray("x", "me")
+    p.stray("x", "me", 1.0)
     assert p.pushed(_granted(7, "x", 42), _all) is None
     adopted, got = p.refused_waiting("x", "me", "retry")
     assert adopted and got is not None and got.acq == "retry"
@@ -736,7 +744,7 @@ def test_a_strays_grant_pushed_before_the_refusal_answers_the_retry() -> None:
 
 def test_a_kept_grant_goes_to_an_adopter_before_it_is_called_an_orphan() -> None:
     p: Pushes[str] = Pushes()
-    p.stray("x", "me")
+    p.stray("x", "me", 1.0)
     assert p.refused_waiting("x", "me", "retry") == (True, None)
     assert p.pushed(_granted(7, "x", 42), _all) is None
     out = p.unclaimed("x", _none)
@@ -746,7 +754,7 @@ def test_a_kept_grant_goes_to_an_adopter_before_it_is_called_an_orphan() -> None
 def test_the_end_of_a_session_hands_back_waits_and_adopters() -> None:
     p: Pushes[str] = Pushes()
     assert p.queued((1, 7), "w") is None
-    p.stray("x", "me")
+    p.stray("x", "me", 1.0)
     assert p.refused_waiting("x", "me", "adopter") == (True, None)
     assert sorted(p.end()) == ["adopter", "w"]
     assert p.refused_waiting("x", "me", "z") == (False, None)

@@ -20,6 +20,8 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use tokio::time::Instant;
+
 use lockd_proto::v1 as pb;
 use pb::session_event::Kind as Ev;
 
@@ -49,7 +51,9 @@ pub(crate) struct Pushes<A> {
     early_order: VecDeque<Key>,
     answered: HashSet<Key>,
     answered_order: VecDeque<Key>,
-    strays: HashSet<(String, String)>,
+    /// Each stray's first attempt's send time: an adopted wait may have been granted before
+    /// the retry was sent, so its lease is counted from the first attempt (`lease.rs`).
+    strays: HashMap<(String, String), Instant>,
     adopters: HashMap<String, VecDeque<A>>,
 }
 
@@ -61,7 +65,7 @@ impl<A> Default for Pushes<A> {
             early_order: VecDeque::new(),
             answered: HashSet::new(),
             answered_order: VecDeque::new(),
-            strays: HashSet::new(),
+            strays: HashMap::new(),
             adopters: HashMap::new(),
         }
     }
@@ -162,7 +166,8 @@ impl<A> Pushes<A> {
 
     /// Whether `(name, owner)`'s last acquire lost its outcome with a broken stream.
     pub fn is_stray(&self, name: &str, owner: &str) -> bool {
-        self.strays.contains(&(name.to_string(), owner.to_string()))
+        self.strays
+            .contains_key(&(name.to_string(), owner.to_string()))
     }
 
     /// The acquire of `name` by `owner` got an answer other than `already_waiting`: it is not
@@ -211,11 +216,23 @@ impl<A> Pushes<A> {
         out
     }
 
-    /// `(name, owner)`'s acquire lost its outcome with the stream; its wait may still be queued.
-    pub fn stray(&mut self, name: String, owner: String) {
-        if self.strays.len() < CAPACITY {
-            self.strays.insert((name, owner));
+    /// `(name, owner)`'s acquire, sent at `sent`, lost its outcome with the stream; its wait
+    /// may still be queued. A stray already known keeps its earlier send time.
+    pub fn stray(&mut self, name: String, owner: String, sent: Instant) {
+        let key = (name, owner);
+        if let Some(t) = self.strays.get_mut(&key) {
+            *t = (*t).min(sent);
+        } else if self.strays.len() < CAPACITY {
+            self.strays.insert(key, sent);
         }
+    }
+
+    /// When the first attempt of stray `(name, owner)` was sent: the send time an adopting
+    /// retry must count its grant's lease from.
+    pub fn stray_since(&self, name: &str, owner: &str) -> Option<Instant> {
+        self.strays
+            .get(&(name.to_string(), owner.to_string()))
+            .copied()
     }
 
     /// The session ended: everything is forgotten; the waits and adopters are handed back.
@@ -342,7 +359,7 @@ mod tests {
         assert!(p.queued((1, 7), "first").is_none());
         let lost = p.broke();
         assert_eq!(lost, vec!["first"]);
-        p.stray("x".into(), "me".into());
+        p.stray("x".into(), "me".into(), Instant::now());
         // Someone else's refusal is theirs.
         assert_eq!(p.refused_waiting("x", "other", "o").unwrap_err(), "o");
         assert!(p.refused_waiting("x", "me", "retry").unwrap().is_none());
@@ -358,9 +375,23 @@ mod tests {
     }
 
     #[test]
+    fn a_stray_keeps_its_first_attempts_send_time() {
+        let mut p: Pushes<&str> = Pushes::default();
+        let first = Instant::now();
+        p.stray("x".into(), "me".into(), first);
+        p.stray(
+            "x".into(),
+            "me".into(),
+            first + std::time::Duration::from_secs(1),
+        );
+        assert_eq!(p.stray_since("x", "me"), Some(first));
+        assert_eq!(p.stray_since("x", "other"), None);
+    }
+
+    #[test]
     fn a_strays_grant_pushed_before_the_refusal_answers_the_retry() {
         let mut p: Pushes<&str> = Pushes::default();
-        p.stray("x".into(), "me".into());
+        p.stray("x".into(), "me".into(), Instant::now());
         // The retry is unanswered when the grant comes: kept.
         assert!(matches!(p.pushed(granted(7, "x", 42), ALL), Pushed::Kept));
         let (a, ev) = p
@@ -374,7 +405,7 @@ mod tests {
     #[test]
     fn a_kept_grant_goes_to_an_adopter_before_it_is_called_an_orphan() {
         let mut p: Pushes<&str> = Pushes::default();
-        p.stray("x".into(), "me".into());
+        p.stray("x".into(), "me".into(), Instant::now());
         assert!(p.refused_waiting("x", "me", "retry").unwrap().is_none());
         // Another owner's acquire of "x" is unanswered: the grant is kept ...
         assert!(matches!(p.pushed(granted(7, "x", 42), ALL), Pushed::Kept));
@@ -387,7 +418,7 @@ mod tests {
     fn the_end_of_a_session_hands_back_waits_and_adopters() {
         let mut p = Pushes::default();
         assert!(p.queued((1, 7), "w").is_none());
-        p.stray("x".into(), "me".into());
+        p.stray("x".into(), "me".into(), Instant::now());
         assert!(p.refused_waiting("x", "me", "adopter").unwrap().is_none());
         let mut out = p.end();
         out.sort();

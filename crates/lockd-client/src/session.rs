@@ -780,8 +780,13 @@ impl Driver {
             }
             // Refused by its own first attempt, whose answer a broken stream took: the wait is
             // queued for the session, and this retry adopts it (`pushes.rs`).
-            (Ev::Error(e), Some(Pending::Acquire(a))) if e.code == "already_waiting" => {
+            (Ev::Error(e), Some(Pending::Acquire(mut a))) if e.code == "already_waiting" => {
                 let (name, owner) = (a.name.clone(), a.owner.clone());
+                // The wait it adopts was queued by the first attempt and may have been granted
+                // before this retry was sent: its lease counts from the first send.
+                if let Some(first) = self.pushes.stray_since(&name, &owner) {
+                    a.sent = a.sent.min(first);
+                }
                 match self.pushes.refused_waiting(&name, &owner, a) {
                     Ok(Some((a, push))) => self.outcome(a, push),
                     Ok(None) => {}
@@ -980,7 +985,7 @@ impl Driver {
     }
 
     fn fail_unsure(&mut self, a: Acq) {
-        self.pushes.stray(a.name.clone(), a.owner.clone());
+        self.pushes.stray(a.name.clone(), a.owner.clone(), a.sent);
         self.unsure.push((a.name, a.owner));
         let _ = a.reply.send(Err(Error::Unavailable(
             "the session stream broke before the acquire was answered".into(),

@@ -653,6 +653,11 @@ class Core:
             if kind == "error" and ev.error.code == "already_waiting":
                 # Refused by its own first attempt, whose answer a broken stream took: the wait
                 # is queued for the session, and this retry adopts it (``_pushes.py``).
+                # The wait it adopts was queued by the first attempt and may have been granted
+                # before this retry was sent: its lease counts from the first send.
+                first = self._pushes.stray_since(a.name, a.owner)
+                if first is not None:
+                    a.sent = min(a.sent, first)
                 adopted, answer = self._pushes.refused_waiting(a.name, a.owner, a)
                 if answer is not None:
                     self._outcome(answer.acq, answer.event)
@@ -836,7 +841,7 @@ class Core:
 
     def _fail_unsure(self, a: _Acq) -> None:
         self._unsure.append(a.name)
-        self._pushes.stray(a.name, a.owner)
+        self._pushes.stray(a.name, a.owner, a.sent)
         self._fail(a, Unavailable("the session stream broke before the acquire was answered"))
 
     def _end_locally(self, s: _Sess, why: str, err: Callable[[], LockdError]) -> None:

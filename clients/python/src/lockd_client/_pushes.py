@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Callable, Deque, Dict, Generic, List, Optional, Set, Tuple, TypeVar, Union
+from typing import Callable, Deque, Dict, Generic, List, Optional, Tuple, TypeVar, Union
 
 from ._proto import lockd_pb2 as pb
 
@@ -59,7 +59,9 @@ class Pushes(Generic[A]):
         self._waits: Dict[Key, A] = {}
         self._early: "collections.OrderedDict[Key, pb.SessionEvent]" = collections.OrderedDict()
         self._answered: "collections.OrderedDict[Key, None]" = collections.OrderedDict()
-        self._strays: Set[Tuple[str, str]] = set()
+        #: Each stray's first attempt's send time (monotonic): an adopted wait may have been
+        #: granted before the retry was sent, so its lease counts from the first attempt.
+        self._strays: Dict[Tuple[str, str], float] = {}
         self._adopters: Dict[str, Deque[A]] = {}
 
     def queued(self, key: Key, acq: A) -> Optional[Answer[A]]:
@@ -118,7 +120,7 @@ class Pushes(Generic[A]):
 
     def settled(self, name: str, owner: str) -> None:
         """The acquire got another answer than ``already_waiting``: no longer a stray."""
-        self._strays.discard((name, owner))
+        self._strays.pop((name, owner), None)
 
     def unclaimed(self, name: str, unanswered: Callable[[str], bool]) -> List[Union[Answer[A], Orphan]]:
         """Kept pushes of ``name`` that no acquire can claim any more: each goes to an adopter,
@@ -143,10 +145,18 @@ class Pushes(Generic[A]):
         self._adopters.clear()
         return out
 
-    def stray(self, name: str, owner: str) -> None:
-        """``(name, owner)``'s acquire lost its outcome with the stream."""
-        if len(self._strays) < CAPACITY:
-            self._strays.add((name, owner))
+    def stray(self, name: str, owner: str, sent: float) -> None:
+        """``(name, owner)``'s acquire, sent at ``sent``, lost its outcome with the stream; a
+        stray already known keeps its earlier send time."""
+        key = (name, owner)
+        if key in self._strays:
+            self._strays[key] = min(self._strays[key], sent)
+        elif len(self._strays) < CAPACITY:
+            self._strays[key] = sent
+
+    def stray_since(self, name: str, owner: str) -> Optional[float]:
+        """When the first attempt of stray ``(name, owner)`` was sent."""
+        return self._strays.get((name, owner))
 
     def end(self) -> List[A]:
         """The session ended: everything is forgotten; waits and adopters are handed back."""
