@@ -751,6 +751,18 @@ def test_a_kept_grant_goes_to_an_adopter_before_it_is_called_an_orphan() -> None
     assert len(out) == 1 and isinstance(out[0], Answer) and out[0].acq == "retry"
 
 
+def test_adopters_that_waited_too_long_are_handed_back() -> None:
+    p: Pushes[str] = Pushes()
+    p.stray("x", "me", 1.0)
+    p.stray("y", "me", 1.0)
+    assert p.refused_waiting("x", "me", "ax") == (True, None)
+    assert p.refused_waiting("y", "me", "ay") == (True, None)
+    assert p.give_up_adopters(lambda a: a == "ax") == ["ax"]
+    assert p.give_up_adopters(lambda a: a == "ax") == []
+    got = p.pushed(_granted(7, "y", 42), _none)
+    assert isinstance(got, Answer) and got.acq == "ay"
+
+
 def test_the_end_of_a_session_hands_back_waits_and_adopters() -> None:
     p: Pushes[str] = Pushes()
     assert p.queued((1, 7), "w") is None

@@ -206,6 +206,19 @@ impl<A> Pushes<A> {
         out
     }
 
+    /// Hands back the adopters `expired` says have waited long enough for a push (a wait in a
+    /// group whose outcome no node relays to the new stream).
+    pub fn give_up_adopters(&mut self, expired: impl Fn(&A) -> bool) -> Vec<A> {
+        let mut out = Vec::new();
+        for q in self.adopters.values_mut() {
+            let (gone, kept): (VecDeque<A>, VecDeque<A>) = q.drain(..).partition(&expired);
+            out.extend(gone);
+            *q = kept;
+        }
+        self.adopters.retain(|_, q| !q.is_empty());
+        out
+    }
+
     /// The stream broke: its early pushes are gone with it, and every wait and adopter is
     /// handed back (their outcome is unknown; the caller marks them strays).
     pub fn broke(&mut self) -> Vec<A> {
@@ -412,6 +425,22 @@ mod tests {
         // ... and that acquire was answered at once; the adopter takes the grant.
         let out = p.unclaimed("x", NONE);
         assert!(matches!(&out[..], [Pushed::Answer("retry", _)]), "{out:?}");
+    }
+
+    #[test]
+    fn adopters_that_waited_too_long_are_handed_back() {
+        let mut p = Pushes::default();
+        p.stray("x".into(), "me".into(), Instant::now());
+        p.stray("y".into(), "me".into(), Instant::now());
+        assert!(p.refused_waiting("x", "me", 1).unwrap().is_none());
+        assert!(p.refused_waiting("y", "me", 2).unwrap().is_none());
+        assert_eq!(p.give_up_adopters(|a| *a == 1), vec![1]);
+        assert!(p.give_up_adopters(|a| *a == 1).is_empty());
+        // The other still takes its push.
+        assert!(matches!(
+            p.pushed(granted(7, "y", 42), NONE),
+            Pushed::Answer(2, _)
+        ));
     }
 
     #[test]

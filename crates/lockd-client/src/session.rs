@@ -407,8 +407,14 @@ struct Acq {
     owner: String,
     /// When the acquire was sent: a lease that a grant starts in a group starts later.
     sent: Instant,
+    /// When its wait ends on the service (send time + `wait_ms`): an adopted wait whose
+    /// outcome is never pushed gives up a little after it (`Driver::keepalive`).
+    wait_until: Instant,
     reply: oneshot::Sender<Result<Grant, Error>>,
 }
+
+/// How long past its wait an adopted wait's acquire waits for a push before it gives up.
+const ADOPTED_SLACK: Duration = Duration::from_secs(2);
 
 /// A grant as the stream said it: token, group, the group's move count, the lease's TTL.
 struct Granted {
@@ -673,6 +679,18 @@ impl Driver {
         };
         let now = Instant::now();
         s.next_keepalive = now + s.every;
+        // An adopted wait whose outcome no node pushes (it was queued in a group this node
+        // does not host, and the node that relayed it is gone): the caller decides again.
+        for a in self
+            .pushes
+            .give_up_adopters(|a| a.wait_until + ADOPTED_SLACK <= now)
+        {
+            let _ = a.reply.send(Err(Error::Unavailable(format!(
+                "the wait for '{}' queued before the session stream broke was not answered on \
+                 the new stream",
+                a.name
+            ))));
+        }
         // The previous keepalive went unanswered for a whole interval: the node is stuck or gone.
         let stale = self.pending.values().any(|p| match p {
             Pending::KeepAlive(sent) => now.duration_since(*sent) >= s.every,
@@ -720,6 +738,7 @@ impl Driver {
                 name: req.name.clone(),
                 owner: req.owner.clone(),
                 sent: Instant::now(),
+                wait_until: Instant::now() + Duration::from_millis(req.wait_ms),
                 reply,
             }),
         );

@@ -79,6 +79,13 @@ class _Acq:
     fut: "asyncio.Future[Hold]"
     #: When the acquire was sent (a group the client has no lease for counts its lease from it).
     sent: float = 0.0
+    #: When its wait ends on the service (send time + wait): an adopted wait whose outcome is
+    #: never pushed gives up a little after it (``_keepalive``).
+    wait_until: float = 0.0
+
+
+#: How long past its wait an adopted wait's acquire waits for a push before it gives up.
+ADOPTED_SLACK = 2.0
 
 
 @dataclass
@@ -535,6 +542,11 @@ class Core:
             return
         now = monotonic()
         s.next_keepalive = now + s.every
+        # An adopted wait whose outcome no node pushes (it was queued in a group this node does
+        # not host, and the node that relayed it is gone): the caller decides again.
+        for a in self._pushes.give_up_adopters(lambda a: a.wait_until + ADOPTED_SLACK <= now):
+            self._fail(a, Unavailable(f"the wait for {a.name!r} queued before the session stream "
+                                      "broke was not answered on the new stream"))
         # The previous keepalive went unanswered for a whole interval: the node is stuck or gone.
         if any(p.kind == "keepalive" and now - p.sent >= s.every for p in self._pending.values()):
             self.rotate(c.endpoint)
@@ -955,7 +967,8 @@ class Core:
         fut: "asyncio.Future[Hold]" = asyncio.get_running_loop().create_future()
         rid = self._next_rid()
         sent = monotonic()
-        self._pending[rid] = _Pending("acquire", sent=sent, acq=_Acq(req.name, req.owner, mode, fut, sent))
+        acq = _Acq(req.name, req.owner, mode, fut, sent, sent + req.wait_ms / 1000)
+        self._pending[rid] = _Pending("acquire", sent=sent, acq=acq)
         self._send(pb.SessionRequest(request_id=rid, acquire=req))
         return await fut
 

@@ -135,6 +135,19 @@ class Pushes(Generic[A]):
                 out.append(p)
         return out
 
+    def give_up_adopters(self, expired: Callable[[A], bool]) -> List[A]:
+        """Hands back the adopters ``expired`` says have waited long enough for a push."""
+        out: List[A] = []
+        for name in list(self._adopters):
+            q = self._adopters[name]
+            out.extend(a for a in q if expired(a))
+            kept = collections.deque(a for a in q if not expired(a))
+            if kept:
+                self._adopters[name] = kept
+            else:
+                del self._adopters[name]
+        return out
+
     def broke(self) -> List[A]:
         """The stream broke: its early pushes are gone; every wait and adopter is handed back."""
         self._early.clear()
