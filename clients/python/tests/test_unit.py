@@ -655,7 +655,7 @@ def test_the_engine_fires_lost_at_each_locks_own_deadline_while_the_session_goes
 
 # ----- pushes: which waiting acquire a pushed outcome answers (the rules of _pushes.py) -----
 
-from lockd_client._pushes import Answer, Orphan, Pushes  # noqa: E402
+from lockd_client._pushes import Answer, Orphan, Pushes, settle  # noqa: E402
 
 
 def _granted(waiter: int, name: str, token: int) -> lockd_pb2.SessionEvent:
@@ -761,6 +761,26 @@ def test_adopters_that_waited_too_long_are_handed_back() -> None:
     assert p.give_up_adopters(lambda a: a == "ax") == []
     got = p.pushed(_granted(7, "y", 42), _none)
     assert isinstance(got, Answer) and got.acq == "ay"
+
+
+def test_settling_gives_back_only_holds_no_lock_and_no_open_acquire_can_claim() -> None:
+    listed = [("x", 10), ("x", 11), ("y", 20), ("z", 30), ("w", 40)]
+    # A lock object holds x's 11; an acquire of z is still open (30 may be its grant).
+    back, later = settle(["x", "x", "y", "z"], listed, lambda n, t: (n, t) == ("x", 11),
+                         lambda n: n == "z")
+    assert back == [("x", 10), ("y", 20)]
+    assert later == ["z"]
+
+
+def test_a_queued_wait_or_an_adopter_keeps_its_name_open() -> None:
+    p: Pushes[str] = Pushes()
+    assert not p.waiting(lambda a: a.startswith("x"))
+    assert p.queued((1, 7), "x-wait") is None
+    assert p.waiting(lambda a: a.startswith("x"))
+    p.stray("y", "me", 1.0)
+    assert p.refused_waiting("y", "me", "y-adopter") == (True, None)
+    assert p.waiting(lambda a: a.startswith("y"))
+    assert not p.waiting(lambda a: a.startswith("z"))
 
 
 def test_the_end_of_a_session_hands_back_waits_and_adopters() -> None:

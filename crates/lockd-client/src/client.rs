@@ -10,7 +10,7 @@ use lockd_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::session::{Cmd, Core, Driver, Held, Lease, StreamRelease};
+use crate::session::{Cmd, Core, Driver, Lease, StreamRelease};
 use crate::{Error, RetryPolicy};
 
 /// The longest wait the service accepts for one acquire (`wait_ms` ≤ 300 000).
@@ -862,25 +862,18 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    fn new(client: Client, name: String, g: crate::session::Grant) -> LockGuard {
-        let id = client.core.next_guard.fetch_add(1, Relaxed);
-        client.core.held.lock().expect("held lock").insert(
-            id,
-            Held {
-                name: name.clone(),
-                gen: g.gen,
-                token: g.token,
-            },
-        );
+    fn new(client: Client, name: String, mut g: crate::session::Grant) -> LockGuard {
+        // The driver registered the hold in `Core::held` before it answered.
+        g.claim();
         let lease = client.core.lease.subscribe();
         LockGuard {
             client,
             name,
             token: g.token,
-            session_id: g.session_id,
+            session_id: std::mem::take(&mut g.session_id),
             gen: g.gen,
             hold: g.hold,
-            id,
+            id: g.id,
             lease,
             released: false,
         }

@@ -206,6 +206,11 @@ impl<A> Pushes<A> {
         out
     }
 
+    /// Whether a queued wait or an adopter matches `f` (its grant may come at any time).
+    pub fn waiting(&self, f: impl Fn(&A) -> bool) -> bool {
+        self.waits.values().any(&f) || self.adopters.values().flatten().any(&f)
+    }
+
     /// Hands back the adopters `expired` says have waited long enough for a push (a wait in a
     /// group whose outcome no node relays to the new stream).
     pub fn give_up_adopters(&mut self, expired: impl Fn(&A) -> bool) -> Vec<A> {
@@ -278,6 +283,40 @@ impl<A> Pushes<A> {
             }
         }
     }
+}
+
+/// What to do with the holds the service lists for the session after an acquire's outcome was
+/// lost (`unsure`): each listed hold of an unsure name that no guard knows (`known(name,
+/// token)`) is given back, so the caller's retry starts clean. A name with an acquire or a
+/// wait still open (`open`) is left for later: the listed hold may be that acquire's grant,
+/// whose answer has not come yet, and giving it back would leave its guard holding nothing.
+/// Returns the holds to give back and the unsure pairs to settle later.
+pub(crate) fn settle(
+    unsure: Vec<(String, String)>,
+    listed: &[(String, u64)],
+    known: impl Fn(&str, u64) -> bool,
+    open: impl Fn(&str) -> bool,
+) -> (Vec<(String, u64)>, Vec<(String, String)>) {
+    let mut give_back = Vec::new();
+    let mut later: Vec<(String, String)> = Vec::new();
+    let mut done = HashSet::new();
+    for (name, owner) in unsure {
+        if open(&name) {
+            if !later.iter().any(|(n, o)| *n == name && *o == owner) {
+                later.push((name, owner));
+            }
+            continue;
+        }
+        if !done.insert(name.clone()) {
+            continue;
+        }
+        for (n, token) in listed {
+            if *n == name && !known(n, *token) {
+                give_back.push((name.clone(), *token));
+            }
+        }
+    }
+    (give_back, later)
 }
 
 #[cfg(test)]
@@ -441,6 +480,39 @@ mod tests {
             p.pushed(granted(7, "y", 42), NONE),
             Pushed::Answer(2, _)
         ));
+    }
+
+    #[test]
+    fn settling_gives_back_only_holds_no_guard_and_no_open_acquire_can_claim() {
+        let unsure = vec![
+            ("x".to_string(), "me".to_string()),
+            ("x".to_string(), "me".to_string()),
+            ("y".to_string(), "me".to_string()),
+            ("z".to_string(), "me".to_string()),
+        ];
+        let listed = [
+            ("x".to_string(), 10),
+            ("x".to_string(), 11),
+            ("y".to_string(), 20),
+            ("z".to_string(), 30),
+            ("w".to_string(), 40),
+        ];
+        // A guard holds x's 11; an acquire of z is still open (30 may be its grant).
+        let (back, later) = settle(unsure, &listed, |n, t| (n, t) == ("x", 11), |n| n == "z");
+        assert_eq!(back, vec![("x".to_string(), 10), ("y".to_string(), 20)]);
+        assert_eq!(later, vec![("z".to_string(), "me".to_string())]);
+    }
+
+    #[test]
+    fn a_queued_wait_or_an_adopter_keeps_its_name_open() {
+        let mut p = Pushes::default();
+        assert!(!p.waiting(|a: &&str| a.starts_with('x')));
+        assert!(p.queued((1, 7), "x-wait").is_none());
+        assert!(p.waiting(|a| a.starts_with('x')));
+        p.stray("y".into(), "me".into(), Instant::now());
+        assert!(p.refused_waiting("y", "me", "y-adopter").unwrap().is_none());
+        assert!(p.waiting(|a| a.starts_with('y')));
+        assert!(!p.waiting(|a| a.starts_with('z')));
     }
 
     #[test]

@@ -356,14 +356,44 @@ impl Core {
     }
 }
 
-/// A grant, as the driver hands it to an acquire.
-#[derive(Debug)]
+/// A grant, as the driver hands it to an acquire. The driver registers the hold in
+/// [`Core::held`] before it answers, so that nothing that gives back holds no guard knows
+/// (`give_back`, `settle_unsure`) can take it for an orphan while the caller's task has not run
+/// yet. A grant dropped before a guard claims it (the acquire was cancelled) gives the hold
+/// back.
 pub(crate) struct Grant {
     pub token: u64,
     pub session_id: String,
     pub gen: u64,
     /// The lease the hold follows.
     pub hold: HoldLease,
+    /// The guard id the hold is registered under in [`Core::held`].
+    pub id: u64,
+    name: String,
+    /// Set until a guard claims the grant.
+    unclaimed: Option<Arc<Core>>,
+}
+
+impl Grant {
+    /// A guard takes the hold over: from now on the guard releases it.
+    pub fn claim(&mut self) {
+        self.unclaimed = None;
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        let Some(core) = self.unclaimed.take() else {
+            return;
+        };
+        core.held.lock().expect("held lock").remove(&self.id);
+        let req = core.release_request(&self.session_id, &self.name, self.token);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = core.release(req, false).await;
+            });
+        }
+    }
 }
 
 /// How a release sent on the session stream ended.
@@ -498,6 +528,14 @@ impl Driver {
                         self.lose("the local lease deadline passed without a renewal", true);
                     }
                 }
+                // Before commands: a retry must not be sent while its first attempt's hold is
+                // still to be given back.
+                _ = at(settle) => {
+                    self.settle_at = None;
+                    if let Some(id) = self.sess.as_ref().map(|s| s.id.clone()) {
+                        self.settle_unsure(&id).await;
+                    }
+                }
                 cmd = self.cmds.recv() => match cmd {
                     None => {
                         let _ = self.close().await;
@@ -520,12 +558,6 @@ impl Driver {
                     Err(s) => self.disconnected(&format!("session stream failed: {}", s.message())),
                 },
                 _ = at(keepalive) => self.keepalive(),
-                _ = at(settle) => {
-                    self.settle_at = None;
-                    if let Some(id) = self.sess.as_ref().map(|s| s.id.clone()) {
-                        self.settle_unsure(&id).await;
-                    }
-                }
                 _ = at(reconnect) => self.reconnect().await,
             }
         }
@@ -955,27 +987,36 @@ impl Driver {
             let _ = a.reply.send(Err(Error::SessionLost));
             return;
         };
-        let out = out.map(|g| Grant {
-            token: g.token,
-            session_id: s.id.clone(),
-            gen: s.gen,
-            hold: s.leases.granted(
-                a.sent,
-                Instant::now(),
-                g.group,
-                g.group_moves,
-                g.lease_ttl_ms,
-            ),
+        let out = out.map(|g| {
+            let id = self.core.next_guard.fetch_add(1, Relaxed);
+            self.core.held.lock().expect("held lock").insert(
+                id,
+                Held {
+                    name: a.name.clone(),
+                    gen: s.gen,
+                    token: g.token,
+                },
+            );
+            Grant {
+                token: g.token,
+                session_id: s.id.clone(),
+                gen: s.gen,
+                hold: s.leases.granted(
+                    a.sent,
+                    Instant::now(),
+                    g.group,
+                    g.group_moves,
+                    g.lease_ttl_ms,
+                ),
+                id,
+                name: a.name.clone(),
+                unclaimed: Some(self.core.clone()),
+            }
         });
         self.publish();
-        if let Err(Ok(g)) = a.reply.send(out) {
-            // Nobody waits for this grant any more (the acquire was dropped): give it back.
-            let core = self.core.clone();
-            tokio::spawn(async move {
-                let req = core.release_request(&g.session_id, &a.name, g.token);
-                let _ = core.release(req, false).await;
-            });
-        }
+        // A grant nobody waits for any more (the acquire was dropped) comes back here and is
+        // dropped: it gives the hold back.
+        let _ = a.reply.send(out);
     }
 
     /// The stream broke: fail what was in flight (their outcome is unknown), and reconnect.
@@ -1056,39 +1097,52 @@ impl Driver {
     }
 
     /// Acquires whose answer the broken stream lost may have been granted: a hold of ours that no
-    /// guard knows is given back, so the caller's retry starts clean.
+    /// guard knows is given back, so the caller's retry starts clean (`pushes::settle`). A name
+    /// with an acquire or a wait still open is settled later.
     async fn settle_unsure(&mut self, session_id: &str) {
         let unsure = std::mem::take(&mut self.unsure);
-        let budget = self.sess.as_ref().map_or(Duration::ZERO, |s| s.every);
-        let settle = async {
-            // Our own session's holds (inspect does not show other sessions' ids, and need not).
-            let req = pb::GetSessionRequest {
-                session_id: session_id.to_string(),
-            };
-            let mut rpc = self.core.rpc(self.core.preferred());
-            let Ok(detail) = rpc.get_session(req).await else {
-                return;
-            };
-            let detail = detail.into_inner();
-            for (name, _owner) in unsure {
-                let known: Vec<u64> = {
-                    let held = self.core.held.lock().expect("held lock");
-                    held.values()
-                        .filter(|h| h.name == name)
-                        .map(|h| h.token)
-                        .collect()
-                };
-                for h in &detail.held {
-                    if h.name == name && !known.contains(&h.fencing_token) {
-                        let req = self
-                            .core
-                            .release_request(session_id, &name, h.fencing_token);
-                        let _ = self.core.release(req, false).await;
-                    }
-                }
+        let Some(every) = self.sess.as_ref().map(|s| s.every) else {
+            return;
+        };
+        if unsure.is_empty() {
+            return;
+        }
+        let end = Instant::now() + every;
+        // Our own session's holds (inspect does not show other sessions' ids, and need not).
+        let req = pb::GetSessionRequest {
+            session_id: session_id.to_string(),
+        };
+        let mut rpc = self.core.rpc(self.core.preferred());
+        let Ok(Ok(detail)) = tokio::time::timeout_at(end, rpc.get_session(req)).await else {
+            return;
+        };
+        let listed: Vec<(String, u64)> = detail
+            .into_inner()
+            .held
+            .into_iter()
+            .map(|h| (h.name, h.fencing_token))
+            .collect();
+        let (give_back, later) = {
+            let held = self.core.held.lock().expect("held lock");
+            let (pending, pushes) = (&self.pending, &self.pushes);
+            crate::pushes::settle(
+                unsure,
+                &listed,
+                |name, token| held.values().any(|h| h.name == name && h.token == token),
+                |name| unanswered(pending, name) || pushes.waiting(|a| a.name == name),
+            )
+        };
+        if !later.is_empty() {
+            self.unsure.extend(later);
+            self.settle_at = Some(Instant::now() + every);
+        }
+        let release = async {
+            for (name, token) in give_back {
+                let req = self.core.release_request(session_id, &name, token);
+                let _ = self.core.release(req, false).await;
             }
         };
-        let _ = timeout(budget, settle).await;
+        let _ = tokio::time::timeout_at(end, release).await;
     }
 
     /// Ends the session on this side: drops the stream, marks generation `gen` lost for every

@@ -38,7 +38,7 @@ from . import errors
 from ._lease import EXTENDED, NOT_HERE, GroupLeases, Lease, LockLease, monotonic
 from ._options import ClientOptions
 from ._proto import lockd_pb2 as pb
-from ._pushes import Answer, Orphan, Pushed, Pushes
+from ._pushes import Answer, Orphan, Pushed, Pushes, settle
 from ._rpc import LockStub
 from .errors import (ClientClosed, InvalidArgument, LockdError, NotAcquired, SessionLost,
                      Unavailable)
@@ -234,13 +234,17 @@ class Core:
         #: Queued waits and the pushes that answer them (``_pushes.py``).
         self._pushes: Pushes[_Acq] = Pushes()
         self._unsure: List[str] = []
+        #: Settles running (``_begin_settle``); acquires on the stream wait for them to end.
+        self._settling = 0
+        self._settled: Optional[asyncio.Event] = None
         self._open_lock: Optional[asyncio.Lock] = None
         self._wake: Optional[asyncio.Event] = None
         self._bg: Set["asyncio.Task[Any]"] = set()
         self._closed = False
         self._next_hold = 1
         #: Holds the application keeps (hold id -> hold), for lease-expired reports and for
-        #: settling acquires whose answer a broken stream lost.
+        #: settling acquires whose answer a broken stream lost. A grant is registered before
+        #: its acquire is answered, so that no give-back takes it for an orphan meanwhile.
         self.held: Dict[int, Hold] = {}
         self.lease_expired = 0
         # New leaders' notices: how many, and the last one's (group, ms left) as that leader said.
@@ -616,7 +620,7 @@ class Core:
         s.reconnect_attempt = 0
         self._renewed(sent, ev.keepalive)
         s.next_keepalive = sent + s.every
-        await self._settle_unsure(s)
+        await self._begin_settle(s)
 
     def _retry_reconnect(self, s: _Sess, failed: int) -> None:
         self.rotate(failed)
@@ -625,24 +629,53 @@ class Core:
 
     async def _settle_unsure(self, s: _Sess) -> None:
         """Acquires whose answer the broken stream lost may have been granted: a hold of ours
-        that no lock object knows is given back, so the caller's retry starts clean."""
+        that no lock object knows is given back, so the caller's retry starts clean
+        (``_pushes.settle``). A name with an acquire or a wait still open is settled later."""
         unsure, self._unsure = self._unsure, []
         if not unsure:
             return
 
-        async def settle() -> None:
+        async def give_back() -> None:
             detail = await self.unary(lambda st: st.GetSession,
                                       pb.GetSessionRequest(session_id=s.id), attempts=1)
-            for name in set(unsure):
-                known = {h.token for h in self.held.values() if h.name == name}
-                for h in detail.held:
-                    if h.name == name and h.fencing_token not in known:
-                        await self.release(s.id, name, h.fencing_token)
+            back, later = settle(
+                unsure, [(h.name, h.fencing_token) for h in detail.held],
+                lambda n, t: any(h.name == n and h.token == t for h in self.held.values()),
+                lambda n: self._unanswered(n) or self._pushes.waiting(lambda a: a.name == n))
+            if later and self._sess is s:
+                self._unsure.extend(later)
+                self._spawn(self._settle_later(s))
+            for name, token in back:
+                await self.release(s.id, name, token)
 
         try:
-            await asyncio.wait_for(settle(), s.every)
+            await asyncio.wait_for(give_back(), s.every)
         except (asyncio.TimeoutError, LockdError) as e:
             log.debug("lockd: could not settle unanswered acquires: %s", e)
+
+    async def _settle_later(self, s: _Sess) -> None:
+        await asyncio.sleep(s.every)
+        if self._sess is s:
+            await self._begin_settle(s)
+
+    def _begin_settle(self, s: _Sess) -> Awaitable[None]:
+        """Starts settling (``_settle_unsure``) now: acquires on the stream wait until it ends,
+        so that a retry is never sent while its first attempt's hold is still to be given
+        back."""
+        self._settling += 1
+        if self._settled is None:
+            self._settled = asyncio.Event()
+        self._settled.clear()
+        settled = self._settled
+
+        async def run() -> None:
+            try:
+                await self._settle_unsure(s)
+            finally:
+                self._settling -= 1
+                if self._settling == 0:
+                    settled.set()
+        return run()
 
     # ----- events ---------------------------------------------------------------------------
 
@@ -682,7 +715,7 @@ class Core:
                 # and the caller's retry starts clean.
                 self._unsure.append(a.name)
                 if self._sess is not None:
-                    self._spawn(self._settle_unsure(self._sess))
+                    self._spawn(self._begin_settle(self._sess))
                 self._fail(a, Unavailable(f"the first attempt at {a.name!r} landed after its "
                                           "stream broke; that hold is given back before the retry"))
                 return
@@ -816,14 +849,18 @@ class Core:
     def _hold(self, s: _Sess, name: str, token: int, owner: str, mode: Mode, reentry: int,
               sent: float, group: int, group_moves: int, lease_ttl_ms: int) -> Hold:
         """A grant of session ``s``, tied to the lease of the group that made it."""
-        hold = s.lease.leases.granted(sent, monotonic(), group, group_moves, lease_ttl_ms)
-        lease = LockLease(s.lease, hold)
+        lease = LockLease(s.lease, s.lease.leases.granted(sent, monotonic(), group, group_moves,
+                                                         lease_ttl_ms))
         if lease.deadline < s.check_due or s.lease.leases.changes != s.checked_changes:
             # The engine's timer fires this lock's `lost` at its deadline; a grant at a higher
             # move count also makes the group's older holds follow deadline_all (a rescan).
             s.check_due = min(s.check_due, lease.deadline)
             self._poke()
-        return Hold(name, token, s.id, lease, owner, mode, reentry)
+        hold = Hold(name, token, s.id, lease, owner, mode, reentry)
+        hold.id = self._next_hold
+        self._next_hold += 1
+        self.held[hold.id] = hold
+        return hold
 
     @staticmethod
     def _fail(a: _Acq, e: LockdError) -> None:
@@ -922,11 +959,7 @@ class Core:
                                     wait_ms=wait_ms, reentrant=reentrant)
             started = monotonic()
             try:
-                hold = await self._acquire_once(req, m)
-                hold.id = self._next_hold
-                self._next_hold += 1
-                self.held[hold.id] = hold
-                return hold
+                return await self._acquire_once(req, m)
             except NotAcquired as e:
                 if capped:
                     # One round of a longer wait ran out: queue again at the back (the service
@@ -962,6 +995,8 @@ class Core:
                                   lock_delay_until_ms=r.lock_delay_until_ms)
             return self._hold(s, req.name, r.fencing_token, req.owner, mode, max(r.reentry, 1), sent,
                               r.group, r.group_moves, r.lease_ttl_ms)
+        if self._settling and self._settled is not None:
+            await self._settled.wait()
         if self._conn is None:
             raise Unavailable("the session stream is reconnecting")
         fut: "asyncio.Future[Hold]" = asyncio.get_running_loop().create_future()
@@ -970,7 +1005,15 @@ class Core:
         acq = _Acq(req.name, req.owner, mode, fut, sent, sent + req.wait_ms / 1000)
         self._pending[rid] = _Pending("acquire", sent=sent, acq=acq)
         self._send(pb.SessionRequest(request_id=rid, acquire=req))
-        return await fut
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # Granted as the caller was cancelled: nobody will hold it, so give it back.
+                hold = fut.result()
+                self.forget(hold)
+                self._spawn(self._release_quietly(hold.session_id, hold.name, hold.token))
+            raise
 
     async def _release_quietly(self, session_id: str, name: str, token: int) -> None:
         try:

@@ -135,6 +135,11 @@ class Pushes(Generic[A]):
                 out.append(p)
         return out
 
+    def waiting(self, match: Callable[[A], bool]) -> bool:
+        """Whether a queued wait or an adopter matches (its grant may come at any time)."""
+        return (any(match(a) for a in self._waits.values())
+                or any(match(a) for q in self._adopters.values() for a in q))
+
     def give_up_adopters(self, expired: Callable[[A], bool]) -> List[A]:
         """Hands back the adopters ``expired`` says have waited long enough for a push."""
         out: List[A] = []
@@ -182,3 +187,21 @@ class Pushes(Generic[A]):
         self._answered[key] = None
         while len(self._answered) > CAPACITY:
             self._answered.popitem(last=False)
+
+
+def settle(unsure: List[str], listed: List[Tuple[str, int]], known: Callable[[str, int], bool],
+           open_: Callable[[str], bool]) -> Tuple[List[Tuple[str, int]], List[str]]:
+    """What to do with the holds the service lists for the session after an acquire's outcome
+    was lost (``unsure``): each listed hold of an unsure name that no lock object knows is given
+    back, so the caller's retry starts clean. A name with an acquire or a wait still open is left
+    for later: the listed hold may be that acquire's grant, whose answer has not come yet, and
+    giving it back would leave its lock object holding nothing. Returns the holds to give back
+    and the names to settle later."""
+    give_back: List[Tuple[str, int]] = []
+    later: List[str] = []
+    for name in dict.fromkeys(unsure):
+        if open_(name):
+            later.append(name)
+            continue
+        give_back.extend((name, t) for n, t in listed if n == name and not known(n, t))
+    return give_back, later
