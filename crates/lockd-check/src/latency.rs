@@ -155,7 +155,15 @@ async fn measure(cfg: &LatencyConfig, cluster: &Cluster, zones: &[String]) -> an
         let acquire = acquires(&endpoint, label, cfg.ops, QUIET_GAP).await?;
         let back_to_back = acquires(&endpoint, label, cfg.ops, Duration::ZERO).await?;
         let keepalive = keepalives(&endpoint, cfg.ops).await?;
-        rows.push((label, node, acquire, back_to_back, keepalive));
+        rows.push((
+            label,
+            node,
+            [
+                ("acquire", acquire),
+                ("b2b_acquire", back_to_back),
+                ("keepalive", keepalive),
+            ],
+        ));
     }
     let after = cluster.leaders().await.get(&1).copied().unwrap_or(0);
     anyhow::ensure!(
@@ -181,27 +189,18 @@ async fn measure(cfg: &LatencyConfig, cluster: &Cluster, zones: &[String]) -> an
         cfg.groups,
         cfg.ops,
     );
-    for (label, node, a, b, k) in &rows {
-        println!(
-            "{label:<12} {node:>5} {:>12} {:>12} {:>12} {:>12} {:>14} {:>14}",
-            ms(a.p50),
-            ms(a.p99),
-            ms(b.p50),
-            ms(b.p99),
-            ms(k.p50),
-            ms(k.p99)
-        );
-        result.push_str(&format!(
-            " {label}_acquire_p50_ms={} {label}_acquire_p99_ms={} \
-             {label}_b2b_acquire_p50_ms={} {label}_b2b_acquire_p99_ms={} \
-             {label}_keepalive_p50_ms={} {label}_keepalive_p99_ms={}",
-            ms(a.p50),
-            ms(a.p99),
-            ms(b.p50),
-            ms(b.p99),
-            ms(k.p50),
-            ms(k.p99)
-        ));
+    for (label, node, kinds) in &rows {
+        let mut line = format!("{label:<12} {node:>5}");
+        for (kind, q) in kinds {
+            let width = if *kind == "keepalive" { 14 } else { 12 };
+            line.push_str(&format!(" {:>width$} {:>width$}", ms(q.p50), ms(q.p99)));
+            result.push_str(&format!(
+                " {label}_{kind}_p50_ms={} {label}_{kind}_p99_ms={}",
+                ms(q.p50),
+                ms(q.p99)
+            ));
+        }
+        println!("{line}");
     }
     println!("{result}");
     Ok(())

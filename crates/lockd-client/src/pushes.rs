@@ -285,6 +285,11 @@ impl<A> Pushes<A> {
     }
 }
 
+/// An acquire whose outcome was lost: `(name, owner)`.
+pub(crate) type Unsure = (String, String);
+/// A hold the service lists for the session: `(name, fencing token)`.
+pub(crate) type ListedHold = (String, u64);
+
 /// What to do with the holds the service lists for the session after an acquire's outcome was
 /// lost (`unsure`): each listed hold of an unsure name that no guard knows (`known(name,
 /// token)`) is given back, so the caller's retry starts clean. A name with an acquire or a
@@ -292,13 +297,13 @@ impl<A> Pushes<A> {
 /// whose answer has not come yet, and giving it back would leave its guard holding nothing.
 /// Returns the holds to give back and the unsure pairs to settle later.
 pub(crate) fn settle(
-    unsure: Vec<(String, String)>,
-    listed: &[(String, u64)],
+    unsure: Vec<Unsure>,
+    listed: &[ListedHold],
     known: impl Fn(&str, u64) -> bool,
     open: impl Fn(&str) -> bool,
-) -> (Vec<(String, u64)>, Vec<(String, String)>) {
+) -> (Vec<ListedHold>, Vec<Unsure>) {
     let mut give_back = Vec::new();
-    let mut later: Vec<(String, String)> = Vec::new();
+    let mut later: Vec<Unsure> = Vec::new();
     let mut done = HashSet::new();
     for (name, owner) in unsure {
         if open(&name) {

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use lockd_client::Client;
+use lockd_client::{Client, Error, LockGuard};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStdout;
@@ -837,17 +837,22 @@ async fn waiters(client: &Client, name: &str) -> usize {
     client.inspect(name).await.map_or(0, |s| s.waiters.len())
 }
 
-/// The stream that queued a wait dies with its node; the wait lives on in the group. The
-/// acquire's retry is refused `already_waiting` by its own first attempt, and adopts it: the
-/// grant pushed later answers the retry.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_after_a_broken_stream_takes_the_wait_it_queued() {
-    let _serial = SERIAL.lock().await;
+/// A wait on `name` queued through a stream on a follower of group 1, whose node is then
+/// killed: the holder's client and guard, the waiter's client, and its acquire's task.
+struct StrayWait {
+    holder: Client,
+    held: LockGuard,
+    waiter: Client,
+    waiting: tokio::task::JoinHandle<Result<LockGuard, Error>>,
+    /// Bind it (`cluster: _cluster`): its drop stops the nodes.
+    cluster: Cluster,
+}
+
+async fn queue_a_wait_on_a_follower(name: &'static str) -> StrayWait {
     let mut c = Cluster::start(3, 1).await;
     let ttl = Duration::from_secs(10);
     let holder = Client::connect_with(&c.grpc, options(ttl)).await.unwrap();
     let (waiter, on) = client_on_a_follower(&c, ttl).await;
-    let name = "fast/stray-retry";
     let held = holder.acquire(name).try_once().await.unwrap();
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
@@ -858,6 +863,29 @@ async fn a_retry_after_a_broken_stream_takes_the_wait_it_queued() {
     })
     .await;
     c.kill(on);
+    StrayWait {
+        holder,
+        held,
+        waiter,
+        waiting,
+        cluster: c,
+    }
+}
+
+/// The stream that queued a wait dies with its node; the wait lives on in the group. The
+/// acquire's retry is refused `already_waiting` by its own first attempt, and adopts it: the
+/// grant pushed later answers the retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_broken_stream_takes_the_wait_it_queued() {
+    let _serial = SERIAL.lock().await;
+    let name = "fast/stray-retry";
+    let StrayWait {
+        holder,
+        held,
+        waiting,
+        cluster: _cluster,
+        ..
+    } = queue_a_wait_on_a_follower(name).await;
     // The stream moves to another node and the acquire is retried there before the grant.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(waiters(&holder, name).await, 1, "one wait, not two");
@@ -880,21 +908,15 @@ async fn a_retry_after_a_broken_stream_takes_the_wait_it_queued() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_for_a_wait_whose_acquire_gave_up_is_given_back() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::start(3, 1).await;
-    let ttl = Duration::from_secs(10);
-    let holder = Client::connect_with(&c.grpc, options(ttl)).await.unwrap();
-    let (waiter, on) = client_on_a_follower(&c, ttl).await;
     let name = "fast/stray-orphan";
-    let held = holder.acquire(name).try_once().await.unwrap();
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move { waiter.acquire(name).wait(Duration::from_secs(30)).await }
-    });
-    eventually(Duration::from_secs(10), "the wait queued", || async {
-        waiters(&holder, name).await == 1
-    })
-    .await;
-    c.kill(on);
+    let StrayWait {
+        holder,
+        held,
+        waiter,
+        waiting,
+        cluster: _cluster,
+        ..
+    } = queue_a_wait_on_a_follower(name).await;
     waiting.abort();
     // The waiter's session lives on (its keepalives ride the moved stream)...
     tokio::time::sleep(Duration::from_secs(2)).await;
