@@ -902,6 +902,55 @@ async fn a_retry_after_a_broken_stream_takes_the_wait_it_queued() {
     assert!(holder.inspect(name).await.unwrap().holders.is_empty());
 }
 
+/// A wait queued through a node that hosts no replica of its group is relayed by that node.
+/// When the node dies, the node the session's stream moves to (no replica either) relays the
+/// session's waits again, so the retry that adopted the wait gets its grant when the lock is
+/// freed, not when its wait runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_relayed_by_a_node_that_died_is_relayed_by_the_next() {
+    let _serial = SERIAL.lock().await;
+    // Group 1 on nodes 1-3; nodes 4 and 5 host only the meta group.
+    let mut c = Cluster::launch(5, 1, NAMESPACES, "fast", |a| a.common.replicas = 3).await;
+    let ttl = Duration::from_secs(10);
+    let holder = Client::connect_with(&c.grpc[..3], options(ttl))
+        .await
+        .unwrap();
+    let waiter = Client::connect_with(&c.grpc[3..], options(ttl))
+        .await
+        .unwrap();
+    let name = "fast/relayed-twice";
+    let held = holder.acquire(name).try_once().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire(name).wait(Duration::from_secs(60)).await }
+    });
+    eventually(Duration::from_secs(10), "the wait queued", || async {
+        waiters(&holder, name).await == 1
+    })
+    .await;
+    c.kill(3);
+    // The stream moves to node 5, which relays the wait; the retry adopts it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(waiters(&holder, name).await, 1, "one wait, not two");
+    held.release().await.unwrap();
+    let guard = timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the grant reached the moved stream well before the wait's end")
+        .unwrap()
+        .expect("the retry took the grant of the wait it had queued");
+    let state = holder.inspect(name).await.unwrap();
+    assert_eq!(state.holders.len(), 1);
+    assert_eq!(state.holders[0].fencing_token, guard.token());
+    // Nothing released it behind the guard's back (the dead node's ask was not abandoned).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        holder.inspect(name).await.unwrap().holders[0].fencing_token,
+        guard.token()
+    );
+    guard.release().await.unwrap();
+    assert!(holder.inspect(name).await.unwrap().holders.is_empty());
+}
+
 /// The same broken stream, but the acquire gives up: when the wait it queued is granted, the
 /// grant is pushed to the session's new stream with nobody to take it, and the client gives
 /// it back rather than hold the lock until the session ends.

@@ -151,6 +151,21 @@ impl LockTable {
                 .collect(),
         })
     }
+
+    /// `(name, waiter, ms left at group time now_ms)` of every wait `session` has queued:
+    /// what a node the session's stream moves to needs to relay their outcomes.
+    pub fn session_waits(&self, session: SessionId, now_ms: u64) -> Vec<(String, WaiterId, u64)> {
+        let Some(s) = self.sessions.get(&session) else {
+            return Vec::new();
+        };
+        s.waits
+            .iter()
+            .filter_map(|(n, id)| {
+                let w = self.locks.get(n)?.waiters().iter().find(|w| w.id == *id)?;
+                Some((n.to_string(), *id, w.deadline_ms.saturating_sub(now_ms)))
+            })
+            .collect()
+    }
 }
 
 /// One name in a contention report, as of the scan's group time.

@@ -64,6 +64,10 @@ pub(crate) enum Query {
     RemovedGroups,
     /// The meta group's record of each node's zone.
     Zones,
+    /// A session's queued waits: (name, waiter, ms left).
+    SessionWaits {
+        session: SessionId,
+    },
 }
 
 /// The answer to a [`Query`] (the variant of the same name).
@@ -87,6 +91,7 @@ pub(crate) enum Answer {
     Stats(lockd_core::Stats),
     RemovedGroups(std::collections::BTreeMap<GroupId, u64>),
     Zones(std::collections::BTreeMap<u64, String>),
+    SessionWaits(Vec<(String, WaiterId, u64)>),
 }
 
 impl Query {
@@ -128,6 +133,9 @@ impl Query {
             Query::Stats => Answer::Stats(t.stats()),
             Query::RemovedGroups => Answer::RemovedGroups(t.removed_groups().clone()),
             Query::Zones => Answer::Zones(t.zones().clone()),
+            Query::SessionWaits { session } => {
+                Answer::SessionWaits(t.session_waits(*session, now_ms))
+            }
         }
     }
 }
@@ -149,6 +157,14 @@ pub(crate) enum Ask {
     Contention {
         top: usize,
         namespaces: Option<Vec<String>>,
+    },
+    /// [`Ask::AwaitWaiter`] for a wait a session stream queued: if the ask ends without the
+    /// outcome (its node died, or the time ran out), the member does not release a later grant,
+    /// since the wait is the session's and its stream may have moved to a node that relays it.
+    AwaitStreamWaiter {
+        waiter: WaiterId,
+        name: String,
+        limit_ms: u64,
     },
 }
 

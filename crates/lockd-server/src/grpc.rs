@@ -774,9 +774,13 @@ impl Lock for GrpcApi {
                         use pb::session_event::Kind as Ev;
                         match msg.kind {
                             Some(k @ (Kind::Open(_) | Kind::Attach(_))) if attached.is_none() => {
+                                let moved = matches!(k, Kind::Attach(_));
                                 match begin_session(&svc, k, &meta_creds).await {
                                     Ok((s, auth, ev)) => {
                                         attached = Some((s, svc.waits.attach_stream(s, ev_tx.clone()), auth));
+                                        if moved {
+                                            svc.relay_session_waits(s);
+                                        }
                                         out.event(id, ev);
                                     }
                                     Err(e) => out.event(id, error_event(e)),

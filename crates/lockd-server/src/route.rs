@@ -13,8 +13,10 @@
 //! - **waits** ([`Ask::AwaitWaiter`]): a wait is answered by a node's applied effects
 //!   (`waits.rs`), so a node without a replica parks the wait on one that has (its early-outcome
 //!   buffer covers a grant applied before the ask arrives) and relays the outcome: to the HTTP
-//!   long poll, or onto the session's stream as a push. A grant that finds its requester gone
-//!   is released (the janitor), on whichever node lost it.
+//!   long poll, or onto the session's stream as a push. A grant whose HTTP caller is gone is
+//!   released (the janitor); a grant for a stream is the session's, and is never released by
+//!   a relay that finds no stream (the stream may have moved, and its new node relays the
+//!   session's waits again: [`Service::relay_session_waits`]).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -192,6 +194,40 @@ impl Service {
     }
 }
 
+impl Service {
+    /// A session's stream moved here (attach). The waits it queued through another node in a
+    /// group this node hosts no replica of were relayed by that node, which may be gone with
+    /// the old stream: each is relayed again from here. Two relays of one outcome are harmless
+    /// (the client drops a second push of an answered wait), and a relay that finds no stream
+    /// releases nothing (`remote_wait`). Waits in groups hosted here are pushed by the
+    /// replica's applied effects.
+    pub(crate) fn relay_session_waits(self: &Arc<Self>, session: SessionId) {
+        let svc = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let Some(groups) = svc.upgrade().and_then(|s| s.lock_groups_all().ok()) else {
+                return;
+            };
+            for route in groups {
+                let Route::Remote(remote) = &route else {
+                    continue;
+                };
+                let Some(s) = svc.upgrade() else { return };
+                let waits = match s.query(&route, Query::SessionWaits { session }).await {
+                    Ok(Answer::SessionWaits(w)) => w,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::debug!(group = remote.id(), %e, "could not list a moved session's waits");
+                        continue;
+                    }
+                };
+                for (name, waiter, left_ms) in waits {
+                    s.relay_remote_wait(remote, session, waiter, &name, left_ms);
+                }
+            }
+        });
+    }
+}
+
 fn status_error(st: tonic::Status) -> ApiError {
     ApiError::new(ErrorCode::Unavailable, st.message().to_string())
 }
@@ -225,10 +261,18 @@ async fn remote_wait(
     // replicated log, and a node that applied it before the ask came keeps it for the asker.
     let result = loop {
         let left = limit.saturating_sub(started.elapsed());
-        let ask = Ask::AwaitWaiter {
-            waiter,
-            name: name.clone(),
-            limit_ms: left.as_millis() as u64,
+        let (name, limit_ms) = (name.clone(), left.as_millis() as u64);
+        let ask = match relay {
+            Relay::Caller(_) => Ask::AwaitWaiter {
+                waiter,
+                name,
+                limit_ms,
+            },
+            Relay::Stream(_) => Ask::AwaitStreamWaiter {
+                waiter,
+                name,
+                limit_ms,
+            },
         };
         let payload = match encode(&ask) {
             Ok(p) => p,
@@ -268,13 +312,20 @@ async fn remote_wait(
                 return;
             };
             let event = relayed_event(group, waiter, &name, outcome);
+            // A grant the stream here cannot take is not released: the wait belongs to the
+            // session, whose stream may have moved to a node that delivers the same grant
+            // (a replica's effects, or its own relay). Releasing it here would free a lock a
+            // guard holds. A client that gets a grant nobody waits for gives it back; a
+            // client that is gone lets its session expire, which frees it.
             let delivered = svc
                 .upgrade()
                 .is_some_and(|s| s.waits.deliver(session, event));
-            if let (false, Ok(Some((WaitOutcome::Granted { token, .. }, _)))) = (delivered, result)
-            {
-                let _ = janitor.send(orphan(token));
-            }
+            tracing::debug!(
+                group,
+                waiter,
+                delivered,
+                "relayed a wait's outcome to its stream"
+            );
         }
     }
 }
@@ -300,6 +351,7 @@ impl AppHandler for AppServer {
             };
             let ask: Ask = postcard::from_bytes(&payload)
                 .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+            let of_session = matches!(ask, Ask::AwaitStreamWaiter { .. });
             match ask {
                 Ask::Query(q) => {
                     let now = g.now_ms();
@@ -318,11 +370,20 @@ impl AppHandler for AppServer {
                     waiter,
                     name,
                     limit_ms,
+                }
+                | Ask::AwaitStreamWaiter {
+                    waiter,
+                    name,
+                    limit_ms,
                 } => {
                     let mut parked = svc.waits.park(group, waiter);
+                    if of_session {
+                        parked = parked.of_session();
+                    }
                     let limit = Duration::from_millis(limit_ms);
-                    // On a timeout `parked` is dropped: the waiter is abandoned here and a
-                    // later grant released by this node.
+                    // On a timeout, or when the asker goes away, `parked` is dropped: an HTTP
+                    // caller's waiter is abandoned here and a later grant released by this
+                    // node; a session stream's is not (`Parked::of_session`).
                     let out = match tokio::time::timeout(limit, parked.outcome()).await {
                         Ok(Some(WaitOutcome::TimedOut)) => {
                             let holder = g

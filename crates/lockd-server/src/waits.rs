@@ -111,12 +111,14 @@ pub struct Waits {
     pub handoffs: crate::contention::Handoffs,
 }
 
-/// A parked wait. Dropping it before the outcome arrives marks the waiter abandoned.
+/// A parked wait. Dropping it before the outcome arrives marks the waiter abandoned (unless
+/// it is a session's: [`Parked::of_session`]).
 pub struct Parked {
     waits: Arc<Waits>,
     key: Key,
     rx: Option<oneshot::Receiver<WaitOutcome>>,
     early: Option<WaitOutcome>,
+    abandon_on_drop: bool,
 }
 
 impl Parked {
@@ -134,6 +136,14 @@ impl Parked {
 }
 
 impl Parked {
+    /// A wait a session stream queued: its grant is the session's, wherever the stream is now,
+    /// so dropping this parking never marks the waiter abandoned (nothing here releases the
+    /// grant; the client gives back one nobody waits for, or the session's end frees it).
+    pub fn of_session(mut self) -> Parked {
+        self.abandon_on_drop = false;
+        self
+    }
+
     /// Gives the wait up here without marking it abandoned (a member elsewhere now waits for
     /// it, and owns a late grant): returns its waiter id.
     pub fn hand_over(mut self) -> WaiterId {
@@ -149,7 +159,7 @@ impl Drop for Parked {
     fn drop(&mut self) {
         if self.rx.is_some() {
             let mut inner = self.waits.inner.lock().expect("waits lock");
-            if inner.parked.remove(&self.key).is_some() {
+            if inner.parked.remove(&self.key).is_some() && self.abandon_on_drop {
                 inner.abandoned.insert(self.key);
             }
         }
@@ -202,6 +212,7 @@ impl Waits {
                 key,
                 rx: None,
                 early: Some(o),
+                abandon_on_drop: true,
             };
         }
         let (tx, rx) = oneshot::channel();
@@ -211,6 +222,7 @@ impl Waits {
             key,
             rx: Some(rx),
             early: None,
+            abandon_on_drop: true,
         }
     }
 
@@ -474,5 +486,24 @@ mod tests {
             }],
         );
         assert!(janitor.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_session_streams_wait_is_never_released_when_its_asker_goes() {
+        let (w, mut janitor) = Waits::new();
+        // A relay for a stream asked, then went away (its node died): the grant stays the
+        // session's, for the node its stream moved to.
+        drop(w.park(3, 9).of_session());
+        w.applied(3, &[granted(9, 50)]);
+        assert!(janitor.try_recv().is_err());
+        // The next relay's ask gets it from the early buffer.
+        assert_eq!(
+            w.park(3, 9).outcome().await,
+            Some(WaitOutcome::Granted {
+                token: 50,
+                lease_ttl_ms: 15_000,
+                group_moves: 0
+            })
+        );
     }
 }

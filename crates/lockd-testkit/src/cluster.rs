@@ -210,6 +210,9 @@ impl Cluster {
         let running: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].is_running())
             .collect();
+        // Every group (and the meta group) hosted somewhere: with `--replicas` below the node
+        // count a node lists only the groups it hosts.
+        let mut hosted = std::collections::BTreeSet::new();
         for &i in &running {
             let Some(s) = self.status(i).await else {
                 return false;
@@ -220,12 +223,13 @@ impl Cluster {
                 leader != 0 && (preferred == 0 || leader == preferred)
             };
             let groups = s["groups"].as_array().cloned().unwrap_or_default();
-            if s["serving_names"] != Value::Bool(true)
-                || groups.len() != self.groups as usize + 1
-                || !groups.iter().all(settled)
-            {
+            if s["serving_names"] != Value::Bool(true) || !groups.iter().all(settled) {
                 return false;
             }
+            hosted.extend(groups.iter().filter_map(|g| g["id"].as_u64()));
+        }
+        if !running.is_empty() && hosted.len() != self.groups as usize + 1 {
+            return false;
         }
         // The namespaces are in place once a session can open in the ready namespace.
         let Some(&i) = running.first() else {

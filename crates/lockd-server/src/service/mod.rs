@@ -1597,7 +1597,7 @@ impl Service {
         Ok(merged.into_values().take(limit).collect())
     }
 
-    fn lock_groups_all(&self) -> Result<Vec<Route>, ApiError> {
+    pub(crate) fn lock_groups_all(&self) -> Result<Vec<Route>, ApiError> {
         self.lock_group_ids()
             .into_iter()
             .map(|g| self.route_of(g))
