@@ -107,7 +107,7 @@ impl ConnCap {
 
     /// A place for one more connection from `addr`, or `None` (and a warning, now and then)
     /// at either cap.
-    fn admit(&self, addr: IpAddr) -> Option<Permit> {
+    pub(crate) fn admit(&self, addr: IpAddr) -> Option<Permit> {
         let permit = self.permits.clone().try_acquire_owned().ok().and_then(|p| {
             let mut m = self.by_addr.lock().expect("connection counts poisoned");
             let n = m.entry(addr).or_insert(0);
@@ -165,7 +165,7 @@ impl ConnCap {
     }
 
     /// The answer an HTTP client gets at the cap (then the connection closes).
-    fn refusal(&self) -> Vec<u8> {
+    pub(crate) fn refusal(&self) -> Vec<u8> {
         let body = serde_json::json!({
             "code": "too_many_connections",
             "message": format!(
@@ -189,6 +189,53 @@ impl ConnCap {
 pub struct Capped<Io> {
     io: Io,
     _permit: Permit,
+}
+
+impl<Io> Capped<Io> {
+    /// `io` holding the place `permit`.
+    pub(crate) fn new(io: Io, permit: Permit) -> Capped<Io> {
+        Capped {
+            io,
+            _permit: permit,
+        }
+    }
+}
+
+/// A plain listener under `cap`: a connection over it is answered with the cap's 503 and
+/// closed; the ones it hands out hold their place until they close.
+pub struct CappedListener<L> {
+    inner: L,
+    cap: ConnCap,
+}
+
+impl<L> CappedListener<L> {
+    pub fn new(inner: L, cap: ConnCap) -> CappedListener<L> {
+        CappedListener { inner, cap }
+    }
+}
+
+impl<L> Listener for CappedListener<L>
+where
+    L: Listener<Addr = std::net::SocketAddr>,
+{
+    type Io = Capped<L::Io>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (io, addr) = self.inner.accept().await;
+            match self.cap.admit(addr.ip()) {
+                Some(permit) => return (Capped::new(io, permit), addr),
+                None => {
+                    tokio::spawn(refuse(io, self.cap.refusal()));
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
 }
 
 impl<Io: AsyncRead + Unpin> AsyncRead for Capped<Io> {
@@ -304,11 +351,7 @@ pub fn capped_grpc(
                 let mut first = [0u8; 1];
                 match tokio::time::timeout(FIRST_BYTE_TIMEOUT, tcp.peek(&mut first)).await {
                     Ok(Ok(n)) if n > 0 => {
-                        let io = Capped {
-                            io: tcp,
-                            _permit: permit,
-                        };
-                        let _ = tx.send(Ok(io)).await;
+                        let _ = tx.send(Ok(Capped::new(tcp, permit))).await;
                     }
                     // Closed, failed, or silent past the deadline: dropped, its place freed.
                     _ => {}
@@ -319,16 +362,13 @@ pub fn capped_grpc(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
-/// Serves `app` on `listener` (plain or TLS) until `stop`, with the HTTP/1 header deadline
-/// and at most `cap` connections; then lets the open ones finish their requests and waits for
-/// them to close.
-pub async fn serve_http<L>(
-    mut listener: L,
-    app: Router,
-    cap: ConnCap,
-    stop: impl Future<Output = ()>,
-) where
-    L: Listener<Addr = std::net::SocketAddr>,
+/// Serves `app` on `listener` until `stop`, with the HTTP/1 header deadline; then lets the
+/// open ones finish their requests and waits for them to close. The listener admits under the
+/// port's cap ([`CappedListener`], or [`crate::tls::TlsListener`] before the handshake).
+pub async fn serve_http<L, Io>(mut listener: L, app: Router, stop: impl Future<Output = ()>)
+where
+    L: Listener<Io = Capped<Io>, Addr = std::net::SocketAddr>,
+    Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     use hyper_util::rt::TokioIo;
     use tower::ServiceExt;
@@ -342,14 +382,7 @@ pub async fn serve_http<L>(
             c = listener.accept() => c,
             _ = &mut stop => break,
         };
-        let Some(permit) = cap.admit(addr.ip()) else {
-            tokio::spawn(refuse(io, cap.refusal()));
-            continue;
-        };
-        let io = TokioIo::new(Capped {
-            io,
-            _permit: permit,
-        });
+        let io = TokioIo::new(io);
         let service =
             hyper_util::service::TowerToHyperService::new(app.clone().map_request(
                 move |r: http::Request<hyper::body::Incoming>| with_client_addr(r, addr),

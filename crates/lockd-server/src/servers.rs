@@ -122,8 +122,8 @@ pub fn http(
     svc.metrics.watch_connections(&cap);
     Ok(match tls {
         Some(t) => {
-            let listener = tls::TlsListener::new(listener, t)?;
-            conns::serve_http(listener, app, cap, stop).boxed()
+            let listener = tls::TlsListener::new(listener, t, cap)?;
+            conns::serve_http(listener, app, stop).boxed()
         }
         None => {
             use axum::serve::ListenerExt;
@@ -132,7 +132,7 @@ pub fn http(
                     tracing::warn!(error = %e, "could not set TCP_NODELAY");
                 }
             });
-            conns::serve_http(listener, app, cap, stop).boxed()
+            conns::serve_http(conns::CappedListener::new(listener, cap), app, stop).boxed()
         }
     })
 }
@@ -156,6 +156,10 @@ pub fn probes(
     let addr = listener.local_addr()?;
     let app = http::probe_router(svc.clone());
     let cap = conns::ConnCap::new("probes", PROBE_CONNECTIONS);
-    tasks.spawn(conns::serve_http(listener, app, cap, stop));
+    tasks.spawn(conns::serve_http(
+        conns::CappedListener::new(listener, cap),
+        app,
+        stop,
+    ));
     Ok(Some(addr))
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::conns::{Capped, ConnCap};
 use anyhow::{bail, Context};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -117,15 +118,22 @@ impl ClientTls {
 }
 
 /// A TCP listener that hands axum only connections whose TLS handshake completed. Handshakes
-/// run in tasks of their own, so one slow client never delays another's accept.
+/// run in tasks of their own, so one slow client never delays another's accept. A connection
+/// takes its place under the port's cap *before* its handshake: handshakes in progress hold
+/// descriptors too, and a flood of hellos that never finish must not hold more than the cap.
+/// One over the cap is closed at once (a TLS client cannot read a plain-text 503).
 pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    ready: mpsc::Receiver<(Capped<TlsStream<TcpStream>>, SocketAddr)>,
     local: SocketAddr,
     accepting: tokio::task::JoinHandle<()>,
 }
 
 impl TlsListener {
-    pub fn new(tcp: TcpListener, cfg: Arc<rustls::ServerConfig>) -> std::io::Result<TlsListener> {
+    pub fn new(
+        tcp: TcpListener,
+        cfg: Arc<rustls::ServerConfig>,
+        cap: ConnCap,
+    ) -> std::io::Result<TlsListener> {
         let local = tcp.local_addr()?;
         let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
         let (tx, ready) = mpsc::channel(64);
@@ -140,6 +148,9 @@ impl TlsListener {
                         continue;
                     }
                 };
+                let Some(permit) = cap.admit(peer.ip()) else {
+                    continue;
+                };
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::warn!(error = %e, "could not set TCP_NODELAY");
                 }
@@ -147,7 +158,7 @@ impl TlsListener {
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
+                            let _ = tx.send((Capped::new(tls, permit), peer)).await;
                         }
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -170,7 +181,7 @@ impl Drop for TlsListener {
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = Capped<TlsStream<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {

@@ -365,3 +365,47 @@ async fn without_tls_the_peer_port_still_refuses_another_cluster_and_unnamed_cal
         st.message()
     );
 }
+
+/// The HTTPS port takes a connection's place under `--max-client-connections` *before* its TLS
+/// handshake: hellos that never come hold no more than the cap, and one over it is closed at
+/// once rather than held for the handshake's deadline (issue 42 item 3). Places come back as
+/// the silent sockets close, and an honest client is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_handshakes_wait_inside_the_connection_cap() {
+    let pki = pki(1);
+    let files = &pki.certs[0];
+    let tls = lockd_server::tls::ClientTls::load(&files.cert, &files.key, None).unwrap();
+    let (r, _dir) = single_node_capped_tls(2, Some(tls)).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(tokio::net::TcpStream::connect(r.http_addr).await.unwrap());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut third = tokio::net::TcpStream::connect(r.http_addr).await.unwrap();
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(2), third.read(&mut byte))
+        .await
+        .expect(
+            "the connection over the cap is closed at once, not after the handshake's deadline",
+        );
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    for s in &mut held {
+        let open = tokio::time::timeout(std::time::Duration::from_millis(300), s.read(&mut byte));
+        assert!(
+            open.await.is_err(),
+            "a silent socket inside the cap waits for its hello"
+        );
+    }
+    drop(held);
+    let client = rustls_client(&pki, None);
+    let mut served = None;
+    for _ in 0..50 {
+        if let Ok((code, _)) = https(&client, r.http_addr, "GET", "/livez", None).await {
+            served = Some(code);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(served, Some(200));
+    r.stop().await;
+}

@@ -263,6 +263,14 @@ pub async fn start_node_with(
 /// A one-node cluster whose client ports each hold at most `max_client_connections`
 /// connections at once, serving names, with a probes port (`Running::probes_addr`).
 pub async fn single_node_capped(max_client_connections: u32) -> (Running, tempfile::TempDir) {
+    single_node_capped_tls(max_client_connections, None).await
+}
+
+/// [`single_node_capped`] with TLS on the client ports when `tls` is given.
+pub async fn single_node_capped_tls(
+    max_client_connections: u32,
+    tls: Option<lockd_server::tls::ClientTls>,
+) -> (Running, tempfile::TempDir) {
     let bind = || TcpListener::bind("127.0.0.1:0");
     let (http, grpc, peer, probes) = (
         bind().await.unwrap(),
@@ -282,7 +290,7 @@ pub async fn single_node_capped(max_client_connections: u32) -> (Running, tempfi
         namespaces: namespaces(),
         audit_log: None,
         admin_token: Some(ADMIN_TOKEN.into()),
-        tls: None,
+        tls,
         max_client_connections,
         auth_failure_burst: lockd_server::authfail::BURST,
         probes: Some(probes),
