@@ -774,13 +774,9 @@ impl Lock for GrpcApi {
                         use pb::session_event::Kind as Ev;
                         match msg.kind {
                             Some(k @ (Kind::Open(_) | Kind::Attach(_))) if attached.is_none() => {
-                                let moved = matches!(k, Kind::Attach(_));
                                 match begin_session(&svc, k, &meta_creds).await {
                                     Ok((s, auth, ev)) => {
-                                        attached = Some((s, svc.waits.attach_stream(s, ev_tx.clone()), auth));
-                                        if moved {
-                                            svc.relay_session_waits(s);
-                                        }
+                                        attached = Some((s, attach_here(&svc, s, ev_tx.clone(), &ev), auth));
                                         out.event(id, ev);
                                     }
                                     Err(e) => out.event(id, error_event(e)),
@@ -955,6 +951,22 @@ async fn begin_session(
         }
         _ => Err(ApiError::bad_request("send open or attach first")),
     }
+}
+
+/// Routes `session`'s events to this stream (`tx`); returns the attachment's id. A session
+/// that moved here (its first answer is an attach's keepalive) has the waits it queued in
+/// groups without a replica here relayed again: their relays went with the old stream's node.
+fn attach_here(
+    svc: &Arc<Service>,
+    session: SessionId,
+    tx: mpsc::UnboundedSender<SessionEvent>,
+    first: &pb::session_event::Kind,
+) -> u64 {
+    let id = svc.waits.attach_stream(session, tx);
+    if matches!(first, pb::session_event::Kind::Keepalive(_)) {
+        svc.relay_session_waits(session);
+    }
+    id
 }
 
 /// Serves one request that came on a session stream attached to `session` (`auth`: its

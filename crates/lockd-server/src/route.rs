@@ -256,54 +256,18 @@ async fn remote_wait(
     janitor: tokio::sync::mpsc::UnboundedSender<Orphan>,
     relay: Relay,
 ) {
-    let started = tokio::time::Instant::now();
-    // A member that dies while holding the ask is replaced by another: the outcome is in the
-    // replicated log, and a node that applied it before the ask came keeps it for the asker.
-    let result = loop {
-        let left = limit.saturating_sub(started.elapsed());
-        let (name, limit_ms) = (name.clone(), left.as_millis() as u64);
-        let ask = match relay {
-            Relay::Caller(_) => Ask::AwaitWaiter {
-                waiter,
-                name,
-                limit_ms,
-            },
-            Relay::Stream(_) => Ask::AwaitStreamWaiter {
-                waiter,
-                name,
-                limit_ms,
-            },
-        };
-        let payload = match encode(&ask) {
-            Ok(p) => p,
-            Err(st) => break Err(status_error(st)),
-        };
-        let got = remote.app_call(payload, left + AWAIT_SLACK).await;
-        tracing::debug!(
-            group = remote.id(),
-            waiter,
-            ok = got.is_ok(),
-            "asked a member for a wait's outcome"
-        );
-        match got {
-            Ok(bytes) => break decode::<RemoteOutcome>(&bytes),
-            Err(_) if started.elapsed() + Duration::from_millis(100) < limit => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => break Err(e.into()),
-        }
-    };
+    let for_stream = matches!(relay, Relay::Stream(_));
+    let result = ask_member(&remote, waiter, &name, limit, for_stream).await;
     let group = remote.id();
-    let orphan = |token| Orphan {
-        group,
-        session,
-        name: name.clone(),
-        token,
-    };
     match relay {
         Relay::Caller(tx) => {
             if let Err(Ok(Some((WaitOutcome::Granted { token, .. }, _)))) = tx.send(result) {
-                let _ = janitor.send(orphan(token));
+                let _ = janitor.send(Orphan {
+                    group,
+                    session,
+                    name,
+                    token,
+                });
             }
         }
         Relay::Stream(svc) => {
@@ -326,6 +290,51 @@ async fn remote_wait(
                 delivered,
                 "relayed a wait's outcome to its stream"
             );
+        }
+    }
+}
+
+/// Asks a member of `remote`'s group for waiter `waiter`'s outcome, for up to `limit`. A
+/// member that dies while holding the ask is replaced by another: the outcome is in the
+/// replicated log, and a node that applied it before the ask came keeps it for the asker.
+async fn ask_member(
+    remote: &RemoteGroup,
+    waiter: WaiterId,
+    name: &str,
+    limit: Duration,
+    for_stream: bool,
+) -> Result<RemoteOutcome, ApiError> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let left = limit.saturating_sub(started.elapsed());
+        let (name, limit_ms) = (name.to_string(), left.as_millis() as u64);
+        let ask = if for_stream {
+            Ask::AwaitStreamWaiter {
+                waiter,
+                name,
+                limit_ms,
+            }
+        } else {
+            Ask::AwaitWaiter {
+                waiter,
+                name,
+                limit_ms,
+            }
+        };
+        let payload = encode(&ask).map_err(status_error)?;
+        let got = remote.app_call(payload, left + AWAIT_SLACK).await;
+        tracing::debug!(
+            group = remote.id(),
+            waiter,
+            ok = got.is_ok(),
+            "asked a member for a wait's outcome"
+        );
+        match got {
+            Ok(bytes) => return decode::<RemoteOutcome>(&bytes),
+            Err(_) if started.elapsed() + Duration::from_millis(100) < limit => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -380,20 +389,7 @@ impl AppHandler for AppServer {
                     if of_session {
                         parked = parked.of_session();
                     }
-                    let limit = Duration::from_millis(limit_ms);
-                    // On a timeout, or when the asker goes away, `parked` is dropped: an HTTP
-                    // caller's waiter is abandoned here and a later grant released by this
-                    // node; a session stream's is not (`Parked::of_session`).
-                    let out = match tokio::time::timeout(limit, parked.outcome()).await {
-                        Ok(Some(WaitOutcome::TimedOut)) => {
-                            let holder = g
-                                .read_local(|t| t.lock_info(&name, 0))
-                                .and_then(|i| i.holders.first().map(|h| h.owner.clone()));
-                            Some((WaitOutcome::TimedOut, holder))
-                        }
-                        Ok(Some(o)) => Some((o, None)),
-                        Ok(None) | Err(_) => None,
-                    };
+                    let out = await_for_peer(&g, parked, &name, limit_ms).await;
                     tracing::debug!(
                         node = svc.node.node_id(),
                         group,
@@ -405,6 +401,29 @@ impl AppHandler for AppServer {
                 }
             }
         })
+    }
+}
+
+/// Waits up to `limit_ms` for `parked`'s outcome on replica `g`, with the holder on a
+/// timeout. On a timeout, or when the asker goes away, `parked` is dropped: an HTTP caller's
+/// waiter is abandoned here and a later grant released by this node; a session stream's is
+/// not (`Parked::of_session`).
+async fn await_for_peer(
+    g: &lockd_raft::Group,
+    mut parked: crate::waits::Parked,
+    name: &str,
+    limit_ms: u64,
+) -> RemoteOutcome {
+    let limit = Duration::from_millis(limit_ms);
+    match tokio::time::timeout(limit, parked.outcome()).await {
+        Ok(Some(WaitOutcome::TimedOut)) => {
+            let holder = g
+                .read_local(|t| t.lock_info(name, 0))
+                .and_then(|i| i.holders.first().map(|h| h.owner.clone()));
+            Some((WaitOutcome::TimedOut, holder))
+        }
+        Ok(Some(o)) => Some((o, None)),
+        Ok(None) | Err(_) => None,
     }
 }
 
