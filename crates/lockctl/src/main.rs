@@ -1078,7 +1078,7 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
             let members: Vec<Value> = g
                 .members
                 .iter()
-                .map(|m| json!({"node_id": m.node_id, "peer_addr": m.peer_addr, "role": m.role, "leader": m.leader, "lag": m.lag, "draining": m.draining, "zone": m.zone}))
+                .map(|m| json!({"node_id": m.node_id, "peer_addr": m.peer_addr, "role": m.role, "leader": m.leader, "lag": m.lag, "draining": m.draining, "zone": m.zone, "last_contact_ms": m.last_contact_ms, "reachable": m.reachable}))
                 .collect();
             json!({"group": g.group, "leader": g.leader, "joint": g.joint, "members": members})
         })
@@ -1093,7 +1093,7 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
             .unwrap_or(0)
             .max(4);
         let mut t = format!(
-            "group  node  role     leader  lag     draining  {:<width$}  peer",
+            "group  node  role     leader  reachable  contact  lag     draining  {:<width$}  peer",
             "zone"
         );
         for g in &r.groups {
@@ -1101,11 +1101,17 @@ async fn members(cli: &Cli, out: &Out, cmd: &MembersCmd) -> Result<(), Fail> {
                 let lag = m.lag.map_or("-".to_string(), |l| l.to_string());
                 let zone = if m.zone.is_empty() { "-" } else { &m.zone };
                 t.push_str(&format!(
-                    "\n{:>5}  {:>4}  {:<7}  {:<6}  {:<6}  {:<8}  {zone:<width$}  {}",
+                    "\n{:>5}  {:>4}  {:<7}  {:<6}  {:<9}  {:<7}  {:<6}  {:<8}  {zone:<width$}  {}",
                     g.group,
                     m.node_id,
                     m.role,
                     if m.leader { "yes" } else { "" },
+                    match m.reachable {
+                        Some(true) => "yes",
+                        Some(false) => "NO",
+                        None => "-",
+                    },
+                    m.last_contact_ms.map_or("-".to_string(), contact),
                     lag,
                     if m.draining { "yes" } else { "" },
                     m.peer_addr
@@ -1475,6 +1481,15 @@ fn abridged(ranges: &str) -> String {
         parts[..SHOWN].join(","),
         parts.len()
     )
+}
+
+/// How long ago a member was last heard from, for a table: `40ms`, `6.2s`, `3m10s`.
+fn contact(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => format!("{}m{}s", ms / 60_000, ms % 60_000 / 1000),
+    }
 }
 
 /// Exits 1 when some endpoint failed, 69 when none answered.

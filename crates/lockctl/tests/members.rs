@@ -220,3 +220,73 @@ async fn members_grow_and_a_dead_node_is_replaced_by_a_new_id_under_a_held_lock(
         .all(|m| m["draining"] == false));
     wait_leader(&c, 2, 4).await;
 }
+
+/// `members list` says which members the leader hears from: every member reachable on a
+/// healthy cluster, and a SIGKILLed one unreachable about a second later (issue 44 item 3),
+/// with the time since its last contact growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_member_is_listed_unreachable() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::start(3, 1).await;
+    let members_of = |v: &Value| -> Vec<Value> {
+        v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["members"].as_array().unwrap().clone())
+            .collect()
+    };
+    let listed = members(&c, &["list"]).await;
+    for m in members_of(&listed) {
+        assert_eq!(m["reachable"], true, "{m}");
+        if m["leader"] == false {
+            assert!(m["last_contact_ms"].as_u64().unwrap() < 1000, "{m}");
+        }
+    }
+    // Node 3 leads nothing (the kit's preferred leaders are nodes 1 and 2): no failover.
+    for g in listed["groups"].as_array().unwrap() {
+        assert_ne!(g["leader"], 3, "{g}");
+    }
+    c.nodes[2].kill();
+    let killed = std::time::Instant::now();
+    let seen = loop {
+        let now = members(&c, &["list"]).await;
+        let third: Vec<Value> = members_of(&now)
+            .into_iter()
+            .filter(|m| m["node_id"] == 3)
+            .collect();
+        assert_eq!(third.len(), 2, "node 3 is in both groups: {now}");
+        if third.iter().all(|m| m["reachable"] == false) {
+            for m in &third {
+                assert!(m["last_contact_ms"].as_u64().unwrap() >= 1000, "{m}");
+            }
+            for m in members_of(&now).iter().filter(|m| m["node_id"] != 3) {
+                assert_eq!(m["reachable"], true, "{m}");
+            }
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "node 3 still reachable 10 s after SIGKILL: {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("node 3 listed unreachable {seen:?} after SIGKILL");
+    // The table names it too.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["--endpoints", &c.endpoints(), "--admin-token-file"])
+        .arg(c.admin_token_file())
+        .args(["members", "list"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("reachable"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some("3") && l.contains(" NO ")),
+        "{table}"
+    );
+}

@@ -125,6 +125,11 @@ pub struct Member {
     pub draining: bool,
     /// The zone the node declared (`lockd serve --zone`); empty when none.
     pub zone: String,
+    /// Milliseconds since the group's leader last heard from it (`None` for the leader, or
+    /// unknown).
+    pub last_contact_ms: Option<u64>,
+    /// Whether the leader heard from it within the last second (`None`: unknown).
+    pub reachable: Option<bool>,
 }
 
 /// The shard map ([`Client::shard_map`](crate::Client::shard_map)).
@@ -416,6 +421,8 @@ impl From<pb::ListMembersResponse> for Members {
                             lag: m.lag,
                             draining: m.draining,
                             zone: m.zone,
+                            last_contact_ms: m.last_contact_ms,
+                            reachable: m.reachable,
                         })
                         .collect(),
                 })

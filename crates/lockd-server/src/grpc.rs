@@ -1125,6 +1125,8 @@ fn members_response(groups: Vec<crate::admin::GroupMembers>) -> pb::ListMembersR
                             lag: m.lag.get(&id).copied().flatten(),
                             draining: g.draining.contains(&id),
                             zone: g.zones.get(&id).cloned().unwrap_or_default(),
+                            last_contact_ms: m.last_contact_ms(id),
+                            reachable: m.reachable(id),
                         })
                         .collect(),
                 }

@@ -869,6 +869,8 @@ fn members_json(groups: Vec<crate::admin::GroupMembers>) -> Value {
                         "lag": m.lag.get(&id).copied().flatten(),
                         "draining": g.draining.contains(&id),
                         "zone": g.zones.get(&id),
+                        "last_contact_ms": m.last_contact_ms(id),
+                        "reachable": m.reachable(id),
                     })
                 })
                 .collect();

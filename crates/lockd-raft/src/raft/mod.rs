@@ -655,12 +655,36 @@ pub struct Membership {
     /// Filled in only by the leader: how many entries each other member is behind the
     /// leader's last log entry (`None` for one that has acknowledged nothing yet).
     pub lag: BTreeMap<NodeId, Option<u64>>,
+    /// Filled in only by the leader: how long ago each other member last acknowledged a
+    /// heartbeat or an append (`None` for one that never has since this leader took over).
+    pub last_contact: BTreeMap<NodeId, Option<std::time::Duration>>,
     /// The log id of the entry that set this membership (zero for none): a later membership
     /// of the group has a larger one.
     pub config_id: lockd_core::ConfigId,
 }
 
+/// A member the leader has not heard from for this long counts as unreachable (ten
+/// heartbeats at the default 100 ms).
+pub const UNREACHABLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Membership {
+    /// Whether the leader heard from member `id` within [`UNREACHABLE_AFTER`] (the leader
+    /// itself, which answers for the view: yes). `None` when this view was not read on the
+    /// leader.
+    pub fn reachable(&self, id: NodeId) -> Option<bool> {
+        if self.leader == Some(id) {
+            return Some(true);
+        }
+        let contact = self.last_contact.get(&id)?;
+        Some(contact.is_some_and(|d| d < UNREACHABLE_AFTER))
+    }
+
+    /// Milliseconds since the leader last heard from member `id`, if known.
+    pub fn last_contact_ms(&self, id: NodeId) -> Option<u64> {
+        let d = (*self.last_contact.get(&id)?)?;
+        Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// Every member, voters and learners, ascending.
     pub fn members(&self) -> Vec<NodeId> {
         let mut all: Vec<NodeId> = self.voters.iter().chain(&self.learners).copied().collect();
@@ -739,6 +763,14 @@ impl RaftGroup {
                 .collect(),
             _ => BTreeMap::new(),
         };
+        let last_contact = match (&d.heartbeat, m.current_leader == Some(m.id)) {
+            (Some(h), true) => h
+                .iter()
+                .filter(|(id, _)| **id != m.id)
+                .map(|(id, at)| (*id, at.as_ref().map(|t| t.elapsed())))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
         Membership {
             voters: mem.voter_ids().collect(),
             learners: mem.learner_ids().collect(),
@@ -746,6 +778,7 @@ impl RaftGroup {
             addrs: mem.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
             leader: m.current_leader,
             lag,
+            last_contact,
             config_id: m.membership_config.log_id().as_ref().map_or_else(
                 lockd_core::ConfigId::default,
                 |l| lockd_core::ConfigId {
