@@ -1,7 +1,7 @@
 //! Prometheus metrics. Counters are bumped where things happen; gauges of replicated state
 //! (sessions, held locks, waiters, leaders) are read from the local replicas at scrape time.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -31,6 +31,12 @@ pub struct OpKind {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupLabel {
     pub group: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabel {
+    pub group: u32,
+    pub node: u64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -127,6 +133,13 @@ pub struct Metrics {
     revision: Family<GroupLabel, Gauge>,
     is_leader: Family<GroupLabel, Gauge>,
     term: Family<GroupLabel, Gauge>,
+    applied_index: Family<GroupLabel, Gauge>,
+    /// On each group's leader: every other member's lag and time since its last contact.
+    replica_lag: Family<ReplicaLabel, Gauge>,
+    replica_contact: Family<ReplicaLabel, Gauge<f64, AtomicU64>>,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    resident_memory: Gauge,
     leader_changes: Family<GroupLabel, Counter>,
     expired: Counter,
     closed: Counter,
@@ -167,7 +180,7 @@ impl Metrics {
             ))
         };
         let m = Metrics {
-            registry: Mutex::new(Registry::with_prefix("lockd")),
+            registry: Mutex::new(Registry::default()),
             hold_seconds: Family::new_with_constructor(hold),
             holds_ended: Family::default(),
             wait_seconds: Family::new_with_constructor(wait),
@@ -193,6 +206,12 @@ impl Metrics {
             revision: Family::default(),
             is_leader: Family::default(),
             term: Family::default(),
+            applied_index: Family::default(),
+            replica_lag: Family::default(),
+            replica_contact: Family::default(),
+            open_fds: Gauge::default(),
+            max_fds: Gauge::default(),
+            resident_memory: Gauge::default(),
             leader_changes: Family::default(),
             expired: Counter::default(),
             closed: Counter::default(),
@@ -211,12 +230,57 @@ impl Metrics {
             caps: Mutex::default(),
         };
         {
-            let mut r = m.registry.lock().expect("registry lock");
-            m.register_ops(&mut r);
-            m.register_outcomes(&mut r);
-            m.register_node(&mut r);
+            let mut root = m.registry.lock().expect("registry lock");
+            m.register_process(&mut root);
+            let r = root.sub_registry_with_prefix("lockd");
+            m.register_ops(r);
+            m.register_outcomes(r);
+            m.register_node(r);
+            m.register_replication(r);
         }
         m
+    }
+
+    /// The process's descriptors and memory, under the names Prometheus's own process
+    /// collectors use (`process_open_fds` ...), so the usual panels and alerts apply.
+    fn register_process(&self, r: &mut Registry) {
+        r.register(
+            "process_open_fds",
+            "Open file descriptors",
+            self.open_fds.clone(),
+        );
+        r.register(
+            "process_max_fds",
+            "The open-files limit (RLIMIT_NOFILE, soft)",
+            self.max_fds.clone(),
+        );
+        r.register_with_unit(
+            "process_resident_memory",
+            "Resident memory",
+            prometheus_client::registry::Unit::Bytes,
+            self.resident_memory.clone(),
+        );
+    }
+
+    /// Replication as each group's leader sees it, and how far each replica here applied.
+    fn register_replication(&self, r: &mut Registry) {
+        r.register(
+            "group_applied_index",
+            "Index of the last log entry this node's replica of the group applied",
+            self.applied_index.clone(),
+        );
+        r.register(
+            "group_replica_lag_entries",
+            "On the group's leader: log entries each other member is behind its last one",
+            self.replica_lag.clone(),
+        );
+        r.register_with_unit(
+            "group_replica_last_contact",
+            "On the group's leader: time since each other member answered a heartbeat or an \
+             append (a member that never answered this leader is absent)",
+            prometheus_client::registry::Unit::Seconds,
+            self.replica_contact.clone(),
+        );
     }
 
     /// The operations: their counts, latency, the log's fdatasync, and how holds and waits went.
@@ -561,7 +625,12 @@ impl Metrics {
             self.revision.get_or_create(&l).set(stats.revision as i64);
             self.is_leader.get_or_create(&l).set(g.is_leader() as i64);
             self.term.get_or_create(&l).set(status.term as i64);
+            self.applied_index
+                .get_or_create(&l)
+                .set(status.applied_index as i64);
         }
+        self.observe_replication(node);
+        self.observe_process();
         for cap in self.caps.lock().expect("caps lock").iter() {
             let l = PortLabel { port: cap.port() };
             self.client_connections
@@ -583,6 +652,55 @@ impl Metrics {
         encode(&mut out, &self.registry.lock().expect("registry lock"))
             .expect("encoding to a String cannot fail");
         out
+    }
+}
+
+impl Metrics {
+    /// Each group this node leads: every other member's lag and last contact. A group it no
+    /// longer leads leaves no series behind (its new leader reports them).
+    fn observe_replication(&self, node: &Node) {
+        self.replica_lag.clear();
+        self.replica_contact.clear();
+        for id in node.group_ids() {
+            let Some(g) = node.group(id).filter(|g| g.is_leader()) else {
+                continue;
+            };
+            let m = g.membership();
+            for (&member, lag) in &m.lag {
+                let l = ReplicaLabel {
+                    group: id,
+                    node: member,
+                };
+                if let Some(lag) = lag {
+                    self.replica_lag.get_or_create(&l).set(*lag as i64);
+                }
+                if let Some(Some(d)) = m.last_contact.get(&member) {
+                    self.replica_contact.get_or_create(&l).set(d.as_secs_f64());
+                }
+            }
+        }
+    }
+
+    /// Open descriptors, their limit and resident memory (Linux's /proc; absent elsewhere).
+    fn observe_process(&self) {
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            self.open_fds.set(dir.count() as i64);
+        }
+        if let Ok((soft, _)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        {
+            self.max_fds.set(i64::try_from(soft).unwrap_or(i64::MAX));
+        }
+        // "VmRSS:   123456 kB"
+        let rss_kb = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+                line.split_whitespace().nth(1)?.parse::<i64>().ok()
+            });
+        if let Some(kb) = rss_kb {
+            self.resident_memory.set(kb * 1024);
+        }
     }
 }
 

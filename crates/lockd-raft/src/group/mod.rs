@@ -607,6 +607,12 @@ impl Group {
         }
     }
 
+    /// The group's membership as this replica sees it; on the leader, with each other
+    /// member's lag and last contact.
+    pub fn membership(&self) -> crate::Membership {
+        self.raft.membership()
+    }
+
     pub fn status(&self) -> GroupStatus {
         let s = self.raft.status();
         let (applied_index, _) = self.replica.applied();
