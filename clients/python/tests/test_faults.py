@@ -188,3 +188,33 @@ def test_lost_fires_before_the_server_expires_the_session(cluster: Cluster, name
         with Client(cluster.endpoints, ttl=ttl) as other:
             assert [h.token for h in other.inspect(name).holders] == [lk.token]
             assert time.monotonic() < deadline + 2.5, "the check came after the margin"
+
+
+def test_leaving_a_with_block_after_the_cluster_stopped_takes_at_most_the_lease(
+        fresh_cluster: Cluster, name: str) -> None:
+    """Every node stops answering (SIGSTOP) while a lock is held: leaving the ``with`` block
+    retries the release only until the lock's lease ends (then raises LockLost: the work may
+    have overlapped the next holder's), rather than every retry of every attempt."""
+    from lockd_client.errors import LockLost
+
+    cl = fresh_cluster
+    ttl = 5.0
+    c = Client(cl.endpoints, ttl=ttl)
+    try:
+        started = None
+        with pytest.raises(LockLost):
+            with c.lock(name):
+                for pid in cl.node_pids.values():
+                    os.kill(pid, signal.SIGSTOP)
+                started = time.monotonic()
+        took = time.monotonic() - (started or 0)
+        # The lease ends at most ttl - margin after the last keepalive; one request_timeout
+        # (2 s) more at most, and slack for a busy machine.
+        assert took < ttl + 2.0 + 2.0, f"leaving the block took {took:.1f} s"
+    finally:
+        for pid in cl.node_pids.values():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        c.close()

@@ -790,3 +790,30 @@ def test_the_end_of_a_session_hands_back_waits_and_adopters() -> None:
     assert p.refused_waiting("x", "me", "adopter") == (True, None)
     assert sorted(p.end()) == ["adopter", "w"]
     assert p.refused_waiting("x", "me", "z") == (False, None)
+
+
+def test_a_client_whose_endpoint_has_nothing_listening_fails_fast_and_quietly() -> None:
+    """A wrong endpoint (nothing listens) raises Unavailable within connect_timeout (5 s by
+    default), not after every retry of every call, and grpc-core prints nothing."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import lockd_client\n"
+        f"c = lockd_client.Client(['127.0.0.1:{port}'])\n"
+        "try:\n"
+        "    c.lock('x')\n"
+        "except lockd_client.errors.Unavailable as e:\n"
+        "    print('unavailable', e.exhausted)\n"
+    )
+    t = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t
+    assert out.stdout.strip() == "unavailable True", (out.stdout, out.stderr)
+    assert out.stderr == "", out.stderr
+    assert took < 5.0 + 2.0, f"took {took:.1f} s (the interpreter's start included)"

@@ -347,6 +347,7 @@ class Core:
         open_req = pb.OpenSessionRequest(client=o.client_name, ttl_ms=int(o.ttl * 1000),
                                          namespace=o.namespace)
         attempt = 0
+        give_up = monotonic() + o.connect_timeout
         while True:
             if self._closed:
                 raise ClientClosed("the client is closed")
@@ -377,9 +378,11 @@ class Core:
             if isinstance(err, Unavailable):
                 self.rotate(i)
             attempt += 1
-            if not err.retryable or attempt >= o.retry.max_attempts:
+            pause = o.retry.delay(attempt - 1, err.retry_after)
+            if not err.retryable or attempt >= o.retry.max_attempts or monotonic() + pause >= give_up:
+                err.exhausted = err.retryable
                 raise err
-            await asyncio.sleep(o.retry.delay(attempt - 1, err.retry_after))
+            await asyncio.sleep(pause)
 
     def _opened(self, r: pb.OpenSessionResponse, sent: float, conn: Optional[_Conn]) -> _Sess:
         self._gen += 1
@@ -969,6 +972,10 @@ class Core:
                     continue
                 err: LockdError = e
             except LockdError as e:
+                # A try-lock does not retry a session open that already retried for
+                # connect_timeout; a wait goes on trying until it ends.
+                if e.exhausted and until is None:
+                    raise
                 err = e
             attempt += 1
             retry = err.retryable or isinstance(err, SessionLost)
@@ -1062,6 +1069,18 @@ class Core:
                     "not_holder", "stale_token", "session_not_found"):
                 return 0
             raise
+
+    async def release_hold(self, hold: Hold) -> int:
+        """:meth:`release` of ``hold``, retried at most until its lease's local deadline (at
+        least one ``request_timeout``): past it the lock is lost anyway and the service frees it
+        with the session, so a cluster that died does not hold the caller any longer."""
+        budget = max(hold.lease.deadline - monotonic(), self.opts.request_timeout)
+        try:
+            return await asyncio.wait_for(self.release(hold.session_id, hold.name, hold.token),
+                                          budget)
+        except asyncio.TimeoutError:
+            raise SessionLost(f"the release of {hold.name!r} was not answered before its lease "
+                              "ended; the service frees it when the session expires") from None
 
     def forget(self, hold: Hold) -> None:
         self.held.pop(hold.id, None)

@@ -53,6 +53,9 @@ class ClientOptions:
     - ``token``: the namespace's bearer token (or the admin token), sent as
       ``authorization: Bearer <token>`` metadata on every call and on the session stream.
     - ``request_timeout``: how long one request may take before its node counts as unreachable.
+    - ``connect_timeout``: how long opening a session may take in all, every endpoint and
+      retry included, before the call that needed it fails (default 5 s): a wrong endpoint or
+      a cluster that is down fails fast rather than after every retry of every call.
     - ``retry``: backoff for retryable errors.
     - ``ca_file``: speak TLS to the nodes, trusting this CA (PEM); ``lockd dev --tls`` prints
       its path. An ``https://`` endpoint without it trusts the system's roots. With TLS an
@@ -71,6 +74,7 @@ class ClientOptions:
     namespace: str = ""
     token: Optional[str] = None
     request_timeout: float = 2.0
+    connect_timeout: float = 5.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     use_stream: bool = True
     ca_file: Optional[str] = None
@@ -85,6 +89,8 @@ class ClientOptions:
             raise InvalidArgument(f"margin must lie in [0, ttl={self.ttl}) seconds (got {self.margin})")
         if self.request_timeout <= 0:
             raise InvalidArgument(f"request_timeout must be positive (got {self.request_timeout})")
+        if self.connect_timeout <= 0:
+            raise InvalidArgument(f"connect_timeout must be positive (got {self.connect_timeout})")
         if len(self.client_name.encode()) > 256:
             raise InvalidArgument(
                 f"client_name must be at most 256 bytes (got {len(self.client_name.encode())})")

@@ -130,7 +130,7 @@ class AsyncLock:
         self._released = True
         self._client._core.forget(self._hold)
         self.lost._detach()
-        return await self._client._core.release(self._hold.session_id, self._hold.name, self._hold.token)
+        return await self._client._core.release_hold(self._hold)
 
     async def run(self, work: Awaitable[T]) -> T:
         """Runs ``work`` while the lock lasts: if the lock is lost first, ``work`` is cancelled

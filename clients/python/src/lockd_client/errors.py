@@ -46,6 +46,9 @@ class LockdError(Exception):
     """Base class of every error this package raises."""
 
     default_code = "lockd_error"
+    #: The client already retried this as far as its options allow (opening a session within
+    #: ``connect_timeout``): a caller's own retry loop passes it on rather than retry again.
+    exhausted: bool = False
 
     def __init__(
         self,

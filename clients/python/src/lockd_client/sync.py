@@ -151,7 +151,7 @@ class Lock:
 
         async def go() -> int:
             core.forget(h)
-            return await core.release(h.session_id, h.name, h.token)
+            return await core.release_hold(h)
         return self._client._run(go())
 
     def __enter__(self) -> "Lock":
