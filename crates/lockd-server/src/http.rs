@@ -1109,8 +1109,9 @@ async fn livez() -> Response {
     axum::Json(json!({"live": true})).into_response()
 }
 
-/// `GET /readyz`: 200 once this node serves names and every group it hosts has a reachable
-/// leader; else 503 naming each reason (a readiness probe: send clients elsewhere meanwhile).
+/// `GET /readyz`: 200 once this node serves names and every group it votes in has a reachable
+/// leader and has caught up since the start (applied the commit its leader first reported);
+/// else 503 naming each reason (a readiness probe: send clients elsewhere meanwhile).
 async fn readyz(State(svc): State<Arc<Service>>) -> Response {
     let why = svc.not_ready();
     if why.is_empty() {

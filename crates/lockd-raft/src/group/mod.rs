@@ -101,6 +101,38 @@ pub struct Group {
     drift: std::sync::Mutex<Drift>,
     /// Whether calls fail fast for want of a leader (`outage.rs`).
     outage: Outage,
+    /// Catching up since start (`catching_up`).
+    catch_up: std::sync::Mutex<CatchUp>,
+}
+
+/// Whether a replica has caught up with its group since it started: it has applied the
+/// commit index its leader first reported. A fixed target, so that a busy group, whose commit
+/// always runs a little ahead of a follower's applied index, does not keep it "behind".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CatchUp {
+    /// No commit index heard of yet.
+    #[default]
+    Unknown,
+    /// Applying up to this index, the first commit the leader reported.
+    To(u64),
+    Done,
+}
+
+impl CatchUp {
+    /// The next state, from the commit the leader reported (if any) and the index applied here.
+    pub fn step(self, committed: Option<u64>, applied: u64) -> CatchUp {
+        let target = match (self, committed) {
+            (CatchUp::Done, _) => return CatchUp::Done,
+            (CatchUp::To(t), _) => t,
+            (CatchUp::Unknown, Some(c)) => c,
+            (CatchUp::Unknown, None) => return CatchUp::Unknown,
+        };
+        if applied >= target {
+            CatchUp::Done
+        } else {
+            CatchUp::To(target)
+        }
+    }
 }
 
 /// Signs that a replica is cut off from its group, or left behind by it.
@@ -150,6 +182,7 @@ impl Group {
                 ..Drift::default()
             }),
             outage: Outage::default(),
+            catch_up: std::sync::Mutex::default(),
         }
     }
 
@@ -613,6 +646,27 @@ impl Group {
         self.raft.membership()
     }
 
+    /// `Some((applied, target))` while this replica has not yet applied the commit index its
+    /// leader first reported after the start (a restarted or replaced node replaying or
+    /// receiving the log); `None` once it has, for good, or when it leads.
+    pub fn catching_up(&self) -> Option<(u64, u64)> {
+        let mut c = self.catch_up.lock().expect("catch-up lock");
+        if *c == CatchUp::Done {
+            return None;
+        }
+        let (committed, applied) = self.raft.commit_progress();
+        *c = if self.is_leader() {
+            CatchUp::Done
+        } else {
+            c.step(committed, applied)
+        };
+        match *c {
+            CatchUp::Done => None,
+            CatchUp::To(t) => Some((applied, t)),
+            CatchUp::Unknown => Some((applied, 0)),
+        }
+    }
+
     pub fn status(&self) -> GroupStatus {
         let s = self.raft.status();
         let (applied_index, _) = self.replica.applied();
@@ -653,5 +707,26 @@ impl Group {
         self.stopping.store(true, Ordering::Release);
         self.replica.deactivate();
         self.raft.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod catch_up_tests {
+    use super::CatchUp;
+
+    #[test]
+    fn a_replica_catches_up_to_the_first_commit_it_hears_of_and_stays_caught_up() {
+        let c = CatchUp::Unknown.step(None, 0);
+        assert_eq!(c, CatchUp::Unknown);
+        // A replaced node at 0 hears the group is at 55.
+        let c = c.step(Some(55), 0);
+        assert_eq!(c, CatchUp::To(55));
+        // The group moves on meanwhile: the target stays (a busy group's commit always runs
+        // ahead of a follower's applied index).
+        let c = c.step(Some(90), 54);
+        assert_eq!(c, CatchUp::To(55));
+        let c = c.step(Some(95), 55);
+        assert_eq!(c, CatchUp::Done);
+        assert_eq!(c.step(Some(1_000), 60), CatchUp::Done);
     }
 }

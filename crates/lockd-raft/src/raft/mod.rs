@@ -484,6 +484,17 @@ impl RaftGroup {
         }
     }
 
+    /// `(the group's commit as its leader last reported it, the index applied here)`; the
+    /// first is `None` before this replica has heard of any.
+    pub(crate) fn commit_progress(&self) -> (Option<u64>, u64) {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        (
+            m.cluster_committed.as_ref().map(|l| l.index),
+            m.last_applied.as_ref().map_or(0, |l| l.index),
+        )
+    }
+
     /// Serves one openraft RPC from a peer (postcard in, postcard out).
     /// `from`: the calling node as the peer port admitted it (`None`: not known, nothing to
     /// check); a message speaking for another node is refused.

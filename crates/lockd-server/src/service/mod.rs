@@ -1642,6 +1642,10 @@ impl Service {
                 why.push(format!(
                     "its replica of group {id} is cut off from the group"
                 ));
+            } else if let Some((applied, target)) = g.catching_up() {
+                why.push(format!(
+                    "its replica of group {id} is catching up (applied {applied} of {target})"
+                ));
             }
         }
         why
