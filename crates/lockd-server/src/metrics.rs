@@ -229,16 +229,20 @@ impl Metrics {
             client_connections_refused: Family::default(),
             caps: Mutex::default(),
         };
-        {
-            let mut root = m.registry.lock().expect("registry lock");
-            m.register_process(&mut root);
-            let r = root.sub_registry_with_prefix("lockd");
-            m.register_ops(r);
-            m.register_outcomes(r);
-            m.register_node(r);
-            m.register_replication(r);
-        }
+        m.register_all();
         m
+    }
+
+    /// Every series in the registry: the process's under their usual names, the rest under
+    /// `lockd_`.
+    fn register_all(&self) {
+        let mut root = self.registry.lock().expect("registry lock");
+        self.register_process(&mut root);
+        let r = root.sub_registry_with_prefix("lockd");
+        self.register_ops(r);
+        self.register_outcomes(r);
+        self.register_node(r);
+        self.register_replication(r);
     }
 
     /// The process's descriptors and memory, under the names Prometheus's own process
