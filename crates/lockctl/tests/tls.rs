@@ -71,11 +71,15 @@ async fn lockd_dev_tls_and_lockctl_with_its_ca() {
     // Plain text to a TLS port, and TLS without the CA (the public roots do not know it).
     let plain = lockctl_at(&grpc).arg("status").output().await.unwrap();
     assert!(!plain.status.success(), "plain text answered");
+    // Each says what to do (issue 44 item 7), not just "transport error".
+    let said = String::from_utf8_lossy(&plain.stdout);
+    assert!(said.contains("use an https:// endpoint"), "{said}");
     let https = format!("https://{grpc}");
     let unknown = lockctl_at(&https).arg("status").output().await.unwrap();
     assert!(!unknown.status.success(), "an unknown CA was trusted");
     let said = String::from_utf8_lossy(&unknown.stdout);
     assert!(said.contains("UnknownIssuer"), "{said}");
+    assert!(said.contains("give its CA (lockctl --ca-file"), "{said}");
 
     // A reader that goes away early (`lockctl status | head -1`) is no error and no panic.
     let mut early = with_ca()

@@ -108,7 +108,7 @@ impl From<tonic::Status> for Error {
         let Some(code) = meta("lockd-error-code").map(str::to_string) else {
             return match s.code() {
                 tonic::Code::InvalidArgument => Error::InvalidArgument(s.message().to_string()),
-                _ => Error::Unavailable(format!("{:?}: {}", s.code(), s.message())),
+                _ => Error::Unavailable(transport_detail(&s)),
             };
         };
         use tonic::Code;
@@ -136,9 +136,83 @@ impl From<tonic::Status> for Error {
     }
 }
 
+/// A transport failure as a person can act on it: the status, the causes under it ("transport
+/// error" alone says nothing), and a hint when they look like a TLS mismatch.
+fn transport_detail(s: &tonic::Status) -> String {
+    let mut text = format!("{:?}: {}", s.code(), s.message());
+    let mut cause = std::error::Error::source(s);
+    while let Some(e) = cause {
+        let t = e.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = e.source();
+    }
+    if let Some(hint) = tls_hint(&text) {
+        text.push_str(" (");
+        text.push_str(hint);
+        text.push(')');
+    }
+    text
+}
+
+/// What to do about a transport error that looks like a TLS mismatch.
+fn tls_hint(text: &str) -> Option<&'static str> {
+    let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+    if has(&["UnknownIssuer", "invalid peer certificate"]) {
+        Some(
+            "the node's certificate is not signed by a CA this client trusts: give its CA \
+             (lockctl --ca-file, ClientOptions::tls)",
+        )
+    } else if has(&[
+        "CertificateRequired",
+        "certificate required",
+        "HandshakeFailure",
+    ]) {
+        Some(
+            "the node asks for a client certificate: give one of its client CA \
+             (lockctl --cert-file and --key-file)",
+        )
+    } else if has(&[
+        "frame with invalid size",
+        "h2 protocol error",
+        "http2 error",
+        "invalid HTTP",
+        "corrupt message",
+        "connection reset",
+    ]) && !text.contains("https://")
+    {
+        Some(
+            "if the node serves TLS, use an https:// endpoint and its CA (lockctl --ca-file); \
+             a plain-text node refuses https://",
+        )
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transport_errors_that_look_like_a_tls_mismatch_say_what_to_do() {
+        let hint = |t: &str| tls_hint(t).unwrap_or("");
+        assert!(hint("Unavailable: invalid peer certificate: UnknownIssuer").contains("--ca-file"));
+        assert!(
+            hint("Unknown: transport error: received fatal alert: CertificateRequired")
+                .contains("--cert-file")
+        );
+        assert!(
+            hint("Unknown: transport error: http2 error: frame with invalid size")
+                .contains("https://")
+        );
+        assert_eq!(
+            tls_hint("Unavailable: tcp connect error: Connection refused"),
+            None
+        );
+    }
 
     #[test]
     fn status_metadata_becomes_a_typed_error() {

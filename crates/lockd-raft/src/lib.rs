@@ -51,7 +51,7 @@ pub use peer::{PeerServer, PeerService};
 pub use placement::{initial_placement, zone_majority, ZoneMajority, Zones};
 pub use raft::{
     inspect_snapshot, seed_thread_rng, MemStorage, MemberCall, MemberError, Membership,
-    SnapshotReport,
+    SnapshotReport, UNREACHABLE_AFTER,
 };
 
 /// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.
