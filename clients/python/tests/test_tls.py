@@ -34,8 +34,11 @@ def test_without_the_ca_or_in_plain_text_nothing_answers(tls_cluster: Cluster, n
     https = [f"https://{e}" for e in tls_cluster.endpoints]
     once = RetryPolicy(max_attempts=1)
     with Client(https, ttl=6, request_timeout=0.5, retry=once) as c:
-        with pytest.raises(errors.LockdError):
+        with pytest.raises(errors.LockdError) as unknown_ca:
             c.lock(name, wait=0).__enter__()
+    # Each error says what to do (issue 44 item 7).
+    assert "give its CA (ca_file=)" in str(unknown_ca.value), unknown_ca.value
     with Client(tls_cluster.endpoints, ttl=6, request_timeout=0.5, retry=once) as c:
-        with pytest.raises(errors.LockdError):
+        with pytest.raises(errors.LockdError) as plain:
             c.lock(name, wait=0).__enter__()
+    assert "use an https:// endpoint" in str(plain.value), plain.value

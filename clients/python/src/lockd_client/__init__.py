@@ -14,6 +14,7 @@ Take a lock, do the work under its fencing token, stop the moment the lease may 
 The asyncio API is :mod:`lockd_client.aio` (:class:`AsyncClient`); fenced PostgreSQL writes are
 :mod:`lockd_client.fencing` (psycopg 3, optional).
 """
+from . import _quiet  # noqa: F401  (first: before grpc is imported)
 from ._options import ClientOptions, RetryPolicy, host_pid
 from .aio import (AsyncClient, AsyncElection, AsyncLeadership, AsyncLock, AsyncLockSet,
                   AsyncLostEvent)

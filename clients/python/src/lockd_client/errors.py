@@ -211,6 +211,20 @@ def from_event(e: pb.Error) -> LockdError:
     return from_status(e.status, e.code, e.message, e.retry_after_ms)
 
 
+def tls_hint(details: str, endpoint: str) -> Optional[str]:
+    """What to do about a transport error that looks like a TLS mismatch, if it does."""
+    if "CERTIFICATE_VERIFY_FAILED" in details or "unable to get local issuer" in details:
+        return ("the node's certificate is not signed by a CA this client trusts: give its CA "
+                "(ca_file=)")
+    if any(s in details for s in ("CERTIFICATE_REQUIRED", "certificate required",
+                                  "PEER_DID_NOT_RETURN_A_CERTIFICATE")):
+        return "the node asks for a client certificate: give cert_file= and key_file="
+    if "Socket closed" in details and not endpoint.startswith("https://"):
+        return ("if the node serves TLS, use an https:// endpoint and its CA (ca_file=); a "
+                "plain-text node refuses https://")
+    return None
+
+
 def from_rpc_error(e: grpc.RpcError, endpoint: str = "") -> LockdError:
     """Maps a failed gRPC call to a typed error.
 
@@ -238,7 +252,8 @@ def from_rpc_error(e: grpc.RpcError, endpoint: str = "") -> LockdError:
             return LockdError(where + details, code="unimplemented")
         if gcode == grpc.StatusCode.DEADLINE_EXCEEDED:
             return Unavailable(f"{where}no answer in time ({details})")
-        return Unavailable(f"{where}{gcode.name}: {details}")
+        hint = tls_hint(details, endpoint)
+        return Unavailable(f"{where}{gcode.name}: {details}" + (f" ({hint})" if hint else ""))
     status = _STATUS_BY_GRPC.get(gcode, 500)
     if gcode == grpc.StatusCode.RESOURCE_EXHAUSTED and code in ("payload_too_large", "body_too_large"):
         status = 413

@@ -845,7 +845,7 @@ class ListMembersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("node_id", "peer_addr", "role", "leader", "lag", "draining", "zone")
+    __slots__ = ("node_id", "peer_addr", "role", "leader", "lag", "draining", "zone", "last_contact_ms", "reachable")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -853,6 +853,8 @@ class Member(_message.Message):
     LAG_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     ZONE_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONTACT_MS_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     peer_addr: str
     role: str
@@ -860,7 +862,9 @@ class Member(_message.Message):
     lag: int
     draining: bool
     zone: str
-    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., role: _Optional[str] = ..., leader: bool = ..., lag: _Optional[int] = ..., draining: bool = ..., zone: _Optional[str] = ...) -> None: ...
+    last_contact_ms: int
+    reachable: bool
+    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., role: _Optional[str] = ..., leader: bool = ..., lag: _Optional[int] = ..., draining: bool = ..., zone: _Optional[str] = ..., last_contact_ms: _Optional[int] = ..., reachable: bool = ...) -> None: ...
 
 class GroupMembers(_message.Message):
     __slots__ = ("group", "leader", "joint", "members")
