@@ -387,12 +387,18 @@ impl Drop for Grant {
             return;
         };
         core.held.lock().expect("held lock").remove(&self.id);
-        let req = core.release_request(&self.session_id, &self.name, self.token);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = core.release(req, false).await;
-            });
-        }
+        give_back_later(core, &self.session_id, &self.name, self.token);
+    }
+}
+
+/// Releases one hold in the background (unary, retried), where nothing waits for the answer:
+/// a grant nobody claims. Without a runtime, the session's end frees it.
+fn give_back_later(core: Arc<Core>, session_id: &str, name: &str, token: u64) {
+    let req = core.release_request(session_id, name, token);
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let _ = core.release(req, false).await;
+        });
     }
 }
 
@@ -951,11 +957,7 @@ impl Driver {
             return;
         }
         tracing::debug!(name, token, "giving back a grant nobody waits for");
-        let core = self.core.clone();
-        let req = core.release_request(&s.id, &name, token);
-        tokio::spawn(async move {
-            let _ = core.release(req, false).await;
-        });
+        give_back_later(self.core.clone(), &s.id, &name, token);
     }
 
     /// A `granted` or `wait_ended` push answers the acquire `a`.

@@ -849,20 +849,32 @@ struct StrayWait {
 }
 
 async fn queue_a_wait_on_a_follower(name: &'static str) -> StrayWait {
-    let mut c = Cluster::start(3, 1).await;
+    let c = Cluster::start(3, 1).await;
     let ttl = Duration::from_secs(10);
     let holder = Client::connect_with(&c.grpc, options(ttl)).await.unwrap();
     let (waiter, on) = client_on_a_follower(&c, ttl).await;
+    queue_a_wait(c, name, holder, waiter, on).await
+}
+
+/// `holder` takes `name`, `waiter` queues for it (waiting up to a minute), then node index
+/// `kill` (the one carrying the waiter's stream) is killed.
+async fn queue_a_wait(
+    mut c: Cluster,
+    name: &'static str,
+    holder: Client,
+    waiter: Client,
+    kill: usize,
+) -> StrayWait {
     let held = holder.acquire(name).try_once().await.unwrap();
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
-        async move { waiter.acquire(name).wait(Duration::from_secs(30)).await }
+        async move { waiter.acquire(name).wait(Duration::from_secs(60)).await }
     });
     eventually(Duration::from_secs(10), "the wait queued", || async {
         waiters(&holder, name).await == 1
     })
     .await;
-    c.kill(on);
+    c.kill(kill);
     StrayWait {
         holder,
         held,
@@ -910,7 +922,7 @@ async fn a_retry_after_a_broken_stream_takes_the_wait_it_queued() {
 async fn a_wait_relayed_by_a_node_that_died_is_relayed_by_the_next() {
     let _serial = SERIAL.lock().await;
     // Group 1 on nodes 1-3; nodes 4 and 5 host only the meta group.
-    let mut c = Cluster::launch(5, 1, NAMESPACES, "fast", |a| a.common.replicas = 3).await;
+    let c = Cluster::launch(5, 1, NAMESPACES, "fast", |a| a.common.replicas = 3).await;
     let ttl = Duration::from_secs(10);
     let holder = Client::connect_with(&c.grpc[..3], options(ttl))
         .await
@@ -919,16 +931,13 @@ async fn a_wait_relayed_by_a_node_that_died_is_relayed_by_the_next() {
         .await
         .unwrap();
     let name = "fast/relayed-twice";
-    let held = holder.acquire(name).try_once().await.unwrap();
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move { waiter.acquire(name).wait(Duration::from_secs(60)).await }
-    });
-    eventually(Duration::from_secs(10), "the wait queued", || async {
-        waiters(&holder, name).await == 1
-    })
-    .await;
-    c.kill(3);
+    let StrayWait {
+        holder,
+        held,
+        waiting,
+        cluster: _cluster,
+        ..
+    } = queue_a_wait(c, name, holder, waiter, 3).await;
     // The stream moves to node 5, which relays the wait; the retry adopts it.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(waiters(&holder, name).await, 1, "one wait, not two");
