@@ -71,6 +71,39 @@ struct AcquireRequest<'a> {
     reentrant: bool,
 }
 
+impl<'a> AcquireRequest<'a> {
+    /// The acquire an [`Op::Acquire`] or [`Op::AdoptAndAcquire`] asks for.
+    fn of(op: &'a Op) -> AcquireRequest<'a> {
+        match op {
+            Op::Acquire {
+                session,
+                name,
+                owner,
+                mode,
+                wait_ms,
+                reentrant,
+            }
+            | Op::AdoptAndAcquire {
+                session,
+                name,
+                owner,
+                mode,
+                wait_ms,
+                reentrant,
+                ..
+            } => AcquireRequest {
+                session: *session,
+                name,
+                owner,
+                mode: *mode,
+                wait_ms: *wait_ms,
+                reentrant: *reentrant,
+            },
+            other => unreachable!("not an acquire: {other:?}"),
+        }
+    }
+}
+
 impl Default for LockTable {
     fn default() -> Self {
         Self::new()
@@ -210,25 +243,7 @@ impl LockTable {
                 .and_then(|()| self.open_session(now, *session, client, *ttl_ms, namespace)),
             Op::CloseSession { session } => self.close_session(now, *session, &mut ev),
             Op::ExpireSessions { sessions } => self.expire_sessions(now, sessions, &mut ev),
-            Op::Acquire {
-                session,
-                name,
-                owner,
-                mode,
-                wait_ms,
-                reentrant,
-            } => self.acquire(
-                now,
-                AcquireRequest {
-                    session: *session,
-                    name,
-                    owner,
-                    mode: *mode,
-                    wait_ms: *wait_ms,
-                    reentrant: *reentrant,
-                },
-                &mut ev,
-            ),
+            op @ Op::Acquire { .. } => self.acquire(now, AcquireRequest::of(op), &mut ev),
             Op::Release {
                 session,
                 name,
@@ -303,6 +318,7 @@ impl LockTable {
                 ttl_ms,
                 namespace,
             } => self.adopt_session(now, *session, client, *ttl_ms, namespace, &mut ev),
+            op @ Op::AdoptAndAcquire { .. } => self.adopt_and_acquire(now, op, &mut ev),
             Op::SetGroupReplicas { group, replicas } => self.set_group_replicas(*group, replicas),
             Op::PlaceGroup {
                 group,
@@ -468,6 +484,44 @@ impl LockTable {
                 Ok(r)
             }
         }
+    }
+
+    /// [`Op::AdoptAndAcquire`]: adopts the session with the values it was opened with for this
+    /// acquire alone, and undoes that unless the acquire was granted or queued.
+    fn adopt_and_acquire(
+        &mut self,
+        now: u64,
+        op: &Op,
+        ev: &mut Vec<LockEvent>,
+    ) -> Result<Reply, Rejection> {
+        let Op::AdoptAndAcquire {
+            client,
+            ttl_ms,
+            namespace,
+            ..
+        } = op
+        else {
+            unreachable!("apply routes only AdoptAndAcquire here")
+        };
+        let req = AcquireRequest::of(op);
+        let session = req.session;
+        if self.sessions.contains_key(&session) {
+            return self.acquire(now, req, ev);
+        }
+        self.open_session(now, session, client, *ttl_ms, namespace)?;
+        let mark = ev.len();
+        let reply = self.acquire(now, req, ev);
+        match reply {
+            Ok(Reply::Acquired { .. } | Reply::Queued { .. }) => {
+                // Its lease here starts now, before what the acquire did.
+                let ttl_ms = self.sessions[&session].ttl_ms;
+                ev.insert(mark, LockEvent::SessionAdopted { session, ttl_ms });
+            }
+            _ => {
+                self.remove_session(session);
+            }
+        }
+        reply
     }
 
     fn close_session(

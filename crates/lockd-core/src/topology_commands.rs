@@ -665,4 +665,68 @@ mod tests {
         assert_eq!(e.unwrap_err().code(), "wrong_group");
         assert_eq!(g.absent_session(old).code(), "session_not_here");
     }
+
+    /// An acquire that adopts its session (`AdoptAndAcquire`) keeps the adoption only when it
+    /// is granted or queued: a busy or refused one leaves the group as it was.
+    #[test]
+    fn an_adopting_acquire_keeps_the_session_only_if_granted_or_queued() {
+        use crate::LockEvent;
+        let adopting = |session: SessionId, name: &str, wait_ms: u64| {
+            let acquire = Op::Acquire {
+                session,
+                name: name.into(),
+                owner: "o".into(),
+                mode: LockMode::Exclusive,
+                wait_ms,
+                reentrant: false,
+            };
+            acquire.adopting("c".into(), 0, String::new())
+        };
+        let mut g = LockTable::new();
+        let (holder, other, third) = (SessionId(0x11), SessionId(0x21), SessionId(0x31));
+        assert!(apply(&mut g, open(holder)).is_ok());
+        assert!(matches!(
+            apply(&mut g, acquire(holder, "a")),
+            Ok(Reply::Acquired { .. })
+        ));
+        let before = g.snapshot();
+        // Busy (a try-lock of a held name), refused (a bad owner): no trace.
+        assert!(matches!(
+            apply(&mut g, adopting(other, "a", 0)),
+            Ok(Reply::Busy { .. })
+        ));
+        assert_eq!(g.session_presence(other), Presence::NotHere);
+        let mut bad = adopting(other, "b", 0);
+        if let Op::AdoptAndAcquire { owner, .. } = &mut bad {
+            *owner = "o".repeat(crate::limits::MAX_OWNER_BYTES + 1);
+        }
+        assert!(apply(&mut g, bad).is_err());
+        assert_eq!(
+            g.snapshot(),
+            before,
+            "a busy or refused adopting acquire changed the state"
+        );
+        // Granted: adopted, and its lease starts before the grant's events.
+        let out = g.apply(&Command {
+            now_ms: 1,
+            op: adopting(other, "b", 0),
+        });
+        assert!(matches!(out.reply, Ok(Reply::Acquired { .. })));
+        assert!(matches!(
+            out.events.first(),
+            Some(LockEvent::SessionAdopted { session, .. }) if *session == other
+        ));
+        assert_eq!(g.session_presence(other), Presence::Live);
+        // Queued: adopted too (the wait needs a lease to live under).
+        assert!(matches!(
+            apply(&mut g, adopting(third, "a", 5_000)),
+            Ok(Reply::Queued { .. })
+        ));
+        assert_eq!(g.session_presence(third), Presence::Live);
+        // A session open here already: a plain acquire.
+        assert!(matches!(
+            apply(&mut g, adopting(holder, "c", 0)),
+            Ok(Reply::Acquired { .. })
+        ));
+    }
 }

@@ -338,9 +338,50 @@ pub enum Op {
     RegisterZones {
         zones: std::collections::BTreeMap<u64, String>,
     },
+    /// [`Op::Acquire`] by a session this group has no lease for: adopt it with the values it
+    /// was opened with (`client`, `ttl_ms`, `namespace`, as [`Op::AdoptSession`]) and acquire,
+    /// in one step. Unless the acquire is granted or queued the adoption is undone, so a
+    /// refused or busy acquire leaves no trace. If the session is open here, a plain acquire.
+    AdoptAndAcquire {
+        session: SessionId,
+        name: String,
+        owner: String,
+        mode: LockMode,
+        wait_ms: u64,
+        reentrant: bool,
+        client: String,
+        ttl_ms: u64,
+        namespace: String,
+    },
 }
 
 impl Op {
+    /// An [`Op::Acquire`] as [`Op::AdoptAndAcquire`] with the session's opening values; any
+    /// other command unchanged.
+    pub fn adopting(self, client: String, ttl_ms: u64, namespace: String) -> Op {
+        match self {
+            Op::Acquire {
+                session,
+                name,
+                owner,
+                mode,
+                wait_ms,
+                reentrant,
+            } => Op::AdoptAndAcquire {
+                session,
+                name,
+                owner,
+                mode,
+                wait_ms,
+                reentrant,
+                client,
+                ttl_ms,
+                namespace,
+            },
+            other => other,
+        }
+    }
+
     /// About how many bytes the command takes in an entry: its strings and lists, plus a
     /// fixed allowance. Cheap (no encoding), for bounding entries in bytes as well as commands.
     pub fn approx_bytes(&self) -> usize {
@@ -353,6 +394,13 @@ impl Op {
                 client, namespace, ..
             } => client.len() + namespace.len(),
             Op::Acquire { name, owner, .. } => name.len() + owner.len(),
+            Op::AdoptAndAcquire {
+                name,
+                owner,
+                client,
+                namespace,
+                ..
+            } => name.len() + owner.len() + client.len() + namespace.len(),
             Op::Release { name, .. } | Op::Extend { name, .. } => name.len(),
             Op::ExpireSessions { sessions } => 8 * sessions.len(),
             Op::PutShardMap { map } => 4 * map.groups.len(),

@@ -375,6 +375,7 @@ impl Model {
             | Op::GroupReady { .. }
             | Op::FoundGroup { .. }
             | Op::AdoptSession { .. }
+            | Op::AdoptAndAcquire { .. }
             | Op::SetGroupReplicas { .. }
             | Op::PlaceGroup { .. }
             | Op::CloseGroup
