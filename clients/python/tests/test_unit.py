@@ -199,6 +199,73 @@ def test_a_lock_follows_its_groups_deadline_while_the_move_count_holds() -> None
     assert l.deadline_of(h) == 136.0 and l.deadline_all == 114.0
 
 
+def test_keepalives_name_the_home_and_the_groups_in_use() -> None:
+    """A session homed in group 1 names its home and the groups of its holds and waits, and
+    asks every group while a hold may have left its group or an outcome is lost (the same
+    rule as lockd-client's ``keepalives_name_the_home_and_the_groups_in_use``)."""
+    from lockd_client._lease import GroupLeases
+
+    l = GroupLeases(100.0, TTL, MARGIN)
+    assert l.keepalive_groups([], [], False) == [], "no home: every group"
+    l.homed(1, 100.0, 100.0)
+    assert l.keepalive_groups([], [], False) == [1]
+    assert l.groups[1].deadline == 112.0
+    # An acquire sent at 102 adopted the session in group 3 (lease_started).
+    l.started(3, 102.0, 15_000, 102.0)
+    h = l.granted(102.0, 102.0, group=3, group_moves=4, lease_ttl_ms=15_000)
+    assert l.deadline_of(h) == 114.0, "counted from its own send"
+    assert l.keepalive_groups([h], [5], False) == [1, 3, 5]
+    assert l.keepalive_groups([h], [], True) == [], "unsure"
+    # A named reply with no move renews the session-wide deadline too.
+    assert l.renewed(105.0, 15_000, [ext(1), ext(3, 4)], 105.0, named=True) == "extended"
+    assert l.deadline_of(h) == 117.0 == l.deadline_all
+    # Group 3 reports a move: the named reply leaves deadline_all, the lock follows it from
+    # the last reply without a move, and the next keepalive asks every group.
+    assert l.renewed(109.0, 15_000, [ext(1), ext(3, 5)], 109.0, named=True) == "unchanged"
+    assert l.deadline_of(h) == 117.0
+    assert l.keepalive_groups([h], [], False) == []
+    # Every group answers in time: the moved lock goes on.
+    l.renewed(113.0, 15_000, [ext(1), ext(2, 7), ext(3, 5)], 113.0)
+    assert l.deadline_of(h) == 125.0
+
+
+def test_a_grant_in_an_unnamed_group_counts_from_the_earliest_acquire_that_may_have_adopted() -> None:
+    from lockd_client._lease import GroupLeases
+
+    l = GroupLeases(100.0, TTL, MARGIN)
+    l.homed(1, 100.0, 100.0)
+    l.renewed(110.0, 15_000, [ext(1)], 110.0, named=True)
+    assert l.deadline_all == 122.0
+    # An acquire sent at 104 is still unanswered; one sent at 109 is granted in group 2, which
+    # had the session already: the lease there may date from the one sent at 104.
+    h = l.granted(109.0, 111.0, group=2, group_moves=0, lease_ttl_ms=15_000, others=104.0)
+    assert l.deadline_of(h) == 116.0
+    # A lost answer bounds later ones the same way.
+    l = GroupLeases(100.0, TTL, MARGIN)
+    l.homed(1, 100.0, 100.0)
+    l.note_unsure(103.0)
+    l.renewed(110.0, 15_000, [ext(1)], 110.0, named=True)
+    h = l.granted(111.0, 111.0, group=2, group_moves=0, lease_ttl_ms=15_000)
+    assert l.deadline_of(h) == 115.0
+    # A group that adopted the session for the acquire counts from its own send.
+    l.started(4, 111.0, 15_000, 111.0)
+    adopted = l.granted(111.0, 111.0, group=4, group_moves=0, lease_ttl_ms=15_000)
+    assert l.deadline_of(adopted) == 123.0
+
+
+def test_an_adoption_ends_the_lease_the_client_knew_there() -> None:
+    from lockd_client._lease import GroupLeases
+
+    l = GroupLeases(100.0, TTL, MARGIN)
+    l.homed(1, 100.0, 100.0)
+    l.started(2, 101.0, 15_000, 101.0)
+    old = l.granted(101.0, 101.0, group=2, group_moves=0, lease_ttl_ms=15_000)
+    l.started(2, 105.0, 15_000, 106.0)
+    assert l.deadline_of(old) == 106.0, "lost when the adoption said the lease had ended"
+    new = l.granted(105.0, 106.0, group=2, group_moves=0, lease_ttl_ms=15_000)
+    assert l.deadline_of(new) == 117.0
+
+
 def test_a_lock_follows_the_session_wide_deadline_once_its_groups_move_count_rose() -> None:
     """(b) A bucket moved in or out of the lock's group: the hold may live in another group now,
     so it follows the deadline every group must renew."""

@@ -576,6 +576,10 @@ pub struct GrpcTarget {
 pub struct GrpcClient {
     id: usize,
     streams: Vec<SessionStream>,
+    /// The session's home group (0: the service did not say).
+    home_group: u32,
+    /// The group of each lock held, so that a keepalive names the groups lockd-client would.
+    held_groups: std::collections::HashMap<String, u32>,
 }
 
 /// One session stream. The bench client has at most one request out at a time, so a call
@@ -667,8 +671,8 @@ impl LockTarget for GrpcTarget {
             ..Default::default()
         });
         let (home_stream, ev) = SessionStream::start(self.addrs[nodes[home]], open).await?;
-        let session = match ev {
-            StreamEv::Opened(o) => o.session_id,
+        let (session, home_group) = match ev {
+            StreamEv::Opened(o) => (o.session_id, o.group),
             other => return Err(stream_error("open", other)),
         };
         let mut streams = Vec::with_capacity(nodes.len());
@@ -684,7 +688,12 @@ impl LockTarget for GrpcTarget {
                 (_, other) => return Err(stream_error("attach", other)),
             }
         }
-        Ok(GrpcClient { id, streams })
+        Ok(GrpcClient {
+            id,
+            streams,
+            home_group,
+            held_groups: Default::default(),
+        })
     }
 
     async fn acquire(&self, c: &mut GrpcClient, name: &str, owner: &str) -> Result<Option<Token>> {
@@ -695,7 +704,12 @@ impl LockTarget for GrpcTarget {
             ..Default::default()
         });
         match c.streams[i].call(req).await? {
-            StreamEv::Acquired(r) => Ok(r.acquired.then(|| r.fencing_token.to_string())),
+            StreamEv::Acquired(r) => {
+                if r.acquired {
+                    c.held_groups.insert(name.to_owned(), r.group);
+                }
+                Ok(r.acquired.then(|| r.fencing_token.to_string()))
+            }
             other => Err(stream_error("acquire", other)),
         }
     }
@@ -707,6 +721,7 @@ impl LockTarget for GrpcTarget {
             fencing_token: fencing(token),
             ..Default::default()
         });
+        c.held_groups.remove(name);
         match c.streams[i].call(req).await? {
             StreamEv::Released(_) => Ok(true),
             StreamEv::Error(e) if e.status == 409 => Ok(false),
@@ -714,9 +729,21 @@ impl LockTarget for GrpcTarget {
         }
     }
 
+    /// Names the groups lockd-client would: the home group and those of the locks held.
     async fn keepalive(&self, c: &mut GrpcClient, _held: Option<(&str, &str)>) -> Result<()> {
         let home = self.picker.home(c.id);
-        let req = StreamReq::Keepalive(pb::KeepAliveRequest::default());
+        let mut groups: Vec<u32> = c.held_groups.values().copied().collect();
+        if c.home_group != 0 {
+            groups.push(c.home_group);
+        } else {
+            groups.clear();
+        }
+        groups.sort_unstable();
+        groups.dedup();
+        let req = StreamReq::Keepalive(pb::KeepAliveRequest {
+            groups,
+            ..Default::default()
+        });
         match c.streams[home].call(req).await? {
             StreamEv::Keepalive(_) => Ok(()),
             other => Err(stream_error("keepalive", other)),
@@ -843,7 +870,10 @@ impl LockTarget for UnaryTarget {
         let home = self.picker.home(c.id);
         let session_id = c.session.clone();
         c.conns[home]
-            .keep_alive(pb::KeepAliveRequest { session_id })
+            .keep_alive(pb::KeepAliveRequest {
+                session_id,
+                ..Default::default()
+            })
             .await?;
         Ok(())
     }

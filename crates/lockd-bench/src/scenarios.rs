@@ -331,6 +331,7 @@ fn spawn_load(
                     if kept.elapsed() > TTL / 3 {
                         let ka = c.keep_alive(pb::KeepAliveRequest {
                             session_id: s.clone(),
+                            ..Default::default()
                         });
                         if let Err(e) = ka.await {
                             if e.code() == tonic::Code::NotFound {
@@ -648,6 +649,7 @@ impl Keepalives {
                             Duration::from_secs(5),
                             c.keep_alive(pb::KeepAliveRequest {
                                 session_id: id.clone(),
+                                ..Default::default()
                             }),
                         )
                         .await;

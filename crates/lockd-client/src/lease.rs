@@ -155,6 +155,12 @@ pub struct GroupLeases {
     /// When each ended session-wide epoch counts as having ended (its deadline).
     all_ended_at: std::collections::BTreeMap<u64, Instant>,
     groups: std::collections::BTreeMap<u32, GroupState>,
+    /// The group that opened the session (`None`: a service that opens it in every group;
+    /// then every keepalive goes to every group).
+    home: Option<u32>,
+    /// The send time of the earliest acquire whose answer was lost: it may have brought the
+    /// session into a group the client has no lease of (see [`GroupLeases::granted`]).
+    unsure_since: Option<Instant>,
 }
 
 impl GroupLeases {
@@ -165,6 +171,79 @@ impl GroupLeases {
             all_epoch: 0,
             all_ended_at: Default::default(),
             groups: Default::default(),
+            home: None,
+            unsure_since: None,
+        }
+    }
+
+    /// The open sent at `sent` was answered by lock group `home` (0: a service that opens
+    /// sessions in every group). The lease there started after `sent`; from now on keepalives
+    /// name only the groups the session uses ([`GroupLeases::keepalive_groups`]).
+    pub fn homed(&mut self, home: u32, sent: Instant, now: Instant) {
+        if home == 0 {
+            return;
+        }
+        self.home = Some(home);
+        self.started(home, sent, 0, now);
+    }
+
+    /// The groups a keepalive should renew, given the session's holds and the groups of its
+    /// queued waits: its home, and every group a hold or wait lives in. Empty means every lock
+    /// group, which is what it asks while a hold may have left its group (a bucket move raised
+    /// the group's move count since the grant: the hold may live in any group now), while
+    /// `unsure` (an acquire whose outcome a broken stream took may be queued or held in a
+    /// group it cannot name), and for a service that opens sessions in every group.
+    pub fn keepalive_groups(
+        &self,
+        holds: impl IntoIterator<Item = HoldLease>,
+        waits: impl IntoIterator<Item = u32>,
+        unsure: bool,
+    ) -> Vec<u32> {
+        let Some(home) = self.home else {
+            return Vec::new();
+        };
+        if unsure {
+            return Vec::new();
+        }
+        let mut named = std::collections::BTreeSet::from([home]);
+        for h in holds {
+            if !self.in_its_group(&h) {
+                return Vec::new();
+            }
+            named.insert(h.group);
+        }
+        named.extend(waits);
+        named.into_iter().collect()
+    }
+
+    /// An acquire sent at `sent` lost its answer with a broken stream: it may have brought the
+    /// session into a group the client will not name. Grants in a group the client has no
+    /// lease of count from no later than that send ([`GroupLeases::granted`]).
+    pub fn unsure_since(&mut self, sent: Instant) {
+        self.unsure_since = Some(self.unsure_since.map_or(sent, |t| t.min(sent)));
+    }
+
+    /// A request sent at `sent` started the session's lease in `group` (the service said
+    /// `lease_started`: the group adopted the session for it), granting `ttl_ms` (0: the
+    /// TTL of the open). A lease the client knew there before has ended (the group had none
+    /// when it adopted), unless a grant of it arrived after `sent` (the order is then unknown,
+    /// and its deadline stays as it was, which is never later than the truth).
+    pub fn started(&mut self, group: u32, sent: Instant, ttl_ms: u64, now: Instant) {
+        let d = self.deadline_from(sent, ttl_ms);
+        let st = self.groups.entry(group).or_insert(GroupState {
+            deadline: None,
+            moves: 0,
+            epoch: 0,
+            first_grant: None,
+            ended_at: Default::default(),
+        });
+        match (st.deadline, st.first_grant) {
+            (None, _) => st.deadline = Some(d),
+            (Some(_), Some(first)) if first > sent => {}
+            (Some(old), _) => {
+                end_epoch(st, old.min(now));
+                st.deadline = Some(d);
+            }
         }
     }
 
@@ -213,16 +292,31 @@ impl GroupLeases {
 
     /// A keepalive sent at `sent` was answered at `now`: `ttl_ms` the least lease over the
     /// groups that extended it, `groups` what each said (empty: a service that does not say;
-    /// then every group counts as extended with `ttl_ms`). Returns what it did to the
-    /// session-wide lease ([`Renewal::Unchanged`] when not every group answered).
+    /// then every group counts as extended with `ttl_ms`). `named`: the keepalive named the
+    /// groups it renews ([`GroupLeases::keepalive_groups`]) rather than asking every group.
+    /// Returns what it did to the session-wide lease ([`Renewal::Unchanged`] when not every
+    /// group answered).
+    ///
+    /// The session-wide lease is what a hold follows once it may have left its group, so it
+    /// moves only with a reply that covers wherever such a hold can be: one from every group,
+    /// or a named one in which no group reported a move the client did not know of (every
+    /// hold is then still in its named group, so a hold that leaves later lands in a group
+    /// whose lease restarts after this reply).
     pub fn renewed(
         &mut self,
         sent: Instant,
         ttl_ms: u64,
         groups: &[(u32, GroupAnswer)],
+        named: bool,
         now: Instant,
     ) -> Renewal {
-        let mut every = true;
+        let moved = groups.iter().any(|(g, a)| match a {
+            GroupAnswer::Extended { group_moves, .. } => {
+                self.groups.get(g).is_some_and(|st| *group_moves > st.moves)
+            }
+            _ => false,
+        });
+        let mut every = !(named && moved);
         if groups.is_empty() {
             let known: Vec<(u32, u64)> = self.groups.iter().map(|(g, s)| (*g, s.moves)).collect();
             for (g, moves) in known {
@@ -298,7 +392,11 @@ impl GroupLeases {
     /// `sent` and answered (or pushed) at `now`, told the lease is `lease_ttl_ms`. A group
     /// without a lease the client knows of starts one at `sent + TTL − margin`, but never past
     /// the session-wide deadline: a grant renews nothing, and a group that knew the session
-    /// since the open or a keepalive counts its lease from there.
+    /// since the open or a keepalive counts its lease from there. Nor, once keepalives name
+    /// their groups, past `others + TTL − margin` for the earliest send of another acquire
+    /// still unanswered (`others`) or whose answer was lost: either may have brought the
+    /// session into the group (a lease no keepalive renewed since). A grant whose request
+    /// started the lease itself goes through [`GroupLeases::started`] first.
     pub fn granted(
         &mut self,
         sent: Instant,
@@ -306,10 +404,17 @@ impl GroupLeases {
         group: u32,
         group_moves: u64,
         lease_ttl_ms: u64,
+        others: Option<Instant>,
     ) -> HoldLease {
-        let start = self
+        let mut start = self
             .deadline_from(sent, lease_ttl_ms)
             .min(self.all.deadline());
+        if self.home.is_some() {
+            let unknown = [others, self.unsure_since].into_iter().flatten().min();
+            if let Some(t) = unknown {
+                start = start.min(self.deadline_from(t, 0));
+            }
+        }
         let st = self.groups.entry(group).or_insert(GroupState {
             deadline: None,
             moves: group_moves,
@@ -412,14 +517,18 @@ mod tests {
             s(1),
             15_000,
             &[(1, ext(15_000, 0)), (2, ext(15_000, 5))],
+            false,
             s(1),
         );
-        let hold = l.granted(s(1), s(1), 2, 5, 15_000);
+        let hold = l.granted(s(1), s(1), 2, 5, 15_000, None);
         assert_eq!(l.deadline_of(&hold), Some(s(13)));
         // Group 2 extends; group 1 cannot answer: the hold follows group 2, the session-wide
         // lease does not move.
         let answers = [(1, GroupAnswer::Other), (2, ext(15_000, 5))];
-        assert_eq!(l.renewed(s(6), 15_000, &answers, s(6)), Renewal::Unchanged);
+        assert_eq!(
+            l.renewed(s(6), 15_000, &answers, false, s(6)),
+            Renewal::Unchanged
+        );
         assert_eq!(l.deadline_of(&hold), Some(s(18)));
         assert_eq!(l.session().deadline(), s(13));
         // A move in group 2: the hold may be elsewhere now, so it follows the session-wide
@@ -428,6 +537,7 @@ mod tests {
             s(9),
             15_000,
             &[(1, GroupAnswer::Other), (2, ext(15_000, 6))],
+            false,
             s(9),
         );
         assert_eq!(l.deadline_of(&hold), Some(s(13)));
@@ -435,11 +545,12 @@ mod tests {
             s(10),
             15_000,
             &[(1, ext(15_000, 0)), (2, ext(15_000, 6))],
+            false,
             s(10),
         );
         assert_eq!(l.deadline_of(&hold), Some(s(22)));
         // A hold granted after the move follows group 2 again.
-        let later = l.granted(s(10), s(10), 2, 6, 15_000);
+        let later = l.granted(s(10), s(10), 2, 6, 15_000, None);
         assert_eq!(l.deadline_of(&later), Some(s(22)));
     }
 
@@ -449,7 +560,7 @@ mod tests {
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
         // A grant renews nothing: the group may have had the session since the open.
-        let hold = l.granted(s(4), s(4), 3, 0, 15_000);
+        let hold = l.granted(s(4), s(4), 3, 0, 15_000, None);
         assert_eq!(l.deadline_of(&hold), Some(s(12)));
     }
 
@@ -462,15 +573,17 @@ mod tests {
             s(1),
             15_000,
             &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
+            false,
             s(1),
         );
-        let a = l.granted(s(1), s(1), 1, 0, 15_000);
-        let b = l.granted(s(1), s(1), 2, 0, 15_000);
+        let a = l.granted(s(1), s(1), 1, 0, 15_000, None);
+        let b = l.granted(s(1), s(1), 2, 0, 15_000, None);
         // Group 1 has no lease for the session, asked after `a` was granted: `a` is lost.
         l.renewed(
             s(2),
             15_000,
             &[(1, GroupAnswer::NotHere), (2, ext(15_000, 0))],
+            false,
             s(2),
         );
         assert_eq!(l.deadline_of(&a), None);
@@ -478,11 +591,12 @@ mod tests {
         // A grant in group 1 that arrived after a keepalive was sent is not ended by that
         // keepalive's "not here" (the group may have answered before the acquire adopted the
         // session); it starts a new lease, within the session-wide deadline.
-        let c = l.granted(s(3), s(4), 1, 0, 15_000);
+        let c = l.granted(s(3), s(4), 1, 0, 15_000, None);
         l.renewed(
             s(3),
             15_000,
             &[(1, GroupAnswer::NotHere), (2, ext(15_000, 0))],
+            false,
             s(5),
         );
         assert_eq!(l.deadline_of(&c), Some(s(14)));
@@ -491,6 +605,7 @@ mod tests {
             s(6),
             15_000,
             &[(1, GroupAnswer::NotHere), (2, ext(15_000, 0))],
+            false,
             s(6),
         );
         assert_eq!(l.deadline_of(&c), None);
@@ -503,14 +618,14 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
-        l.renewed(s(1), 15_000, &[(2, ext(15_000, 0))], s(1));
-        let b = l.granted(s(2), s(2), 2, 0, 15_000);
+        l.renewed(s(1), 15_000, &[(2, ext(15_000, 0))], false, s(1));
+        let b = l.granted(s(2), s(2), 2, 0, 15_000, None);
         assert_eq!(l.deadline_of(&b), Some(s(13)));
         // Answered after group 2's deadline: b is lost; the lease goes on for new grants.
-        l.renewed(s(12), 15_000, &[(2, ext(15_000, 0))], s(14));
+        l.renewed(s(12), 15_000, &[(2, ext(15_000, 0))], false, s(14));
         assert_eq!(l.deadline_of(&b), None);
         assert_eq!(l.ended_at(&b), Some(s(13)), "lost at its deadline");
-        let d = l.granted(s(14), s(14), 2, 0, 15_000);
+        let d = l.granted(s(14), s(14), 2, 0, 15_000, None);
         assert_eq!(l.deadline_of(&d), Some(s(24)));
     }
 
@@ -523,14 +638,18 @@ mod tests {
             s(1),
             15_000,
             &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
+            false,
             s(1),
         );
-        let in1 = l.granted(s(1), s(1), 1, 0, 15_000);
-        let in2 = l.granted(s(1), s(1), 2, 0, 15_000);
+        let in1 = l.granted(s(1), s(1), 1, 0, 15_000, None);
+        let in2 = l.granted(s(1), s(1), 2, 0, 15_000, None);
         // Group 1 is down for longer than the TTL; group 2 answers every 5 s.
         for n in [6, 11, 16, 21] {
             let answers = [(1, GroupAnswer::Other), (2, ext(15_000, 0))];
-            assert_eq!(l.renewed(s(n), 15_000, &answers, s(n)), Renewal::Unchanged);
+            assert_eq!(
+                l.renewed(s(n), 15_000, &answers, false, s(n)),
+                Renewal::Unchanged
+            );
         }
         assert_eq!(
             l.deadline_of(&in1),
@@ -543,10 +662,13 @@ mod tests {
         // Group 1 comes back: every group answers, late for the session-wide lease, which
         // starts again; group 1's holds of before stay lost.
         let both = [(1, ext(15_000, 0)), (2, ext(15_000, 0))];
-        assert_eq!(l.renewed(s(26), 15_000, &both, s(26)), Renewal::TooLate);
+        assert_eq!(
+            l.renewed(s(26), 15_000, &both, false, s(26)),
+            Renewal::TooLate
+        );
         assert_eq!(l.deadline_of(&in1), None);
         assert_eq!(l.session().deadline(), s(38));
-        let again = l.granted(s(26), s(26), 1, 0, 15_000);
+        let again = l.granted(s(26), s(26), 1, 0, 15_000, None);
         assert_eq!(l.deadline_of(&again), Some(s(38)));
     }
 
@@ -559,14 +681,16 @@ mod tests {
             s(1),
             15_000,
             &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
+            false,
             s(1),
         );
-        let hold = l.granted(s(1), s(1), 2, 0, 15_000);
+        let hold = l.granted(s(1), s(1), 2, 0, 15_000, None);
         // A move in group 2 while group 1 is down: the hold follows the session-wide lease.
         l.renewed(
             s(6),
             15_000,
             &[(1, GroupAnswer::Other), (2, ext(15_000, 1))],
+            false,
             s(6),
         );
         assert_eq!(l.deadline_of(&hold), Some(s(13)));
@@ -575,6 +699,7 @@ mod tests {
             s(14),
             15_000,
             &[(1, ext(15_000, 0)), (2, ext(15_000, 1))],
+            false,
             s(14),
         );
         assert_eq!(l.deadline_of(&hold), None);
@@ -595,15 +720,16 @@ mod tests {
             s(1),
             15_000,
             &[(1, ext(15_000, 0)), (2, ext(15_000, 0))],
+            false,
             s(1),
         );
-        let in1 = l.granted(s(1), s(1), 1, 0, 15_000);
-        let in2 = l.granted(s(1), s(1), 2, 0, 15_000);
+        let in1 = l.granted(s(1), s(1), 1, 0, 15_000, None);
+        let in2 = l.granted(s(1), s(1), 2, 0, 15_000, None);
         l.ended(1, s(5));
         assert_eq!(l.deadline_of(&in1), None);
         assert_eq!(l.deadline_of(&in2), Some(s(13)));
         // A grant after the notice (the session brought back into group 1) is not lost.
-        let back = l.granted(s(6), s(6), 1, 0, 15_000);
+        let back = l.granted(s(6), s(6), 1, 0, 15_000, None);
         assert_eq!(l.deadline_of(&back), Some(s(13)));
     }
 
@@ -612,13 +738,13 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
-        let hold = l.granted(s(1), s(1), 3, 0, 15_000);
+        let hold = l.granted(s(1), s(1), 3, 0, 15_000, None);
         assert_eq!(
-            l.renewed(s(5), 15_000, &[], s(5)),
+            l.renewed(s(5), 15_000, &[], false, s(5)),
             Renewal::Extended { deadline: s(17) }
         );
         assert_eq!(l.deadline_of(&hold), Some(s(17)));
-        assert_eq!(l.renewed(s(4), 15_000, &[], s(30)), Renewal::TooLate);
+        assert_eq!(l.renewed(s(4), 15_000, &[], false, s(30)), Renewal::TooLate);
     }
 
     #[test]
@@ -682,5 +808,102 @@ mod tests {
         );
         assert_eq!(l.deadline(), t0 + Duration::from_secs(12));
         assert!(l.expired(late));
+    }
+
+    /// A session homed in group 1: keepalives name the home and the groups of its holds and
+    /// waits, and ask every group while a hold may have left its group or an outcome is lost.
+    #[test]
+    fn keepalives_name_the_home_and_the_groups_in_use() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        assert!(
+            l.keepalive_groups([], [], false).is_empty(),
+            "no home: every group"
+        );
+        l.homed(1, t0, t0);
+        assert_eq!(l.keepalive_groups([], [], false), vec![1]);
+        assert_eq!(l.group_deadline(1), Some(s(12)));
+        // An acquire sent at 2 adopted the session in group 3 (`lease_started`).
+        l.started(3, s(2), 15_000, s(2));
+        let hold = l.granted(s(2), s(2), 3, 4, 15_000, None);
+        assert_eq!(
+            l.deadline_of(&hold),
+            Some(s(14)),
+            "counted from its own send"
+        );
+        assert_eq!(l.keepalive_groups([hold], [5], false), vec![1, 3, 5]);
+        assert!(l.keepalive_groups([hold], [], true).is_empty(), "unsure");
+        // A named renewal with no move renews the session-wide lease too.
+        let named = [(1, ext(15_000, 0)), (3, ext(15_000, 4))];
+        assert!(matches!(
+            l.renewed(s(5), 15_000, &named, true, s(5)),
+            Renewal::Extended { .. }
+        ));
+        assert_eq!(l.deadline_of(&hold), Some(s(17)));
+        assert_eq!(l.session().deadline(), s(17));
+        // Group 3 reports a move: the named reply does not renew the session-wide lease, the
+        // hold follows it from the last reply without a move, and the next keepalive asks
+        // every group.
+        let moved = [(1, ext(15_000, 0)), (3, ext(15_000, 5))];
+        assert_eq!(
+            l.renewed(s(9), 15_000, &moved, true, s(9)),
+            Renewal::Unchanged
+        );
+        assert_eq!(l.deadline_of(&hold), Some(s(17)));
+        assert!(l.keepalive_groups([hold], [], false).is_empty());
+        // Every group answers in time: the moved hold goes on.
+        let every = [
+            (1, ext(15_000, 0)),
+            (2, ext(15_000, 7)),
+            (3, ext(15_000, 5)),
+        ];
+        l.renewed(s(13), 15_000, &every, false, s(13));
+        assert_eq!(l.deadline_of(&hold), Some(s(25)));
+    }
+
+    /// Once keepalives name their groups, a grant in a group the client has no lease of
+    /// (which no keepalive renewed) counts from no later than an acquire that may have brought
+    /// the session there: one still unanswered, or one whose answer was lost.
+    #[test]
+    fn a_grant_in_an_unnamed_group_counts_from_the_earliest_acquire_that_may_have_adopted() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.homed(1, t0, t0);
+        l.renewed(s(10), 15_000, &[(1, ext(15_000, 0))], true, s(10));
+        assert_eq!(l.session().deadline(), s(22));
+        // An acquire sent at 4 is still unanswered; one sent at 9 is granted in group 2,
+        // which already had the session: the lease there may date from the one sent at 4.
+        let hold = l.granted(s(9), s(11), 2, 0, 15_000, Some(s(4)));
+        assert_eq!(l.deadline_of(&hold), Some(s(16)));
+        // A lost answer bounds later ones the same way.
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.homed(1, t0, t0);
+        l.unsure_since(s(3));
+        l.renewed(s(10), 15_000, &[(1, ext(15_000, 0))], true, s(10));
+        let hold = l.granted(s(11), s(11), 2, 0, 15_000, None);
+        assert_eq!(l.deadline_of(&hold), Some(s(15)));
+        // A group that adopted the session for the acquire counts from its own send.
+        l.started(4, s(11), 15_000, s(11));
+        let adopted = l.granted(s(11), s(11), 4, 0, 15_000, None);
+        assert_eq!(l.deadline_of(&adopted), Some(s(23)));
+    }
+
+    /// An adoption proves the group had no lease just before it: holds of the lease the client
+    /// knew there are lost as of then, and the new lease counts from the adopting send.
+    #[test]
+    fn an_adoption_ends_the_lease_the_client_knew_there() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.homed(1, t0, t0);
+        l.started(2, s(1), 15_000, s(1));
+        let old = l.granted(s(1), s(1), 2, 0, 15_000, None);
+        l.started(2, s(5), 15_000, s(6));
+        assert_eq!(l.deadline_of(&old), None);
+        assert_eq!(l.ended_at(&old), Some(s(6)));
+        let new = l.granted(s(5), s(6), 2, 0, 15_000, None);
+        assert_eq!(l.deadline_of(&new), Some(s(17)));
     }
 }

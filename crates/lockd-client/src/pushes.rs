@@ -207,6 +207,18 @@ impl<A> Pushes<A> {
     }
 
     /// Whether a queued wait or an adopter matches `f` (its grant may come at any time).
+    /// The groups the queued waits live in (each once).
+    pub fn wait_groups(&self) -> Vec<u32> {
+        let groups: std::collections::BTreeSet<u32> = self.waits.keys().map(|k| k.0).collect();
+        groups.into_iter().collect()
+    }
+
+    /// Whether an acquire whose outcome a broken stream took is still unsettled (its wait or
+    /// hold may live in a group nobody can name yet).
+    pub fn has_strays(&self) -> bool {
+        !self.strays.is_empty() || self.adopters.values().any(|q| !q.is_empty())
+    }
+
     pub fn waiting(&self, f: impl Fn(&A) -> bool) -> bool {
         self.waits.values().any(&f) || self.adopters.values().flatten().any(&f)
     }

@@ -51,6 +51,8 @@ pub(crate) struct Held {
     pub name: String,
     pub gen: u64,
     pub token: u64,
+    /// The lease it follows: its group is named in every keepalive while it is held.
+    pub hold: HoldLease,
 }
 
 /// What the driver and the handles share (not the command sender: when the last handle goes,
@@ -452,16 +454,19 @@ struct Acq {
 /// How long past its wait an adopted wait's acquire waits for a push before it gives up.
 const ADOPTED_SLACK: Duration = Duration::from_secs(2);
 
-/// A grant as the stream said it: token, group, the group's move count, the lease's TTL.
+/// A grant as the stream said it: token, group, the group's move count, the lease's TTL, and
+/// whether the request started the session's lease in the group.
 struct Granted {
     token: u64,
     group: u32,
     group_moves: u64,
     lease_ttl_ms: u64,
+    lease_started: bool,
 }
 
 enum Pending {
-    KeepAlive(Instant),
+    /// A keepalive sent then; `true` when it named its groups.
+    KeepAlive(Instant, bool),
     Acquire(Acq),
     Release(oneshot::Sender<StreamRelease>),
 }
@@ -640,7 +645,8 @@ impl Driver {
                     self.gen += 1;
                     let ttl = Duration::from_millis(r.ttl_ms);
                     let every = Duration::from_millis(r.keepalive_every_ms.max(1));
-                    let leases = GroupLeases::opened(sent, ttl, self.core.margin());
+                    let mut leases = GroupLeases::opened(sent, ttl, self.core.margin());
+                    leases.homed(r.group, sent, Instant::now());
                     let deadline = leases.session().deadline();
                     self.sess = Some(Sess {
                         id: r.session_id.clone(),
@@ -677,8 +683,8 @@ impl Driver {
         }
     }
 
-    /// A renewal sent at `sent` was acknowledged with `k`.
-    fn renewed(&mut self, sent: Instant, k: &pb::KeepAliveResponse) {
+    /// A renewal sent at `sent` (`named`: naming its groups) was acknowledged with `k`.
+    fn renewed(&mut self, sent: Instant, k: &pb::KeepAliveResponse, named: bool) {
         let Some(s) = &mut self.sess else { return };
         self.core.report_lease(crate::LeaseReport {
             remaining: Duration::from_millis(k.ttl_ms),
@@ -689,7 +695,7 @@ impl Driver {
         let now = Instant::now();
         // Too late for some lease: its guards are lost (`lease.rs`), the others go on. Only
         // when no lease of the session may still be alive is the session lost.
-        let _ = s.leases.renewed(sent, k.ttl_ms, &groups, now);
+        let _ = s.leases.renewed(sent, k.ttl_ms, &groups, named, now);
         if s.leases.session_deadline() <= now {
             self.lose("the local lease deadline passed without a renewal", true)
         } else {
@@ -731,7 +737,7 @@ impl Driver {
         }
         // The previous keepalive went unanswered for a whole interval: the node is stuck or gone.
         let stale = self.pending.values().any(|p| match p {
-            Pending::KeepAlive(sent) => now.duration_since(*sent) >= s.every,
+            Pending::KeepAlive(sent, _) => now.duration_since(*sent) >= s.every,
             Pending::Acquire(_) | Pending::Release(_) => false,
         });
         if stale {
@@ -740,9 +746,34 @@ impl Driver {
             return;
         }
         let id = s.id.clone();
+        let groups = self.keepalive_groups();
         let rid = self.rid();
-        self.pending.insert(rid, Pending::KeepAlive(now));
-        self.send(rid, Req::Keepalive(pb::KeepAliveRequest { session_id: id }));
+        let named = !groups.is_empty();
+        self.pending.insert(rid, Pending::KeepAlive(now, named));
+        self.send(
+            rid,
+            Req::Keepalive(pb::KeepAliveRequest {
+                session_id: id,
+                groups,
+            }),
+        );
+    }
+
+    /// The groups the next keepalive renews (empty: every group; `lease.rs`): the home, and
+    /// the groups of this session's holds and queued waits.
+    fn keepalive_groups(&self) -> Vec<u32> {
+        let Some(s) = &self.sess else {
+            return Vec::new();
+        };
+        let holds: Vec<HoldLease> = {
+            let held = self.core.held.lock().expect("held lock");
+            (held.values().filter(|h| h.gen == s.gen))
+                .map(|h| h.hold)
+                .collect()
+        };
+        let unsure = !self.unsure.is_empty() || self.pushes.has_strays();
+        s.leases
+            .keepalive_groups(holds, self.pushes.wait_groups(), unsure)
     }
 
     fn send(&mut self, rid: u64, kind: Req) {
@@ -801,8 +832,10 @@ impl Driver {
             .then(|| self.pending.remove(&ev.request_id))
             .flatten();
         match (kind, pending) {
-            (Ev::Keepalive(k), Some(Pending::KeepAlive(sent))) => self.renewed(sent, &k),
-            (Ev::Error(e), Some(Pending::KeepAlive(_))) => {
+            (Ev::Keepalive(k), Some(Pending::KeepAlive(sent, named))) => {
+                self.renewed(sent, &k, named)
+            }
+            (Ev::Error(e), Some(Pending::KeepAlive(..))) => {
                 if e.status == 404 {
                     self.lose("the service no longer knows the session", true);
                 }
@@ -816,6 +849,7 @@ impl Driver {
                         group: r.group,
                         group_moves: r.group_moves,
                         lease_ttl_ms: r.lease_ttl_ms,
+                        lease_started: r.lease_started,
                     })
                 } else {
                     Err(Error::NotAcquired {
@@ -830,6 +864,11 @@ impl Driver {
             (Ev::Queued(q), Some(Pending::Acquire(a))) => {
                 let name = a.name.clone();
                 self.pushes.settled(&a.name, &a.owner);
+                // The wait's group adopted the session for it: the lease there counts from
+                // the acquire's send (its grant is pushed later).
+                if let (true, Some(s)) = (q.lease_started, &mut self.sess) {
+                    s.leases.started(q.group, a.sent, 0, Instant::now());
+                }
                 if let Some((a, push)) = self.pushes.queued((q.group, q.waiter), a) {
                     self.outcome(a, push);
                 }
@@ -968,6 +1007,8 @@ impl Driver {
                 group: g.group,
                 group_moves: g.group_moves,
                 lease_ttl_ms: g.lease_ttl_ms,
+                // Its `queued` answer said so, if it did (`event`).
+                lease_started: false,
             }),
             Ev::WaitEnded(w) if w.reason == "session_ended" => Err(Error::SessionLost),
             // The name's bucket moved to another group: the acquire loop queues again there.
@@ -989,7 +1030,20 @@ impl Driver {
             let _ = a.reply.send(Err(Error::SessionLost));
             return;
         };
+        // Other acquires still unanswered may have brought the session into the group.
+        let others = (self.pending.values())
+            .filter_map(|p| match p {
+                Pending::Acquire(o) => Some(o.sent),
+                _ => None,
+            })
+            .min();
         let out = out.map(|g| {
+            let now = Instant::now();
+            if g.lease_started {
+                s.leases.started(g.group, a.sent, g.lease_ttl_ms, now);
+            }
+            let hold =
+                (s.leases).granted(a.sent, now, g.group, g.group_moves, g.lease_ttl_ms, others);
             let id = self.core.next_guard.fetch_add(1, Relaxed);
             self.core.held.lock().expect("held lock").insert(
                 id,
@@ -997,19 +1051,14 @@ impl Driver {
                     name: a.name.clone(),
                     gen: s.gen,
                     token: g.token,
+                    hold,
                 },
             );
             Grant {
                 token: g.token,
                 session_id: s.id.clone(),
                 gen: s.gen,
-                hold: s.leases.granted(
-                    a.sent,
-                    Instant::now(),
-                    g.group,
-                    g.group_moves,
-                    g.lease_ttl_ms,
-                ),
+                hold,
                 id,
                 name: a.name.clone(),
                 unclaimed: Some(self.core.clone()),
@@ -1034,7 +1083,7 @@ impl Driver {
                 Pending::Release(reply) => {
                     let _ = reply.send(StreamRelease::Unsure);
                 }
-                Pending::KeepAlive(_) => {}
+                Pending::KeepAlive(..) => {}
             }
         }
         for a in waits {
@@ -1047,6 +1096,9 @@ impl Driver {
     }
 
     fn fail_unsure(&mut self, a: Acq) {
+        if let Some(s) = &mut self.sess {
+            s.leases.unsure_since(a.sent);
+        }
         self.pushes.stray(a.name.clone(), a.owner.clone(), a.sent);
         self.unsure.push((a.name, a.owner));
         let _ = a.reply.send(Err(Error::Unavailable(
@@ -1069,7 +1121,8 @@ impl Driver {
             Ok((conn, Ev::Keepalive(k), sent)) => {
                 tracing::debug!(endpoint = %self.core.channels[i].0, "session stream moved");
                 self.conn = Some(conn);
-                self.renewed(sent, &k);
+                // An attach renews every group.
+                self.renewed(sent, &k, false);
                 if let Some(s) = &mut self.sess {
                     s.next_keepalive = sent + s.every;
                 }
@@ -1165,7 +1218,7 @@ impl Driver {
                 Pending::Release(reply) => {
                     let _ = reply.send(StreamRelease::Unsure);
                 }
-                Pending::KeepAlive(_) => {}
+                Pending::KeepAlive(..) => {}
             }
         }
         for a in self.pushes.end() {

@@ -245,6 +245,7 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             reentry,
             group,
             group_moves,
+            lease_started,
         } => pb::AcquireResponse {
             acquired: true,
             fencing_token: token,
@@ -252,6 +253,7 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             reentry,
             group,
             group_moves,
+            lease_started,
             ..Default::default()
         },
         AcquireOutcome::NotAcquired {
@@ -402,6 +404,7 @@ impl Lock for GrpcApi {
                 session_id: o.session.to_string(),
                 ttl_ms: o.ttl_ms,
                 keepalive_every_ms: o.ttl_ms / 3,
+                group: o.group,
             });
         self.finish("open_session", start, out)
     }
@@ -413,8 +416,11 @@ impl Lock for GrpcApi {
         let start = Instant::now();
         let c = creds("", &req);
         let out = async {
-            let s = session_id("session_id", &req.get_ref().session_id)?;
-            Ok(keepalive_response(self.svc.keepalive(s, &c).await?))
+            let r = req.get_ref();
+            let s = session_id("session_id", &r.session_id)?;
+            Ok(keepalive_response(
+                self.svc.keepalive(s, &r.groups, &c).await?,
+            ))
         }
         .await;
         self.finish("keepalive", start, out)
@@ -939,13 +945,15 @@ async fn begin_session(
                 session_id: s.session.to_string(),
                 ttl_ms: s.ttl_ms,
                 keepalive_every_ms: s.ttl_ms / 3,
+                group: s.group,
             });
             Ok((s.session, Arc::new((o.namespace, c)), opened))
         }
         Kind::Attach(s) => {
             let s = session_id("attach", &s)?;
             let ns = svc.authorize_session(s, meta_creds).await?;
-            let report = svc.keepalive_authorized(s).await?;
+            // Every group: the client learns where the session has a lease after a move.
+            let report = svc.keepalive_authorized(s, &[]).await?;
             let auth = Arc::new((ns, meta_creds.clone()));
             Ok((s, auth, Ev::Keepalive(keepalive_response(report))))
         }
@@ -969,6 +977,50 @@ fn attach_here(
     id
 }
 
+/// An acquire on a session stream: answered at once, or queued, with the outcome pushed
+/// onto the stream later.
+async fn stream_acquire(
+    svc: &Arc<Service>,
+    session: SessionId,
+    a: &pb::AcquireRequest,
+    c: &Credentials,
+) -> Result<pb::session_event::Kind, ApiError> {
+    use pb::session_event::Kind as Ev;
+    same_session(&a.session_id, session)?;
+    let req = acquire_request(a, session)?;
+    let wait_ms = req.wait_ms;
+    Ok(match svc.acquire_start(req, c).await? {
+        AcquireStart::Done(o) => Ev::Acquired(acquire_response(o)),
+        AcquireStart::Queued {
+            group,
+            waiter,
+            position,
+            lease_started,
+        } => {
+            // A group with no replica here pushes nothing to this node: the outcome is
+            // fetched from one that has, and pushed onto this stream.
+            match &group {
+                lockd_raft::Route::Remote(r) => {
+                    svc.relay_remote_wait(r, session, waiter, &a.name, wait_ms)
+                }
+                // Pushed from the local replica's effects; watched in case the replica stops
+                // being a member first.
+                lockd_raft::Route::Local(g) => {
+                    svc.watch_local_stream_wait(g.id(), session, waiter, &a.name, wait_ms)
+                }
+            }
+            Ev::Queued(pb::Queued {
+                group: group.id(),
+                waiter,
+                wait_estimate_ms: svc.wait_estimate(group.id(), &a.name, position),
+                name: a.name.clone(),
+                position,
+                lease_started,
+            })
+        }
+    })
+}
+
 /// Serves one request that came on a session stream attached to `session` (`auth`: its
 /// namespace, and the credential the stream opened or attached with).
 async fn serve_stream_request(
@@ -985,7 +1037,10 @@ async fn serve_stream_request(
     let (op, r) = match kind {
         Kind::Keepalive(k) => {
             let r = match same_session(&k.session_id, session) {
-                Ok(()) => svc.keepalive_in(session, &auth.0, meta_creds).await,
+                Ok(()) => {
+                    svc.keepalive_in(session, &k.groups, &auth.0, meta_creds)
+                        .await
+                }
                 Err(e) => Err(e),
             };
             ("keepalive", r.map(|r| Ev::Keepalive(keepalive_response(r))))
@@ -993,44 +1048,7 @@ async fn serve_stream_request(
         Kind::Acquire(a) => {
             #[allow(deprecated)] // the body token still wins when set (proto header)
             let c = token_or(&a.token, meta_creds);
-            let r = async {
-                same_session(&a.session_id, session)?;
-                let req = acquire_request(&a, session)?;
-                let wait_ms = req.wait_ms;
-                Ok(match svc.acquire_start(req, &c).await? {
-                    AcquireStart::Done(o) => Ev::Acquired(acquire_response(o)),
-                    AcquireStart::Queued {
-                        group,
-                        waiter,
-                        position,
-                    } => {
-                        // A group with no replica here pushes nothing to this node: the
-                        // outcome is fetched from one that has, and pushed onto this stream.
-                        match &group {
-                            lockd_raft::Route::Remote(r) => {
-                                svc.relay_remote_wait(r, session, waiter, &a.name, wait_ms)
-                            }
-                            // Pushed from the local replica's effects; watched in case the
-                            // replica stops being a member first.
-                            lockd_raft::Route::Local(g) => svc.watch_local_stream_wait(
-                                g.id(),
-                                session,
-                                waiter,
-                                &a.name,
-                                wait_ms,
-                            ),
-                        }
-                        Ev::Queued(pb::Queued {
-                            group: group.id(),
-                            waiter,
-                            wait_estimate_ms: svc.wait_estimate(group.id(), &a.name, position),
-                            name: a.name.clone(),
-                            position,
-                        })
-                    }
-                })
-            }
-            .await;
+            let r = stream_acquire(svc, session, &a, &c).await;
             ("acquire", r)
         }
         Kind::Release(r) => {

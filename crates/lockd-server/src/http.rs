@@ -204,13 +204,14 @@ async fn sessions_under(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    b: Body,
 ) -> Response {
     let u = match under(&uri, "/v1/sessions/") {
         Ok(u) => u,
         Err(e) => return error_response(e),
     };
     match (u.verb, method) {
-        (Some((id, "keepalive")), Method::POST) => keepalive(svc, headers, id).await,
+        (Some((id, "keepalive")), Method::POST) => keepalive(svc, headers, id, b).await,
         (Some((_, "keepalive")), m) => {
             not_allowed(&[Method::POST], format!(":keepalive takes POST, not {m}"))
         }
@@ -482,18 +483,31 @@ async fn open_session(State(svc): State<Arc<Service>>, headers: HeaderMap, b: Bo
             "ttl_s": ttl_s,
             "ttl_ms": opened.ttl_ms,
             "keepalive_every_s": (ttl_s / 3).max(1),
+            "group": opened.group,
         }))
     }
     .await;
     finish(&svc, "open_session", start, r)
 }
 
+/// The body of `POST /v1/sessions/{id}:keepalive` (empty: every group).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeepaliveBody {
+    /// The lock groups to renew the lease in (empty or absent: every lock group).
+    #[serde(default, deserialize_with = "null_default")]
+    groups: Vec<u32>,
+}
+
 /// `POST /v1/sessions/{id}:keepalive`.
-async fn keepalive(svc: Arc<Service>, headers: HeaderMap, id: String) -> Response {
+async fn keepalive(svc: Arc<Service>, headers: HeaderMap, id: String, b: Body) -> Response {
     let start = Instant::now();
     let r = async {
         let session = parse_session("session id", &id)?;
-        let report = svc.keepalive(session, &credentials(&headers)).await?;
+        let b: KeepaliveBody = body(&headers, b).await?;
+        let report = svc
+            .keepalive(session, &b.groups, &credentials(&headers))
+            .await?;
         Ok(keepalive_json(&report))
     }
     .await;
@@ -781,6 +795,7 @@ async fn acquire(
             reentry,
             group,
             group_moves,
+            lease_started,
         } => json!({
             "acquired": true,
             "token": token,
@@ -788,6 +803,7 @@ async fn acquire(
             "reentry": reentry,
             "group": group,
             "group_moves": group_moves,
+            "lease_started": lease_started,
         }),
         AcquireOutcome::NotAcquired {
             holder,

@@ -8,8 +8,8 @@
 //!   wait until its replicas have elected a leader, found it (born at its epoch, owning no
 //!   bucket, with the meta group's namespaces), then mark it ready. Every step is idempotent,
 //!   so repeating the call after a failure finishes it. Buckets then move to it by moves.
-//! - **Sessions older than a group** are adopted there on their first acquire
-//!   (`Service::adopt_session`) with the values they were opened with.
+//! - **Sessions new to a group** are adopted there by their first acquire
+//!   (`Op::AdoptAndAcquire`, with the values `Service::session_opening` reads).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -394,14 +394,13 @@ impl Service {
         answer_of!(self, &meta, Query::Groups, Groups)
     }
 
-    /// Brings `session` into `group`, where it has no lease, with the values it was opened with
-    /// (read from a group that has it): a lease of its own there. 404 if no group has it any
-    /// more.
-    pub(crate) async fn adopt_session(
+    /// What `session` was opened with (client, TTL, namespace), read from a group that has
+    /// it, to adopt it in a group where it has no lease (`Op::AdoptAndAcquire`). 404 if no
+    /// group has it any more.
+    pub(crate) async fn session_opening(
         &self,
-        group: &Route,
         session: SessionId,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(String, u64, String), ApiError> {
         let q = Query::SessionOpening { session };
         let opening = self
             .session_answer(&q, |a| match a {
@@ -409,21 +408,12 @@ impl Service {
                 _ => None,
             })
             .await?;
-        let Some((client, ttl_ms, namespace)) = opening else {
-            return Err(ApiError::new(
+        opening.ok_or_else(|| {
+            ApiError::new(
                 ErrorCode::SessionNotFound,
                 format!("session {session} does not exist or has expired"),
-            ));
-        };
-        let op = Op::AdoptSession {
-            session,
-            client,
-            ttl_ms,
-            namespace,
-        };
-        self.propose(group, op).await?;
-        tracing::debug!(%session, group = group.id(), "adopted an older session");
-        Ok(())
+            )
+        })
     }
 }
 

@@ -128,18 +128,32 @@ async fn a_session_stream_that_is_never_read_is_cut_off_and_its_session_lives_on
     }
     // The session is alive: a unary keepalive extends it.
     assert!(session.starts_with("s_"), "{session}");
+    let too_many = g
+        .keep_alive(pb::KeepAliveRequest {
+            session_id: session.clone(),
+            groups: (0..=4096).collect(),
+        })
+        .await
+        .expect_err("4097 group ids");
+    assert_eq!(too_many.code(), tonic::Code::InvalidArgument);
+    assert!(
+        too_many.message().contains("groups: at most 4096"),
+        "{too_many:?}"
+    );
     let kept = g
         .keep_alive(pb::KeepAliveRequest {
             session_id: session,
+            ..Default::default()
         })
         .await;
     assert!(kept.is_ok(), "{kept:?}");
     drop(tx);
 }
 
-/// A namespace's `max_sessions` caps its live sessions across the cluster: the next open is a
-/// 429 naming the limit, leaves no session half-open in any group, and other namespaces still
-/// open; a closed session makes room. Over gRPC it is RESOURCE_EXHAUSTED.
+/// A namespace's `max_sessions` caps its live sessions across the cluster: its sessions open in
+/// one group, its home, which counts them; the next open is a 429 naming the limit, leaves no
+/// session in any group, and other namespaces still open; a closed session makes room. Over
+/// gRPC it is RESOURCE_EXHAUSTED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_holds_at_most_max_sessions_live_sessions() {
     let c = cluster(1, 2).await;
@@ -185,15 +199,17 @@ async fn a_namespace_holds_at_most_max_sessions_live_sessions() {
 
     let first = h.session_in("a", 10, "capped").await;
     h.session_in("b", 10, "capped").await;
+    // Sorted: which of the two groups is the namespace's home depends on its name's hash.
     let sessions_per_group = || {
         let node = &c.node(0).service.node;
-        node.group_ids()
-            .into_iter()
+        let mut n = (node.group_ids().into_iter())
             .filter(|g| *g != lockd_raft::META_GROUP)
             .map(|g| node.group(g).unwrap().read_local(|t| t.stats().sessions))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        n.sort();
+        n
     };
-    assert_eq!(sessions_per_group(), vec![2, 2]);
+    assert_eq!(sessions_per_group(), vec![0, 2]);
     let open = json!({"client": "c", "ttl_s": 10, "namespace": "capped"});
     let r = h.post("/v1/sessions", open.clone()).await;
     assert_eq!(r.status, 429, "{}", r.body);
@@ -206,7 +222,7 @@ async fn a_namespace_holds_at_most_max_sessions_live_sessions() {
     assert_eq!(r.retry_after.as_deref(), Some("1"));
     assert_eq!(
         sessions_per_group(),
-        vec![2, 2],
+        vec![0, 2],
         "a refused open left a session"
     );
     // The default namespace is not counted against it.

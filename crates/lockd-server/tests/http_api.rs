@@ -69,6 +69,9 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body["ttl_s"], 15);
     assert_eq!(r.body["keepalive_every_s"], 5);
+    // Opened in one lock group, its home (the default namespace's home group).
+    let home = r.body["group"].as_u64().unwrap();
+    assert!((1..=2).contains(&home), "{}", r.body);
     let s1 = r.body["session_id"].as_str().unwrap().to_string();
     let s2 = h.session("payout-worker-02", 15).await;
 
@@ -87,6 +90,8 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     let granted_in = r.body["group"].as_u64().unwrap();
     assert!((1..=2).contains(&granted_in), "{}", r.body);
     assert_eq!(r.body["group_moves"], 0);
+    // A group other than the home adopts the session for its first acquire there.
+    assert_eq!(r.body["lease_started"], granted_in != home, "{}", r.body);
 
     let r = h
         .acquire(
@@ -114,14 +119,36 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
         .post(&format!("/v1/sessions/{s1}:keepalive"), json!({}))
         .await;
     assert_eq!((r.status, r.body["ttl_s"].clone()), (200, json!(15)));
-    // Each lock group answers for itself.
+    // Each lock group answers for itself: the session lives in its home and in the groups it
+    // took a lock in.
+    let answer = |g: u64| {
+        if g == home || g == granted_in {
+            json!({"group": g, "state": "extended", "ttl_ms": 15_000, "group_moves": 0})
+        } else {
+            json!({"group": g, "state": "not_here"})
+        }
+    };
+    assert_eq!(r.body["groups"], json!([answer(1), answer(2)]));
+    // A keepalive that names its groups asks only those; an id that is no group is not here.
+    let r = h
+        .post(
+            &format!("/v1/sessions/{s1}:keepalive"),
+            json!({"groups": [9, home, home]}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(
         r.body["groups"],
-        json!([
-            {"group": 1, "state": "extended", "ttl_ms": 15_000, "group_moves": 0},
-            {"group": 2, "state": "extended", "ttl_ms": 15_000, "group_moves": 0},
-        ])
+        json!([answer(home), {"group": 9, "state": "not_here"}])
     );
+    // Only groups that do not have the session: gone as far as those groups know.
+    let r = h
+        .post(
+            &format!("/v1/sessions/{s1}:keepalive"),
+            json!({"groups": [7]}),
+        )
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
     let r = h
         .post(
             &format!("/v1/locks/{}:extend", enc(name)),

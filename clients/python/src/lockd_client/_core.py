@@ -92,6 +92,8 @@ ADOPTED_SLACK = 2.0
 class _Pending:
     kind: str  # "keepalive" | "acquire" | "release"
     sent: float = 0.0
+    #: A keepalive that named its groups (``GroupLeases.keepalive_groups``).
+    named: bool = False
     acq: Optional[_Acq] = None
     fut: Optional["asyncio.Future[int]"] = None
 
@@ -388,7 +390,9 @@ class Core:
         self._gen += 1
         ttl = r.ttl_ms / 1000.0
         every = max(r.keepalive_every_ms, 1) / 1000.0
-        lease = Lease(self._gen, r.session_id, GroupLeases(sent, ttl, self.margin(ttl)))
+        leases = GroupLeases(sent, ttl, self.margin(ttl))
+        leases.homed(r.group, sent, monotonic())
+        lease = Lease(self._gen, r.session_id, leases)
         s = _Sess(id=r.session_id, gen=self._gen, ttl=ttl, every=every, lease=lease,
                   next_keepalive=sent + every, reconnect_at=sent)
         self._sess = s
@@ -481,14 +485,15 @@ class Core:
             except asyncio.TimeoutError:
                 pass
 
-    def _renewed(self, sent: float, r: pb.KeepAliveResponse) -> None:
-        """A renewal (keepalive or attach) sent at ``sent`` was acknowledged with ``r``."""
+    def _renewed(self, sent: float, r: pb.KeepAliveResponse, named: bool = False) -> None:
+        """A renewal (keepalive or attach) sent at ``sent`` (``named``: naming its groups) was
+        acknowledged with ``r``."""
         s = self._sess
         if s is None:
             return
         now = monotonic()
         leases = s.lease.leases
-        outcome = leases.renewed(sent, r.ttl_ms, r.groups, now)
+        outcome = leases.renewed(sent, r.ttl_ms, r.groups, now, named)
         if outcome == "too_late":
             # Too late: the locks may already have stopped. A lost session stays lost.
             self._lose("every local lease deadline passed without a renewal", True)
@@ -559,17 +564,27 @@ class Core:
             self.rotate(c.endpoint)
             self._disconnected("a keepalive went unanswered for a whole interval")
             return
+        groups = self._keepalive_groups(s)
         rid = self._next_rid()
-        self._pending[rid] = _Pending("keepalive", sent=now)
-        self._send(pb.SessionRequest(request_id=rid, keepalive=pb.KeepAliveRequest(session_id=s.id)))
+        self._pending[rid] = _Pending("keepalive", sent=now, named=bool(groups))
+        self._send(pb.SessionRequest(request_id=rid, keepalive=pb.KeepAliveRequest(
+            session_id=s.id, groups=groups)))
+
+    def _keepalive_groups(self, s: _Sess) -> List[int]:
+        """The groups the next keepalive renews (empty: every group; ``_lease.py``): the home,
+        and the groups of this session's holds and queued waits."""
+        holds = [h.lease.hold for h in self.held.values() if h.session_id == s.id]
+        unsure = bool(self._unsure) or self._pushes.has_strays()
+        return s.lease.leases.keepalive_groups(holds, self._pushes.wait_groups(), unsure)
 
     async def _unary_keepalive(self, s: _Sess) -> None:
         i = self.preferred()
         sent = monotonic()
         budget = max(min(self.opts.request_timeout, s.lease.deadline - sent), 0.001)
+        groups = self._keepalive_groups(s)
         try:
-            r = await self.stub(i).KeepAlive(pb.KeepAliveRequest(session_id=s.id), timeout=budget,
-                                             metadata=self.metadata)
+            r = await self.stub(i).KeepAlive(pb.KeepAliveRequest(session_id=s.id, groups=groups),
+                                             timeout=budget, metadata=self.metadata)
         except grpc.RpcError as e:
             err = errors.from_rpc_error(e, self.endpoints[i])
             if err.code == "session_not_found":
@@ -583,7 +598,7 @@ class Core:
             return
         s.keepalive_failures = 0
         s.next_keepalive = sent + s.every
-        self._renewed(sent, r)
+        self._renewed(sent, r, bool(groups))
 
     def _send(self, req: pb.SessionRequest) -> None:
         if self._conn is not None:
@@ -689,7 +704,7 @@ class Core:
             if kind == "keepalive":
                 if self._sess is not None:
                     self._sess.keepalive_failures = 0
-                self._renewed(p.sent, ev.keepalive)
+                self._renewed(p.sent, ev.keepalive, p.named)
             elif kind == "error" and ev.error.status == 404:
                 self._lose("the service no longer knows the session", True)
             elif kind == "error":
@@ -726,6 +741,11 @@ class Core:
             if kind == "acquired":
                 r = ev.acquired
                 if r.acquired:
+                    if r.lease_started and self._sess is not None:
+                        # The group adopted the session for this acquire: the lease there
+                        # counts from its send.
+                        self._sess.lease.leases.started(r.group, a.sent, r.lease_ttl_ms,
+                                                        monotonic())
                     self._answer(a, r.fencing_token, max(r.reentry, 1), r.group, r.group_moves,
                                  r.lease_ttl_ms)
                 else:
@@ -734,6 +754,9 @@ class Core:
                         holder=r.holder or None, queue_position=r.queue_position,
                         lock_delay_until_ms=r.lock_delay_until_ms))
             elif kind == "queued":
+                if ev.queued.lease_started and self._sess is not None:
+                    # The wait's group adopted the session for it (its grant is pushed later).
+                    self._sess.lease.leases.started(ev.queued.group, a.sent, 0, monotonic())
                 answer = self._pushes.queued((ev.queued.group, ev.queued.waiter), a)
                 if answer is not None:
                     self._outcome(answer.acq, answer.event)
@@ -852,8 +875,11 @@ class Core:
     def _hold(self, s: _Sess, name: str, token: int, owner: str, mode: Mode, reentry: int,
               sent: float, group: int, group_moves: int, lease_ttl_ms: int) -> Hold:
         """A grant of session ``s``, tied to the lease of the group that made it."""
+        # Other acquires still unanswered may have brought the session into the group.
+        others = min((p.acq.sent for p in self._pending.values() if p.acq is not None),
+                     default=None)
         lease = LockLease(s.lease, s.lease.leases.granted(sent, monotonic(), group, group_moves,
-                                                         lease_ttl_ms))
+                                                         lease_ttl_ms, others))
         if lease.deadline < s.check_due or s.lease.leases.changes != s.checked_changes:
             # The engine's timer fires this lock's `lost` at its deadline; a grant at a higher
             # move count also makes the group's older holds follow deadline_all (a rescan).
@@ -892,6 +918,8 @@ class Core:
         self._poke()
 
     def _fail_unsure(self, a: _Acq) -> None:
+        if self._sess is not None:
+            self._sess.lease.leases.note_unsure(a.sent)
         self._unsure.append(a.name)
         self._pushes.stray(a.name, a.owner, a.sent)
         self._fail(a, Unavailable("the session stream broke before the acquire was answered"))

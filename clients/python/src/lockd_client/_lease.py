@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from ._proto import lockd_pb2 as pb
 
@@ -111,6 +111,61 @@ class GroupLeases:
         #: last computed (an epoch ended, a move count rose, a group's lease forgotten,
         #: ``deadline_all`` restarted).
         self.changes = 0
+        #: The lock group that opened the session (``None``: a service that opens sessions in
+        #: every group; then every keepalive asks every group).
+        self.home: Optional[int] = None
+        #: The send time of the earliest acquire whose answer a broken stream took: it may have
+        #: brought the session into a group the client will not name (see :meth:`granted`).
+        self.unsure_since: Optional[float] = None
+
+    def homed(self, home: int, sent: float, now: float) -> None:
+        """The open sent at ``sent`` was answered by lock group ``home`` (0: a service that
+        opens sessions in every group). Its lease there started after ``sent``; from now on
+        keepalives name only the groups the session uses (:meth:`keepalive_groups`)."""
+        if home == 0:
+            return
+        self.home = home
+        self.started(home, sent, 0, now)
+
+    def keepalive_groups(self, holds: Iterable[HoldLease], waits: Iterable[int],
+                         unsure: bool) -> List[int]:
+        """The groups a keepalive should renew: the home, and every group a hold or a queued
+        wait lives in. Empty means every lock group, which is what it asks while a hold may
+        have left its group (its group's move count rose since the grant), while ``unsure`` (an
+        acquire whose outcome a broken stream took may be queued or held in a group it cannot
+        name), and for a service that opens sessions in every group."""
+        if self.home is None or unsure:
+            return []
+        named = {self.home}
+        for h in holds:
+            st = self.groups.get(h.group)
+            if st is None or st.moves != h.group_moves:
+                return []
+            named.add(h.group)
+        named.update(waits)
+        return sorted(named)
+
+    def note_unsure(self, sent: float) -> None:
+        """An acquire sent at ``sent`` lost its answer with a broken stream: grants in a group
+        the client knows no lease of count from no later than that send (:meth:`granted`)."""
+        self.unsure_since = sent if self.unsure_since is None else min(self.unsure_since, sent)
+
+    def started(self, group: int, sent: float, ttl_ms: int, now: float) -> None:
+        """A request sent at ``sent`` started the session's lease in ``group`` (the service
+        said ``lease_started``: the group adopted the session for it). A lease the client knew
+        there before has ended (the group had none when it adopted), unless a grant of it
+        arrived after ``sent`` (the order is then unknown, and its deadline stays as it was,
+        which is never later than the truth)."""
+        d = self._deadline(sent, ttl_ms)
+        st = self.groups.get(group)
+        if st is None:
+            self.groups[group] = _GroupState(d, 0)
+            return
+        if st.deadline is None:
+            st.deadline = d
+        elif st.first_grant is None or st.first_grant <= sent:
+            self._end_epoch(st, min(st.deadline, now))
+            st.deadline = d
 
     # The session rule, in one place: when the whole session counts as lost (every lock of it
     # lost, the next acquire opens a new session).
@@ -136,10 +191,15 @@ class GroupLeases:
         ttl = self.ttl if ttl_ms <= 0 else min(self.ttl, ttl_ms / 1000.0)
         return sent + ttl - self.margin
 
-    def renewed(self, sent: float, ttl_ms: int, groups: Sequence[pb.GroupLease], now: float) -> str:
+    def renewed(self, sent: float, ttl_ms: int, groups: Sequence[pb.GroupLease], now: float,
+                named: bool = False) -> str:
         """A keepalive (or attach) sent at ``sent`` was answered at ``now``: ``ttl_ms`` the least
         lease over the groups that extended it, ``groups`` what each group said (empty: a
         service that does not say, so every group counts as extended with ``ttl_ms``).
+        ``named``: the keepalive named the groups it renews rather than asking every group; such
+        a reply renews ``deadline_all`` only if no group reported a move count above the one
+        the client knew (every hold was then still in its named group, so a hold that moves
+        later lands in a group whose lease restarts after this reply).
 
         Returns
 
@@ -153,7 +213,9 @@ class GroupLeases:
           followed it stay lost, see :meth:`deadline_of`)."""
         if self.session_expired(now):
             return "too_late"  # a lost session stays lost
-        every = True
+        every = not (named and any(
+            gl.state == EXTENDED and gl.group in self.groups
+            and gl.group_moves > self.groups[gl.group].moves for gl in groups))
         if not groups:
             for known in self.groups.values():
                 self._extended(known, sent, ttl_ms, known.moves, now)
@@ -239,19 +301,27 @@ class GroupLeases:
         self.changes += 1
 
     def granted(self, sent: float, now: float, group: int, group_moves: int,
-                lease_ttl_ms: int) -> HoldLease:
+                lease_ttl_ms: int, others: Optional[float] = None) -> HoldLease:
         """A hold granted by ``group`` at its move count ``group_moves``, for an acquire sent at
         ``sent`` and answered (or pushed) at ``now``, with the session's lease ``lease_ttl_ms``.
 
         A group without a lease the client knows of starts one: ``sent + lease_ttl - margin``,
         but never past ``deadline_all`` (a grant renews nothing: a group that knew the session
         since the open or a keepalive counts its lease from there, which ``deadline_all``
-        covers)."""
+        covers). Nor, once keepalives name their groups, past ``others + ttl - margin`` for the
+        earliest send of another acquire still unanswered (``others``) or whose answer was
+        lost: either may have brought the session into the group. A grant whose request
+        started the lease itself goes through :meth:`started` first."""
         st = self.groups.get(group)
         if st is None:
             st = self.groups[group] = _GroupState(None, group_moves)
         if st.deadline is None:
-            st.deadline = min(self._deadline(sent, lease_ttl_ms), self.deadline_all)
+            start = min(self._deadline(sent, lease_ttl_ms), self.deadline_all)
+            if self.home is not None:
+                unknown = [t for t in (others, self.unsure_since) if t is not None]
+                if unknown:
+                    start = min(start, self._deadline(min(unknown), 0))
+            st.deadline = start
         self._raise_moves(st, group_moves)
         if st.first_grant is None:
             st.first_grant = now

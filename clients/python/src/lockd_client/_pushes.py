@@ -163,6 +163,15 @@ class Pushes(Generic[A]):
         self._adopters.clear()
         return out
 
+    def wait_groups(self) -> List[int]:
+        """The groups the queued waits live in (each once)."""
+        return sorted({key[0] for key in self._waits})
+
+    def has_strays(self) -> bool:
+        """Whether an acquire whose outcome a broken stream took is still unsettled (its wait or
+        hold may live in a group nobody can name yet)."""
+        return bool(self._strays) or any(self._adopters.values())
+
     def stray(self, name: str, owner: str, sent: float) -> None:
         """``(name, owner)``'s acquire, sent at ``sent``, lost its outcome with the stream; a
         stray already known keeps its earlier send time."""

@@ -95,8 +95,9 @@ pub(crate) struct Session {
     pub(crate) abandoned: AtomicBool,
 }
 
-/// Keeps the session alive through the home node (which fans the keepalive out to every
-/// group), every TTL/3, feeding each group's answer to the local leases.
+/// Keeps the session alive through the home node every TTL/3, naming the groups lockd-client
+/// would (the session's home group and its hold's, or every group once the hold may have
+/// moved), feeding each group's answer to the local leases.
 pub(crate) async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut home: NodeId) {
     loop {
         tokio::time::sleep(TTL / 3).await;
@@ -106,8 +107,11 @@ pub(crate) async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut
         }
         let sent = Instant::now();
         let sid = s.id;
+        let hold = *lock(&s.hold);
+        let named = lock(&s.lease).keepalive_groups(hold, [], false);
+        let asked = named.clone();
         let r = call_service(&w, home, CALL_TIMEOUT, |svc| async move {
-            svc.keepalive(sid, &Credentials::default()).await
+            svc.keepalive(sid, &asked, &Credentials::default()).await
         })
         .await;
         match r {
@@ -115,7 +119,7 @@ pub(crate) async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut
                 let groups: Vec<_> = report.groups.iter().map(group_answer).collect();
                 let now = Instant::now();
                 let mut leases = lock(&s.lease);
-                leases.renewed(sent, report.ttl_ms, &groups, now);
+                leases.renewed(sent, report.ttl_ms, &groups, !named.is_empty(), now);
                 // As lockd-client: lost once no lease of the session may still be alive.
                 if leases.session_deadline() <= now {
                     s.gone.store(true, Ordering::Relaxed);
@@ -139,7 +143,8 @@ pub(crate) async fn client(w: Arc<World>, idx: u64) {
         pid += 1;
         w.pause_point(idx).await;
         let sent = Instant::now();
-        // The home node opens the session in every group (or in none: a half-open one is closed).
+        // The home node opens the session in one group, its home (the next one up while that
+        // group cannot answer).
         let opened = call_service(&w, home, CALL_TIMEOUT, |svc| async move {
             let ttl_ms = TTL.as_millis() as u64;
             svc.open_session(&format!("c{idx}"), ttl_ms, "", &Credentials::default())
@@ -152,9 +157,11 @@ pub(crate) async fn client(w: Arc<World>, idx: u64) {
             continue;
         };
         let ttl = Duration::from_millis(opened.ttl_ms);
+        let mut leases = GroupLeases::opened(sent, ttl, default_margin(TTL));
+        leases.homed(opened.group, sent, Instant::now());
         let s = Arc::new(Session {
             id: opened.session,
-            lease: Mutex::new(GroupLeases::opened(sent, ttl, default_margin(TTL))),
+            lease: Mutex::new(leases),
             hold: Mutex::new(None),
             gone: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
@@ -253,12 +260,21 @@ pub(crate) async fn session_ops(
             group,
             group_moves,
             lease_ttl_ms,
+            lease_started,
             ..
         })) = r
         else {
             unreachable!("granted")
         };
-        let hold = lock(&s.lease).granted(sent, Instant::now(), group, group_moves, lease_ttl_ms);
+        let hold = {
+            let mut leases = lock(&s.lease);
+            let now = Instant::now();
+            if lease_started {
+                leases.started(group, sent, lease_ttl_ms, now);
+            }
+            // One acquire at a time: no other may have brought the session anywhere.
+            leases.granted(sent, now, group, group_moves, lease_ttl_ms, None)
+        };
         *lock(&s.hold) = Some(hold);
         let from = Instant::now();
         let mut lost = None;

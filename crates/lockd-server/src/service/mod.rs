@@ -71,6 +71,8 @@ pub struct KeepaliveReport {
 pub struct SessionOpened {
     pub session: SessionId,
     pub ttl_ms: u64,
+    /// The lock group that opened it: its home ([`Service::open_session`]).
+    pub group: GroupId,
 }
 
 #[derive(Clone, Debug)]
@@ -93,6 +95,9 @@ pub enum AcquireOutcome {
         reentry: u32,
         group: GroupId,
         group_moves: u64,
+        /// This request adopted the session in `group`: its lease there started after the
+        /// request was sent (otherwise it is older).
+        lease_started: bool,
     },
     /// Not granted: held by `holder` (owner string), the caller was or would be `queue_position`.
     NotAcquired {
@@ -133,6 +138,8 @@ pub enum AcquireStart {
         group: Route,
         waiter: lockd_core::WaiterId,
         position: u32,
+        /// As [`AcquireOutcome::Acquired`]'s: this request adopted the session in `group`.
+        lease_started: bool,
     },
 }
 
@@ -197,13 +204,48 @@ pub type IdSource = Arc<dyn Fn() -> u64 + Send + Sync>;
 /// A wait's outcome (with the holder, on a timeout) as the caller gets it; `Ok(None)`: the
 /// name's bucket moved and the acquire must queue again at the new owner. `None` in: no
 /// committed outcome came in time.
+/// The most group ids a keepalive may name (the most buckets, so more than any cluster has
+/// groups).
+pub const MAX_KEEPALIVE_GROUPS: usize = lockd_core::BUCKETS as usize;
+
+fn check_keepalive_groups(groups: &[GroupId]) -> Result<(), ApiError> {
+    if groups.len() > MAX_KEEPALIVE_GROUPS {
+        return Err(ApiError::bad_request(format!(
+            "groups: at most {MAX_KEEPALIVE_GROUPS} group ids, {} given",
+            groups.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The order in which lock groups `groups` are asked to open a session of `namespace`: its
+/// home group first (a stable hash of the name, so that one group counts the namespace's
+/// `max_sessions`), then the next ones up, wrapping.
+fn home_order<'a>(groups: &'a [GroupId], namespace: &str) -> impl Iterator<Item = GroupId> + 'a {
+    // FNV-1a: stable across builds and machines, unlike the standard library's hasher.
+    let hash = namespace.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let start = if groups.is_empty() {
+        0
+    } else {
+        (hash % groups.len() as u64) as usize
+    };
+    groups
+        .iter()
+        .cycle()
+        .skip(start)
+        .take(groups.len())
+        .copied()
+}
+
 fn wait_outcome(
     got: Option<(WaitOutcome, Option<String>)>,
     group: GroupId,
     position: u32,
 ) -> Result<Option<AcquireOutcome>, ApiError> {
     match got {
-        Some((WaitOutcome::Granted { token, lease_ttl_ms, group_moves }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1, group, group_moves })),
+        Some((WaitOutcome::Granted { token, lease_ttl_ms, group_moves }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1, group, group_moves, lease_started: false })),
         Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None, wait_estimate_ms: None })),
         Some((WaitOutcome::Moved, _)) => Ok(None),
         Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(ErrorCode::SessionNotFound, "the session ended while waiting")),
@@ -808,9 +850,12 @@ impl Service {
         Ok(group.propose(op).await.map_err(named)??)
     }
 
-    /// Opens the session in every lock group at once (opens are rare; keepalives fan out). A
-    /// group that cannot answer is left out: the session is open once any group opened it,
-    /// and an acquire there later brings it in (`adopt_session`). Leases are per group.
+    /// Opens the session in one lock group, its home: its namespace's home group, or the next
+    /// one up while that group cannot answer (a group's outage must not stop new sessions).
+    /// Other groups adopt the session on its first acquire there (`adopt_session`); leases are
+    /// per group, and keepalives go only to the groups a session names. The home group counts
+    /// the namespace's `max_sessions` (while it is down, the group that opens in its place
+    /// counts the sessions it has).
     pub async fn open_session(
         &self,
         client: &str,
@@ -818,65 +863,68 @@ impl Service {
         namespace: &str,
         creds: &Credentials,
     ) -> Result<SessionOpened, ApiError> {
-        // Checked before it is proposed (to every group), not only at apply.
+        // Checked before it is proposed, not only at apply.
         limits::check_optional("client", client, limits::MAX_CLIENT_BYTES)?;
         let ns = self.namespace_named(namespace)?;
         self.authorize(&ns, creds)?;
-        // 63 random bits: in an open namespace the id is the session's only credential.
-        let session = SessionId::random(self.new_id());
-        let op = Op::OpenSession {
-            session,
-            client: client.to_string(),
-            ttl_ms,
-            namespace: ns.name.clone(),
-        };
-        let groups = self.lock_groups_all()?;
-        let results =
-            futures::future::join_all(groups.iter().map(|g| self.propose(g, op.clone()))).await;
-        // The lease is the shortest any group granted (a group whose copy of the namespace
-        // has a lower maximum TTL expires the session first).
-        let mut ttl: Option<u64> = None;
-        let (mut refused, mut unavailable) = (None, None);
-        for (g, r) in groups.iter().zip(results) {
-            match r {
+        let groups = self.lock_group_ids();
+        let mut unavailable = None;
+        for g in home_order(&groups, &ns.name) {
+            // 63 random bits: in an open namespace the id is the session's only credential.
+            // A fresh one per attempt: an attempt whose outcome is unknown may still open its
+            // session in that group, where nobody will name it (it ends within one TTL).
+            let session = SessionId::random(self.new_id());
+            let op = Op::OpenSession {
+                session,
+                client: client.to_string(),
+                ttl_ms,
+                namespace: ns.name.clone(),
+            };
+            let answer = match self.route_of(g) {
+                Ok(route) => self.propose(&route, op).await,
+                Err(e) => Err(e),
+            };
+            match answer {
                 Ok(Reply::SessionOpened { ttl_ms, .. }) => {
-                    ttl = Some(ttl.map_or(ttl_ms, |t| t.min(ttl_ms)))
+                    // The opener's own session id is no guess from its address
+                    // (`authorize_session`).
+                    if let Some(ip) = creds.from {
+                        self.auth_failures.succeeded(ip, &session.to_string());
+                    }
+                    return Ok(SessionOpened {
+                        session,
+                        ttl_ms,
+                        group: g,
+                    });
                 }
-                Ok(other) => refused = Some(ApiError::unexpected("OpenSession", Some(&other))),
+                Ok(other) => return Err(ApiError::unexpected("OpenSession", Some(&other))),
                 Err(e) if e.status >= 500 => {
-                    tracing::debug!(group = g.id(), %e, "a session opened without this group");
-                    unavailable = Some(e);
+                    tracing::debug!(group = g, %e, "home group could not open a session");
+                    unavailable.get_or_insert(e);
                 }
-                Err(e) => refused = Some(e),
+                // A refusal (a limit, a bad TTL) is the answer.
+                Err(e) => return Err(e),
             }
         }
-        // A refusal (a limit, a bad TTL) is the answer; a group that could not answer is not,
-        // unless no group opened the session. Neither leaves a half-open session behind.
-        if let Some(e) = refused.or(if ttl.is_none() { unavailable } else { None }) {
-            let _ = self.end_session(session).await;
-            return Err(e);
-        }
-        // The opener's own session id is no guess from its address (`authorize_session`).
-        if let Some(ip) = creds.from {
-            self.auth_failures.succeeded(ip, &session.to_string());
-        }
-        Ok(SessionOpened {
-            session,
-            ttl_ms: ttl.unwrap_or(ns.default_ttl_ms),
-        })
+        Err(unavailable.unwrap_or_else(|| {
+            ApiError::new(ErrorCode::Unavailable, "no lock group to open a session in")
+                .retry_after(1_000)
+        }))
     }
 
-    /// Keeps the session alive in every group that has a lease for it, and says what each group
+    /// Keeps the session alive in `groups` (empty: every lock group) and says what each group
     /// answered (leases are per group: one group's outage or expiry costs only its holds). The
-    /// session is gone (404) only when every group says it has no lease; 503 when none extended
-    /// it and one could not answer.
+    /// session is gone (404) only when every group asked says it has no lease; 503 when none
+    /// extended it and one could not answer.
     pub async fn keepalive(
         &self,
         session: SessionId,
+        groups: &[GroupId],
         creds: &Credentials,
     ) -> Result<KeepaliveReport, ApiError> {
+        check_keepalive_groups(groups)?;
         self.authorize_session(session, creds).await?;
-        self.keepalive_authorized(session).await
+        self.keepalive_authorized(session, groups).await
     }
 
     /// [`Service::keepalive`] on a stream that carries a session of `namespace`: the credential
@@ -884,28 +932,47 @@ impl Service {
     pub async fn keepalive_in(
         &self,
         session: SessionId,
+        groups: &[GroupId],
         namespace: &str,
         creds: &Credentials,
     ) -> Result<KeepaliveReport, ApiError> {
+        check_keepalive_groups(groups)?;
         self.authorize_in(namespace, creds)?;
-        self.keepalive_authorized(session).await
+        self.keepalive_authorized(session, groups).await
     }
 
     /// [`Service::keepalive`] for a caller already authorised for the session (an extend of
-    /// one of its holds).
+    /// one of its holds). A named id that is no lock group answers not here.
     pub async fn keepalive_authorized(
         &self,
         session: SessionId,
+        named: &[GroupId],
     ) -> Result<KeepaliveReport, ApiError> {
         self.metrics.keepalives.inc();
-        let groups = self.lock_groups_all()?;
-        let results = futures::future::join_all(groups.iter().map(|g| g.keepalive(session))).await;
+        let all = self.lock_group_ids();
+        let ids: Vec<GroupId> = if named.is_empty() {
+            all
+        } else {
+            let named: std::collections::BTreeSet<GroupId> = named.iter().copied().collect();
+            named.into_iter().collect()
+        };
+        // A named id that is no lock group has no lease for the session.
+        let ask = |g: GroupId| async move {
+            match self.route_of(g) {
+                Ok(route) => route.keepalive(session).await.map_err(ApiError::from),
+                Err(_) if !self.lock_group_ids().contains(&g) => {
+                    Err(GroupError::SessionNotFound.into())
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let results = futures::future::join_all(ids.iter().map(|g| ask(*g))).await;
         // The lease is the shortest of the groups' (the client's deadline must come before
         // every group's expiry, not only the most generous one's).
         let mut ttl = u64::MAX;
-        let mut report = Vec::with_capacity(groups.len());
+        let mut report = Vec::with_capacity(ids.len());
         let mut unreachable = None;
-        for (g, r) in groups.iter().zip(results) {
+        for (g, r) in ids.iter().zip(results) {
             let lease = match r {
                 Ok(r) => {
                     ttl = ttl.min(r.ttl_ms);
@@ -915,10 +982,9 @@ impl Service {
                     }
                 }
                 // No lease there: never brought there, or ended there.
-                Err(GroupError::SessionNotFound) => GroupLease::NotHere,
+                Err(e) if e.code == ErrorCode::SessionNotFound => GroupLease::NotHere,
                 Err(e) => {
-                    let e = ApiError::from(e);
-                    let error = format!("group {}: {}", g.id(), e.message);
+                    let error = format!("group {g}: {}", e.message);
                     unreachable.get_or_insert(ApiError {
                         message: error.clone(),
                         ..e
@@ -926,7 +992,7 @@ impl Service {
                     GroupLease::Unreachable { error }
                 }
             };
-            report.push((g.id(), lease));
+            report.push((*g, lease));
         }
         // Extended somewhere: the session lives, and the report says where it did not.
         // Nowhere: gone if every group said so, else unknown (retry).
@@ -1036,15 +1102,8 @@ impl Service {
             wait_ms: req.wait_ms,
             reentrant: req.reentrant,
         };
-        let (group, reply) = match self.propose_for_name(&req.name, op.clone()).await {
-            // The session is older than the name's group and new to it: adopt it there.
-            Err(e) if e.code == ErrorCode::SessionNotHere => {
-                self.adopt_session(&self.route(&req.name)?, req.session)
-                    .await?;
-                self.propose_for_name(&req.name, op).await?
-            }
-            r => r?,
-        };
+        let (group, reply, lease_started) =
+            self.propose_acquire(&req.name, req.session, op).await?;
         if let Reply::Busy { .. } = reply {
             // Counted at the front door that proposed it: a busy reply changes no state, so
             // the core has no event for it.
@@ -1062,6 +1121,7 @@ impl Service {
                 reentry,
                 group: group.id(),
                 group_moves,
+                lease_started,
             })),
             Reply::Busy {
                 holder,
@@ -1082,8 +1142,30 @@ impl Service {
                 group,
                 waiter,
                 position,
+                lease_started,
             }),
             other => Err(ApiError::unexpected("Acquire", Some(&other))),
+        }
+    }
+
+    /// Proposes an acquire of `name`; a session with no lease in the name's group (never
+    /// brought there, or ended there) is adopted there for it (`Op::AdoptAndAcquire`, undone
+    /// unless granted or queued). The flag says whether this request adopted it: the lease
+    /// there then started after the request was sent, which the client may count from.
+    async fn propose_acquire(
+        &self,
+        name: &str,
+        session: SessionId,
+        op: Op,
+    ) -> Result<(Route, Reply, bool), ApiError> {
+        match self.propose_for_name(name, op.clone()).await {
+            Err(e) if e.code == ErrorCode::SessionNotHere => {
+                let (client, ttl_ms, namespace) = self.session_opening(session).await?;
+                let adopting = op.adopting(client, ttl_ms, namespace);
+                let (group, reply) = self.propose_for_name(name, adopting).await?;
+                Ok((group, reply, true))
+            }
+            r => r.map(|(group, reply)| (group, reply, false)),
         }
     }
 
@@ -1111,6 +1193,7 @@ impl Service {
                     group,
                     waiter,
                     position,
+                    lease_started,
                 } => {
                     tracing::debug!(
                         node = self.node.node_id(),
@@ -1133,14 +1216,20 @@ impl Service {
                         }
                     };
                     if let Some(mut outcome) = outcome {
-                        if let AcquireOutcome::NotAcquired {
-                            queue_position,
-                            wait_estimate_ms,
-                            ..
-                        } = &mut outcome
-                        {
-                            *wait_estimate_ms =
-                                self.wait_estimate(group.id(), &name, *queue_position);
+                        match &mut outcome {
+                            AcquireOutcome::NotAcquired {
+                                queue_position,
+                                wait_estimate_ms,
+                                ..
+                            } => {
+                                *wait_estimate_ms =
+                                    self.wait_estimate(group.id(), &name, *queue_position)
+                            }
+                            // The queued acquire's adoption started the lease it was granted in.
+                            AcquireOutcome::Acquired {
+                                lease_started: started,
+                                ..
+                            } => *started = lease_started,
                         }
                         return Ok(outcome);
                     }
@@ -1251,11 +1340,12 @@ impl Service {
             name: name.to_string(),
             token,
         };
-        let (_, reply) = self.propose_for_name(name, op).await?;
+        let (group, reply) = self.propose_for_name(name, op).await?;
         let Reply::Extended { lease_ttl_ms } = reply else {
             return Err(ApiError::unexpected("Extend", Some(&reply)));
         };
-        self.keepalive_authorized(session).await?;
+        // The hold's lease is its group's (leases are per group).
+        self.keepalive_authorized(session, &[group.id()]).await?;
         Ok(lease_ttl_ms)
     }
 

@@ -203,20 +203,24 @@ class OpenSessionRequest(_message.Message):
     def __init__(self, client: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., namespace: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
 
 class OpenSessionResponse(_message.Message):
-    __slots__ = ("session_id", "ttl_ms", "keepalive_every_ms")
+    __slots__ = ("session_id", "ttl_ms", "keepalive_every_ms", "group")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     KEEPALIVE_EVERY_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     ttl_ms: int
     keepalive_every_ms: int
-    def __init__(self, session_id: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., keepalive_every_ms: _Optional[int] = ...) -> None: ...
+    group: int
+    def __init__(self, session_id: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., keepalive_every_ms: _Optional[int] = ..., group: _Optional[int] = ...) -> None: ...
 
 class KeepAliveRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "groups")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    groups: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., groups: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class KeepAliveResponse(_message.Message):
     __slots__ = ("ttl_ms", "groups")
@@ -273,7 +277,7 @@ class AcquireRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ..., reentrant: bool = ..., token: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms", "group", "group_moves")
+    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms", "group", "group_moves", "lease_started")
     ACQUIRED_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -284,6 +288,7 @@ class AcquireResponse(_message.Message):
     WAIT_ESTIMATE_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GROUP_MOVES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_STARTED_FIELD_NUMBER: _ClassVar[int]
     acquired: bool
     fencing_token: int
     lease_ttl_ms: int
@@ -294,7 +299,8 @@ class AcquireResponse(_message.Message):
     wait_estimate_ms: int
     group: int
     group_moves: int
-    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., group: _Optional[int] = ..., group_moves: _Optional[int] = ...) -> None: ...
+    lease_started: bool
+    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., group: _Optional[int] = ..., group_moves: _Optional[int] = ..., lease_started: bool = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("session_id", "name", "fencing_token", "token")
@@ -583,18 +589,20 @@ class LeaseExtended(_message.Message):
     def __init__(self, group: _Optional[int] = ..., extended_by_ms: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
 
 class Queued(_message.Message):
-    __slots__ = ("group", "waiter", "name", "position", "wait_estimate_ms")
+    __slots__ = ("group", "waiter", "name", "position", "wait_estimate_ms", "lease_started")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WAITER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     WAIT_ESTIMATE_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_STARTED_FIELD_NUMBER: _ClassVar[int]
     group: int
     waiter: int
     name: str
     position: int
     wait_estimate_ms: int
-    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., position: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ...) -> None: ...
+    lease_started: bool
+    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., position: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., lease_started: bool = ...) -> None: ...
 
 class Granted(_message.Message):
     __slots__ = ("group", "waiter", "name", "fencing_token", "lease_ttl_ms", "group_moves")
