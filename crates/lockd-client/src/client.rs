@@ -111,8 +111,10 @@ pub fn host_pid() -> String {
 ///
 /// The session is opened by [`Client::connect`] and kept alive every TTL/3 over one `Session`
 /// stream. Any node accepts any request (it forwards to the lock groups' leaders), and one
-/// session spans every lock group: the node fans keepalives out to each group's leader. So the
-/// client keeps **one** session and **one** stream, not one per group as GUIDE §2 sketches; when
+/// session id serves every lock group: it opens in a home group, the first acquire in another
+/// group adopts it there, and each keepalive names the groups the session uses (its home and
+/// the groups of its holds and waits; docs/API.md). So the client keeps **one** session and
+/// **one** stream, not one per group as GUIDE §2 sketches, with a lease per group; when
 /// the stream breaks or a node stops answering, the stream moves to the next endpoint and
 /// `attach`es the same session while its lease lasts.
 ///

@@ -261,12 +261,15 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             queue_position,
             lock_delay_until_ms,
             wait_estimate_ms,
+            adopted_in,
         } => pb::AcquireResponse {
             acquired: false,
             holder: holder.unwrap_or_default(),
             queue_position,
             lock_delay_until_ms: lock_delay_until_ms.unwrap_or(0),
             wait_estimate_ms,
+            group: adopted_in.unwrap_or(0),
+            lease_started: adopted_in.is_some(),
             ..Default::default()
         },
     }

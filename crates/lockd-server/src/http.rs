@@ -810,13 +810,22 @@ async fn acquire(
             queue_position,
             lock_delay_until_ms,
             wait_estimate_ms,
-        } => json!({
-            "acquired": false,
-            "holder": holder,
-            "queue_position": queue_position,
-            "lock_delay_until_ms": lock_delay_until_ms,
-            "wait_estimate_ms": wait_estimate_ms,
-        }),
+            adopted_in,
+        } => {
+            let mut r = json!({
+                "acquired": false,
+                "holder": holder,
+                "queue_position": queue_position,
+                "lock_delay_until_ms": lock_delay_until_ms,
+                "wait_estimate_ms": wait_estimate_ms,
+            });
+            // A wait that ended without a grant in a group it brought the session into.
+            if let Some(g) = adopted_in {
+                r["group"] = json!(g);
+                r["lease_started"] = json!(true);
+            }
+            r
+        }
     })
 }
 

@@ -217,6 +217,57 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     c.stop_all().await;
 }
 
+/// A session reaches a group other than its home by its first acquire there. A try-lock that
+/// finds the name held leaves no trace there; a wait that queued there keeps the session's
+/// lease there even when it ends without a grant, and its answer says so (a client counts
+/// that lease from the request's send).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_in_another_group_adopts_the_session_only_when_it_queues_or_gets_the_lock() {
+    let (mut c, h) = single().await;
+    let holder = h.session("holder", 15).await;
+    let opened = h
+        .post("/v1/sessions", json!({"client": "w", "ttl_s": 15}))
+        .await;
+    let home = opened.body["group"].as_u64().unwrap();
+    let waiter = opened.body["session_id"].as_str().unwrap().to_string();
+    // A name of the other group, held by `holder`.
+    let mut held = None;
+    for i in 0..200 {
+        let name = format!("elsewhere/{i}");
+        let r = h.acquire(&name, json!({"session_id": holder})).await;
+        let token = r.body["token"].as_u64().unwrap();
+        if r.body["group"].as_u64() != Some(home) {
+            held = Some((name, r.body["group"].as_u64().unwrap()));
+            break;
+        }
+        assert_eq!(h.release(&name, &holder, token).await.status, 200);
+    }
+    let (name, other) = held.expect("a name of the other group in 200");
+    let in_other = |h: Http, s: String| async move {
+        let k = h
+            .post(
+                &format!("/v1/sessions/{s}:keepalive"),
+                json!({"groups": [other]}),
+            )
+            .await;
+        k.status == 200
+    };
+    // Busy: no adoption.
+    let r = h.acquire(&name, json!({"session_id": waiter})).await;
+    assert_eq!(r.body["acquired"], false, "{}", r.body);
+    assert!(r.body.get("lease_started").is_none(), "{}", r.body);
+    assert!(!in_other(h.clone(), waiter.clone()).await);
+    // A wait that times out: adopted, and said so.
+    let r = h
+        .acquire(&name, json!({"session_id": waiter, "wait_ms": 200}))
+        .await;
+    assert_eq!(r.body["acquired"], false, "{}", r.body);
+    assert_eq!(r.body["lease_started"], true, "{}", r.body);
+    assert_eq!(r.body["group"], other, "{}", r.body);
+    assert!(in_other(h.clone(), waiter.clone()).await);
+    c.stop_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_granted_in_fifo_order_on_release() {
     let (mut c, h) = single().await;

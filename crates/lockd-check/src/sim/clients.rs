@@ -231,6 +231,15 @@ pub(crate) async fn session_ops(
             svc.acquire(req, &Credentials::default()).await
         })
         .await;
+        // A wait that ended without a grant may have brought the session into its group: the
+        // lease there counts from this send (lockd-client learns it from the `queued` answer).
+        if let Answer::Answered(Ok(AcquireOutcome::NotAcquired {
+            adopted_in: Some(g),
+            ..
+        })) = &r
+        {
+            lock(&s.lease).started(*g, sent, 0, Instant::now());
+        }
         let outcome = match &r {
             Answer::Answered(Ok(AcquireOutcome::Acquired { token, .. })) => {
                 Outcome::Granted { token: *token }

@@ -107,6 +107,10 @@ pub enum AcquireOutcome {
         /// What a wait at `queue_position` would take, from the name's observed hand-offs
         /// (`contention.rs`); `None` without history, or with no replica of the group here.
         wait_estimate_ms: Option<u64>,
+        /// A wait that ended without a grant, whose acquire adopted the session in this group
+        /// (it queued there): the session keeps a lease there, started after the request was
+        /// sent, which the caller should know of.
+        adopted_in: Option<GroupId>,
     },
 }
 
@@ -246,7 +250,7 @@ fn wait_outcome(
 ) -> Result<Option<AcquireOutcome>, ApiError> {
     match got {
         Some((WaitOutcome::Granted { token, lease_ttl_ms, group_moves }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1, group, group_moves, lease_started: false })),
-        Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None, wait_estimate_ms: None })),
+        Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None, wait_estimate_ms: None, adopted_in: None })),
         Some((WaitOutcome::Moved, _)) => Ok(None),
         Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(ErrorCode::SessionNotFound, "the session ended while waiting")),
         None => Err(ApiError::new(ErrorCode::WaitOutcomeUnknown, "no committed outcome for this wait yet (no leader?); the wait was abandoned and a late grant will be released").retry_after(1_000)),
@@ -1135,6 +1139,8 @@ impl Service {
                     BusyReason::LockDelay { until_ms } => Some(until_ms),
                     BusyReason::Held => None,
                 },
+                // A busy adopting acquire undid its adoption.
+                adopted_in: None,
             })),
             Reply::Queued {
                 waiter, position, ..
@@ -1216,21 +1222,7 @@ impl Service {
                         }
                     };
                     if let Some(mut outcome) = outcome {
-                        match &mut outcome {
-                            AcquireOutcome::NotAcquired {
-                                queue_position,
-                                wait_estimate_ms,
-                                ..
-                            } => {
-                                *wait_estimate_ms =
-                                    self.wait_estimate(group.id(), &name, *queue_position)
-                            }
-                            // The queued acquire's adoption started the lease it was granted in.
-                            AcquireOutcome::Acquired {
-                                lease_started: started,
-                                ..
-                            } => *started = lease_started,
-                        }
+                        self.waited(&mut outcome, group.id(), &name, lease_started);
                         return Ok(outcome);
                     }
                     req.wait_ms = deadline
@@ -1244,6 +1236,23 @@ impl Service {
             format!("the wait was moved {MAX_REQUEUES} times with the name's bucket; retry"),
         )
         .retry_after(100))
+    }
+
+    /// Completes the outcome of a wait in `group` whose acquire adopted the session there
+    /// (`lease_started`) or not: the adoption stays with a grant and with a wait that ended.
+    fn waited(&self, outcome: &mut AcquireOutcome, group: GroupId, name: &str, started: bool) {
+        match outcome {
+            AcquireOutcome::NotAcquired {
+                queue_position,
+                wait_estimate_ms,
+                adopted_in,
+                ..
+            } => {
+                *wait_estimate_ms = self.wait_estimate(group, name, *queue_position);
+                *adopted_in = started.then_some(group);
+            }
+            AcquireOutcome::Acquired { lease_started, .. } => *lease_started = started,
+        }
     }
 
     /// Waits for the committed outcome of a queued acquire; `None`: the name's bucket moved
