@@ -230,27 +230,27 @@ def test_keepalives_name_the_home_and_the_groups_in_use() -> None:
 
 
 def test_a_grant_in_an_unnamed_group_counts_from_the_earliest_acquire_that_may_have_adopted() -> None:
+    """As lockd-client's test of the same name: no further than the last keepalive that asked
+    every group, nor than an acquire still unanswered or whose answer was lost."""
     from lockd_client._lease import GroupLeases
 
     l = GroupLeases(100.0, TTL, MARGIN)
     l.homed(1, 100.0, 100.0)
     l.renewed(110.0, 15_000, [ext(1)], 110.0, named=True)
     assert l.deadline_all == 122.0
-    # An acquire sent at 104 is still unanswered; one sent at 109 is granted in group 2, which
-    # had the session already: the lease there may date from the one sent at 104.
-    h = l.granted(109.0, 111.0, group=2, group_moves=0, lease_ttl_ms=15_000, others=104.0)
-    assert l.deadline_of(h) == 116.0
-    # A lost answer bounds later ones the same way.
-    l = GroupLeases(100.0, TTL, MARGIN)
-    l.homed(1, 100.0, 100.0)
-    l.note_unsure(103.0)
-    l.renewed(110.0, 15_000, [ext(1)], 110.0, named=True)
-    h = l.granted(111.0, 111.0, group=2, group_moves=0, lease_ttl_ms=15_000)
-    assert l.deadline_of(h) == 115.0
-    # A group that adopted the session for the acquire counts from its own send.
-    l.started(4, 111.0, 15_000, 111.0)
-    adopted = l.granted(111.0, 111.0, group=4, group_moves=0, lease_ttl_ms=15_000)
-    assert l.deadline_of(adopted) == 123.0
+    stale = l.granted(109.0, 111.0, group=2, group_moves=0, lease_ttl_ms=15_000)
+    assert l.deadline_of(stale) == 112.0, "a named keepalive says nothing of group 2"
+    l.renewed(113.0, 15_000, [ext(1), not_here(2), ext(3)], 113.0)
+    h = l.granted(115.0, 115.0, group=4, group_moves=0, lease_ttl_ms=15_000, others=114.0)
+    assert l.deadline_of(h) == 125.0
+    h = l.granted(115.0, 115.0, group=5, group_moves=0, lease_ttl_ms=15_000, others=111.0)
+    assert l.deadline_of(h) == 123.0
+    l.note_unsure(112.0)
+    h = l.granted(116.0, 116.0, group=6, group_moves=0, lease_ttl_ms=15_000)
+    assert l.deadline_of(h) == 124.0
+    l.started(7, 116.0, 15_000, 116.0)
+    adopted = l.granted(116.0, 116.0, group=7, group_moves=0, lease_ttl_ms=15_000)
+    assert l.deadline_of(adopted) == 128.0
 
 
 def test_an_adoption_ends_the_lease_the_client_knew_there() -> None:

@@ -161,6 +161,11 @@ pub struct GroupLeases {
     /// The send time of the earliest acquire whose answer was lost: it may have brought the
     /// session into a group the client has no lease of (see [`GroupLeases::granted`]).
     unsure_since: Option<Instant>,
+    /// Send time + TTL − margin of the last keepalive that asked every group (or of the open):
+    /// every lease the session has anywhere lasts at least until then, since each was renewed
+    /// by it or started after it. A grant in a group the client knows no lease of never
+    /// counts past it (a named keepalive says nothing of the groups it does not name).
+    every_deadline: Instant,
 }
 
 impl GroupLeases {
@@ -173,6 +178,7 @@ impl GroupLeases {
             groups: Default::default(),
             home: None,
             unsure_since: None,
+            every_deadline: sent + ttl.saturating_sub(margin),
         }
     }
 
@@ -336,6 +342,10 @@ impl GroupLeases {
         if !every {
             return Renewal::Unchanged;
         }
+        if !named {
+            let d = self.deadline_from(sent, ttl_ms);
+            self.every_deadline = self.every_deadline.max(d);
+        }
         let renewal = self.all.renewed(sent, ttl_ms, now);
         if renewal == Renewal::TooLate {
             // Too late for the holds that followed it; it goes on for later ones.
@@ -391,12 +401,12 @@ impl GroupLeases {
     /// A hold granted by `group` at its move count `group_moves`, for an acquire sent at
     /// `sent` and answered (or pushed) at `now`, told the lease is `lease_ttl_ms`. A group
     /// without a lease the client knows of starts one at `sent + TTL − margin`, but never past
-    /// the session-wide deadline: a grant renews nothing, and a group that knew the session
-    /// since the open or a keepalive counts its lease from there. Nor, once keepalives name
-    /// their groups, past `others + TTL − margin` for the earliest send of another acquire
-    /// still unanswered (`others`) or whose answer was lost: either may have brought the
-    /// session into the group (a lease no keepalive renewed since). A grant whose request
-    /// started the lease itself goes through [`GroupLeases::started`] first.
+    /// the last keepalive that asked every group: a grant renews nothing, and the lease there
+    /// may be older than the acquire (an import brought the session, or another request
+    /// adopted it). Nor, once keepalives name their groups, past `others + TTL − margin` for
+    /// the earliest send of another acquire still unanswered (`others`) or whose answer was
+    /// lost. A grant whose request started the lease itself goes through
+    /// [`GroupLeases::started`] first, and then counts from its own send.
     pub fn granted(
         &mut self,
         sent: Instant,
@@ -408,7 +418,7 @@ impl GroupLeases {
     ) -> HoldLease {
         let mut start = self
             .deadline_from(sent, lease_ttl_ms)
-            .min(self.all.deadline());
+            .min(self.every_deadline);
         if self.home.is_some() {
             let unknown = [others, self.unsure_since].into_iter().flatten().min();
             if let Some(t) = unknown {
@@ -862,32 +872,45 @@ mod tests {
         assert_eq!(l.deadline_of(&hold), Some(s(25)));
     }
 
-    /// Once keepalives name their groups, a grant in a group the client has no lease of
-    /// (which no keepalive renewed) counts from no later than an acquire that may have brought
-    /// the session there: one still unanswered, or one whose answer was lost.
+    /// A grant in a group the client has no lease of (which no keepalive it knows of renewed)
+    /// counts no further than the last keepalive that asked every group, nor, once keepalives
+    /// name their groups, than an acquire that may have brought the session there: one still
+    /// unanswered, or one whose answer was lost.
     #[test]
     fn a_grant_in_an_unnamed_group_counts_from_the_earliest_acquire_that_may_have_adopted() {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
         l.homed(1, t0, t0);
+        // A named keepalive says nothing of group 2: the open is the last word on it.
         l.renewed(s(10), 15_000, &[(1, ext(15_000, 0))], true, s(10));
         assert_eq!(l.session().deadline(), s(22));
-        // An acquire sent at 4 is still unanswered; one sent at 9 is granted in group 2,
-        // which already had the session: the lease there may date from the one sent at 4.
-        let hold = l.granted(s(9), s(11), 2, 0, 15_000, Some(s(4)));
-        assert_eq!(l.deadline_of(&hold), Some(s(16)));
+        let stale = l.granted(s(9), s(11), 2, 0, 15_000, None);
+        assert_eq!(l.deadline_of(&stale), Some(s(12)));
+        // Every group answers a keepalive sent at 13; an acquire sent at 14 is still
+        // unanswered when one sent at 15 is granted in group 3, which had the session.
+        let every = [
+            (1, ext(15_000, 0)),
+            (2, GroupAnswer::NotHere),
+            (3, ext(15_000, 0)),
+        ];
+        l.renewed(s(13), 15_000, &every, false, s(13));
+        let hold = l.granted(s(15), s(15), 4, 0, 15_000, Some(s(14)));
+        assert_eq!(l.deadline_of(&hold), Some(s(25)), "the full keepalive's");
+        let hold = l.granted(s(15), s(15), 5, 0, 15_000, Some(s(11)));
+        assert_eq!(
+            l.deadline_of(&hold),
+            Some(s(23)),
+            "the unanswered acquire's"
+        );
         // A lost answer bounds later ones the same way.
-        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
-        l.homed(1, t0, t0);
-        l.unsure_since(s(3));
-        l.renewed(s(10), 15_000, &[(1, ext(15_000, 0))], true, s(10));
-        let hold = l.granted(s(11), s(11), 2, 0, 15_000, None);
-        assert_eq!(l.deadline_of(&hold), Some(s(15)));
+        l.unsure_since(s(12));
+        let hold = l.granted(s(16), s(16), 6, 0, 15_000, None);
+        assert_eq!(l.deadline_of(&hold), Some(s(24)));
         // A group that adopted the session for the acquire counts from its own send.
-        l.started(4, s(11), 15_000, s(11));
-        let adopted = l.granted(s(11), s(11), 4, 0, 15_000, None);
-        assert_eq!(l.deadline_of(&adopted), Some(s(23)));
+        l.started(7, s(16), 15_000, s(16));
+        let adopted = l.granted(s(16), s(16), 7, 0, 15_000, None);
+        assert_eq!(l.deadline_of(&adopted), Some(s(28)));
     }
 
     /// An adoption proves the group had no lease just before it: holds of the lease the client

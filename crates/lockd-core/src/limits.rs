@@ -18,9 +18,9 @@ pub const MAX_WAIT_MS: u64 = 300_000;
 pub const MAX_SEMAPHORE_LIMIT: u32 = 10_000;
 /// Deepest re-entry.
 pub const MAX_REENTRY: u32 = 1_000_000;
-/// Live sessions one group holds (every lock group holds every session, so this bounds the
-/// cluster's). The design's 20,000 clients are a twelfth of it; a session costs a replica
-/// about 150 bytes, so a full table is ~40 MB per group.
+/// Live sessions one group holds: those opened there (its namespaces' home) and those an
+/// acquire brought there. The design's 20,000 clients are a twelfth of it; a session costs a
+/// replica about 150 bytes, so a full table is ~40 MB per group.
 pub const MAX_SESSIONS: usize = 250_000;
 /// Live sessions the namespaces without a token hold together, in one group. The other
 /// 100,000 places of [`MAX_SESSIONS`] are kept for namespaces with a token: anyone who reaches a

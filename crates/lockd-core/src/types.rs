@@ -113,9 +113,10 @@ pub struct Namespace {
     /// SHA-256, both lower-case hex.
     pub token_sha256: Option<String>,
     /// Live sessions opened in this namespace a group holds at once (0 = only the group's own
-    /// [`crate::limits::MAX_SESSIONS`]). Every session is opened in every lock group, so it is the
-    /// cluster's cap too. Only opens count against it: a session adopted or imported by a
-    /// group is one the cluster admitted already. (Absent from JSON written before it: 0.)
+    /// [`crate::limits::MAX_SESSIONS`]). A namespace's sessions open in its home group, so it
+    /// is the cluster's cap while that group answers. Only opens count against it: a session
+    /// adopted or imported by a group is one the cluster admitted already. (Absent from JSON
+    /// written before it: 0.)
     #[serde(default)]
     pub max_sessions: u32,
 }

@@ -245,7 +245,7 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             reentry,
             group,
             group_moves,
-            lease_started,
+            adopted_in,
         } => pb::AcquireResponse {
             acquired: true,
             fencing_token: token,
@@ -253,7 +253,8 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             reentry,
             group,
             group_moves,
-            lease_started,
+            lease_started: adopted_in.contains(&group),
+            adopted_in,
             ..Default::default()
         },
         AcquireOutcome::NotAcquired {
@@ -268,8 +269,7 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             queue_position,
             lock_delay_until_ms: lock_delay_until_ms.unwrap_or(0),
             wait_estimate_ms,
-            group: adopted_in.unwrap_or(0),
-            lease_started: adopted_in.is_some(),
+            adopted_in,
             ..Default::default()
         },
     }

@@ -795,16 +795,20 @@ async fn acquire(
             reentry,
             group,
             group_moves,
-            lease_started,
-        } => json!({
-            "acquired": true,
-            "token": token,
-            "lease_ttl_ms": lease_ttl_ms,
-            "reentry": reentry,
-            "group": group,
-            "group_moves": group_moves,
-            "lease_started": lease_started,
-        }),
+            adopted_in,
+        } => {
+            let mut r = json!({
+                "acquired": true,
+                "token": token,
+                "lease_ttl_ms": lease_ttl_ms,
+                "reentry": reentry,
+                "group": group,
+                "group_moves": group_moves,
+                "lease_started": adopted_in.contains(&group),
+            });
+            adopted_in_json(&mut r, adopted_in);
+            r
+        }
         AcquireOutcome::NotAcquired {
             holder,
             queue_position,
@@ -819,14 +823,17 @@ async fn acquire(
                 "lock_delay_until_ms": lock_delay_until_ms,
                 "wait_estimate_ms": wait_estimate_ms,
             });
-            // A wait that ended without a grant in a group it brought the session into.
-            if let Some(g) = adopted_in {
-                r["group"] = json!(g);
-                r["lease_started"] = json!(true);
-            }
+            adopted_in_json(&mut r, adopted_in);
             r
         }
     })
+}
+
+/// The groups an acquire brought its session into, when there are any (docs/API.md).
+fn adopted_in_json(r: &mut serde_json::Value, adopted_in: Vec<u32>) {
+    if !adopted_in.is_empty() {
+        r["adopted_in"] = json!(adopted_in);
+    }
 }
 
 async fn inspect(

@@ -117,6 +117,10 @@ class GroupLeases:
         #: The send time of the earliest acquire whose answer a broken stream took: it may have
         #: brought the session into a group the client will not name (see :meth:`granted`).
         self.unsure_since: Optional[float] = None
+        #: Send time + ttl - margin of the last keepalive that asked every group (or of the
+        #: open): every lease the session has anywhere lasts at least until then. A grant in a
+        #: group the client knows no lease of never counts past it.
+        self.every_deadline = sent + ttl - margin
 
     def homed(self, home: int, sent: float, now: float) -> None:
         """The open sent at ``sent`` was answered by lock group ``home`` (0: a service that
@@ -240,6 +244,8 @@ class GroupLeases:
         if not every:
             return "unchanged"
         d = self._deadline(sent, ttl_ms)
+        if not named:
+            self.every_deadline = max(self.every_deadline, d)
         if now >= self.deadline_all:
             # Too late for the holds that followed deadline_all (they may have stopped, and a
             # lease of theirs may have ended): they stay lost. The session goes on, and so does
@@ -306,17 +312,17 @@ class GroupLeases:
         ``sent`` and answered (or pushed) at ``now``, with the session's lease ``lease_ttl_ms``.
 
         A group without a lease the client knows of starts one: ``sent + lease_ttl - margin``,
-        but never past ``deadline_all`` (a grant renews nothing: a group that knew the session
-        since the open or a keepalive counts its lease from there, which ``deadline_all``
-        covers). Nor, once keepalives name their groups, past ``others + ttl - margin`` for the
-        earliest send of another acquire still unanswered (``others``) or whose answer was
-        lost: either may have brought the session into the group. A grant whose request
-        started the lease itself goes through :meth:`started` first."""
+        but never past ``every_deadline``, the last keepalive that asked every group (a grant
+        renews nothing, and the lease there may be older than the acquire: an import brought
+        the session, or another request adopted it). Nor, once keepalives name their groups,
+        past ``others + ttl - margin`` for the earliest send of another acquire still unanswered
+        (``others``) or whose answer was lost. A grant whose request started the lease itself
+        goes through :meth:`started` first, and then counts from its own send."""
         st = self.groups.get(group)
         if st is None:
             st = self.groups[group] = _GroupState(None, group_moves)
         if st.deadline is None:
-            start = min(self._deadline(sent, lease_ttl_ms), self.deadline_all)
+            start = min(self._deadline(sent, lease_ttl_ms), self.every_deadline)
             if self.home is not None:
                 unknown = [t for t in (others, self.unsure_since) if t is not None]
                 if unknown:

@@ -88,8 +88,9 @@ pub(crate) struct Session {
     pub(crate) id: SessionId,
     /// The local deadlines, per group and session-wide, by lockd-client's own rule.
     pub(crate) lease: Mutex<GroupLeases>,
-    /// The hold the client works under now, if any (one at a time), and the lease it follows.
-    pub(crate) hold: Mutex<Option<HoldLease>>,
+    /// The hold the client works under now, if any (one at a time): the lease it follows, its
+    /// name and its token.
+    pub(crate) hold: Mutex<Option<(HoldLease, String, u64)>>,
     /// The service said the session is gone, or a renewal came too late.
     pub(crate) gone: AtomicBool,
     pub(crate) abandoned: AtomicBool,
@@ -107,7 +108,7 @@ pub(crate) async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut
         }
         let sent = Instant::now();
         let sid = s.id;
-        let hold = *lock(&s.hold);
+        let hold = lock(&s.hold).as_ref().map(|h| h.0);
         let named = lock(&s.lease).keepalive_groups(hold, [], false);
         let asked = named.clone();
         let r = call_service(&w, home, CALL_TIMEOUT, |svc| async move {
@@ -231,14 +232,18 @@ pub(crate) async fn session_ops(
             svc.acquire(req, &Credentials::default()).await
         })
         .await;
-        // A wait that ended without a grant may have brought the session into its group: the
-        // lease there counts from this send (lockd-client learns it from the `queued` answer).
-        if let Answer::Answered(Ok(AcquireOutcome::NotAcquired {
-            adopted_in: Some(g),
-            ..
-        })) = &r
+        // The groups the acquire brought the session into (granted or not; a wait that moved
+        // with its bucket queued again elsewhere): leases there count from this send
+        // (lockd-client learns them from its stream's answers).
+        if let Answer::Answered(Ok(
+            AcquireOutcome::Acquired { adopted_in, .. }
+            | AcquireOutcome::NotAcquired { adopted_in, .. },
+        )) = &r
         {
-            lock(&s.lease).started(*g, sent, 0, Instant::now());
+            let mut leases = lock(&s.lease);
+            for g in adopted_in {
+                leases.started(*g, sent, 0, Instant::now());
+            }
         }
         let outcome = match &r {
             Answer::Answered(Ok(AcquireOutcome::Acquired { token, .. })) => {
@@ -269,7 +274,6 @@ pub(crate) async fn session_ops(
             group,
             group_moves,
             lease_ttl_ms,
-            lease_started,
             ..
         })) = r
         else {
@@ -278,13 +282,10 @@ pub(crate) async fn session_ops(
         let hold = {
             let mut leases = lock(&s.lease);
             let now = Instant::now();
-            if lease_started {
-                leases.started(group, sent, lease_ttl_ms, now);
-            }
             // One acquire at a time: no other may have brought the session anywhere.
             leases.granted(sent, now, group, group_moves, lease_ttl_ms, None)
         };
-        *lock(&s.hold) = Some(hold);
+        *lock(&s.hold) = Some((hold, name.clone(), token));
         let from = Instant::now();
         let mut lost = None;
         // Mostly short holds; some long ones (a holder that outlives a leader change).

@@ -95,9 +95,10 @@ pub enum AcquireOutcome {
         reentry: u32,
         group: GroupId,
         group_moves: u64,
-        /// This request adopted the session in `group`: its lease there started after the
-        /// request was sent (otherwise it is older).
-        lease_started: bool,
+        /// The groups this request brought the session into (adopted it there: the lease
+        /// there started after the request was sent). A long poll's wait that moved with its
+        /// bucket queued again elsewhere, so there may be more than `group`.
+        adopted_in: Vec<GroupId>,
     },
     /// Not granted: held by `holder` (owner string), the caller was or would be `queue_position`.
     NotAcquired {
@@ -107,10 +108,10 @@ pub enum AcquireOutcome {
         /// What a wait at `queue_position` would take, from the name's observed hand-offs
         /// (`contention.rs`); `None` without history, or with no replica of the group here.
         wait_estimate_ms: Option<u64>,
-        /// A wait that ended without a grant, whose acquire adopted the session in this group
-        /// (it queued there): the session keeps a lease there, started after the request was
+        /// The groups this request brought the session into where it queued (a wait that
+        /// ended without a grant keeps that adoption): leases started after the request was
         /// sent, which the caller should know of.
-        adopted_in: Option<GroupId>,
+        adopted_in: Vec<GroupId>,
     },
 }
 
@@ -249,8 +250,8 @@ fn wait_outcome(
     position: u32,
 ) -> Result<Option<AcquireOutcome>, ApiError> {
     match got {
-        Some((WaitOutcome::Granted { token, lease_ttl_ms, group_moves }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1, group, group_moves, lease_started: false })),
-        Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None, wait_estimate_ms: None, adopted_in: None })),
+        Some((WaitOutcome::Granted { token, lease_ttl_ms, group_moves }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1, group, group_moves, adopted_in: Vec::new() })),
+        Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None, wait_estimate_ms: None, adopted_in: Vec::new() })),
         Some((WaitOutcome::Moved, _)) => Ok(None),
         Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(ErrorCode::SessionNotFound, "the session ended while waiting")),
         None => Err(ApiError::new(ErrorCode::WaitOutcomeUnknown, "no committed outcome for this wait yet (no leader?); the wait was abandoned and a late grant will be released").retry_after(1_000)),
@@ -1125,7 +1126,7 @@ impl Service {
                 reentry,
                 group: group.id(),
                 group_moves,
-                lease_started,
+                adopted_in: lease_started.then(|| group.id()).into_iter().collect(),
             })),
             Reply::Busy {
                 holder,
@@ -1140,7 +1141,7 @@ impl Service {
                     BusyReason::Held => None,
                 },
                 // A busy adopting acquire undid its adoption.
-                adopted_in: None,
+                adopted_in: Vec::new(),
             })),
             Reply::Queued {
                 waiter, position, ..
@@ -1192,15 +1193,26 @@ impl Service {
         let mut req = req;
         // A wait ended because the name's bucket moved is queued again at the new owner with
         // the time left (it joins that queue's tail). Moves are rare; the bound is a backstop.
+        // Groups an earlier attempt brought the session into (its wait moved with the bucket).
+        let mut adopted = Vec::new();
         for _ in 0..MAX_REQUEUES {
             match self.acquire_start(req.clone(), creds).await? {
-                AcquireStart::Done(outcome) => return Ok(outcome),
+                AcquireStart::Done(mut outcome) => {
+                    let (AcquireOutcome::Acquired { adopted_in, .. }
+                    | AcquireOutcome::NotAcquired { adopted_in, .. }) = &mut outcome;
+                    adopted.append(adopted_in);
+                    *adopted_in = adopted;
+                    return Ok(outcome);
+                }
                 AcquireStart::Queued {
                     group,
                     waiter,
                     position,
                     lease_started,
                 } => {
+                    if lease_started {
+                        adopted.push(group.id());
+                    }
                     tracing::debug!(
                         node = self.node.node_id(),
                         group = group.id(),
@@ -1222,7 +1234,7 @@ impl Service {
                         }
                     };
                     if let Some(mut outcome) = outcome {
-                        self.waited(&mut outcome, group.id(), &name, lease_started);
+                        self.waited(&mut outcome, group.id(), &name, adopted);
                         return Ok(outcome);
                     }
                     req.wait_ms = deadline
@@ -1238,9 +1250,15 @@ impl Service {
         .retry_after(100))
     }
 
-    /// Completes the outcome of a wait in `group` whose acquire adopted the session there
-    /// (`lease_started`) or not: the adoption stays with a grant and with a wait that ended.
-    fn waited(&self, outcome: &mut AcquireOutcome, group: GroupId, name: &str, started: bool) {
+    /// Completes the outcome of a wait in `group`: the groups its attempts adopted the session
+    /// in stay so, with a grant and with a wait that ended without one.
+    fn waited(
+        &self,
+        outcome: &mut AcquireOutcome,
+        group: GroupId,
+        name: &str,
+        adopted: Vec<GroupId>,
+    ) {
         match outcome {
             AcquireOutcome::NotAcquired {
                 queue_position,
@@ -1249,9 +1267,9 @@ impl Service {
                 ..
             } => {
                 *wait_estimate_ms = self.wait_estimate(group, name, *queue_position);
-                *adopted_in = started.then_some(group);
+                *adopted_in = adopted;
             }
-            AcquireOutcome::Acquired { lease_started, .. } => *lease_started = started,
+            AcquireOutcome::Acquired { adopted_in, .. } => *adopted_in = adopted,
         }
     }
 

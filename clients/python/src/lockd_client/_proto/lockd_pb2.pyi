@@ -277,7 +277,7 @@ class AcquireRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ..., reentrant: bool = ..., token: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms", "group", "group_moves", "lease_started")
+    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms", "group", "group_moves", "lease_started", "adopted_in")
     ACQUIRED_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +289,7 @@ class AcquireResponse(_message.Message):
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GROUP_MOVES_FIELD_NUMBER: _ClassVar[int]
     LEASE_STARTED_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_IN_FIELD_NUMBER: _ClassVar[int]
     acquired: bool
     fencing_token: int
     lease_ttl_ms: int
@@ -300,7 +301,8 @@ class AcquireResponse(_message.Message):
     group: int
     group_moves: int
     lease_started: bool
-    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., group: _Optional[int] = ..., group_moves: _Optional[int] = ..., lease_started: bool = ...) -> None: ...
+    adopted_in: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., group: _Optional[int] = ..., group_moves: _Optional[int] = ..., lease_started: bool = ..., adopted_in: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("session_id", "name", "fencing_token", "token")
