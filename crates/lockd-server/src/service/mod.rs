@@ -206,9 +206,6 @@ pub struct Service {
 /// Draws the random part of new session and move ids.
 pub type IdSource = Arc<dyn Fn() -> u64 + Send + Sync>;
 
-/// A wait's outcome (with the holder, on a timeout) as the caller gets it; `Ok(None)`: the
-/// name's bucket moved and the acquire must queue again at the new owner. `None` in: no
-/// committed outcome came in time.
 /// The most group ids a keepalive may name (the most buckets, so more than any cluster has
 /// groups).
 pub const MAX_KEEPALIVE_GROUPS: usize = lockd_core::BUCKETS as usize;
@@ -244,6 +241,9 @@ fn home_order<'a>(groups: &'a [GroupId], namespace: &str) -> impl Iterator<Item 
         .copied()
 }
 
+/// A wait's outcome (with the holder, on a timeout) as the caller gets it; `Ok(None)`: the
+/// name's bucket moved and the acquire must queue again at the new owner. `None` in: no
+/// committed outcome came in time.
 fn wait_outcome(
     got: Option<(WaitOutcome, Option<String>)>,
     group: GroupId,
@@ -857,8 +857,8 @@ impl Service {
 
     /// Opens the session in one lock group, its home: its namespace's home group, or the next
     /// one up while that group cannot answer (a group's outage must not stop new sessions).
-    /// Other groups adopt the session on its first acquire there (`adopt_session`); leases are
-    /// per group, and keepalives go only to the groups a session names. The home group counts
+    /// Other groups adopt the session on its first acquire there (`Op::AdoptAndAcquire`);
+    /// leases are per group, and keepalives go only to the groups a session names. The home group counts
     /// the namespace's `max_sessions` (while it is down, the group that opens in its place
     /// counts the sessions it has).
     pub async fn open_session(
