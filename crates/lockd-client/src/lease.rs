@@ -339,7 +339,11 @@ impl GroupLeases {
                 GroupAnswer::Other => every = false,
             }
         }
-        if !every {
+        // A reply in which no group extended the lease (a named keepalive whose groups all
+        // said not here) renews nothing.
+        let extended = groups.is_empty()
+            || (groups.iter()).any(|(_, a)| matches!(a, GroupAnswer::Extended { .. }));
+        if !every || !extended {
             return Renewal::Unchanged;
         }
         if !named {
@@ -870,6 +874,11 @@ mod tests {
         ];
         l.renewed(s(13), 15_000, &every, false, s(13));
         assert_eq!(l.deadline_of(&hold), Some(s(25)));
+        // A named reply in which every group said not here renews nothing, even once the
+        // session-wide deadline has passed.
+        let none = [(1, GroupAnswer::NotHere)];
+        assert_eq!(l.renewed(s(26), 0, &none, true, s(26)), Renewal::Unchanged);
+        assert_eq!(l.session().deadline(), s(25));
     }
 
     /// A grant in a group the client has no lease of (which no keepalive it knows of renewed)

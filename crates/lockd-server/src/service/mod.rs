@@ -1000,9 +1000,17 @@ impl Service {
             report.push((*g, lease));
         }
         // Extended somewhere: the session lives, and the report says where it did not.
-        // Nowhere: gone if every group said so, else unknown (retry).
+        // Nowhere: unknown if a group could not answer (retry); gone if every group said so;
+        // and when only the groups named said so, the report as it is, extending nothing
+        // (the session lives elsewhere: the caller was authorised for it).
         if ttl == u64::MAX {
-            return Err(unreachable.unwrap_or_else(|| GroupError::SessionNotFound.into()));
+            if let Some(e) = unreachable {
+                return Err(e);
+            }
+            if named.is_empty() {
+                return Err(GroupError::SessionNotFound.into());
+            }
+            ttl = 0;
         }
         report.sort_by_key(|(g, _)| *g);
         Ok(KeepaliveReport {
