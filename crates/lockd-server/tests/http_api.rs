@@ -246,6 +246,7 @@ async fn an_acquire_in_another_group_adopts_the_session_only_when_it_queues_or_g
         assert_eq!(h.release(&name, &holder, token).await.status, 200);
     }
     let (name, other) = held.expect("a name of the other group in 200");
+    // Whether the session has a lease in the other group: a keepalive naming it extends it.
     let in_other = |h: Http, s: String| async move {
         let k = h
             .post(
@@ -253,7 +254,8 @@ async fn an_acquire_in_another_group_adopts_the_session_only_when_it_queues_or_g
                 json!({"groups": [other]}),
             )
             .await;
-        k.status == 200
+        assert_eq!(k.status, 200, "{}", k.body);
+        k.body["groups"][0]["state"] == "extended"
     };
     // Busy: no adoption.
     let r = h.acquire(&name, json!({"session_id": waiter})).await;
