@@ -20,12 +20,7 @@ async fn start(
     peers: &BTreeMap<u64, String>,
 ) -> lockd_server::Running {
     let peer_addr = &peers[&id];
-    let peer = loop {
-        match TcpListener::bind(peer_addr.as_str()).await {
-            Ok(l) => break l,
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    };
+    let peer = rebind(peer_addr).await;
     let bind = || TcpListener::bind("127.0.0.1:0");
     let mut cfg = NodeConfig::new(id, dir, peers.clone());
     cfg.lock_groups = 1;
@@ -37,7 +32,7 @@ async fn a_node_serves_no_name_until_its_meta_replica_has_caught_up() {
     let mut peers = BTreeMap::new();
     let mut held = Vec::new();
     for id in 1..=3u64 {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let l = low_tokio_listener();
         peers.insert(id, l.local_addr().unwrap().to_string());
         held.push(l);
     }
@@ -102,11 +97,12 @@ async fn a_node_serves_no_name_until_its_meta_replica_has_caught_up() {
                 .unwrap();
         let mut health = HealthClient::new(channel);
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let st = health
-            .check(HealthCheckRequest {
-                service: "lockd.v1.Lock".into(),
-            })
+        let check = health.check(HealthCheckRequest {
+            service: "lockd.v1.Lock".into(),
+        });
+        let st = tokio::time::timeout(Duration::from_secs(30), check)
             .await
+            .expect("the health check answers within 30 s")
             .unwrap()
             .into_inner()
             .status;

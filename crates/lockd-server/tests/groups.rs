@@ -230,7 +230,7 @@ async fn a_group_created_on_joined_nodes_takes_half_the_buckets_under_use() {
     let peer_addr = five.peer_addr;
     five.stop().await;
     let bind = |a: String| tokio::net::TcpListener::bind(a);
-    let peer = bind(peer_addr.to_string()).await.unwrap();
+    let peer = rebind(&peer_addr.to_string()).await;
     let http = bind("127.0.0.1:0".into()).await.unwrap();
     let grpc = bind("127.0.0.1:0".into()).await.unwrap();
     let mut cfg = lockd_raft::NodeConfig::new(5, dir5.path(), peers);
@@ -426,7 +426,7 @@ async fn a_group_that_gave_its_buckets_away_is_removed_for_good() {
     let peer_addr = c.node(2).peer_addr;
     c.stop(2).await;
     let bind = |a: String| tokio::net::TcpListener::bind(a);
-    let peer = bind(peer_addr.to_string()).await.unwrap();
+    let peer = rebind(&peer_addr.to_string()).await;
     let http = bind("127.0.0.1:0".into()).await.unwrap();
     let grpc = bind("127.0.0.1:0".into()).await.unwrap();
     let mut cfg = lockd_raft::NodeConfig::new(3, c.dirs[2].path(), peers);

@@ -17,12 +17,7 @@ async fn start_with(
     peer: &str,
     namespaces: Vec<lockd_core::Namespace>,
 ) -> lockd_server::Running {
-    let peer = loop {
-        match TcpListener::bind(peer).await {
-            Ok(l) => break l,
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-        }
-    };
+    let peer = rebind(peer).await;
     let peers = BTreeMap::from([(1, peer.local_addr().unwrap().to_string())]);
     let mut cfg = NodeConfig::new(1, dir, peers);
     cfg.lock_groups = 2;
@@ -77,7 +72,7 @@ async fn wait_serving(r: &lockd_server::Running) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_change_by_compare_and_set_and_a_stale_file_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let peer = low_tokio_listener();
     let peer_addr = peer.local_addr().unwrap().to_string();
     drop(peer);
     let node = start_with(dir.path(), &peer_addr, namespaces()).await;

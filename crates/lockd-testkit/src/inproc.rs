@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 pub const SECURE_TOKEN: &str = "secure-token-1";
 pub const OTHER_TOKEN: &str = "other-token-12";
 /// The admin credential every test node has (the same as the process clusters').
+pub use crate::ports::{low_tokio_listener, rebind};
 pub use crate::ADMIN_TOKEN;
 
 fn ns(name: &str, f: impl FnOnce(&mut Namespace)) -> Namespace {
@@ -160,7 +161,8 @@ async fn zoned_cluster_with(
     for i in 0..n {
         https.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
         grpcs.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-        let p = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // Below the ephemeral range: a restarted node binds its peer address again.
+        let p = low_tokio_listener();
         peers.insert(i as u64 + 1, p.local_addr().unwrap().to_string());
         peer_listeners.push(p);
     }
@@ -275,7 +277,7 @@ pub async fn single_node_capped_tls(
     let (http, grpc, peer, probes) = (
         bind().await.unwrap(),
         bind().await.unwrap(),
-        bind().await.unwrap(),
+        low_tokio_listener(),
         bind().await.unwrap(),
     );
     let dir = tempfile::tempdir().unwrap();
@@ -322,7 +324,7 @@ pub async fn joiner(c: &Cluster, id: u64, timing: (u64, u64, u64)) -> (Running, 
     let (http, grpc, peer) = (
         bind().await.unwrap(),
         bind().await.unwrap(),
-        bind().await.unwrap(),
+        low_tokio_listener(),
     );
     let mut peers: BTreeMap<u64, String> = c
         .nodes
@@ -443,10 +445,13 @@ pub struct Resp {
 impl Http {
     /// A client of `base`; an `https://` base is trusted through the test CA ([`test_pki`]).
     pub fn new(base: String) -> Http {
+        // A bound on every call: a request the server never answers fails naming itself,
+        // instead of hanging the test until the runner kills it.
+        let limit = Duration::from_secs(90);
         let client = if base.starts_with("https://") {
-            http_client().build().unwrap()
+            http_client().timeout(limit).build().unwrap()
         } else {
-            reqwest::Client::new()
+            reqwest::Client::builder().timeout(limit).build().unwrap()
         };
         Http {
             client,
@@ -472,7 +477,7 @@ impl Http {
             Some(t) => rb.bearer_auth(t),
             None => rb,
         };
-        let r = rb.send().await.unwrap();
+        let r = rb.send().await.unwrap_or_else(|e| panic!("{e}"));
         let status = r.status().as_u16();
         let retry_after = r
             .headers()

@@ -17,7 +17,7 @@ mod proc;
 
 pub use cluster::{Cluster, ADMIN_TOKEN};
 pub use lockd_server::cli::ServeArgs;
-pub use ports::{free_port, free_ports};
+pub use ports::{free_port, free_ports, low_listener, low_tokio_listener, rebind};
 pub use proc::Proc;
 
 use std::path::PathBuf;

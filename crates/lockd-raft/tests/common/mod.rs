@@ -87,11 +87,23 @@ impl TestNode {
     }
 }
 
-/// Reserves `n` loopback addresses.
+/// Reserves `n` loopback addresses, below Linux's ephemeral range (32768+): a node restarted
+/// on its address must not find it taken by some client's outgoing connection meanwhile.
 pub async fn free_addrs(n: usize) -> Vec<String> {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+        ^ std::process::id();
     let mut ls = Vec::new();
-    for _ in 0..n {
-        ls.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    let mut i = 0u32;
+    while ls.len() < n {
+        assert!(i < 12_000, "no free loopback port in 20000..32000");
+        let port = 20_000 + (seed.wrapping_add(i.wrapping_mul(7919)) % 12_000) as u16;
+        i += 1;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            ls.push(l);
+        }
     }
     ls.iter()
         .map(|l| l.local_addr().unwrap().to_string())
