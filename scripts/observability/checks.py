@@ -8,6 +8,10 @@ Each subcommand prints one line per thing it checked and exits 1 on the first fa
                                             API (sessions, locks, a wait, a lease-expired report,
                                             a drain that moves leaders) and write each node's
                                             /metrics to OUT/node-N.prom
+    checks.py tls-exercise HTTP DATA OUT    drive a one-node `lockd dev --tls --snapshot-every 8`
+                                            (data dir DATA) until it has made a snapshot, check
+                                            its certificate and storage series, and write its
+                                            /metrics to OUT/node-tls.prom
     checks.py names PROTO RULES DASHBOARD SCRAPE...
                                             every PromQL expression of the rules and the
                                             dashboard parses, and names only metrics, labels
@@ -29,6 +33,7 @@ import json
 import random
 import re
 import socket
+import ssl
 import sys
 import time
 import urllib.error
@@ -42,7 +47,7 @@ from typing import Any, Iterator, NoReturn
 TARGET_LABELS = {"job", "instance"}
 SYNTHETIC = {"up": {"job", "instance"}}
 # Grafana's variables, as they are replaced before a query is sent.
-GRAFANA_VARS = {"__rate_interval": "5m", "__interval": "1m", "__range": "6h", "instance": ".*"}
+GRAFANA_VARS = {"__rate_interval": "5m", "__interval": "1m", "__range": "6h", "instance": ".*", "job": "lockd"}
 
 
 def fail(msg: str) -> NoReturn:
@@ -84,8 +89,10 @@ def ports() -> None:
 
 
 class Http:
-    def __init__(self, port: int, token: str | None = None):
-        self.base = f"http://127.0.0.1:{port}"
+    def __init__(self, port: int, token: str | None = None, ca: str | None = None):
+        # With a CA file: HTTPS, trusting that CA only (`lockd dev --tls`).
+        self.ctx = None if ca is None else ssl.create_default_context(cafile=ca)
+        self.base = f"{'http' if ca is None else 'https'}://127.0.0.1:{port}"
         self.token = token
 
     def call(self, method: str, path: str, body: Any = None, admin: bool = False) -> tuple[int, Any]:
@@ -96,7 +103,7 @@ class Http:
         if admin and self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=25) as r:
+            with urllib.request.urlopen(req, timeout=25, context=self.ctx) as r:
                 text = r.read().decode()
                 status = r.status
         except urllib.error.HTTPError as e:
@@ -118,7 +125,7 @@ class Http:
         req = urllib.request.Request(self.base + "/metrics")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=self.ctx) as r:
             ctype = r.headers.get("Content-Type", "")
             if not ctype.startswith(("application/openmetrics-text", "text/plain")):
                 fail(f"/metrics answered Content-Type {ctype!r}")
@@ -161,10 +168,11 @@ def exercise(http_base: str, token_file: str, out: str) -> None:
     a.expect("POST", "/v1/locks/obs-a:release", {"session_id": s1, "token": tok}, 200)
     nodes[1].expect("POST", "/v1/locks/obs-b:acquire", {"session_id": s2}, 200)  # forwarded
     a.expect("POST", "/v1/reports/lease-expired", {"name": "obs-a"}, 200)
+    a.expect("POST", "/v1/reports/fencing-rejected", {"name": "obs-a"}, 200)
     a.expect("DELETE", f"/v1/sessions/{s2}", None, 200)
     a.expect("DELETE", f"/v1/sessions/{s1}", None, 200)
     ok("sessions, acquires (ok, already_held, busy, a timed-out wait), extend, check, inspect, "
-       "keepalive, release, a lease-expired report, close")
+       "keepalive, release, a lease-expired and a fencing-rejected report, close")
 
     # Leader changes are counted per group once a node sees a new leader at a scrape: move node
     # 1's groups away (drain), and back (undrain) if that moved nothing.
@@ -190,6 +198,42 @@ def exercise(http_base: str, token_file: str, out: str) -> None:
     for i, n in enumerate(nodes, start=1):
         (dest / f"node-{i}.prom").write_text(n.metrics())
     ok(f"scraped /metrics of the 3 nodes into {dest}")
+
+
+def tls_exercise(http: str, data: str, out: str) -> None:
+    """Series only a node with TLS files and a snapshot behind it exports."""
+    deadline = time.monotonic() + 45
+    token = Path(data, "admin-token").read_text().strip()
+    n = Http(int(http), token, ca=str(Path(data, "tls", "ca.pem")))
+    while n.call("GET", "/readyz")[0] != 200:
+        if time.monotonic() > deadline:
+            fail(f"{n.base}/readyz not ready in time")
+        time.sleep(0.1)
+    s = n.expect("POST", "/v1/sessions", {"client": "test-observability-tls"}, 200)["session_id"]
+    for i in range(12):
+        got = n.expect("POST", f"/v1/locks/obs-tls-{i}:acquire", {"session_id": s}, 200)
+        n.expect("POST", f"/v1/locks/obs-tls-{i}:release", {"session_id": s, "token": got["token"]}, 200)
+    ok("a one-node lockd dev --tls over HTTPS: a session, 12 acquires and releases")
+    while True:
+        text = n.metrics()
+        series = parse_scrape(text)
+        if "lockd_snapshot_seconds_count" in series:
+            break
+        if time.monotonic() > deadline:
+            fail("no snapshot timed (lockd_snapshot_seconds) in 45 s")
+        time.sleep(0.2)
+    certs = series.get("lockd_tls_cert_not_after_timestamp_seconds", {}).get("cert", set())
+    if not {"client", "peer", "peer_ca"} <= certs:
+        fail(f"certificate expiry series for {sorted(certs)}, not client, peer and peer_ca")
+    expiry = re.search(r'^lockd_tls_cert_not_after_timestamp_seconds\{cert="client"\} (\S+)$', text, re.M)
+    if expiry is None or float(expiry.group(1)) < time.time() + 86400:
+        fail(f"the client certificate's expiry is not a day ahead: {expiry and expiry.group(0)}")
+    kinds = series.get("lockd_storage_bytes", {}).get("kind", set())
+    if kinds != {"log", "snapshot"}:
+        fail(f"lockd_storage_bytes kinds {sorted(kinds)}")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    Path(out, "node-tls.prom").write_text(text)
+    ok("its /metrics has the certificates' expiry, the replicas' bytes on disk and a snapshot's time")
 
 
 # --- the expressions -----------------------------------------------------------------------
@@ -465,10 +509,25 @@ def dashboard(path: str) -> None:
     inst = variables.get("instance")
     if not inst or inst.get("type") != "query" or not inst.get("multi") or not inst.get("includeAll"):
         fail("no multi-value `instance` query variable with All")
-    ok(f"schemaVersion {sv}; variables ${{datasource}} (Prometheus) and $instance (multi, All)")
+    job = variables.get("job")
+    if not job or job.get("type") != "query" or job.get("multi") or job.get("includeAll"):
+        fail("no single-value `job` query variable (one cluster per job)")
+    ok(f"schemaVersion {sv}; variables ${{datasource}} (Prometheus), $job (single) and $instance (multi, All)")
     want = {"type": "prometheus", "uid": "${datasource}"}
-    if inst.get("datasource") != want:
-        fail(f"$instance queries {inst.get('datasource')}, not {want}")
+    for v in (inst, job):
+        if v.get("datasource") != want:
+            fail(f"${v['name']} queries {v.get('datasource')}, not {want}")
+
+    def panels_of(ps: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for p in ps:
+            yield p
+            yield from panels_of(p.get("panels", []))
+
+    for p in panels_of(dash["panels"]):
+        for t in p.get("targets", []):
+            if "$job" not in t.get("expr", ""):
+                fail(f"panel {p.get('title')!r} {t.get('refId')}: no $job in {t.get('expr')!r}")
+    ok("every query is of the $job picked")
 
     ids: set[int] = set()
     cells: dict[tuple[int, int], Any] = {}
@@ -556,6 +615,8 @@ def main(argv: list[str]) -> None:
         ports()
     elif cmd == "exercise" and len(args) == 3:
         exercise(*args)
+    elif cmd == "tls-exercise" and len(args) == 3:
+        tls_exercise(*args)
     elif cmd == "names" and len(args) >= 4:
         names(args[0], args[1], args[2], args[3:])
     elif cmd == "prometheus" and len(args) == 4:

@@ -44,7 +44,7 @@ pub use group::remote::RemoteGroup;
 pub use group::{Group, GroupStatus, ProposeResult, Renewed};
 pub use identity::{check_zone, format_zones, parse_zones, Identity};
 pub use node::fatal::GroupFailure;
-pub use node::{Node, Route, META_MAX_VOTERS};
+pub use node::{DiskUsage, Node, Route, META_MAX_VOTERS};
 pub use peer::tls::{peer_dns_name, PeerTls};
 pub use peer::{Method as PeerMethod, PeerBook, PeerPool, PeerTransport};
 pub use peer::{PeerServer, PeerService};
@@ -97,6 +97,19 @@ pub trait EffectSink: Send + Sync + 'static {
     /// append to its fdatasync completing (queueing included). For metrics; must not block.
     fn log_synced(&self, group: GroupId, took: std::time::Duration) {
         let _ = (group, took);
+    }
+
+    /// Called when a replica of `group` made a snapshot of `bytes`: `captured` is the time the
+    /// apply task spent serialising the state (applies wait meanwhile), `written` the time to
+    /// write and fsync it. For metrics; must not block.
+    fn snapshot_made(
+        &self,
+        group: GroupId,
+        captured: std::time::Duration,
+        written: std::time::Duration,
+        bytes: usize,
+    ) {
+        let _ = (group, captured, written, bytes);
     }
 
     /// Called on every replica, in log order, with the core's ownership events of the entry at

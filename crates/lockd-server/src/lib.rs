@@ -153,12 +153,27 @@ fn sink(
     let (waits, orphans) = Waits::new();
     let metrics = Arc::new(Metrics::new());
     waits.observe_log_sync(metrics.log_sync.clone());
+    waits.observe_snapshots(metrics.snapshot_seconds.clone());
     if let Some(path) = audit_log {
         let log = audit::AuditLog::open(path)
             .with_context(|| format!("opening audit log {}", path.display()))?;
         waits.write_audit_log(log);
     }
     Ok((waits, orphans, metrics))
+}
+
+/// The expiry of every certificate file the node serves with, as metrics.
+fn record_certs(metrics: &Metrics, cfg: &ServerConfig) {
+    if let Some(t) = &cfg.tls {
+        metrics.record_cert("client", &t.cert_pem);
+        if let Some(ca) = &t.client_ca_pem {
+            metrics.record_cert("client_ca", ca);
+        }
+    }
+    if let Some(t) = &cfg.node.peer_tls {
+        metrics.record_cert("peer", &t.cert_pem);
+        metrics.record_cert("peer_ca", &t.ca_pem);
+    }
 }
 
 /// Starts a node on the given listeners.
@@ -171,6 +186,7 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let peer_tls = cfg.node.peer_tls.as_ref().map(|t| t.server_config());
     let timing = cfg.node.cluster_timing();
     let (waits, orphans, metrics) = sink(cfg.audit_log.as_deref())?;
+    record_certs(&metrics, &cfg);
     // A restored data dir (`backup.rs`): read before the node starts, so a damaged seed stops
     // the start with its reason.
     let data_dir = cfg.node.data_dir.clone();

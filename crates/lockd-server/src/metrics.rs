@@ -40,6 +40,25 @@ pub struct ReplicaLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StorageLabel {
+    pub group: u32,
+    /// `log` or `snapshot`.
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// `capture` (the apply task serialises the state) or `write` (to disk, fsync'd).
+    pub phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertLabel {
+    /// `client`, `client_ca`, `peer` or `peer_ca`: the file given by the matching flag.
+    pub cert: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabel {
     pub version: &'static str,
 }
@@ -125,6 +144,12 @@ pub struct Metrics {
     pub keepalives: Counter,
     /// Time from a log append to its fdatasync completing, all groups.
     pub log_sync: Histogram,
+    /// Snapshot making, by phase, all groups.
+    pub snapshot_seconds: Family<PhaseLabel, Histogram>,
+    /// Each hosted replica's log and snapshot bytes on disk, read at each scrape.
+    storage_bytes: Family<StorageLabel, Gauge>,
+    /// When each TLS file's first certificate to expire does (Unix seconds), read at start.
+    cert_not_after: Family<CertLabel, Gauge>,
     lease_expired: Family<NamespaceLabel, Counter>,
     fencing_rejected: Family<NamespaceLabel, Counter>,
     sessions: Family<GroupLabel, Gauge>,
@@ -168,17 +193,9 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         // 1 ms .. ~9 h: holds last from a blink to a nightly batch.
-        let hold = || {
-            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                0.001, 4.0, 13,
-            ))
-        };
+        let hold = || histogram(0.001, 4.0, 13);
         // 1 ms .. ~262 s: a wait is at most 300 s.
-        let wait = || {
-            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                0.001, 2.0, 19,
-            ))
-        };
+        let wait = || histogram(0.001, 2.0, 19);
         let m = Metrics {
             registry: Mutex::new(Registry::default()),
             hold_seconds: Family::new_with_constructor(hold),
@@ -187,17 +204,15 @@ impl Metrics {
             lock_delays: Family::default(),
             busy: Family::default(),
             ops: Family::default(),
-            latency: Family::new_with_constructor(|| {
-                // 50 µs .. ~3.3 s
-                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                    0.000_05, 2.0, 17,
-                ))
-            }),
+            // 50 µs .. ~3.3 s
+            latency: Family::new_with_constructor(|| histogram(0.000_05, 2.0, 17)),
             keepalives: Counter::default(),
             // 20 µs .. ~1.3 s
-            log_sync: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                0.000_02, 2.0, 17,
-            )),
+            log_sync: histogram(0.000_02, 2.0, 17),
+            // 1 ms .. ~65 s
+            snapshot_seconds: Family::new_with_constructor(|| histogram(0.001, 2.0, 17)),
+            storage_bytes: Family::default(),
+            cert_not_after: Family::default(),
             lease_expired: Family::default(),
             fencing_rejected: Family::default(),
             sessions: Family::default(),
@@ -277,6 +292,20 @@ impl Metrics {
             "group_replica_lag_entries",
             "On the group's leader: log entries each other member is behind its last one",
             self.replica_lag.clone(),
+        );
+        r.register_with_unit(
+            "snapshot",
+            "Time to make a snapshot, by phase: `capture` (the apply task serialises the \
+             state; applies wait meanwhile) and `write` (to disk and fsync'd)",
+            prometheus_client::registry::Unit::Seconds,
+            self.snapshot_seconds.clone(),
+        );
+        r.register_with_unit(
+            "storage",
+            "What each replica on this node keeps on disk: `log` (its log's files, not yet \
+             compacted into a snapshot) and `snapshot` (the last one)",
+            prometheus_client::registry::Unit::Bytes,
+            self.storage_bytes.clone(),
         );
         r.register_with_unit(
             "group_replica_last_contact",
@@ -440,6 +469,12 @@ impl Metrics {
             })
             .set(1);
         r.register(
+            "tls_cert_not_after_timestamp_seconds",
+            "When the first certificate to expire in each TLS file this node serves with \
+             does (Unix time; read at start, so a renewed file counts after a restart)",
+            self.cert_not_after.clone(),
+        );
+        r.register(
             "build_info",
             "Always 1; the lockd version as a label",
             self.build_info.clone(),
@@ -455,6 +490,16 @@ impl Metrics {
             "Connections refused at a client port's cap",
             self.client_connections_refused.clone(),
         );
+    }
+
+    /// Records when the certificates of the TLS file `cert` (PEM) expire: the earliest
+    /// `notAfter` among them. A file that holds no certificate records nothing.
+    pub fn record_cert(&self, cert: &'static str, pem: &[u8]) {
+        if let Some(t) = crate::tls::earliest_not_after(pem) {
+            self.cert_not_after
+                .get_or_create(&CertLabel { cert })
+                .set(t);
+        }
     }
 
     /// Records one finished operation that came by `api` (`http`, `grpc`, `stream`).
@@ -632,6 +677,13 @@ impl Metrics {
             self.applied_index
                 .get_or_create(&l)
                 .set(status.applied_index as i64);
+            if let Some(disk) = node.disk_usage(id) {
+                for (kind, bytes) in [("log", disk.log_bytes), ("snapshot", disk.snapshot_bytes)] {
+                    self.storage_bytes
+                        .get_or_create(&StorageLabel { group: id, kind })
+                        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+                }
+            }
         }
         self.observe_replication(node);
         self.observe_process();
@@ -706,6 +758,13 @@ impl Metrics {
             self.resident_memory.set(kb * 1024);
         }
     }
+}
+
+/// A histogram of `n` buckets from `start`, each `factor` times the one before.
+fn histogram(start: f64, factor: f64, n: u16) -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        start, factor, n,
+    ))
 }
 
 /// Brings a counter up to a total kept elsewhere.

@@ -286,3 +286,44 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     f.sync_all()?;
     Ok(())
 }
+
+/// The earliest `notAfter` (Unix seconds) among the certificates in `pem`; `None` if it holds
+/// none that parses (the TLS setup itself reports a bad file).
+pub fn earliest_not_after(pem: &[u8]) -> Option<i64> {
+    x509_parser::pem::Pem::iter_from_buffer(pem)
+        .filter_map(Result::ok)
+        .filter(|p| p.label == "CERTIFICATE")
+        .filter_map(|p| Some(p.parse_x509().ok()?.validity().not_after.timestamp()))
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use rcgen::{CertificateParams, KeyPair};
+
+    fn cert_until(y: i32, m: u8, d: u8) -> String {
+        let mut p = CertificateParams::new(vec!["lockd.test".to_string()]).unwrap();
+        p.not_after = rcgen::date_time_ymd(y, m, d);
+        p.self_signed(&KeyPair::generate().unwrap()).unwrap().pem()
+    }
+
+    #[test]
+    fn a_files_expiry_is_its_first_certificate_to_expire() {
+        let later = cert_until(2031, 5, 4);
+        let sooner = cert_until(2030, 1, 2);
+        // 2030-01-02T00:00:00Z
+        let at = 1_893_542_400;
+        assert_eq!(super::earliest_not_after(sooner.as_bytes()), Some(at));
+        let chain = format!("{later}{sooner}");
+        assert_eq!(super::earliest_not_after(chain.as_bytes()), Some(at));
+        // A key beside it is no certificate; a file with none has no expiry.
+        let key = KeyPair::generate().unwrap().serialize_pem();
+        let bundle = format!("{key}{later}");
+        assert_eq!(
+            super::earliest_not_after(bundle.as_bytes()),
+            Some(1_935_619_200)
+        );
+        assert_eq!(super::earliest_not_after(key.as_bytes()), None);
+        assert_eq!(super::earliest_not_after(b"not pem"), None);
+    }
+}

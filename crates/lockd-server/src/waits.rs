@@ -94,11 +94,19 @@ struct Inner {
 /// Counts a leader's applied events as contention (set by the service).
 pub type ContentionCounter = Box<dyn Fn(&[lockd_core::LockEvent]) + Send + Sync>;
 
+/// The metrics' snapshot times, by phase.
+pub type SnapshotTimes = prometheus_client::metrics::family::Family<
+    crate::metrics::PhaseLabel,
+    prometheus_client::metrics::histogram::Histogram,
+>;
+
 /// The registry of parked waits; the node's [`EffectSink`].
 pub struct Waits {
     inner: Mutex<Inner>,
     /// Where the log's append-to-durable times go (the metrics' histogram).
     log_sync: Mutex<Option<prometheus_client::metrics::histogram::Histogram>>,
+    /// Where snapshot times go (the metrics' family, by phase).
+    snapshots: std::sync::OnceLock<SnapshotTimes>,
     janitor: mpsc::UnboundedSender<Orphan>,
     pub counters: crate::metrics::EffectCounters,
     /// `--audit-log`, if asked for.
@@ -173,6 +181,7 @@ impl Waits {
         let w = Waits {
             inner: Mutex::default(),
             log_sync: Mutex::default(),
+            snapshots: std::sync::OnceLock::new(),
             janitor: tx,
             counters: crate::metrics::EffectCounters::default(),
             audit: std::sync::OnceLock::new(),
@@ -200,6 +209,11 @@ impl Waits {
     /// Sends the log's append-to-durable times to `h`.
     pub fn observe_log_sync(&self, h: prometheus_client::metrics::histogram::Histogram) {
         *self.log_sync.lock().expect("log sync lock") = Some(h);
+    }
+
+    /// Sends the time each snapshot took, by phase, to `family`.
+    pub fn observe_snapshots(&self, family: SnapshotTimes) {
+        let _ = self.snapshots.set(family);
     }
 
     /// Parks the request waiting for `waiter` of `group`.
@@ -326,6 +340,22 @@ impl EffectSink for Waits {
     fn log_synced(&self, _group: GroupId, took: std::time::Duration) {
         if let Some(h) = &*self.log_sync.lock().expect("log sync lock") {
             h.observe(took.as_secs_f64());
+        }
+    }
+
+    fn snapshot_made(
+        &self,
+        _group: GroupId,
+        captured: std::time::Duration,
+        written: std::time::Duration,
+        _bytes: usize,
+    ) {
+        use crate::metrics::PhaseLabel;
+        if let Some(f) = self.snapshots.get() {
+            for (phase, took) in [("capture", captured), ("write", written)] {
+                f.get_or_create(&PhaseLabel { phase })
+                    .observe(took.as_secs_f64());
+            }
         }
     }
 

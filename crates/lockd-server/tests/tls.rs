@@ -409,3 +409,30 @@ async fn https_handshakes_wait_inside_the_connection_cap() {
     assert_eq!(served, Some(200));
     r.stop().await;
 }
+
+/// The metrics say when each certificate file the node serves with expires (issue 44 item 4),
+/// on the probes port, which needs no client certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_say_when_each_served_certificate_expires() {
+    let pki = pki(1);
+    let files = &pki.certs[0];
+    let tls = lockd_server::tls::ClientTls::load(&files.cert, &files.key, Some(pki.ca.as_path()))
+        .unwrap();
+    let (r, _dir) = single_node_capped_tls(64, Some(tls)).await;
+    let h = Http::new(format!("http://{}", r.probes_addr.expect("a probes port")));
+    let m = h.get("/metrics").await;
+    assert_eq!(m.status, 200);
+    let text = m.body.as_str().unwrap();
+    let expiry = |cert: &str| {
+        let prefix = format!("lockd_tls_cert_not_after_timestamp_seconds{{cert=\"{cert}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|v| v.trim().parse::<i64>().unwrap())
+    };
+    // The test certificates are rcgen's default: valid until 4096-01-01T00:00:00Z.
+    assert_eq!(expiry("client"), Some(67_090_118_400), "{text}");
+    assert_eq!(expiry("client_ca"), Some(67_090_118_400), "{text}");
+    // This node's peer port is plain text: no peer certificate, no series.
+    assert_eq!(expiry("peer"), None, "{text}");
+    r.stop().await;
+}

@@ -803,6 +803,29 @@ impl Node {
         self.node_id
     }
 
+    /// What this node's replica of `group` keeps on disk: its log's files and its snapshot
+    /// (`None` on memory storage or with no replica of the group here).
+    pub fn disk_usage(&self, group: GroupId) -> Option<DiskUsage> {
+        let cfg = &self.maker.cfg;
+        if !matches!(cfg.storage, crate::Storage::Disk) || self.group(group).is_none() {
+            return None;
+        }
+        let dir = cfg.data_dir.join(format!("group-{group}"));
+        let log_bytes = std::fs::read_dir(dir.join("log"))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+            .sum();
+        let snapshot_bytes =
+            std::fs::metadata(dir.join(crate::raft::SNAPSHOT_FILE)).map_or(0, |m| m.len());
+        Some(DiskUsage {
+            log_bytes,
+            snapshot_bytes,
+        })
+    }
+
     /// The negative controls this node runs with (lockd-check's sabotage; empty in any
     /// normal node): status, `/readyz` and `/metrics` name them, since such a node is unsafe.
     pub fn negative_controls(&self) -> Vec<&'static str> {
@@ -1133,6 +1156,15 @@ async fn open_group(
         timing,
         shared.clone(),
     )))
+}
+
+/// Bytes a replica keeps on disk ([`Node::disk_usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// The log's files: segments not yet compacted into a snapshot, and the vote.
+    pub log_bytes: u64,
+    /// The last snapshot (0 before the first).
+    pub snapshot_bytes: u64,
 }
 
 /// Where a removed group's data goes.

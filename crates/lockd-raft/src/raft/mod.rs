@@ -19,6 +19,7 @@ pub(crate) mod tracker;
 
 pub use mem_store::MemStorage;
 pub use runtime::seed_thread_rng;
+pub(crate) use state_machine::SNAPSHOT_FILE;
 pub use state_machine::{inspect_snapshot, SnapshotReport};
 
 use std::collections::BTreeMap;

@@ -32,7 +32,7 @@ use super::{enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, T
 use crate::raft::replica::Replica;
 use crate::wire::WireReply;
 
-const SNAPSHOT_FILE: &str = "snapshot.bin";
+pub(crate) const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 type Snapshot = SnapshotOf<TypeConfig, SnapshotData>;
 
@@ -328,6 +328,10 @@ pub(crate) struct Builder {
     meta: SnapshotMeta,
     data: SnapshotData,
     store: SnapshotStore,
+    /// Where the timing goes, with the group and the capture's time.
+    sink: Arc<dyn crate::EffectSink>,
+    group: crate::GroupId,
+    captured: Duration,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
@@ -335,7 +339,10 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let (meta, data) = (self.meta.clone(), std::mem::take(&mut self.data));
+        let started = std::time::Instant::now();
         let data = self.store.persist(&meta, data).await?;
+        self.sink
+            .snapshot_made(self.group, self.captured, started.elapsed(), data.len());
         let snap = Snapshot {
             meta,
             snapshot: data,
@@ -386,7 +393,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         let hint = self.last_snapshot_len + self.last_snapshot_len / 8 + 4096;
+        let started = std::time::Instant::now();
         let (data, index, _) = self.replica.snapshot(hint);
+        let captured = started.elapsed();
         self.last_snapshot_len = data.len();
         debug_assert_eq!(index, self.last_applied.as_ref().map_or(0, |l| l.index));
         Builder {
@@ -396,6 +405,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             },
             data,
             store: self.snapshots.clone(),
+            sink: self.replica.sink(),
+            group: self.replica.group(),
+            captured,
         }
     }
 
