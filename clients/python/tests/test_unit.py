@@ -91,6 +91,18 @@ def test_transport_errors_are_retryable_unavailable() -> None:
     assert e.code == "unimplemented" and not e.retryable
 
 
+def test_tls_mistakes_get_the_hint_the_clients_own_settings_point_to() -> None:
+    hint = errors.tls_hint
+    # The node refused this client's missing certificate after the handshake: only a client
+    # that speaks TLS without a certificate is told to give one.
+    closed = "failed to connect to all addresses; last error: Unwrap failed (TSI_DATA_CORRUPTED)"
+    assert "cert_file=" in (hint(closed, "127.0.0.1:7170", tls_without_cert=True) or "")
+    assert hint(closed, "127.0.0.1:7170") is None
+    assert "ca_file=" in (hint("CERTIFICATE_VERIFY_FAILED", "https://n:1") or "")
+    assert "https://" in (hint("Socket closed", "127.0.0.1:7170") or "")
+    assert hint("Connection refused", "127.0.0.1:7170", tls_without_cert=True) is None
+
+
 def test_backoff_stays_under_its_ceiling_and_honours_retry_after() -> None:
     p = RetryPolicy()
     for attempt in range(30):

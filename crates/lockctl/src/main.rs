@@ -528,6 +528,32 @@ impl Out {
     }
 }
 
+/// A hint for a closed connection, from what this lockctl was told to speak: a node that
+/// requires client certificates refuses one without after a TLS 1.3 handshake the client
+/// already thinks complete, and a TLS port drops plain text, so in both cases all the client
+/// sees is a connection that broke. Empty when the error already carries a hint, or does not
+/// fit.
+fn certificate_hint(cli: &Cli, why: &str) -> &'static str {
+    let closed = ["connection closed", "broken pipe", "connection reset"]
+        .iter()
+        .any(|s| why.contains(s));
+    if !closed || why.contains("--cert-file") || why.contains("https://") {
+        return "";
+    }
+    let https = endpoints(cli).iter().any(|e| e.starts_with("https://"));
+    match &cli.tls {
+        Some(t) if t.identity.is_none() => {
+            " (the nodes closed the TLS connection: if they require client certificates, give \
+             one with --cert-file and --key-file)"
+        }
+        None if !https => {
+            " (the nodes closed the connection: if they serve TLS, use an https:// endpoint \
+             and their CA, --ca-file)"
+        }
+        _ => "",
+    }
+}
+
 /// The first line of a token file (`what`: "token", "admin token"), or why it cannot be used.
 fn read_token_file(path: &std::path::Path, what: &str) -> Result<String, String> {
     match std::fs::read_to_string(path) {
@@ -586,8 +612,9 @@ async fn main() -> ExitCode {
                 Error::Unavailable(why) => (
                     EXIT_UNREACHABLE,
                     format!(
-                        "no endpoint answered (tried {}): {why}",
-                        endpoints(&cli).join(", ")
+                        "no endpoint answered (tried {}): {why}{}",
+                        endpoints(&cli).join(", "),
+                        certificate_hint(&cli, why)
                     ),
                 ),
                 _ => (1, e.to_string()),
@@ -1508,9 +1535,13 @@ async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {
                 out.print(status_json(&ep, &s), || status_human(&ep, &s))
             }
             Err(e) => {
+                let hint = match &e {
+                    Error::Unavailable(why) => certificate_hint(cli, why),
+                    _ => "",
+                };
                 out.print(
-                    json!({"endpoint": ep, "error": {"code": e.code(), "message": e.to_string()}}),
-                    || format!("{ep}: unreachable: {e}"),
+                    json!({"endpoint": ep, "error": {"code": e.code(), "message": format!("{e}{hint}")}}),
+                    || format!("{ep}: unreachable: {e}{hint}"),
                 );
                 failed = Some(e);
             }

@@ -16,20 +16,21 @@ The asyncio API is :mod:`lockd_client.aio` (:class:`AsyncClient`); fenced Postgr
 """
 from . import _quiet  # noqa: F401  (first: before grpc is imported)
 from ._options import ClientOptions, RetryPolicy, host_pid
-from .aio import (AsyncClient, AsyncElection, AsyncLeadership, AsyncLock, AsyncLockSet,
-                  AsyncLostEvent)
+from .aio import (AsyncClient, AsyncElection, AsyncLeaders, AsyncLeadership, AsyncLock,
+                  AsyncLockSet, AsyncLostEvent, AsyncWatch)
 from .errors import (ClientClosed, Conflict, FenceRejected, InvalidArgument, LockdError, LockLost,
                      NotAcquired, PermissionDenied, ResourceExhausted, SessionLost, SessionNotFound,
                      Unauthenticated, Unavailable)
-from .sync import Client, Election, Leadership, Lock, LockSet, LostEvent
+from .sync import Client, Election, Leaders, Leadership, Lock, LockSet, LostEvent, Watch
 from .types import (GroupStatus, HeldLock, Holder, Leader, LockState, Mode, NodeStatus,
-                    SessionDetail, Waiter)
+                    SessionDetail, Waiter, WatchEvent)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Lock", "LockSet", "LostEvent", "Election", "Leadership",
+    "Client", "Lock", "LockSet", "LostEvent", "Election", "Leadership", "Watch", "Leaders",
     "AsyncClient", "AsyncLock", "AsyncLockSet", "AsyncLostEvent", "AsyncElection", "AsyncLeadership",
+    "AsyncWatch", "AsyncLeaders", "WatchEvent",
     "ClientOptions", "RetryPolicy", "host_pid", "Mode",
     "LockState", "Holder", "Waiter", "NodeStatus", "GroupStatus", "SessionDetail", "HeldLock", "Leader",
     "LockdError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "SessionNotFound",

@@ -274,6 +274,13 @@ class Core:
             s = self._stubs[i] = LockStub(ch)
         return s
 
+    def rpc_error(self, e: grpc.RpcError, i: int) -> LockdError:
+        """A failed call to endpoint ``i`` as a typed error, with a hint for the TLS mistakes
+        this client's own settings make likely."""
+        return errors.from_rpc_error(
+            e, self.endpoints[i],
+            tls_without_cert=self._credentials is not None and self.opts.cert_file is None)
+
     def preferred(self) -> int:
         return self._preferred % len(self.endpoints)
 
@@ -315,7 +322,7 @@ class Core:
             try:
                 return await pick(self.stub(i))(req, timeout=t, metadata=self.metadata)
             except grpc.RpcError as e:
-                err = errors.from_rpc_error(e, self.endpoints[i])
+                err = self.rpc_error(e, i)
             if isinstance(err, Unavailable) and err.status is None:
                 self.rotate(i)
                 if landed is not None:
@@ -369,7 +376,7 @@ class Core:
                                                        metadata=self.metadata)
                 return self._opened(r, sent, conn)
             except grpc.RpcError as e:
-                err = errors.from_rpc_error(e, self.endpoints[i])
+                err = self.rpc_error(e, i)
             except LockdError as e:
                 err = e
             if err.code == "unimplemented" and self._use_stream:
@@ -428,7 +435,7 @@ class Core:
         except asyncio.TimeoutError:
             raise Unavailable(f"{self.endpoints[i]} did not answer in {self.opts.request_timeout}s") from None
         except grpc.RpcError as e:
-            raise errors.from_rpc_error(e, self.endpoints[i]) from None
+            raise self.rpc_error(e, i) from None
         finally:
             if not ok:
                 conn.close()
@@ -586,7 +593,7 @@ class Core:
             r = await self.stub(i).KeepAlive(pb.KeepAliveRequest(session_id=s.id, groups=groups),
                                              timeout=budget, metadata=self.metadata)
         except grpc.RpcError as e:
-            err = errors.from_rpc_error(e, self.endpoints[i])
+            err = self.rpc_error(e, i)
             if err.code == "session_not_found":
                 self._lose("the service no longer knows the session", True)
                 return

@@ -12,6 +12,7 @@ from ._proto import lockd_pb2 as pb
 _S = "/lockd.v1.Lock/"
 _UU = grpc.aio.UnaryUnaryMultiCallable
 _SS = grpc.aio.StreamStreamMultiCallable
+_US = grpc.aio.UnaryStreamMultiCallable
 
 
 class LockStub:
@@ -46,3 +47,5 @@ class LockStub:
             pb.ReportFencingRejectedResponse.FromString)
         self.Session: _SS[pb.SessionRequest, pb.SessionEvent] = ch.stream_stream(
             _S + "Session", pb.SessionRequest.SerializeToString, pb.SessionEvent.FromString)
+        self.Watch: _US[pb.WatchRequest, pb.WatchEvent] = ch.unary_stream(
+            _S + "Watch", pb.WatchRequest.SerializeToString, pb.WatchEvent.FromString)

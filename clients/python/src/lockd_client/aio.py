@@ -19,11 +19,12 @@ from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterab
 from ._core import MAX_WAIT, Core, Hold
 from ._lease import LockLease
 from ._options import ClientOptions
+from ._watch import LeaderStream, WatchStream
 from .errors import LockdError, LockLost, NotAcquired, SessionLost
-from .types import Leader, LockState, Mode, NodeStatus, SessionDetail
+from .types import Leader, LockState, Mode, NodeStatus, SessionDetail, WatchEvent
 
 __all__ = ["AsyncClient", "AsyncLock", "AsyncLockSet", "AsyncLostEvent", "AsyncElection",
-           "AsyncLeadership"]
+           "AsyncLeadership", "AsyncWatch", "AsyncLeaders"]
 
 T = TypeVar("T")
 
@@ -379,6 +380,16 @@ class AsyncClient:
         """An election on ``name`` (e.g. ``"leaders/partition-9"``)."""
         return AsyncElection(self, name)
 
+    def watch(self, name: str) -> "AsyncWatch":
+        """Every change of ``name`` as it happens: ``async for ev in client.watch("jobs/a")``.
+        Survives a node that stops and resumes where it was, with no change missed or
+        repeated; needs no session."""
+        return AsyncWatch(WatchStream(self._core, name=name))
+
+    def watch_prefix(self, prefix: str) -> "AsyncWatch":
+        """Every change of every name that starts with ``prefix``, as :meth:`watch`."""
+        return AsyncWatch(WatchStream(self._core, prefix=prefix))
+
     async def close(self) -> None:
         """Closes the session: every lock it holds is released at once and reports lost."""
         await self._core.close()
@@ -443,6 +454,12 @@ class AsyncElection:
         h = st.holders[0]
         return Leader(h.owner, h.token, h.session_id)
 
+    def leaders(self) -> "AsyncLeaders":
+        """The leader now, then at every change (``None``: nobody leads), pushed by the
+        service's watch: ``async for leader in election.leaders()``. No polling, and no change
+        missed or repeated across a node that stops."""
+        return AsyncLeaders(LeaderStream(self.client._core, self.name))
+
     async def run(self, value: str, work: Callable[[AsyncLeadership], Awaitable[None]], *,
                   terms: Optional[int] = None, requeue: bool = True) -> int:
         """Campaigns, runs ``work(leadership)`` while leading, and campaigns again: when the
@@ -481,3 +498,55 @@ class AsyncElection:
             if not requeue:
                 break
         return led
+
+
+class AsyncWatch:
+    """An open watch (:meth:`AsyncClient.watch`): an async iterator of :class:`WatchEvent`.
+    It opens at the first event asked for, or at :meth:`open`; :meth:`close` ends it."""
+
+    def __init__(self, stream: WatchStream) -> None:
+        self._stream = stream
+
+    @property
+    def positions(self) -> List[Tuple[int, int, int]]:
+        """Where the watch is, per lock group: ``(group, index, events)``."""
+        return self._stream.positions
+
+    async def open(self) -> "AsyncWatch":
+        """Opens the stream now: what changes from here on is delivered. Read the current state
+        after this, never before, and no change falls between the read and the watch."""
+        await self._stream.open()
+        return self
+
+    async def next(self) -> WatchEvent:
+        """The next change."""
+        return await self._stream.next()
+
+    def close(self) -> None:
+        self._stream.cancel()
+
+    def __aiter__(self) -> "AsyncWatch":
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        return await self._stream.next()
+
+
+class AsyncLeaders:
+    """:meth:`AsyncElection.leaders`: an async iterator of the leader (``None``: nobody)."""
+
+    def __init__(self, stream: LeaderStream) -> None:
+        self._stream = stream
+
+    async def next(self) -> Optional[Leader]:
+        """The leader now (the first call), then the next change."""
+        return await self._stream.next()
+
+    def close(self) -> None:
+        self._stream.cancel()
+
+    def __aiter__(self) -> "AsyncLeaders":
+        return self
+
+    async def __anext__(self) -> Optional[Leader]:
+        return await self._stream.next()

@@ -211,21 +211,28 @@ def from_event(e: pb.Error) -> LockdError:
     return from_status(e.status, e.code, e.message, e.retry_after_ms)
 
 
-def tls_hint(details: str, endpoint: str) -> Optional[str]:
-    """What to do about a transport error that looks like a TLS mismatch, if it does."""
+def tls_hint(details: str, endpoint: str, tls_without_cert: bool = False) -> Optional[str]:
+    """What to do about a transport error that looks like a TLS mismatch, if it does.
+    ``tls_without_cert``: the client speaks TLS and has no certificate of its own."""
     if "CERTIFICATE_VERIFY_FAILED" in details or "unable to get local issuer" in details:
         return ("the node's certificate is not signed by a CA this client trusts: give its CA "
                 "(ca_file=)")
     if any(s in details for s in ("CERTIFICATE_REQUIRED", "certificate required",
                                   "PEER_DID_NOT_RETURN_A_CERTIFICATE")):
         return "the node asks for a client certificate: give cert_file= and key_file="
+    # A node that requires client certificates refuses one without after a TLS 1.3 handshake
+    # the client thinks complete: all the client sees is a connection that broke.
+    if tls_without_cert and any(s in details for s in ("TSI_DATA_CORRUPTED", "Socket closed",
+                                                       "Connection reset", "Broken pipe")):
+        return ("the node closed the TLS connection: if it requires client certificates, give "
+                "cert_file= and key_file=")
     if "Socket closed" in details and not endpoint.startswith("https://"):
         return ("if the node serves TLS, use an https:// endpoint and its CA (ca_file=); a "
                 "plain-text node refuses https://")
     return None
 
 
-def from_rpc_error(e: grpc.RpcError, endpoint: str = "") -> LockdError:
+def from_rpc_error(e: grpc.RpcError, endpoint: str = "", tls_without_cert: bool = False) -> LockdError:
     """Maps a failed gRPC call to a typed error.
 
     A refusal by the service carries its stable code in the ``lockd-error-code`` metadata and a
@@ -252,7 +259,7 @@ def from_rpc_error(e: grpc.RpcError, endpoint: str = "") -> LockdError:
             return LockdError(where + details, code="unimplemented")
         if gcode == grpc.StatusCode.DEADLINE_EXCEEDED:
             return Unavailable(f"{where}no answer in time ({details})")
-        hint = tls_hint(details, endpoint)
+        hint = tls_hint(details, endpoint, tls_without_cert)
         return Unavailable(f"{where}{gcode.name}: {details}" + (f" ({hint})" if hint else ""))
     status = _STATUS_BY_GRPC.get(gcode, 500)
     if gcode == grpc.StatusCode.RESOURCE_EXHAUSTED and code in ("payload_too_large", "body_too_large"):

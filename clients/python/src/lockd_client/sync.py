@@ -29,10 +29,11 @@ from typing import (Any, Callable, Coroutine, Dict, Iterable, List, Optional, Tu
 from ._core import Core, Hold
 from ._lease import LockLease
 from ._options import ClientOptions
+from ._watch import LeaderStream, WatchStream
 from .errors import ClientClosed, LockdError, LockLost, NotAcquired, SessionLost
-from .types import Leader, LockState, Mode, NodeStatus, SessionDetail
+from .types import Leader, LockState, Mode, NodeStatus, SessionDetail, WatchEvent
 
-__all__ = ["Client", "Lock", "LockSet", "LostEvent", "Election", "Leadership"]
+__all__ = ["Client", "Lock", "LockSet", "LostEvent", "Election", "Leadership", "Watch", "Leaders"]
 
 T = TypeVar("T")
 
@@ -390,6 +391,17 @@ class Client:
             raise SessionLost("the client has no open session")
         return SessionDetail.from_pb(self._run(self._core.get_session(sid)))
 
+    def watch(self, name: str) -> "Watch":
+        """Every change of ``name`` as it happens: ``for ev in client.watch("jobs/a")`` (each
+        ``next`` blocks until the next change; :meth:`Watch.next` takes a timeout). Survives a
+        node that stops and resumes where it was, with no change missed or repeated; needs no
+        session."""
+        return Watch(self, self._run(_make_watch(self._core, name, "")))
+
+    def watch_prefix(self, prefix: str) -> "Watch":
+        """Every change of every name that starts with ``prefix``, as :meth:`watch`."""
+        return Watch(self, self._run(_make_watch(self._core, "", prefix)))
+
     def election(self, name: str) -> "Election":
         """An election on ``name`` (e.g. ``"leaders/partition-9"``)."""
         return Election(self, name)
@@ -482,6 +494,17 @@ class Election:
         h = st.holders[0]
         return Leader(h.owner, h.token, h.session_id)
 
+    def leaders(self) -> "Leaders":
+        """The leader now, then at every change (``None``: nobody leads), pushed by the
+        service's watch: ``for leader in election.leaders()`` (each ``next`` blocks until the
+        next change; :meth:`Leaders.next` takes a timeout). No polling, and no change missed or
+        repeated across a node that stops."""
+        c = self.client
+
+        async def make() -> LeaderStream:
+            return LeaderStream(c._core, self.name)
+        return Leaders(c, c._run(make()))
+
     def run(self, value: str, work: Callable[[Leadership], None], *,
             stop: Optional[threading.Event] = None, terms: Optional[int] = None,
             requeue: bool = True) -> int:
@@ -510,3 +533,79 @@ class Election:
             if not requeue:
                 break
         return led
+
+
+async def _make_watch(core: Core, name: str, prefix: str) -> WatchStream:
+    return WatchStream(core, name=name, prefix=prefix)
+
+
+class Watch:
+    """An open watch (:meth:`Client.watch`): an iterator of :class:`WatchEvent`. It opens at the
+    first event asked for, or at :meth:`open`; :meth:`close` (or ``with``) ends it."""
+
+    def __init__(self, client: Client, stream: WatchStream) -> None:
+        self._client = client
+        self._stream = stream
+
+    @property
+    def positions(self) -> List[Tuple[int, int, int]]:
+        """Where the watch is, per lock group: ``(group, index, events)``."""
+        return self._stream.positions
+
+    def open(self) -> "Watch":
+        """Opens the stream now: what changes from here on is delivered. Read the current state
+        after this, never before, and no change falls between the read and the watch."""
+        self._client._run(self._stream.open())
+        return self
+
+    def next(self, timeout: Optional[float] = None) -> WatchEvent:
+        """The next change; ``TimeoutError`` after ``timeout`` seconds without one (the watch
+        stays open and loses nothing)."""
+        return self._client._run(self._stream.next(), timeout)
+
+    def close(self) -> None:
+        if not self._client._closed:
+            self._client._loop.call_soon_threadsafe(self._stream.cancel)
+
+    def __iter__(self) -> "Watch":
+        return self
+
+    def __next__(self) -> WatchEvent:
+        return self.next()
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()
+
+
+class Leaders:
+    """:meth:`Election.leaders`: an iterator of the leader (``None``: nobody leads)."""
+
+    def __init__(self, client: Client, stream: LeaderStream) -> None:
+        self._client = client
+        self._stream = stream
+
+    def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
+        """The leader now (the first call), then the next change; ``TimeoutError`` after
+        ``timeout`` seconds without one (nothing is lost)."""
+        return self._client._run(self._stream.next(), timeout)
+
+    def close(self) -> None:
+        if not self._client._closed:
+            self._client._loop.call_soon_threadsafe(self._stream.cancel)
+
+    def __iter__(self) -> "Leaders":
+        return self
+
+    def __next__(self) -> Optional[Leader]:
+        return self.next()
+
+    def __enter__(self) -> "Leaders":
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()

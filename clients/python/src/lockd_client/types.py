@@ -8,7 +8,7 @@ from typing import List, Tuple
 from ._proto import lockd_pb2 as pb
 
 __all__ = ["Mode", "Holder", "Waiter", "LockState", "GroupStatus", "NodeStatus", "HeldLock",
-           "SessionDetail", "Leader"]
+           "SessionDetail", "Leader", "WatchEvent"]
 
 
 class Mode(str, enum.Enum):
@@ -136,3 +136,44 @@ class Leader:
     value: str
     token: int
     session_id: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change of a watched name, at log ``index`` of lock group ``group``, at group time
+    ``time_ms`` (docs/API.md, *Watch*).
+
+    ``kind``: ``hold_started``, ``hold_ended``, ``hold_moved_out``, ``hold_moved_in``,
+    ``wait_started`` or ``wait_ended``. ``cause``: for ``hold_ended`` ``release``, ``close``,
+    ``expire`` or ``dropped``; for ``wait_ended`` ``timed_out``, ``session_ended`` or ``moved``.
+    ``session_id`` is empty unless the client presents the admin token. Fields that do not apply
+    to a kind are 0 or empty."""
+
+    group: int
+    index: int
+    time_ms: int
+    kind: str
+    name: str
+    session_id: str
+    owner: str
+    token: int
+    mode: Mode
+    limit: int
+    cause: str
+    waiter: int
+    position: int
+    deadline_ms: int
+    waited_ms: int
+    held_ms: int
+    lock_delay_until_ms: int
+    lease_ttl_ms: int
+
+    @staticmethod
+    def from_pb(e: pb.WatchEvent) -> "WatchEvent":
+        return WatchEvent(
+            group=e.group, index=e.index, time_ms=e.time_ms, kind=e.kind, name=e.name,
+            session_id=e.session_id, owner=e.owner, token=e.fencing_token,
+            mode=Mode.from_pb(e.mode), limit=e.limit, cause=e.cause, waiter=e.waiter,
+            position=e.position, deadline_ms=e.deadline_ms, waited_ms=e.waited_ms,
+            held_ms=e.held_ms, lock_delay_until_ms=e.lock_delay_until_ms,
+            lease_ttl_ms=e.lease_ttl_ms)

@@ -1,0 +1,170 @@
+"""The changes of a name or a prefix as they happen (``Watch``), and an election's leaders.
+
+A watch survives a node that stops answering and a cut-off for falling behind: it reconnects
+(to the next node if need be) and resumes after the last event it delivered, so no event is
+missed or repeated. It ends with an error the caller must act on: ``watch_compacted`` (re-read
+the names, then watch again), a credential refused, or a bad request.
+
+The semantics follow lockd-client (Rust), crates/lockd-client/src/watch.rs and election.rs.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+
+import grpc
+import grpc.aio
+
+from ._proto import lockd_pb2 as pb
+from .errors import ClientClosed, InvalidArgument, LockdError, Unavailable
+from .types import Leader, WatchEvent
+
+if TYPE_CHECKING:
+    from ._core import Core
+
+#: Reconnects in a row that found no node before the error goes to the caller.
+MAX_FAILURES = 20
+
+
+def _resumable(e: LockdError) -> bool:
+    """Whether a watch ended by ``e`` picks up where it was by itself."""
+    return isinstance(e, Unavailable) or e.code in ("watch_too_slow", "unavailable", "no_leader")
+
+
+class WatchStream:
+    """One watch on the engine's loop. ``next()`` gives the next change."""
+
+    def __init__(self, core: "Core", name: str = "", prefix: str = "") -> None:
+        if bool(name) == bool(prefix):
+            raise InvalidArgument("watch exactly one of a name or a prefix")
+        self._core = core
+        self._req = pb.WatchRequest(name=name, prefix=prefix)
+        self._call: Optional[Any] = None
+        self._index = 0
+        self._failures = 0
+        self._compacted = 0
+        #: The read in progress: a caller that stops waiting (a timeout, a cancel) leaves it
+        #: running, and the next call takes its event, so none is lost.
+        self._pending: Optional["asyncio.Future[WatchEvent]"] = None
+
+    @property
+    def positions(self) -> List[Tuple[int, int, int]]:
+        """Where the watch is, per lock group: ``(group, index, events)``."""
+        return [(p.group, p.index, p.events) for p in self._req.after]
+
+    async def _connect(self) -> None:
+        core = self._core
+        if core._closed:
+            raise ClientClosed("the client is closed")
+        self._index = core.preferred()
+        call = core.stub(self._index).Watch(self._req, metadata=core.metadata)
+        # The service answers with headers at once: a refusal (a bad request, a credential)
+        # shows here, before any event.
+        try:
+            await call.initial_metadata()
+        except grpc.RpcError as e:
+            raise core.rpc_error(e, self._index) from None
+        self._call = call
+
+    async def open(self) -> None:
+        """Opens the stream now (it opens lazily, at the first ``next``): what changes from here
+        on is delivered. Read the current state after this, never before, and no change falls
+        between the read and the watch."""
+        while self._call is None:
+            try:
+                await self._connect()
+            except LockdError as e:
+                await self._after_failure(e)
+
+    async def next(self) -> WatchEvent:
+        """The next change. Cancelling the wait loses nothing: the next call gets the event."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._read())
+        pending = self._pending
+        try:
+            return await asyncio.shield(pending)
+        finally:
+            if pending.done():
+                self._pending = None
+
+    async def _read(self) -> WatchEvent:
+        while True:
+            await self.open()
+            assert self._call is not None
+            try:
+                ev = await self._call.read()
+            except grpc.RpcError as e:
+                self._call = None
+                err = self._core.rpc_error(e, self._index)
+                await self._after_failure(err)
+                continue
+            if ev is grpc.aio.EOF:
+                # The node is stopping: resume on the next one.
+                self._call = None
+                self._core.rotate(self._index)
+                continue
+            self._failures = 0
+            self._compacted = 0
+            del self._req.after[:]
+            self._req.after.extend(ev.resume)
+            return WatchEvent.from_pb(ev)
+
+    async def _after_failure(self, e: LockdError) -> None:
+        """Decides what a failed connect or a broken stream means: try another node, back off
+        and resume, or raise to the caller."""
+        core = self._core
+        if e.code == "watch_compacted" and self._compacted + 1 < len(core.endpoints):
+            # This node no longer keeps the position (a restarted node whose snapshot covers
+            # it): another may still.
+            self._compacted += 1
+            core.rotate(self._index)
+            return
+        if not _resumable(e) or self._failures >= MAX_FAILURES:
+            raise e
+        self._failures += 1
+        core.rotate(self._index)
+        await asyncio.sleep(core.opts.retry.delay(self._failures - 1, e.retry_after))
+
+    def cancel(self) -> None:
+        """Ends the stream."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+
+class LeaderStream:
+    """An election's leader now, then at every change (``None``: nobody leads)."""
+
+    def __init__(self, core: "Core", name: str) -> None:
+        self._core = core
+        self._name = name
+        self._watch = WatchStream(core, name=name)
+        self._current: Optional[Leader] = None
+        self._started = False
+
+    async def next(self) -> Optional[Leader]:
+        """The leader now (the first call), then the next change."""
+        if not self._started:
+            # Watch first, then read: a change in between shows in the watch, and the token
+            # comparison below drops what the read already saw.
+            await self._watch.open()
+            st = await self._core.inspect(self._name)
+            self._current = (Leader(st.holders[0].owner, st.holders[0].fencing_token,
+                                    st.holders[0].session_id) if st.holders else None)
+            self._started = True
+            return self._current
+        while True:
+            e = await self._watch.next()
+            now = None if self._current is None else self._current.token
+            if e.kind == "hold_started" and (now is None or e.token > now):
+                self._current = Leader(e.owner, e.token, e.session_id)
+                return self._current
+            if e.kind == "hold_ended" and now == e.token:
+                self._current = None
+                return None
+
+    def cancel(self) -> None:
+        self._watch.cancel()
