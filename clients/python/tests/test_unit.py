@@ -211,6 +211,24 @@ def test_a_lock_follows_its_groups_deadline_while_the_move_count_holds() -> None
     assert l.deadline_of(h) == 136.0 and l.deadline_all == 114.0
 
 
+def test_a_group_stays_named_for_one_ttl_after_its_last_use() -> None:
+    """The same rule as lockd-client's ``a_group_stays_named_for_one_ttl_after_its_last_use``."""
+    from lockd_client._lease import GroupLeases
+
+    l = GroupLeases(100.0, TTL, MARGIN)
+    l.homed(1, 100.0, 100.0)
+    l.started(3, 101.0, 15_000, 101.0)
+    l.granted(101.0, 101.0, group=3, group_moves=0, lease_ttl_ms=15_000)
+    # Released before any keepalive saw it: group 3 is named until 101 + 15.
+    assert l.keepalive_groups([], [], False, 102.0) == [1, 3]
+    assert l.keepalive_groups([], [], False, 115.0) == [1, 3]
+    assert l.keepalive_groups([], [], False, 116.0) == [1]
+    # A wait a keepalive saw counts as a use too.
+    assert l.keepalive_groups([], [4], False, 117.0) == [1, 4]
+    assert l.keepalive_groups([], [], False, 131.0) == [1, 4]
+    assert l.keepalive_groups([], [], False, 132.0) == [1]
+
+
 def test_keepalives_name_the_home_and_the_groups_in_use() -> None:
     """A session homed in group 1 names its home and the groups of its holds and waits, and
     asks every group while a hold may have left its group or an outcome is lost (the same
@@ -218,16 +236,16 @@ def test_keepalives_name_the_home_and_the_groups_in_use() -> None:
     from lockd_client._lease import GroupLeases
 
     l = GroupLeases(100.0, TTL, MARGIN)
-    assert l.keepalive_groups([], [], False) == [], "no home: every group"
+    assert l.keepalive_groups([], [], False, 100.0) == [], "no home: every group"
     l.homed(1, 100.0, 100.0)
-    assert l.keepalive_groups([], [], False) == [1]
+    assert l.keepalive_groups([], [], False, 100.0) == [1]
     assert l.groups[1].deadline == 112.0
     # An acquire sent at 102 adopted the session in group 3 (lease_started).
     l.started(3, 102.0, 15_000, 102.0)
     h = l.granted(102.0, 102.0, group=3, group_moves=4, lease_ttl_ms=15_000)
     assert l.deadline_of(h) == 114.0, "counted from its own send"
-    assert l.keepalive_groups([h], [5], False) == [1, 3, 5]
-    assert l.keepalive_groups([h], [], True) == [], "unsure"
+    assert l.keepalive_groups([h], [5], False, 102.0) == [1, 3, 5]
+    assert l.keepalive_groups([h], [], True, 102.0) == [], "unsure"
     # A named reply with no move renews the session-wide deadline too.
     assert l.renewed(105.0, 15_000, [ext(1), ext(3, 4)], 105.0, named=True) == "extended"
     assert l.deadline_of(h) == 117.0 == l.deadline_all
@@ -235,7 +253,7 @@ def test_keepalives_name_the_home_and_the_groups_in_use() -> None:
     # the last reply without a move, and the next keepalive asks every group.
     assert l.renewed(109.0, 15_000, [ext(1), ext(3, 5)], 109.0, named=True) == "unchanged"
     assert l.deadline_of(h) == 117.0
-    assert l.keepalive_groups([h], [], False) == []
+    assert l.keepalive_groups([h], [], False, 109.0) == []
     # Every group answers in time: the moved lock goes on.
     l.renewed(113.0, 15_000, [ext(1), ext(2, 7), ext(3, 5)], 113.0)
     assert l.deadline_of(h) == 125.0

@@ -158,6 +158,11 @@ pub struct GroupLeases {
     /// The group that opened the session (`None`: a service that opens it in every group;
     /// then every keepalive goes to every group).
     home: Option<u32>,
+    /// When the session last used each group (a grant there, or a hold or wait seen there by a
+    /// keepalive): keepalives go on naming a group for one TTL after, since the group keeps
+    /// the session that long and a grant there in the meantime counts from the lease the
+    /// client knows there.
+    used: std::collections::BTreeMap<u32, Instant>,
     /// The send time of the earliest acquire whose answer was lost: it may have brought the
     /// session into a group the client has no lease of (see [`GroupLeases::granted`]).
     unsure_since: Option<Instant>,
@@ -177,6 +182,7 @@ impl GroupLeases {
             all_ended_at: Default::default(),
             groups: Default::default(),
             home: None,
+            used: Default::default(),
             unsure_since: None,
             every_deadline: sent + ttl.saturating_sub(margin),
         }
@@ -193,32 +199,41 @@ impl GroupLeases {
         self.started(home, sent, 0, now);
     }
 
-    /// The groups a keepalive should renew, given the session's holds and the groups of its
-    /// queued waits: its home, and every group a hold or wait lives in. Empty means every lock
-    /// group, which is what it asks while a hold may have left its group (a bucket move raised
-    /// the group's move count since the grant: the hold may live in any group now), while
-    /// `unsure` (an acquire whose outcome a broken stream took may be queued or held in a
-    /// group it cannot name), and for a service that opens sessions in every group.
+    /// The groups a keepalive sent at `now` should renew, given the session's holds and the
+    /// groups of its queued waits: its home, every group a hold or wait lives in, and every
+    /// group the session used within the last TTL (the group keeps the session that long
+    /// after its last hold there ends; renewing it keeps the lease the client knows there
+    /// fresh for the next grant, which renews nothing by itself). Empty means every lock
+    /// group, which is what it asks while a hold may have left its group (a bucket move
+    /// raised the group's move count since the grant: the hold may live in any group now),
+    /// while `unsure` (an acquire whose outcome a broken stream took may be queued or held in
+    /// a group it cannot name), and for a service that opens sessions in every group.
     pub fn keepalive_groups(
-        &self,
+        &mut self,
         holds: impl IntoIterator<Item = HoldLease>,
         waits: impl IntoIterator<Item = u32>,
         unsure: bool,
+        now: Instant,
     ) -> Vec<u32> {
         let Some(home) = self.home else {
             return Vec::new();
         };
-        if unsure {
-            return Vec::new();
-        }
         let mut named = std::collections::BTreeSet::from([home]);
+        let mut moved = false;
         for h in holds {
-            if !self.in_its_group(&h) {
-                return Vec::new();
-            }
+            moved |= !self.in_its_group(&h);
             named.insert(h.group);
         }
         named.extend(waits);
+        for g in &named {
+            self.used.insert(*g, now);
+        }
+        let ttl = self.all.ttl;
+        self.used.retain(|_, t| *t + ttl > now);
+        if unsure || moved {
+            return Vec::new();
+        }
+        named.extend(self.used.keys());
         named.into_iter().collect()
     }
 
@@ -439,6 +454,7 @@ impl GroupLeases {
         st.deadline.get_or_insert(start);
         st.moves = st.moves.max(group_moves);
         st.first_grant.get_or_insert(now);
+        self.used.insert(group, now);
         HoldLease {
             group,
             group_moves,
@@ -832,11 +848,11 @@ mod tests {
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
         assert!(
-            l.keepalive_groups([], [], false).is_empty(),
+            l.keepalive_groups([], [], false, t0).is_empty(),
             "no home: every group"
         );
         l.homed(1, t0, t0);
-        assert_eq!(l.keepalive_groups([], [], false), vec![1]);
+        assert_eq!(l.keepalive_groups([], [], false, t0), vec![1]);
         assert_eq!(l.group_deadline(1), Some(s(12)));
         // An acquire sent at 2 adopted the session in group 3 (`lease_started`).
         l.started(3, s(2), 15_000, s(2));
@@ -846,8 +862,11 @@ mod tests {
             Some(s(14)),
             "counted from its own send"
         );
-        assert_eq!(l.keepalive_groups([hold], [5], false), vec![1, 3, 5]);
-        assert!(l.keepalive_groups([hold], [], true).is_empty(), "unsure");
+        assert_eq!(l.keepalive_groups([hold], [5], false, s(2)), vec![1, 3, 5]);
+        assert!(
+            l.keepalive_groups([hold], [], true, s(2)).is_empty(),
+            "unsure"
+        );
         // A named renewal with no move renews the session-wide lease too.
         let named = [(1, ext(15_000, 0)), (3, ext(15_000, 4))];
         assert!(matches!(
@@ -865,7 +884,7 @@ mod tests {
             Renewal::Unchanged
         );
         assert_eq!(l.deadline_of(&hold), Some(s(17)));
-        assert!(l.keepalive_groups([hold], [], false).is_empty());
+        assert!(l.keepalive_groups([hold], [], false, s(9)).is_empty());
         // Every group answers in time: the moved hold goes on.
         let every = [
             (1, ext(15_000, 0)),
@@ -879,6 +898,26 @@ mod tests {
         let none = [(1, GroupAnswer::NotHere)];
         assert_eq!(l.renewed(s(26), 0, &none, true, s(26)), Renewal::Unchanged);
         assert_eq!(l.session().deadline(), s(25));
+    }
+
+    /// A group stays named for one TTL after the session last used it: the group keeps the
+    /// session that long, and a grant there counts from the lease the client knows there.
+    #[test]
+    fn a_group_stays_named_for_one_ttl_after_its_last_use() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.homed(1, t0, t0);
+        l.started(3, s(1), 15_000, s(1));
+        let _hold = l.granted(s(1), s(1), 3, 0, 15_000, None);
+        // Released before any keepalive saw it: group 3 is named until 1 + 15.
+        assert_eq!(l.keepalive_groups([], [], false, s(2)), vec![1, 3]);
+        assert_eq!(l.keepalive_groups([], [], false, s(15)), vec![1, 3]);
+        assert_eq!(l.keepalive_groups([], [], false, s(16)), vec![1]);
+        // A wait a keepalive saw counts as a use too.
+        assert_eq!(l.keepalive_groups([], [4], false, s(17)), vec![1, 4]);
+        assert_eq!(l.keepalive_groups([], [], false, s(31)), vec![1, 4]);
+        assert_eq!(l.keepalive_groups([], [], false, s(32)), vec![1]);
     }
 
     /// A grant in a group the client has no lease of (which no keepalive it knows of renewed)

@@ -759,10 +759,10 @@ impl Driver {
         );
     }
 
-    /// The groups the next keepalive renews (empty: every group; `lease.rs`): the home, and
-    /// the groups of this session's holds and queued waits.
-    fn keepalive_groups(&self) -> Vec<u32> {
-        let Some(s) = &self.sess else {
+    /// The groups the next keepalive renews (empty: every group; `lease.rs`): the home, the
+    /// groups of this session's holds and queued waits, and those it used within one TTL.
+    fn keepalive_groups(&mut self) -> Vec<u32> {
+        let Some(s) = &mut self.sess else {
             return Vec::new();
         };
         let holds: Vec<HoldLease> = {
@@ -773,7 +773,7 @@ impl Driver {
         };
         let unsure = !self.unsure.is_empty() || self.pushes.has_strays();
         s.leases
-            .keepalive_groups(holds, self.pushes.wait_groups(), unsure)
+            .keepalive_groups(holds, self.pushes.wait_groups(), unsure, Instant::now())
     }
 
     fn send(&mut self, rid: u64, kind: Req) {

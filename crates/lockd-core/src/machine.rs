@@ -487,7 +487,9 @@ impl LockTable {
     }
 
     /// [`Op::AdoptAndAcquire`]: adopts the session with the values it was opened with for this
-    /// acquire alone, and undoes that unless the acquire was granted or queued.
+    /// acquire alone, and undoes that unless the acquire was granted or queued. A session with
+    /// a lease here already is refused (`SessionExists`), so that a success always means this
+    /// command started the lease (the caller then counts it from its request's send).
     fn adopt_and_acquire(
         &mut self,
         now: u64,
@@ -506,7 +508,7 @@ impl LockTable {
         let req = AcquireRequest::of(op);
         let session = req.session;
         if self.sessions.contains_key(&session) {
-            return self.acquire(now, req, ev);
+            return Err(Rejection::SessionExists { session });
         }
         self.open_session(now, session, client, *ttl_ms, namespace)?;
         let mark = ev.len();

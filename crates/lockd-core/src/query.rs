@@ -129,6 +129,13 @@ impl LockTable {
         })
     }
 
+    /// What `session` was opened with, `(client, TTL, namespace)`: the values another group
+    /// adopts it with (`Op::AdoptAndAcquire`). `None` if it has no lease here.
+    pub fn session_opening(&self, session: SessionId) -> Option<(String, u64, String)> {
+        let s = self.sessions.get(&session)?;
+        Some((s.client.to_string(), s.ttl_ms, s.namespace.to_string()))
+    }
+
     /// The holds and waits of `session`, or `None` if it does not exist.
     pub fn session_info(&self, session: SessionId) -> Option<SessionInfo> {
         let s = self.sessions.get(&session)?;

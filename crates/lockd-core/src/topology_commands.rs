@@ -723,10 +723,14 @@ mod tests {
             Ok(Reply::Queued { .. })
         ));
         assert_eq!(g.session_presence(third), Presence::Live);
-        // A session open here already: a plain acquire.
-        assert!(matches!(
+        // A session that has a lease here already is refused, and nothing changes: a success
+        // means this very command started the session's lease here, which the service tells
+        // the client (it counts that lease from the request's send).
+        let before = g.snapshot();
+        assert_eq!(
             apply(&mut g, adopting(holder, "c", 0)),
-            Ok(Reply::Acquired { .. })
-        ));
+            Err(Rejection::SessionExists { session: holder })
+        );
+        assert_eq!(g.snapshot(), before);
     }
 }

@@ -342,7 +342,8 @@ pub enum Op {
     /// [`Op::Acquire`] by a session this group has no lease for: adopt it with the values it
     /// was opened with (`client`, `ttl_ms`, `namespace`, as [`Op::AdoptSession`]) and acquire,
     /// in one step. Unless the acquire is granted or queued the adoption is undone, so a
-    /// refused or busy acquire leaves no trace. If the session is open here, a plain acquire.
+    /// refused or busy acquire leaves no trace. A session with a lease here already is refused
+    /// (`SessionExists`) and nothing changes: a success means this command started the lease.
     AdoptAndAcquire {
         session: SessionId,
         name: String,

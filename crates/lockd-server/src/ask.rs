@@ -119,10 +119,7 @@ impl Query {
             Query::ShardMap => Answer::ShardMap(t.shard_map().cloned().map(Box::new)),
             Query::IsRetired { node } => Answer::IsRetired(t.is_retired(*node)),
             Query::SessionOpening { session } => {
-                Answer::SessionOpening(t.session_info(*session).map(|i| {
-                    let ns = t.session_namespace(*session).unwrap_or_default();
-                    (i.client, i.ttl_ms, ns.to_string())
-                }))
+                Answer::SessionOpening(t.session_opening(*session))
             }
             Query::Groups => Answer::Groups(t.group_records().clone()),
             Query::Namespaces => Answer::Namespaces(t.namespaces().cloned().collect()),

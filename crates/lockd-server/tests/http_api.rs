@@ -269,6 +269,38 @@ async fn an_acquire_in_another_group_adopts_the_session_only_when_it_queues_or_g
     assert_eq!(r.body["acquired"], false, "{}", r.body);
     assert_eq!(r.body["adopted_in"], json!([other]), "{}", r.body);
     assert!(in_other(h.clone(), waiter.clone()).await);
+
+    // Through a node that hosts both groups, a session's first acquire in the other group is
+    // one log entry there (the adopting acquire), not a refused acquire and then another.
+    let opened = h
+        .post("/v1/sessions", json!({"client": "one-entry", "ttl_s": 15}))
+        .await;
+    assert_eq!(opened.body["group"], home, "{}", opened.body);
+    let fresh = opened.body["session_id"].as_str().unwrap().to_string();
+    let applied = |h: Http| async move {
+        let st = h.get("/v1/status").await.body;
+        st["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["id"] == other)
+            .unwrap()["applied_index"]
+            .as_u64()
+            .unwrap()
+    };
+    let free = (0..200)
+        .map(|i| format!("{name}/free-{i}"))
+        .find(|n| c.node(0).service.route(n).unwrap().id() as u64 == other)
+        .expect("a name of the other group in 200");
+    let before = applied(h.clone()).await;
+    let r = h.acquire(&free, json!({"session_id": fresh})).await;
+    assert_eq!(r.body["acquired"], true, "{}", r.body);
+    assert_eq!(r.body["lease_started"], true, "{}", r.body);
+    assert_eq!(
+        applied(h.clone()).await,
+        before + 1,
+        "one entry in group {other}"
+    );
     c.stop_all().await;
 }
 

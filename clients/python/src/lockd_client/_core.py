@@ -579,10 +579,11 @@ class Core:
 
     def _keepalive_groups(self, s: _Sess) -> List[int]:
         """The groups the next keepalive renews (empty: every group; ``_lease.py``): the home,
-        and the groups of this session's holds and queued waits."""
+        the groups of this session's holds and queued waits, and those it used within one TTL."""
         holds = [h.lease.hold for h in self.held.values() if h.session_id == s.id]
         unsure = bool(self._unsure) or self._pushes.has_strays()
-        return s.lease.leases.keepalive_groups(holds, self._pushes.wait_groups(), unsure)
+        return s.lease.leases.keepalive_groups(holds, self._pushes.wait_groups(), unsure,
+                                               monotonic())
 
     async def _unary_keepalive(self, s: _Sess) -> None:
         i = self.preferred()

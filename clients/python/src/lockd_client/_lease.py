@@ -114,6 +114,10 @@ class GroupLeases:
         #: The lock group that opened the session (``None``: a service that opens sessions in
         #: every group; then every keepalive asks every group).
         self.home: Optional[int] = None
+        #: When the session last used each group (a grant there, or a hold or wait a keepalive
+        #: saw there): keepalives go on naming a group for one TTL after, since the group keeps
+        #: the session that long and a grant there counts from the lease the client knows.
+        self.used: Dict[int, float] = {}
         #: The send time of the earliest acquire whose answer a broken stream took: it may have
         #: brought the session into a group the client will not name (see :meth:`granted`).
         self.unsure_since: Optional[float] = None
@@ -132,21 +136,30 @@ class GroupLeases:
         self.started(home, sent, 0, now)
 
     def keepalive_groups(self, holds: Iterable[HoldLease], waits: Iterable[int],
-                         unsure: bool) -> List[int]:
-        """The groups a keepalive should renew: the home, and every group a hold or a queued
-        wait lives in. Empty means every lock group, which is what it asks while a hold may
-        have left its group (its group's move count rose since the grant), while ``unsure`` (an
-        acquire whose outcome a broken stream took may be queued or held in a group it cannot
-        name), and for a service that opens sessions in every group."""
-        if self.home is None or unsure:
+                         unsure: bool, now: float) -> List[int]:
+        """The groups a keepalive sent at ``now`` should renew: the home, every group a hold or
+        a queued wait lives in, and every group the session used within the last TTL (the group
+        keeps the session that long after its last hold there ends; renewing it keeps the lease
+        the client knows there fresh for the next grant, which renews nothing by itself).
+        Empty means every lock group, which is what it asks while a hold may have left its
+        group (its group's move count rose since the grant), while ``unsure`` (an acquire whose
+        outcome a broken stream took may be queued or held in a group it cannot name), and for
+        a service that opens sessions in every group."""
+        if self.home is None:
             return []
         named = {self.home}
+        moved = False
         for h in holds:
             st = self.groups.get(h.group)
-            if st is None or st.moves != h.group_moves:
-                return []
+            moved = moved or st is None or st.moves != h.group_moves
             named.add(h.group)
         named.update(waits)
+        for g in named:
+            self.used[g] = now
+        self.used = {g: t for g, t in self.used.items() if t + self.ttl > now}
+        if unsure or moved:
+            return []
+        named.update(self.used)
         return sorted(named)
 
     def note_unsure(self, sent: float) -> None:
@@ -331,6 +344,7 @@ class GroupLeases:
         self._raise_moves(st, group_moves)
         if st.first_grant is None:
             st.first_grant = now
+        self.used[group] = now
         return HoldLease(group, group_moves, st.epoch, self.all_epoch)
 
     def deadline_of(self, hold: HoldLease) -> float:

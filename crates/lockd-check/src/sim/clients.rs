@@ -109,7 +109,7 @@ pub(crate) async fn keepalive_loop(w: Arc<World>, idx: u64, s: Arc<Session>, mut
         let sent = Instant::now();
         let sid = s.id;
         let hold = lock(&s.hold).as_ref().map(|h| h.0);
-        let named = lock(&s.lease).keepalive_groups(hold, [], false);
+        let named = lock(&s.lease).keepalive_groups(hold, [], false, sent);
         let asked = named.clone();
         let r = call_service(&w, home, CALL_TIMEOUT, |svc| async move {
             svc.keepalive(sid, &asked, &Credentials::default()).await

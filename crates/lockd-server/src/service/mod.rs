@@ -1165,23 +1165,62 @@ impl Service {
 
     /// Proposes an acquire of `name`; a session with no lease in the name's group (never
     /// brought there, or ended there) is adopted there for it (`Op::AdoptAndAcquire`, undone
-    /// unless granted or queued). The flag says whether this request adopted it: the lease
-    /// there then started after the request was sent, which the client may count from.
+    /// unless granted or queued, refused if the session has a lease there already). The flag
+    /// says whether this request adopted it: the lease there then started after the request
+    /// was sent, which the client may count from.
+    ///
+    /// When this node's replicas can tell (its replica of the name's group lacks the session,
+    /// one of another group has it), the adopting acquire is proposed at once: one proposal
+    /// and no read. Else, or when that hint was stale, a plain acquire first.
     async fn propose_acquire(
         &self,
         name: &str,
         session: SessionId,
         op: Op,
     ) -> Result<(Route, Reply, bool), ApiError> {
+        if let Some((client, ttl_ms, namespace)) = self.local_adoption_hint(name, session) {
+            let adopting = op.clone().adopting(client, ttl_ms, namespace);
+            match self.propose_for_name(name, adopting).await {
+                // The session had a lease there after all (this replica lagged).
+                Err(e) if e.code == ErrorCode::SessionExists => {}
+                r => return r.map(|(group, reply)| (group, reply, true)),
+            }
+        }
         match self.propose_for_name(name, op.clone()).await {
             Err(e) if e.code == ErrorCode::SessionNotHere => {
                 let (client, ttl_ms, namespace) = self.session_opening(session).await?;
-                let adopting = op.adopting(client, ttl_ms, namespace);
-                let (group, reply) = self.propose_for_name(name, adopting).await?;
-                Ok((group, reply, true))
+                let adopting = op.clone().adopting(client, ttl_ms, namespace);
+                match self.propose_for_name(name, adopting).await {
+                    // Another request of the session adopted it there meanwhile.
+                    Err(e) if e.code == ErrorCode::SessionExists => self
+                        .propose_for_name(name, op)
+                        .await
+                        .map(|(group, reply)| (group, reply, false)),
+                    r => r.map(|(group, reply)| (group, reply, true)),
+                }
             }
             r => r.map(|(group, reply)| (group, reply, false)),
         }
+    }
+
+    /// The opening values of `session` when this node's own replicas say it has no lease in
+    /// `name`'s group: its replica of that group lacks it, and its replica of another group
+    /// has it. A hint only (replicas lag): the adopting acquire it leads to is exact.
+    fn local_adoption_hint(&self, name: &str, session: SessionId) -> Option<(String, u64, String)> {
+        let Ok(Route::Local(group)) = self.route(name) else {
+            return None;
+        };
+        if group.read_local(|t| t.has_session(session)) {
+            return None;
+        }
+        self.node.group_ids().into_iter().find_map(|id| {
+            if id == META_GROUP || id == group.id() {
+                return None;
+            }
+            self.node
+                .group(id)?
+                .read_local(|t| t.session_opening(session))
+        })
     }
 
     /// What a wait at `position` of `name` in `group` would take, from this node's hand-off
