@@ -45,6 +45,27 @@ def test_a_watch_sees_each_change_of_its_name_once_and_a_prefix_its_names(
             assert pw.next(timeout=10).kind == "hold_ended"
 
 
+def test_a_timed_out_or_cancelled_wait_loses_no_event_and_a_closed_watch_ends(
+        cluster: Cluster, name: str) -> None:
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, ttl=6) as c:
+            w = await c.watch(name).open()
+            with pytest.raises(TimeoutError):
+                await w.next(timeout=0.3)
+            waiting = asyncio.ensure_future(w.next())
+            await asyncio.sleep(0.2)
+            waiting.cancel()
+            lk = await c.acquire(name)
+            ev = await w.next(timeout=10)
+            assert (ev.kind, ev.token) == ("hold_started", lk.token)
+            assert w.positions and w.positions[0][0] == lk.group
+            await lk.release()
+            assert (await w.next(timeout=10)).kind == "hold_ended"
+            w.close()
+            assert [e async for e in w] == []
+    asyncio.run(main())
+
+
 def test_a_watch_names_one_of_a_name_or_a_prefix(client: Client) -> None:
     with pytest.raises(InvalidArgument):
         client.watch("")
@@ -118,3 +139,4 @@ def test_a_watch_resumes_on_another_node_with_no_change_missed_or_repeated(
             assert [e.token for e in seen[::2]] == tokens[1:]
             with pytest.raises(TimeoutError):
                 w.next(timeout=1)
+        assert list(w) == [], "a closed watch ends"

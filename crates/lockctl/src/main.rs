@@ -534,9 +534,10 @@ impl Out {
 /// sees is a connection that broke. Empty when the error already carries a hint, or does not
 /// fit.
 fn certificate_hint(cli: &Cli, why: &str) -> &'static str {
+    let lower = why.to_lowercase();
     let closed = ["connection closed", "broken pipe", "connection reset"]
         .iter()
-        .any(|s| why.contains(s));
+        .any(|s| lower.contains(s));
     if !closed || why.contains("--cert-file") || why.contains("https://") {
         return "";
     }

@@ -250,6 +250,7 @@ impl GroupLeases {
     /// when it adopted), unless a grant of it arrived after `sent` (the order is then unknown,
     /// and its deadline stays as it was, which is never later than the truth).
     pub fn started(&mut self, group: u32, sent: Instant, ttl_ms: u64, now: Instant) {
+        self.used.insert(group, now);
         let d = self.deadline_from(sent, ttl_ms);
         let st = self.groups.entry(group).or_insert(GroupState {
             deadline: None,

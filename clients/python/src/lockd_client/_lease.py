@@ -173,6 +173,7 @@ class GroupLeases:
         there before has ended (the group had none when it adopted), unless a grant of it
         arrived after ``sent`` (the order is then unknown, and its deadline stays as it was,
         which is never later than the truth)."""
+        self.used[group] = now
         d = self._deadline(sent, ttl_ms)
         st = self.groups.get(group)
         if st is None:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 #: Reconnects in a row that found no node before the error goes to the caller.
 MAX_FAILURES = 20
 
+#: Where a watch is, per lock group: ``(group, index, events)``.
+Positions = Tuple[Tuple[int, int, int], ...]
+
 
 def _resumable(e: LockdError) -> bool:
     """Whether a watch ended by ``e`` picks up where it was by itself."""
@@ -32,7 +35,8 @@ def _resumable(e: LockdError) -> bool:
 
 
 class WatchStream:
-    """One watch on the engine's loop. ``next()`` gives the next change."""
+    """One watch on the engine's loop. ``next()`` gives the next change. One consumer at a
+    time: two callers of ``next`` at once would share the read in progress."""
 
     def __init__(self, core: "Core", name: str = "", prefix: str = "") -> None:
         if bool(name) == bool(prefix):
@@ -43,14 +47,19 @@ class WatchStream:
         self._index = 0
         self._failures = 0
         self._compacted = 0
-        #: The read in progress: a caller that stops waiting (a timeout, a cancel) leaves it
-        #: running, and the next call takes its event, so none is lost.
-        self._pending: Optional["asyncio.Future[WatchEvent]"] = None
+        self.closed = False
+        #: The read in progress, with the positions after its event: a caller that stops
+        #: waiting (a timeout, a cancel) leaves it running, and the next call takes its event,
+        #: so none is lost.
+        self._pending: Optional["asyncio.Future[Tuple[WatchEvent, Positions]]"] = None
+        #: Where the watch is after the last event delivered to the caller.
+        self._delivered: Positions = ()
 
     @property
     def positions(self) -> List[Tuple[int, int, int]]:
-        """Where the watch is, per lock group: ``(group, index, events)``."""
-        return [(p.group, p.index, p.events) for p in self._req.after]
+        """Where the watch is after the last event it delivered, per lock group:
+        ``(group, index, events)``."""
+        return list(self._delivered)
 
     async def _connect(self) -> None:
         core = self._core
@@ -59,9 +68,14 @@ class WatchStream:
         self._index = core.preferred()
         call = core.stub(self._index).Watch(self._req, metadata=core.metadata)
         # The service answers with headers at once: a refusal (a bad request, a credential)
-        # shows here, before any event.
+        # shows here, before any event; a node that never answers is given up on.
+        wait = core.opts.request_timeout
         try:
-            await call.initial_metadata()
+            await asyncio.wait_for(call.initial_metadata(), wait)
+        except asyncio.TimeoutError:
+            call.cancel()
+            raise Unavailable(f"{core.endpoints[self._index]}: the watch did not open in "
+                              f"{wait} s") from None
         except grpc.RpcError as e:
             raise core.rpc_error(e, self._index) from None
         self._call = call
@@ -71,23 +85,33 @@ class WatchStream:
         on is delivered. Read the current state after this, never before, and no change falls
         between the read and the watch."""
         while self._call is None:
+            if self.closed:
+                raise ClientClosed("the watch is closed")
             try:
                 await self._connect()
             except LockdError as e:
-                await self._after_failure(e)
+                await self._backoff(e)
 
-    async def next(self) -> WatchEvent:
-        """The next change. Cancelling the wait loses nothing: the next call gets the event."""
+    async def next(self, timeout: Optional[float] = None) -> WatchEvent:
+        """The next change; ``TimeoutError`` after ``timeout`` seconds without one. Neither a
+        timeout nor a cancelled wait loses an event: the next call gets it."""
+        if self.closed:
+            raise ClientClosed("the watch is closed")
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._read())
         pending = self._pending
-        try:
-            return await asyncio.shield(pending)
-        finally:
-            if pending.done():
-                self._pending = None
+        # Waiting never cancels the read; taking its result below has no await before it, so
+        # an event is either delivered here or left for the next call.
+        done, _ = await asyncio.wait({pending}, timeout=timeout)
+        if self.closed:
+            raise ClientClosed("the watch is closed")
+        if not done:
+            raise TimeoutError(f"no change in {timeout} s")
+        self._pending = None
+        ev, self._delivered = pending.result()
+        return ev
 
-    async def _read(self) -> WatchEvent:
+    async def _read(self) -> Tuple[WatchEvent, Positions]:
         while True:
             await self.open()
             assert self._call is not None
@@ -96,7 +120,12 @@ class WatchStream:
             except grpc.RpcError as e:
                 self._call = None
                 err = self._core.rpc_error(e, self._index)
-                await self._after_failure(err)
+                if err.code == "watch_compacted" or not _resumable(err):
+                    await self._backoff(err)  # raises, or moves on to the next node
+                else:
+                    # A stream that broke after it opened resumes on the next node at once
+                    # (only opens that fail count and back off, as lockd-client's watch does).
+                    self._core.rotate(self._index)
                 continue
             if ev is grpc.aio.EOF:
                 # The node is stopping: resume on the next one.
@@ -107,11 +136,11 @@ class WatchStream:
             self._compacted = 0
             del self._req.after[:]
             self._req.after.extend(ev.resume)
-            return WatchEvent.from_pb(ev)
+            return WatchEvent.from_pb(ev), tuple((p.group, p.index, p.events) for p in ev.resume)
 
-    async def _after_failure(self, e: LockdError) -> None:
-        """Decides what a failed connect or a broken stream means: try another node, back off
-        and resume, or raise to the caller."""
+    async def _backoff(self, e: LockdError) -> None:
+        """After a failed open (or a stream ended by ``e``): try another node, back off and
+        retry, or raise to the caller."""
         core = self._core
         if e.code == "watch_compacted" and self._compacted + 1 < len(core.endpoints):
             # This node no longer keeps the position (a restarted node whose snapshot covers
@@ -126,7 +155,8 @@ class WatchStream:
         await asyncio.sleep(core.opts.retry.delay(self._failures - 1, e.retry_after))
 
     def cancel(self) -> None:
-        """Ends the stream."""
+        """Ends the stream; ``next`` then raises ``ClientClosed``."""
+        self.closed = True
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
@@ -145,19 +175,28 @@ class LeaderStream:
         self._current: Optional[Leader] = None
         self._started = False
 
-    async def next(self) -> Optional[Leader]:
-        """The leader now (the first call), then the next change."""
+    @property
+    def closed(self) -> bool:
+        return self._watch.closed
+
+    async def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
+        """The leader now (the first call), then the next change; ``TimeoutError`` after
+        ``timeout`` seconds without one (nothing is lost)."""
         if not self._started:
             # Watch first, then read: a change in between shows in the watch, and the token
             # comparison below drops what the read already saw.
-            await self._watch.open()
-            st = await self._core.inspect(self._name)
+            try:
+                st = await asyncio.wait_for(self._first(), timeout)
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"no answer in {timeout} s") from None
             self._current = (Leader(st.holders[0].owner, st.holders[0].fencing_token,
                                     st.holders[0].session_id) if st.holders else None)
             self._started = True
             return self._current
+        end = None if timeout is None else asyncio.get_running_loop().time() + timeout
         while True:
-            e = await self._watch.next()
+            left = None if end is None else max(0.0, end - asyncio.get_running_loop().time())
+            e = await self._watch.next(left)
             now = None if self._current is None else self._current.token
             if e.kind == "hold_started" and (now is None or e.token > now):
                 self._current = Leader(e.owner, e.token, e.session_id)
@@ -165,6 +204,10 @@ class LeaderStream:
             if e.kind == "hold_ended" and now == e.token:
                 self._current = None
                 return None
+
+    async def _first(self) -> pb.LockState:
+        await self._watch.open()
+        return await self._core.inspect(self._name)
 
     def cancel(self) -> None:
         self._watch.cancel()

@@ -518,9 +518,10 @@ class AsyncWatch:
         await self._stream.open()
         return self
 
-    async def next(self) -> WatchEvent:
-        """The next change."""
-        return await self._stream.next()
+    async def next(self, timeout: Optional[float] = None) -> WatchEvent:
+        """The next change; ``TimeoutError`` after ``timeout`` seconds without one. Neither a
+        timeout nor a cancelled wait loses an event. One consumer at a time."""
+        return await self._stream.next(timeout)
 
     def close(self) -> None:
         self._stream.cancel()
@@ -529,6 +530,8 @@ class AsyncWatch:
         return self
 
     async def __anext__(self) -> WatchEvent:
+        if self._stream.closed:
+            raise StopAsyncIteration
         return await self._stream.next()
 
 
@@ -538,9 +541,10 @@ class AsyncLeaders:
     def __init__(self, stream: LeaderStream) -> None:
         self._stream = stream
 
-    async def next(self) -> Optional[Leader]:
-        """The leader now (the first call), then the next change."""
-        return await self._stream.next()
+    async def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
+        """The leader now (the first call), then the next change; ``TimeoutError`` after
+        ``timeout`` seconds without one (nothing is lost)."""
+        return await self._stream.next(timeout)
 
     def close(self) -> None:
         self._stream.cancel()
@@ -549,4 +553,6 @@ class AsyncLeaders:
         return self
 
     async def __anext__(self) -> Optional[Leader]:
+        if self._stream.closed:
+            raise StopAsyncIteration
         return await self._stream.next()

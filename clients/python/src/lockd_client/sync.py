@@ -535,6 +535,10 @@ class Election:
         return led
 
 
+async def _cancel(stream: Union[WatchStream, LeaderStream]) -> None:
+    stream.cancel()
+
+
 async def _make_watch(core: Core, name: str, prefix: str) -> WatchStream:
     return WatchStream(core, name=name, prefix=prefix)
 
@@ -560,17 +564,19 @@ class Watch:
 
     def next(self, timeout: Optional[float] = None) -> WatchEvent:
         """The next change; ``TimeoutError`` after ``timeout`` seconds without one (the watch
-        stays open and loses nothing)."""
-        return self._client._run(self._stream.next(), timeout)
+        stays open and loses nothing). One consumer at a time."""
+        return self._client._run(self._stream.next(timeout))
 
     def close(self) -> None:
         if not self._client._closed:
-            self._client._loop.call_soon_threadsafe(self._stream.cancel)
+            self._client._run(_cancel(self._stream))
 
     def __iter__(self) -> "Watch":
         return self
 
     def __next__(self) -> WatchEvent:
+        if self._stream.closed:
+            raise StopIteration
         return self.next()
 
     def __enter__(self) -> "Watch":
@@ -591,16 +597,18 @@ class Leaders:
     def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
         """The leader now (the first call), then the next change; ``TimeoutError`` after
         ``timeout`` seconds without one (nothing is lost)."""
-        return self._client._run(self._stream.next(), timeout)
+        return self._client._run(self._stream.next(timeout))
 
     def close(self) -> None:
         if not self._client._closed:
-            self._client._loop.call_soon_threadsafe(self._stream.cancel)
+            self._client._run(_cancel(self._stream))
 
     def __iter__(self) -> "Leaders":
         return self
 
     def __next__(self) -> Optional[Leader]:
+        if self._stream.closed:
+            raise StopIteration
         return self.next()
 
     def __enter__(self) -> "Leaders":

@@ -1213,14 +1213,16 @@ impl Service {
         if group.read_local(|t| t.has_session(session)) {
             return None;
         }
-        self.node.group_ids().into_iter().find_map(|id| {
-            if id == META_GROUP || id == group.id() {
-                return None;
-            }
-            self.node
-                .group(id)?
-                .read_local(|t| t.session_opening(session))
-        })
+        // The lock groups as the meta group records them, through their routes: a replica
+        // left behind here (no longer a member) is never asked.
+        self.lock_group_ids()
+            .into_iter()
+            .find_map(|id| match self.route_of(id) {
+                Ok(Route::Local(g)) if id != group.id() => {
+                    g.read_local(|t| t.session_opening(session))
+                }
+                _ => None,
+            })
     }
 
     /// What a wait at `position` of `name` in `group` would take, from this node's hand-off
