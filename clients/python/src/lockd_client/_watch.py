@@ -10,7 +10,7 @@ The semantics follow lockd-client (Rust), crates/lockd-client/src/watch.rs and e
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Coroutine, List, Optional, Protocol, Tuple, TypeVar
 
 import grpc
 import grpc.aio
@@ -24,6 +24,21 @@ if TYPE_CHECKING:
 
 #: Reconnects in a row that found no node before the error goes to the caller.
 MAX_FAILURES = 20
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Stream(Protocol[T_co]):
+    """A stream of items on the engine's loop, as the sync and asyncio wrappers read it:
+    :class:`WatchStream` (events) and :class:`LeaderStream` (leaders)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def next(self, timeout: Optional[float] = None) -> Coroutine[Any, Any, T_co]: ...
+
+    def cancel(self) -> None: ...
+
 
 #: Where a watch is, per lock group: ``(group, index, events)``.
 Positions = Tuple[Tuple[int, int, int], ...]

@@ -13,13 +13,13 @@ import asyncio
 import math
 import time
 from types import TracebackType
-from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generator, Iterable, List, Optional,
+from typing import (Any, Awaitable, Callable, Coroutine, Dict, Generator, Generic, Iterable, List, Optional,
                     Tuple, Type, TypeVar, Union)
 
 from ._core import MAX_WAIT, Core, Hold
 from ._lease import LockLease
 from ._options import ClientOptions
-from ._watch import LeaderStream, WatchStream
+from ._watch import LeaderStream, Stream, WatchStream
 from .errors import LockdError, LockLost, NotAcquired, SessionLost
 from .types import Leader, LockState, Mode, NodeStatus, SessionDetail, WatchEvent
 
@@ -500,16 +500,40 @@ class AsyncElection:
         return led
 
 
-class AsyncWatch:
+class _AsyncIter(Generic[T]):
+    """What :class:`AsyncWatch` and :class:`AsyncLeaders` share: a stream read one item at a
+    time with an optional timeout, ended by :meth:`close`."""
+
+    def __init__(self, stream: Stream[T]) -> None:
+        self._stream = stream
+
+    async def next(self, timeout: Optional[float] = None) -> T:
+        """The next item; ``TimeoutError`` after ``timeout`` seconds without one. Neither a
+        timeout nor a cancelled wait loses one. One consumer at a time."""
+        return await self._stream.next(timeout)
+
+    def close(self) -> None:
+        self._stream.cancel()
+
+    def __aiter__(self) -> "_AsyncIter[T]":
+        return self
+
+    async def __anext__(self) -> T:
+        if self._stream.closed:
+            raise StopAsyncIteration
+        return await self._stream.next()
+
+
+class AsyncWatch(_AsyncIter[WatchEvent]):
     """An open watch (:meth:`AsyncClient.watch`): an async iterator of :class:`WatchEvent`.
     It opens at the first event asked for, or at :meth:`open`; :meth:`close` ends it."""
 
-    def __init__(self, stream: WatchStream) -> None:
-        self._stream = stream
+    _stream: WatchStream
 
     @property
     def positions(self) -> List[Tuple[int, int, int]]:
-        """Where the watch is, per lock group: ``(group, index, events)``."""
+        """Where the watch is after the last event it delivered, per lock group:
+        ``(group, index, events)``."""
         return self._stream.positions
 
     async def open(self) -> "AsyncWatch":
@@ -518,41 +542,7 @@ class AsyncWatch:
         await self._stream.open()
         return self
 
-    async def next(self, timeout: Optional[float] = None) -> WatchEvent:
-        """The next change; ``TimeoutError`` after ``timeout`` seconds without one. Neither a
-        timeout nor a cancelled wait loses an event. One consumer at a time."""
-        return await self._stream.next(timeout)
 
-    def close(self) -> None:
-        self._stream.cancel()
-
-    def __aiter__(self) -> "AsyncWatch":
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        if self._stream.closed:
-            raise StopAsyncIteration
-        return await self._stream.next()
-
-
-class AsyncLeaders:
-    """:meth:`AsyncElection.leaders`: an async iterator of the leader (``None``: nobody)."""
-
-    def __init__(self, stream: LeaderStream) -> None:
-        self._stream = stream
-
-    async def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
-        """The leader now (the first call), then the next change; ``TimeoutError`` after
-        ``timeout`` seconds without one (nothing is lost)."""
-        return await self._stream.next(timeout)
-
-    def close(self) -> None:
-        self._stream.cancel()
-
-    def __aiter__(self) -> "AsyncLeaders":
-        return self
-
-    async def __anext__(self) -> Optional[Leader]:
-        if self._stream.closed:
-            raise StopAsyncIteration
-        return await self._stream.next()
+class AsyncLeaders(_AsyncIter[Optional[Leader]]):
+    """:meth:`AsyncElection.leaders`: an async iterator of the leader (``None``: nobody), the
+    leader now first, then each change."""

@@ -23,13 +23,13 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import (Any, Callable, Coroutine, Dict, Iterable, List, Optional, Tuple, Type, TypeVar,
-                    Union)
+from typing import (Any, Callable, Coroutine, Dict, Generic, Iterable, List, Optional, Tuple,
+                    Type, TypeVar, Union)
 
 from ._core import Core, Hold
 from ._lease import LockLease
 from ._options import ClientOptions
-from ._watch import LeaderStream, WatchStream
+from ._watch import LeaderStream, Stream, WatchStream
 from .errors import ClientClosed, LockdError, LockLost, NotAcquired, SessionLost
 from .types import Leader, LockState, Mode, NodeStatus, SessionDetail, WatchEvent
 
@@ -535,7 +535,7 @@ class Election:
         return led
 
 
-async def _cancel(stream: Union[WatchStream, LeaderStream]) -> None:
+async def _cancel(stream: Stream[Any]) -> None:
     stream.cancel()
 
 
@@ -543,17 +543,49 @@ async def _make_watch(core: Core, name: str, prefix: str) -> WatchStream:
     return WatchStream(core, name=name, prefix=prefix)
 
 
-class Watch:
-    """An open watch (:meth:`Client.watch`): an iterator of :class:`WatchEvent`. It opens at the
-    first event asked for, or at :meth:`open`; :meth:`close` (or ``with``) ends it."""
+class _Iter(Generic[T]):
+    """What :class:`Watch` and :class:`Leaders` share: a stream on the client's loop, read one
+    item at a time with an optional timeout, ended by :meth:`close` (or ``with``)."""
 
-    def __init__(self, client: Client, stream: WatchStream) -> None:
+    def __init__(self, client: Client, stream: Stream[T]) -> None:
         self._client = client
         self._stream = stream
 
+    def next(self, timeout: Optional[float] = None) -> T:
+        """The next item; ``TimeoutError`` after ``timeout`` seconds without one (the stream
+        stays open and loses nothing). One consumer at a time."""
+        return self._client._run(self._stream.next(timeout))
+
+    def close(self) -> None:
+        if not self._client._closed:
+            self._client._run(_cancel(self._stream))
+
+    def __iter__(self) -> "_Iter[T]":
+        return self
+
+    def __next__(self) -> T:
+        if self._stream.closed:
+            raise StopIteration
+        return self.next()
+
+    def __enter__(self) -> "_Iter[T]":
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()
+
+
+class Watch(_Iter[WatchEvent]):
+    """An open watch (:meth:`Client.watch`): an iterator of :class:`WatchEvent`. It opens at the
+    first event asked for, or at :meth:`open`; :meth:`close` (or ``with``) ends it."""
+
+    _stream: WatchStream
+
     @property
     def positions(self) -> List[Tuple[int, int, int]]:
-        """Where the watch is, per lock group: ``(group, index, events)``."""
+        """Where the watch is after the last event it delivered, per lock group:
+        ``(group, index, events)``."""
         return self._stream.positions
 
     def open(self) -> "Watch":
@@ -562,58 +594,10 @@ class Watch:
         self._client._run(self._stream.open())
         return self
 
-    def next(self, timeout: Optional[float] = None) -> WatchEvent:
-        """The next change; ``TimeoutError`` after ``timeout`` seconds without one (the watch
-        stays open and loses nothing). One consumer at a time."""
-        return self._client._run(self._stream.next(timeout))
-
-    def close(self) -> None:
-        if not self._client._closed:
-            self._client._run(_cancel(self._stream))
-
-    def __iter__(self) -> "Watch":
-        return self
-
-    def __next__(self) -> WatchEvent:
-        if self._stream.closed:
-            raise StopIteration
-        return self.next()
-
     def __enter__(self) -> "Watch":
         return self
 
-    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
-        self.close()
 
-
-class Leaders:
-    """:meth:`Election.leaders`: an iterator of the leader (``None``: nobody leads)."""
-
-    def __init__(self, client: Client, stream: LeaderStream) -> None:
-        self._client = client
-        self._stream = stream
-
-    def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
-        """The leader now (the first call), then the next change; ``TimeoutError`` after
-        ``timeout`` seconds without one (nothing is lost)."""
-        return self._client._run(self._stream.next(timeout))
-
-    def close(self) -> None:
-        if not self._client._closed:
-            self._client._run(_cancel(self._stream))
-
-    def __iter__(self) -> "Leaders":
-        return self
-
-    def __next__(self) -> Optional[Leader]:
-        if self._stream.closed:
-            raise StopIteration
-        return self.next()
-
-    def __enter__(self) -> "Leaders":
-        return self
-
-    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
-        self.close()
+class Leaders(_Iter[Optional[Leader]]):
+    """:meth:`Election.leaders`: an iterator of the leader (``None``: nobody leads), the leader
+    now first, then each change."""
