@@ -296,6 +296,34 @@ def test_an_adoption_ends_the_lease_the_client_knew_there() -> None:
     assert l.deadline_of(new) == 117.0
 
 
+def test_a_grant_with_a_renewal_counts_from_its_send_and_the_lapsed_leases_locks_stay_lost() -> None:
+    """The leader renewed the session's lease as it granted (``renewed``): the grant counts from
+    its send even after the lease the client knew there lapsed; without it, it is lost at once.
+    The lapsed lease's locks stay lost, and a lost session is not revived."""
+    import copy
+
+    from lockd_client._lease import GroupLeases
+
+    plain = GroupLeases(100.0, TTL, MARGIN)
+    plain.homed(1, 100.0, 100.0)
+    plain.started(2, 101.0, 15_000, 101.0)
+    old = plain.granted(101.0, 101.0, group=2, group_moves=0, lease_ttl_ms=15_000)
+    assert plain.deadline_of(old) == 113.0
+    plain.renewed(110.0, 15_000, [ext(1)], 110.0, named=True)
+    renewing = copy.deepcopy(plain)
+    lost = plain.granted(112.5, 113.5, group=2, group_moves=0, lease_ttl_ms=15_000)
+    assert plain.deadline_of(lost) <= 113.5, "lost at once"
+    renewing.renewed_in(2, 112.5, 15_000, 0, 113.5)
+    kept = renewing.granted(112.5, 113.5, group=2, group_moves=0, lease_ttl_ms=15_000)
+    assert renewing.deadline_of(kept) == 124.5
+    assert renewing.deadline_of(old) == 113.0
+    assert renewing.deadline_all == 122.0
+    gone = GroupLeases(100.0, TTL, MARGIN)
+    gone.homed(1, 100.0, 100.0)
+    gone.renewed_in(1, 113.0, 15_000, 0, 113.0)
+    assert gone.session_deadline() == 112.0
+
+
 def test_a_lock_follows_the_session_wide_deadline_once_its_groups_move_count_rose() -> None:
     """(b) A bucket moved in or out of the lock's group: the hold may live in another group now,
     so it follows the deadline every group must renew."""

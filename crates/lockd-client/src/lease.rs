@@ -378,6 +378,27 @@ impl GroupLeases {
         renewal
     }
 
+    /// An acquire sent at `sent` was granted or queued in `group`, and the group's leader said
+    /// it renewed the session's lease there as it did (`renewed`: `ttl_ms` left, the group's
+    /// move count `group_moves`). Counted exactly as a keepalive sent at `sent` that only
+    /// `group` answered, extended: the session-wide lease is untouched. A grant of a lease the
+    /// client had counted lapsed keeps the holds of the lapsed lease lost and starts a new one.
+    /// A lost session stays lost.
+    pub fn renewed_in(
+        &mut self,
+        group: u32,
+        sent: Instant,
+        ttl_ms: u64,
+        group_moves: u64,
+        now: Instant,
+    ) {
+        if now >= self.session_deadline() {
+            return;
+        }
+        self.used.insert(group, now);
+        self.extended(group, sent, ttl_ms, group_moves, now);
+    }
+
     fn extended(&mut self, g: u32, sent: Instant, ttl_ms: u64, moves: u64, now: Instant) {
         let d = self.deadline_from(sent, ttl_ms);
         let st = self.groups.entry(g).or_insert(GroupState {
@@ -977,5 +998,74 @@ mod tests {
         assert_eq!(l.ended_at(&old), Some(s(6)));
         let new = l.granted(s(5), s(6), 2, 0, 15_000, None);
         assert_eq!(l.deadline_of(&new), Some(s(17)));
+    }
+    /// A grant the leader renewed the session's lease for counts from the acquire's send,
+    /// even after the lease the client knew there had lapsed (a re-entry long after the last
+    /// keepalive that named the group): it is not lost at once. The lapsed lease's holds stay
+    /// lost. Without the renewal the same grant is lost at once.
+    #[test]
+    fn a_grant_with_a_renewal_counts_from_its_send_and_the_lapsed_leases_holds_stay_lost() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut plain = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        plain.homed(1, t0, t0);
+        plain.started(2, s(1), 15_000, s(1));
+        let old = plain.granted(s(1), s(1), 2, 0, 15_000, None);
+        assert_eq!(plain.deadline_of(&old), Some(s(13)));
+        // Keepalives go on naming the home group only.
+        plain.renewed(s(10), 15_000, &[(1, ext(15_000, 0))], true, s(10));
+        let mut renewing = plain.clone();
+        // Sent at 12.5 (within the margin before 13), answered at 13.5.
+        let sent = s(12) + Duration::from_millis(500);
+        let now = s(13) + Duration::from_millis(500);
+        let lost = plain.granted(sent, now, 2, 0, 15_000, None);
+        assert!(
+            plain.deadline_of(&lost).is_some_and(|d| d <= now),
+            "lost at once"
+        );
+        renewing.renewed_in(2, sent, 15_000, 0, now);
+        let kept = renewing.granted(sent, now, 2, 0, 15_000, None);
+        assert_eq!(
+            renewing.deadline_of(&kept),
+            Some(sent + Duration::from_secs(12))
+        );
+        assert_eq!(renewing.deadline_of(&old), None);
+        assert_eq!(renewing.ended_at(&old), Some(s(13)));
+        assert_eq!(
+            renewing.group_deadline(2),
+            Some(sent + Duration::from_secs(12))
+        );
+        // The session-wide lease is untouched.
+        assert_eq!(renewing.session().deadline(), s(22));
+    }
+
+    /// A renewal while the client's lease there still runs extends the holds of that lease
+    /// too; one that reports moves the client did not know of sends the older holds to the
+    /// session-wide deadline, as a keepalive's answer would.
+    #[test]
+    fn a_renewal_extends_the_live_leases_holds_unless_the_group_moved() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut l = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        l.homed(1, t0, t0);
+        l.started(2, s(1), 15_000, s(1));
+        let first = l.granted(s(1), s(1), 2, 0, 15_000, None);
+        l.renewed_in(2, s(5), 15_000, 0, s(5));
+        let second = l.granted(s(5), s(5), 2, 0, 15_000, None);
+        assert_eq!(l.deadline_of(&first), Some(s(17)));
+        assert_eq!(l.deadline_of(&second), Some(s(17)));
+        l.renewed_in(2, s(8), 15_000, 1, s(8));
+        assert_eq!(
+            l.deadline_of(&first),
+            Some(s(12)),
+            "the session-wide deadline"
+        );
+        let third = l.granted(s(8), s(8), 2, 1, 15_000, None);
+        assert_eq!(l.deadline_of(&third), Some(s(20)));
+        // Once the session is lost, a renewal revives nothing.
+        let mut lost = GroupLeases::opened(t0, TTL, default_margin(TTL));
+        lost.homed(1, t0, t0);
+        lost.renewed_in(1, s(13), 15_000, 0, s(13));
+        assert_eq!(lost.session_deadline(), s(12));
     }
 }

@@ -454,14 +454,23 @@ struct Acq {
 /// How long past its wait an adopted wait's acquire waits for a push before it gives up.
 const ADOPTED_SLACK: Duration = Duration::from_secs(2);
 
-/// A grant as the stream said it: token, group, the group's move count, the lease's TTL, and
-/// whether the request started the session's lease in the group.
+/// A grant as the stream said it: token, group, the group's move count, the lease's TTL,
+/// whether the request started the session's lease in the group, and the lease there as the
+/// group's leader renewed it when it granted (`(ttl_ms, group_moves)`).
 struct Granted {
     token: u64,
     group: u32,
     group_moves: u64,
     lease_ttl_ms: u64,
     lease_started: bool,
+    renewed: Option<(u64, u64)>,
+}
+
+/// A lease renewal an acquire's answer carries, if it is one (`AcquireResponse.renewed`).
+fn renewal(lease: Option<&pb::GroupLease>) -> Option<(u64, u64)> {
+    lease
+        .filter(|l| l.state == pb::GroupLeaseState::Extended as i32)
+        .map(|l| (l.ttl_ms, l.group_moves))
 }
 
 enum Pending {
@@ -850,6 +859,7 @@ impl Driver {
                         group_moves: r.group_moves,
                         lease_ttl_ms: r.lease_ttl_ms,
                         lease_started: r.lease_started,
+                        renewed: renewal(r.renewed.as_ref()),
                     })
                 } else {
                     Err(Error::NotAcquired {
@@ -868,6 +878,13 @@ impl Driver {
                 // the acquire's send (its grant is pushed later).
                 if let (true, Some(s)) = (q.lease_started, &mut self.sess) {
                     s.leases.started(q.group, a.sent, 0, Instant::now());
+                }
+                // Queueing renewed the session's lease there, as a keepalive sent with the
+                // acquire would have.
+                if let (Some((ttl_ms, moves)), Some(s)) =
+                    (renewal(q.renewed.as_ref()), &mut self.sess)
+                {
+                    (s.leases).renewed_in(q.group, a.sent, ttl_ms, moves, Instant::now());
                 }
                 if let Some((a, push)) = self.pushes.queued((q.group, q.waiter), a) {
                     self.outcome(a, push);
@@ -1009,6 +1026,7 @@ impl Driver {
                 lease_ttl_ms: g.lease_ttl_ms,
                 // Its `queued` answer said so, if it did (`event`).
                 lease_started: false,
+                renewed: None,
             }),
             Ev::WaitEnded(w) if w.reason == "session_ended" => Err(Error::SessionLost),
             // The name's bucket moved to another group: the acquire loop queues again there.
@@ -1041,6 +1059,9 @@ impl Driver {
             let now = Instant::now();
             if g.lease_started {
                 s.leases.started(g.group, a.sent, g.lease_ttl_ms, now);
+            }
+            if let Some((ttl_ms, moves)) = g.renewed {
+                (s.leases).renewed_in(g.group, a.sent, ttl_ms, moves, now);
             }
             let hold =
                 (s.leases).granted(a.sent, now, g.group, g.group_moves, g.lease_ttl_ms, others);

@@ -41,7 +41,7 @@ pub use clock::NodeClock;
 pub use config::{check_peer_addr, NodeConfig, Storage};
 pub use error::{GroupError, StartError};
 pub use group::remote::RemoteGroup;
-pub use group::{Group, GroupStatus, ProposeResult, Renewed};
+pub use group::{Group, GroupStatus, ProposeResult, ProposedResult, Renewed};
 pub use identity::{check_zone, format_zones, parse_zones, Identity};
 pub use node::fatal::GroupFailure;
 pub use node::{DiskUsage, Node, Route, META_MAX_VOTERS};
@@ -53,6 +53,7 @@ pub use raft::{
     inspect_snapshot, seed_thread_rng, MemStorage, MemberCall, MemberError, Membership,
     SnapshotReport, UNREACHABLE_AFTER,
 };
+pub use wire::Proposed;
 
 /// A Raft group: 0 is the meta group (namespaces + shard map), 1..=G are lock groups.
 pub type GroupId = u32;

@@ -201,6 +201,17 @@ fn acquire_request(r: &pb::AcquireRequest, session: SessionId) -> Result<Acquire
     })
 }
 
+/// A lease renewed in `group`, as a keepalive's answer says it.
+fn extended(group: lockd_raft::GroupId, r: lockd_raft::Renewed) -> pb::GroupLease {
+    pb::GroupLease {
+        group,
+        state: pb::GroupLeaseState::Extended as i32,
+        ttl_ms: r.ttl_ms,
+        group_moves: r.group_moves,
+        ..Default::default()
+    }
+}
+
 /// A keepalive's report as the proto says it.
 fn keepalive_response(r: KeepaliveReport) -> pb::KeepAliveResponse {
     use pb::GroupLeaseState as State;
@@ -211,13 +222,13 @@ fn keepalive_response(r: KeepaliveReport) -> pb::KeepAliveResponse {
             GroupLease::Extended {
                 ttl_ms,
                 group_moves,
-            } => pb::GroupLease {
+            } => extended(
                 group,
-                state: State::Extended as i32,
-                ttl_ms,
-                group_moves,
-                ..Default::default()
-            },
+                lockd_raft::Renewed {
+                    ttl_ms,
+                    group_moves,
+                },
+            ),
             GroupLease::NotHere => pb::GroupLease {
                 group,
                 state: State::NotHere as i32,
@@ -246,6 +257,7 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             group,
             group_moves,
             adopted_in,
+            renewed,
         } => pb::AcquireResponse {
             acquired: true,
             fencing_token: token,
@@ -255,6 +267,7 @@ fn acquire_response(o: AcquireOutcome) -> pb::AcquireResponse {
             group_moves,
             lease_started: adopted_in.contains(&group),
             adopted_in,
+            renewed: renewed.map(|r| extended(group, r)),
             ..Default::default()
         },
         AcquireOutcome::NotAcquired {
@@ -999,6 +1012,7 @@ async fn stream_acquire(
             waiter,
             position,
             lease_started,
+            renewed,
         } => {
             // A group with no replica here pushes nothing to this node: the outcome is
             // fetched from one that has, and pushed onto this stream.
@@ -1019,6 +1033,7 @@ async fn stream_acquire(
                 name: a.name.clone(),
                 position,
                 lease_started,
+                renewed: renewed.map(|r| extended(group.id(), r)),
             })
         }
     })

@@ -796,6 +796,7 @@ async fn acquire(
             group,
             group_moves,
             adopted_in,
+            renewed,
         } => {
             let mut r = json!({
                 "acquired": true,
@@ -807,6 +808,12 @@ async fn acquire(
                 "lease_started": adopted_in.contains(&group),
             });
             adopted_in_json(&mut r, adopted_in);
+            if let Some(renewed) = renewed {
+                r["renewed"] = json!({
+                    "ttl_ms": renewed.ttl_ms,
+                    "group_moves": renewed.group_moves,
+                });
+            }
             r
         }
         AcquireOutcome::NotAcquired {

@@ -92,6 +92,11 @@ async fn sessions_try_lock_inspect_keepalive_extend_and_status() {
     assert_eq!(r.body["group_moves"], 0);
     // A group other than the home adopts the session for its first acquire there.
     assert_eq!(r.body["lease_started"], granted_in != home, "{}", r.body);
+    // The leader renewed the session's lease in that group as it granted.
+    let renewed = &r.body["renewed"];
+    assert_eq!(renewed["group_moves"], 0, "{}", r.body);
+    let left = renewed["ttl_ms"].as_u64().unwrap();
+    assert!(left > 14_000 && left <= 15_000, "{}", r.body);
 
     let r = h
         .acquire(

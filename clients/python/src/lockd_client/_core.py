@@ -754,6 +754,8 @@ class Core:
                         # counts from its send.
                         self._sess.lease.leases.started(r.group, a.sent, r.lease_ttl_ms,
                                                         monotonic())
+                    self._renewed_in(r.group, r.renewed if r.HasField("renewed") else None,
+                                     a.sent)
                     self._answer(a, r.fencing_token, max(r.reentry, 1), r.group, r.group_moves,
                                  r.lease_ttl_ms)
                 else:
@@ -765,6 +767,8 @@ class Core:
                 if ev.queued.lease_started and self._sess is not None:
                     # The wait's group adopted the session for it (its grant is pushed later).
                     self._sess.lease.leases.started(ev.queued.group, a.sent, 0, monotonic())
+                q = ev.queued
+                self._renewed_in(q.group, q.renewed if q.HasField("renewed") else None, a.sent)
                 answer = self._pushes.queued((ev.queued.group, ev.queued.waiter), a)
                 if answer is not None:
                     self._outcome(answer.acq, answer.event)
@@ -793,6 +797,15 @@ class Core:
                      "deadline keeps its own, shorter rule", le.group, le.remaining_ms)
         else:
             log.debug("lockd: unexpected session event %s", kind)
+
+    def _renewed_in(self, group: int, renewed: Optional[pb.GroupLease], sent: float) -> None:
+        """An acquire sent at ``sent`` was granted or queued in ``group`` and the group's leader
+        renewed the session's lease there as it did (``renewed``, when the service says so):
+        counted as that group's answer to a keepalive sent with the acquire."""
+        if renewed is None or renewed.state != EXTENDED or self._sess is None:
+            return
+        self._sess.lease.leases.renewed_in(group, sent, renewed.ttl_ms, renewed.group_moves,
+                                           monotonic())
 
     def _group_ended(self, group: int) -> None:
         """Lock group ``group`` let the session's lease there run out (a pushed ``SessionEnded``

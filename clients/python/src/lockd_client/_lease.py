@@ -293,6 +293,22 @@ class GroupLeases:
         elif st.deadline is None or d > st.deadline:
             st.deadline = d
 
+    def renewed_in(self, group: int, sent: float, ttl_ms: int, group_moves: int,
+                   now: float) -> None:
+        """An acquire sent at ``sent`` was granted or queued in ``group``, and the group's leader
+        said it renewed the session's lease there as it did (``renewed``: ``ttl_ms`` left, the
+        group's move count ``group_moves``). Counted as a keepalive sent at ``sent`` that only
+        ``group`` answered, extended; ``deadline_all`` is untouched. A lost session stays
+        lost."""
+        if self.session_expired(now):
+            return
+        self.used[group] = now
+        st = self.groups.get(group)
+        if st is None:
+            self.groups[group] = _GroupState(self._deadline(sent, ttl_ms), group_moves)
+        else:
+            self._extended(st, sent, ttl_ms, group_moves, now)
+
     def group_ended(self, group: int, at: float) -> None:
         """The service pushed ``SessionEnded`` for ``group`` (its leader let the session's lease
         there run out), which arrived at ``at``: the group's lease ended, as a ``not_here``

@@ -245,6 +245,15 @@ pub(crate) async fn session_ops(
                 leases.started(*g, sent, 0, Instant::now());
             }
         }
+        // The grant renewed the session's lease in its group, as a keepalive sent with it.
+        if let Answer::Answered(Ok(AcquireOutcome::Acquired {
+            group,
+            renewed: Some(r),
+            ..
+        })) = &r
+        {
+            (lock(&s.lease)).renewed_in(*group, sent, r.ttl_ms, r.group_moves, Instant::now());
+        }
         let outcome = match &r {
             Answer::Answered(Ok(AcquireOutcome::Acquired { token, .. })) => {
                 Outcome::Granted { token: *token }

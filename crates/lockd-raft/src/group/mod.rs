@@ -26,18 +26,10 @@ use crate::peer::{Method, Peers};
 use crate::raft::leadership::KeepaliveRefused;
 use crate::raft::replica::Replica;
 use crate::raft::{RaftGroup, WriteError};
-use crate::wire::WireReply;
+use crate::wire::Proposed;
 use crate::{GroupError, GroupId, NodeId};
 
-/// What a group's leader answered a keepalive with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Renewed {
-    /// The lease the session has left in the group, from when the leader answered.
-    pub ttl_ms: u64,
-    /// The group's move count then (`LockTable::move_count`): a hold granted at this count
-    /// has not left the group.
-    pub group_moves: u64,
-}
+pub use crate::wire::Renewed;
 
 /// Timing of one group's calls, derived from the node config.
 #[derive(Clone, Copy, Debug)]
@@ -157,6 +149,9 @@ const STRANDED_AFTER_ELECTIONS: u32 = 4;
 /// The answer to a proposal: the core's reply (or rejection), or why there is none.
 pub type ProposeResult = Result<Result<Reply, Rejection>, GroupError>;
 
+/// [`ProposeResult`] with what the leader says beside the reply ([`Proposed`]).
+pub type ProposedResult = Result<Proposed, GroupError>;
+
 impl Group {
     pub(crate) fn new(
         id: GroupId,
@@ -224,6 +219,12 @@ impl Group {
     /// majority) and applied, and the core's reply is returned; on a follower it is forwarded to
     /// the leader. Never answers before commit.
     pub async fn propose(&self, op: Op) -> ProposeResult {
+        self.propose_full(op).await.map(|p| p.reply)
+    }
+
+    /// [`Group::propose`], with the session's lease renewal the leader reports for an acquire
+    /// it granted or queued.
+    pub async fn propose_full(&self, op: Op) -> ProposedResult {
         let deadline = Instant::now() + self.timing.propose_timeout;
         match tokio::time::timeout_at(deadline, self.propose_routed(op)).await {
             Ok(r) => r,
@@ -231,7 +232,7 @@ impl Group {
         }
     }
 
-    async fn propose_routed(&self, op: Op) -> ProposeResult {
+    async fn propose_routed(&self, op: Op) -> ProposedResult {
         let (give_up, out) = self.outage.give_up_at(self.timing.retry_budget);
         loop {
             self.check_running()?;
@@ -245,7 +246,7 @@ impl Group {
                 Err(GroupError::NoLeader { .. }) if Instant::now() < give_up => {
                     // Nothing was appended: the members elsewhere may take it.
                     if let Some(remote) = self.elsewhere() {
-                        return remote.propose(op).await;
+                        return remote.propose_full(op).await;
                     }
                     tokio::time::sleep(self.timing.retry_pause).await;
                 }
@@ -277,10 +278,10 @@ impl Group {
         }
     }
 
-    async fn forward_propose(&self, leader: NodeId, op: &Op) -> ProposeResult {
+    async fn forward_propose(&self, leader: NodeId, op: &Op) -> ProposedResult {
         match self
             .peers
-            .forward::<_, WireReply>(
+            .forward::<_, Proposed>(
                 leader,
                 Method::Propose,
                 self.id,
@@ -291,7 +292,7 @@ impl Group {
         {
             Ok(r) => {
                 self.note_hint(leader, matches!(r, Err(GroupError::NoLeader { .. })));
-                r.map(|w| w.0)
+                r
             }
             // The connection could not be made, so nothing was sent: safe to retry.
             Err(st) if never_sent(&st) => {
@@ -316,7 +317,7 @@ impl Group {
     }
 
     /// Serves a proposal on this node only if it leads with active leader duties.
-    pub(crate) async fn propose_on_leader(&self, op: Op) -> ProposeResult {
+    pub(crate) async fn propose_on_leader(&self, op: Op) -> ProposedResult {
         self.check_running()?;
         let status = self.raft.role();
         if !status.is_leader || self.cut_off_leader() {

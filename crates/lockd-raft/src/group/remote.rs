@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::group::{never_sent, Outage, Timing};
 use crate::peer::{Method, Peers};
 use crate::raft::{MemberError, Membership};
-use crate::wire::WireReply;
+use crate::wire::Proposed;
 use crate::{GroupError, GroupId, MemberCall, NodeId, ProposeResult};
 
 /// What one attempt at a candidate came to.
@@ -227,10 +227,15 @@ impl RemoteGroup {
 
     /// [`crate::Group::propose`] for a group hosted elsewhere: sent to its leader.
     pub async fn propose(&self, op: Op) -> ProposeResult {
+        self.propose_full(op).await.map(|p| p.reply)
+    }
+
+    /// [`crate::Group::propose_full`] for a group hosted elsewhere.
+    pub async fn propose_full(&self, op: Op) -> crate::group::ProposedResult {
         let deadline = Instant::now() + self.timing.propose_timeout;
-        let call = self.on_leader::<Op, WireReply>(Method::Propose, &op, false);
+        let call = self.on_leader::<Op, Proposed>(Method::Propose, &op, false);
         match tokio::time::timeout_at(deadline, call).await {
-            Ok(r) => r.map(|w| w.0),
+            Ok(r) => r,
             Err(_) => Err(GroupError::Timeout),
         }
     }

@@ -191,12 +191,7 @@ async fn dispatch_one(
         // re-forwarding).
         Method::Propose => {
             let op = forwarded_op(payload, group_id, caller)?;
-            reply(
-                &group
-                    .propose_on_leader(op)
-                    .await
-                    .map(crate::wire::WireReply),
-            )
+            reply(&group.propose_on_leader(op).await)
         }
         Method::Keepalive => keepalive(node, group_id, payload),
         Method::ReadIndex => reply(&group.read_index_for_peer().await),

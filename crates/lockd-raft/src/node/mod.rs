@@ -109,6 +109,14 @@ impl Route {
         }
     }
 
+    /// [`Group::propose_full`], wherever the group is.
+    pub async fn propose_full(&self, op: lockd_core::Op) -> crate::ProposedResult {
+        match self {
+            Route::Local(g) => g.propose_full(op).await,
+            Route::Remote(r) => r.propose_full(op).await,
+        }
+    }
+
     /// [`Group::keepalive`], wherever the group is.
     pub async fn keepalive(
         &self,

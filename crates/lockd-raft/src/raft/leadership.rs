@@ -97,6 +97,14 @@ impl Leadership {
             .ok_or(KeepaliveRefused::NotFound)
     }
 
+    /// Renews `session` at `now` because this leader granted or queued an acquire of it in an
+    /// entry of its own term (no lease check: the entry's commit proves a quorum was in this
+    /// term after the acquire was sent). `None` if inactive, untracked or already expiring.
+    pub(crate) fn renew(&mut self, session: SessionId, now: Instant) -> Option<u64> {
+        self.clock?;
+        self.tracker.keepalive(session, now)
+    }
+
     pub(crate) fn due(&mut self, now: Instant) -> Vec<SessionId> {
         self.tracker.due(now)
     }

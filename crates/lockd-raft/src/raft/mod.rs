@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use lockd_core::{Op, Rejection, Reply};
+use lockd_core::Op;
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
 use openraft::{BasicNode, Config, Instant as _, ReadPolicy, SnapshotPolicy};
@@ -39,7 +39,7 @@ use tracing::info;
 
 use crate::peer::Peers;
 use crate::raft::replica::Replica;
-use crate::wire::WireReply;
+use crate::wire::Proposed;
 use crate::{GroupId, NodeConfig, NodeId, StartError, Storage};
 
 /// A log entry's payload (`AppData`): lockd-core ops, applied in order as commands stamped with
@@ -74,7 +74,7 @@ impl fmt::Display for Proposal {
 /// in order (none for an entry without ops: blank, membership).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(transparent)]
-pub(crate) struct Outcome(pub(crate) Vec<WireReply>);
+pub(crate) struct Outcome(pub(crate) Vec<Proposed>);
 
 openraft::declare_raft_types!(
     pub(crate) TypeConfig:
@@ -203,7 +203,7 @@ fn batch_len<'a>(ops: impl Iterator<Item = &'a Op>) -> usize {
     n
 }
 
-type WriteResult = Result<Result<Reply, Rejection>, WriteError>;
+type WriteResult = Result<Proposed, WriteError>;
 
 struct PendingWrite {
     op: Op,
@@ -541,7 +541,7 @@ async fn write_entries(raft: Raft, replica: Arc<Replica>, writes: Arc<Mutex<Writ
         match write_entry(&raft, &replica, ops).await {
             Ok(replies) => {
                 for (tx, r) in txs.into_iter().zip(replies) {
-                    let _ = tx.send(Ok(r.0));
+                    let _ = tx.send(Ok(r));
                 }
             }
             Err(e) => {
@@ -559,7 +559,7 @@ async fn write_entry(
     raft: &Raft,
     replica: &Replica,
     ops: Vec<Op>,
-) -> Result<Vec<WireReply>, WriteError> {
+) -> Result<Vec<Proposed>, WriteError> {
     let n = ops.len();
     let role = role_of(&raft.server_metrics().borrow_watched());
     if !role.is_leader {

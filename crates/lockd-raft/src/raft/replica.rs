@@ -13,9 +13,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::watch;
-use lockd_core::{Command, Effect, LockTable, Op, Rejection, Reply};
+use lockd_core::{Command, Effect, LockTable, Op, Reply};
 
 use crate::raft::leadership::Leadership;
+use crate::wire::Proposed;
+use crate::wire::Renewed;
 use crate::{EffectSink, GroupId, NodeClock};
 
 /// What has been applied, and when (on this node's monotonic clock).
@@ -113,13 +115,14 @@ impl Replica {
 
     /// Applies one committed entry (log order): its `ops`, in order, as commands at group time
     /// `now_ms`; returns the core's reply to each.
-    pub(crate) fn apply(
-        &self,
-        index: u64,
-        term: u64,
-        now_ms: u64,
-        ops: Vec<Op>,
-    ) -> Vec<Result<Reply, Rejection>> {
+    ///
+    /// On the leader of the entry's term, an acquire answered `Acquired` or `Queued` also
+    /// renews its session's lease here, as a keepalive received now would (S6): the reply
+    /// says so (`Proposed::renewed`), and the client counts that lease from when it sent the
+    /// acquire. So a grant is never lost at once for want of a keepalive the client had not
+    /// yet sent. Only the leader's tracker changes: the table, and so every replica's state,
+    /// is the same either way.
+    pub(crate) fn apply(&self, index: u64, term: u64, now_ms: u64, ops: Vec<Op>) -> Vec<Proposed> {
         let mut replies = Vec::with_capacity(ops.len());
         let mut effects = Vec::new();
         let mut events = Vec::new();
@@ -133,6 +136,9 @@ impl Replica {
             let at = self.clock.now();
             let mut leader = lock(&self.leader);
             leading = leader.term().is_some();
+            // The term whose entries this leader proposed: only their acquires were sent
+            // after its election, and only it answers them.
+            let renewing = leader.term() == Some(term);
             for (slot, op) in ops.into_iter().enumerate() {
                 let cmd = Command { now_ms, op };
                 let mut applied = st.table.apply(&cmd);
@@ -154,9 +160,15 @@ impl Replica {
                         _ => {}
                     }
                 }
+                let renewed = renewing
+                    .then(|| renewal(&mut leader, &cmd.op, &applied.reply, at, &st.table))
+                    .flatten();
                 effects.extend(applied.effects);
                 events.append(&mut applied.events);
-                replies.push(applied.reply);
+                replies.push(Proposed {
+                    reply: applied.reply,
+                    renewed,
+                });
             }
             st.index = index;
             st.term = term;
@@ -291,5 +303,27 @@ impl Replica {
 
     pub(crate) fn with_leadership<R>(&self, f: impl FnOnce(&mut Leadership) -> R) -> R {
         f(&mut lock(&self.leader))
+    }
+}
+
+/// On the leader of the entry's term: the renewal of an acquire's session that `reply` granted
+/// or queued (S6), as a keepalive at `at` would renew it; `None` for any other op or reply, or
+/// a session already expiring.
+fn renewal(
+    leader: &mut Leadership,
+    op: &Op,
+    reply: &Result<Reply, lockd_core::Rejection>,
+    at: Instant,
+    table: &LockTable,
+) -> Option<Renewed> {
+    match (op, reply) {
+        (
+            Op::Acquire { session, .. } | Op::AdoptAndAcquire { session, .. },
+            Ok(Reply::Acquired { .. } | Reply::Queued { .. }),
+        ) => leader.renew(*session, at).map(|ttl_ms| Renewed {
+            ttl_ms,
+            group_moves: table.move_count(),
+        }),
+        _ => None,
     }
 }

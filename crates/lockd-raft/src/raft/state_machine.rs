@@ -30,7 +30,6 @@ use tracing::info;
 use super::mem_store::MemStorage;
 use super::{enc, LogId, Outcome, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::raft::replica::Replica;
-use crate::wire::WireReply;
 
 pub(crate) const SNAPSHOT_FILE: &str = "snapshot.bin";
 
@@ -367,12 +366,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some((entry, responder)) = entries.try_next().await? {
             let (index, term) = (entry.log_id.index, entry.log_id.leader_id.term);
             let outcome = match entry.payload {
-                EntryPayload::Normal(p) => self
-                    .replica
-                    .apply(index, term, p.now_ms, p.ops)
-                    .into_iter()
-                    .map(WireReply)
-                    .collect(),
+                EntryPayload::Normal(p) => self.replica.apply(index, term, p.now_ms, p.ops),
                 EntryPayload::Blank => {
                     self.replica.mark_applied(index, term);
                     Vec::new()

@@ -17,7 +17,7 @@ use lockd_core::{
     limits, BucketSet, BusyReason, LockInfo, LockMode, Namespace, Op, Reply, SessionId,
     SessionSummary, ShardMap, Token,
 };
-use lockd_raft::{Group, GroupError, GroupId, Node, Route, META_GROUP};
+use lockd_raft::{Group, GroupError, GroupId, Node, Renewed, Route, META_GROUP};
 
 use crate::ask::{answer_of, Answer, Query};
 use crate::config::{token_digest, token_matches};
@@ -85,6 +85,20 @@ pub struct AcquireRequest {
     pub reentrant: bool,
 }
 
+impl AcquireRequest {
+    /// The command it proposes.
+    fn op(&self) -> Op {
+        Op::Acquire {
+            session: self.session,
+            name: self.name.clone(),
+            owner: self.owner.clone(),
+            mode: self.mode,
+            wait_ms: self.wait_ms,
+            reentrant: self.reentrant,
+        }
+    }
+}
+
 /// The answer to an acquire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireOutcome {
@@ -99,6 +113,9 @@ pub enum AcquireOutcome {
         /// there started after the request was sent). A long poll's wait that moved with its
         /// bucket queued again elsewhere, so there may be more than `group`.
         adopted_in: Vec<GroupId>,
+        /// The session's lease in `group` as its leader renewed it when it granted this
+        /// acquire at once (`lockd_raft::Proposed::renewed`); `None` when it did not say.
+        renewed: Option<Renewed>,
     },
     /// Not granted: held by `holder` (owner string), the caller was or would be `queue_position`.
     NotAcquired {
@@ -135,6 +152,15 @@ pub struct ContentionView {
     pub report: crate::contention::Report,
 }
 
+/// One acquire's proposal as its group answered it.
+struct Proposal {
+    group: Route,
+    reply: Reply,
+    /// The proposal adopted the session in `group` (`Op::AdoptAndAcquire`, succeeded).
+    lease_started: bool,
+    renewed: Option<Renewed>,
+}
+
 /// The immediate answer to an acquire.
 pub enum AcquireStart {
     Done(AcquireOutcome),
@@ -145,6 +171,8 @@ pub enum AcquireStart {
         position: u32,
         /// As [`AcquireOutcome::Acquired`]'s: this request adopted the session in `group`.
         lease_started: bool,
+        /// As [`AcquireOutcome::Acquired`]'s: queueing renewed the session's lease there.
+        renewed: Option<Renewed>,
     },
 }
 
@@ -250,7 +278,7 @@ fn wait_outcome(
     position: u32,
 ) -> Result<Option<AcquireOutcome>, ApiError> {
     match got {
-        Some((WaitOutcome::Granted { token, lease_ttl_ms, group_moves }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1, group, group_moves, adopted_in: Vec::new() })),
+        Some((WaitOutcome::Granted { token, lease_ttl_ms, group_moves }, _)) => Ok(Some(AcquireOutcome::Acquired { token, lease_ttl_ms, reentry: 1, group, group_moves, adopted_in: Vec::new(), renewed: None })),
         Some((WaitOutcome::TimedOut, holder)) => Ok(Some(AcquireOutcome::NotAcquired { holder, queue_position: position, lock_delay_until_ms: None, wait_estimate_ms: None, adopted_in: Vec::new() })),
         Some((WaitOutcome::Moved, _)) => Ok(None),
         Some((WaitOutcome::SessionEnded, _)) => Err(ApiError::new(ErrorCode::SessionNotFound, "the session ended while waiting")),
@@ -845,6 +873,16 @@ impl Service {
     /// Proposes `op` to `group`. A group that cannot take it (no leader, unreachable) is named
     /// in the error: one group's outage is that group's names' alone.
     pub(crate) async fn propose(&self, group: &Route, op: Op) -> Result<Reply, ApiError> {
+        self.propose_full(group, op).await.map(|(reply, _)| reply)
+    }
+
+    /// [`Service::propose`], with the lease renewal the leader reports beside the reply
+    /// (`lockd_raft::Proposed`).
+    async fn propose_full(
+        &self,
+        group: &Route,
+        op: Op,
+    ) -> Result<(Reply, Option<Renewed>), ApiError> {
         let named = |e: lockd_raft::GroupError| {
             let e = ApiError::from(e);
             ApiError {
@@ -852,7 +890,8 @@ impl Service {
                 ..e
             }
         };
-        Ok(group.propose(op).await.map_err(named)??)
+        let p = group.propose_full(op).await.map_err(named)?;
+        Ok((p.reply?, p.renewed))
     }
 
     /// Opens the session in one lock group, its home: its namespace's home group, or the next
@@ -1107,16 +1146,12 @@ impl Service {
         // it again at apply).
         limits::check_optional("owner", &req.owner, limits::MAX_OWNER_BYTES)?;
         self.admit_name(&req.name, creds)?;
-        let op = Op::Acquire {
-            session: req.session,
-            name: req.name.clone(),
-            owner: req.owner,
-            mode: req.mode,
-            wait_ms: req.wait_ms,
-            reentrant: req.reentrant,
-        };
-        let (group, reply, lease_started) =
-            self.propose_acquire(&req.name, req.session, op).await?;
+        let Proposal {
+            group,
+            reply,
+            lease_started,
+            renewed,
+        } = (self.propose_acquire(&req.name, req.session, req.op())).await?;
         if let Reply::Busy { .. } = reply {
             // Counted at the front door that proposed it: a busy reply changes no state, so
             // the core has no event for it.
@@ -1135,6 +1170,7 @@ impl Service {
                 group: group.id(),
                 group_moves,
                 adopted_in: lease_started.then(|| group.id()).into_iter().collect(),
+                renewed,
             })),
             Reply::Busy {
                 holder,
@@ -1158,6 +1194,7 @@ impl Service {
                 waiter,
                 position,
                 lease_started,
+                renewed,
             }),
             other => Err(ApiError::unexpected("Acquire", Some(&other))),
         }
@@ -1177,30 +1214,50 @@ impl Service {
         name: &str,
         session: SessionId,
         op: Op,
-    ) -> Result<(Route, Reply, bool), ApiError> {
+    ) -> Result<Proposal, ApiError> {
         if let Some((client, ttl_ms, namespace)) = self.local_adoption_hint(name, session) {
             let adopting = op.clone().adopting(client, ttl_ms, namespace);
-            match self.propose_for_name(name, adopting).await {
+            match self.propose_acquire_once(name, adopting, true).await {
                 // The session had a lease there after all (this replica lagged).
                 Err(e) if e.code == ErrorCode::SessionExists => {}
-                r => return r.map(|(group, reply)| (group, reply, true)),
+                r => return r,
             }
         }
-        match self.propose_for_name(name, op.clone()).await {
+        match self.propose_acquire_once(name, op.clone(), false).await {
             Err(e) if e.code == ErrorCode::SessionNotHere => {
                 let (client, ttl_ms, namespace) = self.session_opening(session).await?;
                 let adopting = op.clone().adopting(client, ttl_ms, namespace);
-                match self.propose_for_name(name, adopting).await {
+                match self.propose_acquire_once(name, adopting, true).await {
                     // Another request of the session adopted it there meanwhile.
-                    Err(e) if e.code == ErrorCode::SessionExists => self
-                        .propose_for_name(name, op)
-                        .await
-                        .map(|(group, reply)| (group, reply, false)),
-                    r => r.map(|(group, reply)| (group, reply, true)),
+                    Err(e) if e.code == ErrorCode::SessionExists => {
+                        self.propose_acquire_once(name, op, false).await
+                    }
+                    r => r,
                 }
             }
-            r => r.map(|(group, reply)| (group, reply, false)),
+            r => r,
         }
+    }
+
+    /// One proposal of an acquire (`adopting`: an `Op::AdoptAndAcquire`) on `name`'s group.
+    async fn propose_acquire_once(
+        &self,
+        name: &str,
+        op: Op,
+        adopting: bool,
+    ) -> Result<Proposal, ApiError> {
+        let (group, (reply, renewed)) = self
+            .on_owner(name, |g| {
+                let op = op.clone();
+                async move { self.propose_full(&g, op).await }
+            })
+            .await?;
+        Ok(Proposal {
+            group,
+            reply,
+            lease_started: adopting,
+            renewed,
+        })
     }
 
     /// The opening values of `session` when this node's own replicas say it has no lease in
@@ -1258,6 +1315,8 @@ impl Service {
                     waiter,
                     position,
                     lease_started,
+                    // The grant after the wait comes without one (docs/API.md).
+                    renewed: _,
                 } => {
                     if lease_started {
                         adopted.push(group.id());

@@ -277,7 +277,7 @@ class AcquireRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ..., reentrant: bool = ..., token: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms", "group", "group_moves", "lease_started", "adopted_in")
+    __slots__ = ("acquired", "fencing_token", "lease_ttl_ms", "reentry", "holder", "queue_position", "lock_delay_until_ms", "wait_estimate_ms", "group", "group_moves", "lease_started", "adopted_in", "renewed")
     ACQUIRED_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +290,7 @@ class AcquireResponse(_message.Message):
     GROUP_MOVES_FIELD_NUMBER: _ClassVar[int]
     LEASE_STARTED_FIELD_NUMBER: _ClassVar[int]
     ADOPTED_IN_FIELD_NUMBER: _ClassVar[int]
+    RENEWED_FIELD_NUMBER: _ClassVar[int]
     acquired: bool
     fencing_token: int
     lease_ttl_ms: int
@@ -302,7 +303,8 @@ class AcquireResponse(_message.Message):
     group_moves: int
     lease_started: bool
     adopted_in: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., group: _Optional[int] = ..., group_moves: _Optional[int] = ..., lease_started: bool = ..., adopted_in: _Optional[_Iterable[int]] = ...) -> None: ...
+    renewed: GroupLease
+    def __init__(self, acquired: bool = ..., fencing_token: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., reentry: _Optional[int] = ..., holder: _Optional[str] = ..., queue_position: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., group: _Optional[int] = ..., group_moves: _Optional[int] = ..., lease_started: bool = ..., adopted_in: _Optional[_Iterable[int]] = ..., renewed: _Optional[_Union[GroupLease, _Mapping]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("session_id", "name", "fencing_token", "token")
@@ -591,20 +593,22 @@ class LeaseExtended(_message.Message):
     def __init__(self, group: _Optional[int] = ..., extended_by_ms: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
 
 class Queued(_message.Message):
-    __slots__ = ("group", "waiter", "name", "position", "wait_estimate_ms", "lease_started")
+    __slots__ = ("group", "waiter", "name", "position", "wait_estimate_ms", "lease_started", "renewed")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WAITER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     WAIT_ESTIMATE_MS_FIELD_NUMBER: _ClassVar[int]
     LEASE_STARTED_FIELD_NUMBER: _ClassVar[int]
+    RENEWED_FIELD_NUMBER: _ClassVar[int]
     group: int
     waiter: int
     name: str
     position: int
     wait_estimate_ms: int
     lease_started: bool
-    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., position: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., lease_started: bool = ...) -> None: ...
+    renewed: GroupLease
+    def __init__(self, group: _Optional[int] = ..., waiter: _Optional[int] = ..., name: _Optional[str] = ..., position: _Optional[int] = ..., wait_estimate_ms: _Optional[int] = ..., lease_started: bool = ..., renewed: _Optional[_Union[GroupLease, _Mapping]] = ...) -> None: ...
 
 class Granted(_message.Message):
     __slots__ = ("group", "waiter", "name", "fencing_token", "lease_ttl_ms", "group_moves")
