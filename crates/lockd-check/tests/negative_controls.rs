@@ -45,7 +45,10 @@ async fn a_sabotaged_node_names_its_control_in_status_readiness_and_metrics() {
         status.body
     );
     let metrics = h.get("/metrics").await;
-    let text = metrics.body.as_str().unwrap();
+    let text = metrics
+        .body
+        .as_str()
+        .unwrap_or_else(|| panic!("/metrics answered {}: {}", metrics.status, metrics.body));
     assert!(
         text.contains("lockd_unsafe_negative_control{control=\"skip-leader-lease-check\"} 1"),
         "{text}"
