@@ -67,7 +67,7 @@ LAYERS = {
         ["service/"],
         # Operations over the service: routing to any group, membership, namespaces, moves,
         # topology. The service never calls them.
-        ["admin", "moves", "namespaces", "route", "topology"],
+        ["admin", "moves", "namespaces", "route", "status", "topology"],
         # The edge: HTTP, gRPC, the command line; the ports and the background duties that
         # start() runs.
         ["cli", "grpc", "http"],

@@ -265,8 +265,15 @@ enum NamespaceCmd {
 
 #[derive(Subcommand, Clone)]
 enum Cmd {
-    /// Every node's groups: leader, term, members, applied index, revision.
-    Status,
+    /// Every node's groups: leader, term, members, applied index, revision. With --cluster,
+    /// one node gathers every member node's own report over the peer port (version, ready,
+    /// uptime, each replica's role, term, commit and applied index, bytes on disk; an error for
+    /// a node that does not answer): needs --admin-token-file. Exits 1 if a node did not
+    /// answer or is not ready.
+    Status {
+        #[arg(long)]
+        cluster: bool,
+    },
     /// Holders, token and queue of a lock.
     Inspect { name: String },
     /// Print every change of a lock (with --prefix: of every name under TARGET) as it happens,
@@ -673,7 +680,8 @@ fn options(cli: &Cli, ttl: Duration) -> ClientOptions {
 
 async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
     match &cli.cmd {
-        Cmd::Status => status(cli, out).await,
+        Cmd::Status { cluster: false } => status(cli, out).await,
+        Cmd::Status { cluster: true } => cluster_status(cli, out).await,
         Cmd::Top {
             top,
             namespace,
@@ -1555,6 +1563,117 @@ async fn status(cli: &Cli, out: &Out) -> Result<(), Fail> {
     }
 }
 
+/// `status --cluster`: exits 1 when a member node did not answer or is not ready.
+async fn cluster_status(cli: &Cli, out: &Out) -> Result<(), Fail> {
+    let c = Client::lazy(endpoints(cli), options(cli, Duration::from_secs(15)))?;
+    let nodes = c.cluster_status().await?;
+    let json_of = |n: &admin::NodeReport| {
+        let replicas: Vec<Value> = (n.replicas.iter())
+            .map(|r| json!({"group": r.group, "role": r.role, "leader": r.leader, "term": r.term,
+                "committed_index": r.committed_index, "applied_index": r.applied_index,
+                "revision": r.revision, "log_bytes": r.log_bytes, "snapshot_bytes": r.snapshot_bytes}))
+            .collect();
+        match &n.error {
+            Some(e) => json!({"node_id": n.node_id, "peer_addr": n.peer_addr, "error": e}),
+            None => json!({"node_id": n.node_id, "peer_addr": n.peer_addr, "zone": n.zone,
+                "version": n.version, "pid": n.pid, "uptime_s": n.uptime_s, "ready": n.ready,
+                "not_ready": n.not_ready, "replicas": replicas}),
+        }
+    };
+    out.print(
+        json!({"nodes": nodes.iter().map(json_of).collect::<Vec<_>>()}),
+        || cluster_table(&nodes),
+    );
+    if nodes.iter().any(|n| n.error.is_some() || !n.ready) {
+        return Err(Fail::Code(1));
+    }
+    Ok(())
+}
+
+/// One row per replica (a node's own columns on its first row), then why a node is not ready.
+fn cluster_table(nodes: &[admin::NodeReport]) -> String {
+    let mut t = String::from(
+        "node  version  ready  uptime    group  role      leader  term  commit    applied   disk",
+    );
+    let mut notes = Vec::new();
+    for n in nodes {
+        if let Some(e) = &n.error {
+            t.push_str(&format!(
+                "
+{:>4}  {}: {e}",
+                n.node_id, n.peer_addr
+            ));
+            continue;
+        }
+        for (i, r) in n.replicas.iter().enumerate() {
+            let node_cols = if i == 0 {
+                format!(
+                    "{:>4}  {:<7}  {:<5}  {:<8}",
+                    n.node_id,
+                    n.version,
+                    if n.ready { "yes" } else { "NO" },
+                    human_secs(n.uptime_s),
+                )
+            } else {
+                format!("{:30}", "")
+            };
+            let group = if r.group == 0 {
+                "meta".to_string()
+            } else {
+                r.group.to_string()
+            };
+            let leader = if r.leader == 0 {
+                "-".to_string()
+            } else {
+                r.leader.to_string()
+            };
+            let commit = r.committed_index.map_or("-".to_string(), |c| c.to_string());
+            let disk = match (r.log_bytes, r.snapshot_bytes) {
+                (Some(l), Some(s)) => human_bytes(l + s),
+                _ => "-".to_string(),
+            };
+            t.push_str(&format!(
+                "\n{node_cols}  {group:>5}  {:<8}  {leader:<6}  {:<4}  {commit:<8}  {:<8}  {disk}",
+                r.role, r.term, r.applied_index
+            ));
+        }
+        notes.extend(
+            n.not_ready
+                .iter()
+                .map(|w| format!("node {}: {w}", n.node_id)),
+        );
+    }
+    for w in notes {
+        t.push_str(&format!("\nnot ready: {w}"));
+    }
+    t
+}
+
+/// An uptime as `42s`, `5m12s`, `2h13m` or `3d4h`.
+fn human_secs(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3_600 => format!("{}m{}s", s / 60, s % 60),
+        3_600..86_400 => format!("{}h{}m", s / 3_600, s % 3_600 / 60),
+        _ => format!("{}d{}h", s / 86_400, s % 86_400 / 3_600),
+    }
+}
+
+/// `n` bytes as B, KiB, MiB or GiB.
+fn human_bytes(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut u) = (n as f64, 0);
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
 fn status_json(ep: &str, s: &admin::NodeStatus) -> Value {
     json!({
         "endpoint": ep,
@@ -1859,5 +1978,61 @@ mod tests {
         assert_eq!(parse_mode("semaphore:4"), Ok(Mode::Semaphore(4)));
         assert_eq!(parse_mode("shared"), Ok(Mode::Shared));
         assert!(parse_mode("semaphore:x").is_err());
+    }
+
+    #[test]
+    fn cluster_table_shows_each_replica_and_names_a_silent_or_unready_node() {
+        let replica = |group, role: &str| admin::ReplicaReport {
+            group,
+            role: role.into(),
+            leader: 1,
+            term: 3,
+            committed_index: Some(120),
+            applied_index: 118,
+            revision: 7,
+            log_bytes: Some(3 * 1024 * 1024),
+            snapshot_bytes: Some(512 * 1024),
+        };
+        let nodes = [
+            admin::NodeReport {
+                node_id: 1,
+                peer_addr: "10.0.0.1:7001".into(),
+                error: None,
+                zone: "a".into(),
+                version: "0.1.0".into(),
+                pid: 42,
+                uptime_s: 3_725,
+                ready: false,
+                not_ready: vec!["its replica of group 1 is catching up".into()],
+                replicas: vec![replica(0, "leader"), replica(1, "follower")],
+            },
+            admin::NodeReport {
+                node_id: 2,
+                peer_addr: "10.0.0.2:7001".into(),
+                error: Some("no answer within 3 s".into()),
+                zone: String::new(),
+                version: String::new(),
+                pid: 0,
+                uptime_s: 0,
+                ready: false,
+                not_ready: vec![],
+                replicas: vec![],
+            },
+        ];
+        let t = cluster_table(&nodes);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 5, "{t}");
+        assert!(lines[1].starts_with("   1  0.1.0    NO     1h2m"), "{t}");
+        assert!(lines[1].contains(" meta  leader"), "{t}");
+        assert!(lines[1].contains("120       118       3.5 MiB"), "{t}");
+        assert!(lines[2].trim_start().starts_with("1  follower"), "{t}");
+        assert_eq!(lines[3], "   2  10.0.0.2:7001: no answer within 3 s");
+        assert_eq!(
+            lines[4],
+            "not ready: node 1: its replica of group 1 is catching up"
+        );
+        assert_eq!(human_secs(59), "59s");
+        assert_eq!(human_secs(90_061), "1d1h");
+        assert_eq!(human_bytes(1023), "1023 B");
     }
 }

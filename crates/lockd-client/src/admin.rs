@@ -36,6 +36,85 @@ pub struct GroupStatus {
     pub preferred_leader: u64,
 }
 
+/// One member node's own report in a cluster status
+/// ([`Client::cluster_status`](crate::Client::cluster_status)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeReport {
+    /// The node's id.
+    pub node_id: u64,
+    /// Its peer address, as the group memberships record it.
+    pub peer_addr: String,
+    /// Why it gave no report (unreachable, no answer in time, a version that cannot report);
+    /// the fields below are then empty.
+    pub error: Option<String>,
+    /// Its zone (empty: none declared).
+    pub zone: String,
+    /// The lockd version it runs.
+    pub version: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Seconds since it started.
+    pub uptime_s: u64,
+    /// What its `/readyz` says, and why not.
+    pub ready: bool,
+    /// Why it is not ready (empty when it is).
+    pub not_ready: Vec<String>,
+    /// Every group replica it hosts.
+    pub replicas: Vec<ReplicaReport>,
+}
+
+/// One replica of one group, as its node reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaReport {
+    /// 0 = the meta group; 1.. = lock groups.
+    pub group: u32,
+    /// `leader`, `follower` or `learner`.
+    pub role: String,
+    /// The leader it knows of (0 = none).
+    pub leader: u64,
+    /// The Raft term it knows.
+    pub term: u64,
+    /// The group's commit index as it last heard it.
+    pub committed_index: Option<u64>,
+    /// The last log index applied there.
+    pub applied_index: u64,
+    /// The group's fencing-token revision as applied there.
+    pub revision: u64,
+    /// Its log on disk (`None`: in-memory storage).
+    pub log_bytes: Option<u64>,
+    /// Its last snapshot on disk (`None`: in-memory storage).
+    pub snapshot_bytes: Option<u64>,
+}
+
+impl From<pb::NodeStatusReport> for NodeReport {
+    fn from(r: pb::NodeStatusReport) -> Self {
+        NodeReport {
+            node_id: r.node_id,
+            peer_addr: r.peer_addr,
+            error: (!r.error.is_empty()).then_some(r.error),
+            zone: r.zone,
+            version: r.version,
+            pid: r.pid,
+            uptime_s: r.uptime_s,
+            ready: r.ready,
+            not_ready: r.not_ready,
+            replicas: (r.replicas.into_iter())
+                .map(|x| ReplicaReport {
+                    group: x.group,
+                    role: x.role,
+                    leader: x.leader,
+                    term: x.term,
+                    committed_index: x.committed_index,
+                    applied_index: x.applied_index,
+                    revision: x.revision,
+                    log_bytes: x.log_bytes,
+                    snapshot_bytes: x.snapshot_bytes,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One session's holds and waits ([`Client::get_session`](crate::Client::get_session)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionDetail {

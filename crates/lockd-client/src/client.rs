@@ -436,6 +436,16 @@ impl Client {
             .map(Into::into)
     }
 
+    /// Every member node's own report (version, readiness, each replica's role, indices and
+    /// bytes on disk), gathered by the node called over the peer port; a node that did not
+    /// answer has `error`. Needs the admin token.
+    pub async fn cluster_status(&self) -> Result<Vec<crate::admin::NodeReport>, Error> {
+        self.core
+            .admin(|mut c| async move { c.cluster_status(pb::ClusterStatusRequest {}).await })
+            .await
+            .map(|r| r.nodes.into_iter().map(Into::into).collect())
+    }
+
     /// The shard map beside what each lock group's own record owns and has frozen. Needs the
     /// admin token.
     pub async fn shard_map(&self) -> Result<crate::admin::ShardMap, Error> {

@@ -63,6 +63,10 @@ pub type NodeId = u64;
 /// The id of the meta group.
 pub const META_GROUP: GroupId = 0;
 
+/// The group id an app call ([`crate::PeerMethod::App`]) names when it is addressed to a node
+/// rather than to a group it hosts (a node's own status): no group has it.
+pub const NODE_CALL: GroupId = GroupId::MAX;
+
 /// Where committed effects go (grants to waiting requests, ended waits, ended sessions).
 pub trait EffectSink: Send + Sync + 'static {
     /// Called on EVERY replica, in log order, right after a committed entry is applied, with that

@@ -163,6 +163,9 @@ pub(crate) enum Ask {
         name: String,
         limit_ms: u64,
     },
+    /// The node's own report (`status::NodeReport`), addressed to the node
+    /// (`lockd_raft::NODE_CALL`) rather than to a group; new variants go last.
+    NodeStatus,
 }
 
 /// A remote wait's outcome, with the holder on a timeout; `None`: no outcome in time.

@@ -201,6 +201,46 @@ fn acquire_request(r: &pb::AcquireRequest, session: SessionId) -> Result<Acquire
     })
 }
 
+/// One node's entry of a cluster status, as the proto says it.
+fn node_status_report(e: crate::status::NodeEntry) -> pb::NodeStatusReport {
+    use crate::status::Reported;
+    let r = match e.report {
+        Reported::Error(error) => {
+            return pb::NodeStatusReport {
+                node_id: e.node_id,
+                peer_addr: e.peer_addr,
+                error,
+                ..Default::default()
+            }
+        }
+        Reported::Report(r) => r,
+    };
+    pb::NodeStatusReport {
+        node_id: e.node_id,
+        peer_addr: e.peer_addr,
+        error: String::new(),
+        zone: r.zone,
+        version: r.version,
+        pid: r.pid,
+        uptime_s: r.uptime_s,
+        ready: r.ready,
+        not_ready: r.not_ready,
+        replicas: (r.replicas.into_iter())
+            .map(|x| pb::ReplicaStatus {
+                group: x.group,
+                role: x.role,
+                leader: x.leader.unwrap_or(0),
+                term: x.term,
+                committed_index: x.committed_index,
+                applied_index: x.applied_index,
+                revision: x.revision,
+                log_bytes: x.log_bytes,
+                snapshot_bytes: x.snapshot_bytes,
+            })
+            .collect(),
+    }
+}
+
 /// A lease renewed in `group`, as a keepalive's answer says it.
 fn extended(group: lockd_raft::GroupId, r: lockd_raft::Renewed) -> pb::GroupLease {
     pb::GroupLease {
@@ -1181,6 +1221,18 @@ impl lockd_proto::v1::admin_server::Admin for AdminApi {
         let c = creds("", &req);
         let out = self.api.svc.list_members(&c).await.map(members_response);
         self.api.finish("list_members", start, out)
+    }
+
+    async fn cluster_status(
+        &self,
+        req: Request<pb::ClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatusResponse>, Status> {
+        let start = Instant::now();
+        let c = creds("", &req);
+        let out = (self.api.svc.cluster_status(&c).await).map(|nodes| pb::ClusterStatusResponse {
+            nodes: nodes.into_iter().map(node_status_report).collect(),
+        });
+        self.api.finish("cluster_status", start, out)
     }
 
     async fn add_member(

@@ -57,6 +57,7 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/v1/admin/members"),
+    ("get", "/v1/admin/cluster/status"),
     ("post", "/v1/admin/members"),
     ("delete", "/v1/admin/members/{id}"),
     ("post", "/v1/admin/members/{id}:drain"),
@@ -93,6 +94,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/v1/admin/members", get(list_members).post(add_member))
+        .route("/v1/admin/cluster/status", get(cluster_status))
         .route("/v1/admin/members/{*rest}", any(members_under))
         .route("/v1/admin/buckets", get(shard_view))
         .route("/v1/admin/buckets:move", post(move_buckets))
@@ -928,6 +930,17 @@ async fn list_members(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Re
     }
     .await;
     finish(&svc, "list_members", start, r)
+}
+
+/// Every member node's own report (`status.rs`).
+async fn cluster_status(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let start = Instant::now();
+    let r = async {
+        let nodes = svc.cluster_status(&credentials(&headers)).await?;
+        Ok(json!({ "nodes": nodes }))
+    }
+    .await;
+    finish(&svc, "cluster_status", start, r)
 }
 
 #[derive(Deserialize)]

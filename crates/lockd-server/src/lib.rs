@@ -26,6 +26,7 @@ pub mod namespaces;
 mod route;
 mod servers;
 pub mod service;
+pub mod status;
 pub mod systemd;
 pub mod tls;
 pub mod topology;

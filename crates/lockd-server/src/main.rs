@@ -757,6 +757,7 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
 }
 
 fn main() -> ExitCode {
+    lockd_server::status::mark_start();
     // The config file's [server] settings become environment variables before the flags are
     // parsed (only where neither the flag's variable is set), so one parser checks all three
     // ways of setting a value. Done first, while this process has one thread.

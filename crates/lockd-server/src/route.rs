@@ -353,6 +353,14 @@ impl AppHandler for AppServer {
             let svc = svc
                 .upgrade()
                 .ok_or_else(|| tonic::Status::unavailable("node is shutting down"))?;
+            if group == lockd_raft::NODE_CALL {
+                return match postcard::from_bytes(&payload) {
+                    Ok(Ask::NodeStatus) => encode(&crate::status::NodeReport::of(&svc)),
+                    _ => Err(tonic::Status::invalid_argument(
+                        "a call addressed to a node asks for its status only",
+                    )),
+                };
+            }
             let Some(Route::Local(g)) = svc.node.route(group) else {
                 return Err(tonic::Status::not_found(format!(
                     "group {group} has no replica here"
@@ -399,6 +407,9 @@ impl AppHandler for AppServer {
                     );
                     encode(&out)
                 }
+                Ask::NodeStatus => Err(tonic::Status::invalid_argument(
+                    "a status is asked of a node, not of a group",
+                )),
             }
         })
     }

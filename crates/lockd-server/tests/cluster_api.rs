@@ -466,3 +466,61 @@ async fn contention_counts_each_event_once_across_replicas() {
     }
     c.stop_all().await;
 }
+
+/// `GET /v1/admin/cluster/status` (what `lockctl status --cluster` shows): one node gathers
+/// every member node's own report over the peer port; a stopped node is listed with an error,
+/// and the call needs the admin credential.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_status_reports_every_member_and_names_one_that_does_not_answer() {
+    let mut c = cluster(3, 2).await;
+    let h = Http::new(c.url(0, ""));
+    assert_eq!(h.get("/v1/admin/cluster/status").await.status, 401);
+    let r = h.admin().get("/v1/admin/cluster/status").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let nodes = r.body["nodes"].as_array().unwrap().clone();
+    let ids: Vec<u64> = nodes
+        .iter()
+        .map(|n| n["node_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![1, 2, 3], "{}", r.body);
+    for n in &nodes {
+        let report = &n["report"];
+        assert_eq!(report["node_id"], n["node_id"], "{n}");
+        assert_eq!(report["version"], env!("CARGO_PKG_VERSION"), "{n}");
+        let replicas = report["replicas"].as_array().unwrap();
+        let groups: Vec<u64> = replicas
+            .iter()
+            .map(|x| x["group"].as_u64().unwrap())
+            .collect();
+        assert_eq!(groups, vec![0, 1, 2], "{n}");
+        for x in replicas {
+            assert!(x["applied_index"].as_u64().unwrap() > 0, "{n}");
+            assert!(
+                ["leader", "follower"].contains(&x["role"].as_str().unwrap()),
+                "{n}"
+            );
+        }
+    }
+    // Each group has exactly one leader among the reports.
+    for g in 0..3u64 {
+        let leaders = nodes
+            .iter()
+            .flat_map(|n| n["report"]["replicas"].as_array().unwrap().clone())
+            .filter(|x| x["group"] == g && x["role"] == "leader")
+            .count();
+        assert_eq!(leaders, 1, "group {g}: {}", r.body);
+    }
+
+    c.stop(2).await;
+    let r = h.admin().get("/v1/admin/cluster/status").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let third = &r.body["nodes"][2];
+    assert_eq!(third["node_id"], 3, "{}", r.body);
+    assert!(
+        third["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{}",
+        r.body
+    );
+    assert!(r.body["nodes"][0]["report"].is_object(), "{}", r.body);
+    c.stop_all().await;
+}

@@ -66,6 +66,9 @@ pub struct GroupStatus {
     pub members: Vec<NodeId>,
     /// Index of the last entry applied here.
     pub applied_index: u64,
+    /// The group's commit index as its leader last reported it to this replica (`None`
+    /// before it has heard of one).
+    pub committed_index: Option<u64>,
     /// The lock table's revision (the last fencing token minted).
     pub revision: u64,
     /// Whether this replica leads the group.
@@ -685,6 +688,7 @@ impl Group {
             term: s.role.term,
             members: s.voters,
             applied_index,
+            committed_index: self.raft.commit_progress().0,
             revision: self.replica.read(|t| t.revision()),
             is_leader: s.role.is_leader,
             tracked_sessions: self.replica.with_leadership(|l| l.tracked()),

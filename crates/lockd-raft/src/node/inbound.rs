@@ -166,6 +166,9 @@ async fn dispatch_one(
         ));
     }
     if method == Method::App {
+        if group_id == crate::NODE_CALL {
+            return node.serve_app(group_id, payload.to_vec()).await;
+        }
         return match node.route(group_id) {
             Some(crate::Route::Local(_)) => node.serve_app(group_id, payload.to_vec()).await,
             _ => Err(tonic::Status::not_found(format!(

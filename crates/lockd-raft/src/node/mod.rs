@@ -775,6 +775,23 @@ impl Node {
         let _ = self.app.set(handler);
     }
 
+    /// An app call addressed to node `target` itself ([`crate::NODE_CALL`]), at `addr` if this
+    /// node has no address for it yet. Only a member of the cluster is served there.
+    pub async fn app_call_node(
+        &self,
+        target: NodeId,
+        addr: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        if !self.maker.pool.knows(target) {
+            self.maker.pool.learn_addr(target, addr);
+        }
+        (self.maker.pool)
+            .call(target, Method::App, crate::NODE_CALL, payload, timeout)
+            .await
+    }
+
     pub(crate) async fn serve_app(
         &self,
         group: GroupId,

@@ -858,6 +858,62 @@ class ListMembersRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReplicaStatus(_message.Message):
+    __slots__ = ("group", "role", "leader", "term", "committed_index", "applied_index", "revision", "log_bytes", "snapshot_bytes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    LOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    role: str
+    leader: int
+    term: int
+    committed_index: int
+    applied_index: int
+    revision: int
+    log_bytes: int
+    snapshot_bytes: int
+    def __init__(self, group: _Optional[int] = ..., role: _Optional[str] = ..., leader: _Optional[int] = ..., term: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., revision: _Optional[int] = ..., log_bytes: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ...) -> None: ...
+
+class NodeStatusReport(_message.Message):
+    __slots__ = ("node_id", "peer_addr", "error", "zone", "version", "pid", "uptime_s", "ready", "not_ready", "replicas")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    peer_addr: str
+    error: str
+    zone: str
+    version: str
+    pid: int
+    uptime_s: int
+    ready: bool
+    not_ready: _containers.RepeatedScalarFieldContainer[str]
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
+    def __init__(self, node_id: _Optional[int] = ..., peer_addr: _Optional[str] = ..., error: _Optional[str] = ..., zone: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., uptime_s: _Optional[int] = ..., ready: bool = ..., not_ready: _Optional[_Iterable[str]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
+
+class ClusterStatusResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeStatusReport]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeStatusReport, _Mapping]]] = ...) -> None: ...
+
 class Member(_message.Message):
     __slots__ = ("node_id", "peer_addr", "role", "leader", "lag", "draining", "zone", "last_contact_ms", "reachable")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
