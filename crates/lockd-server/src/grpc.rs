@@ -801,123 +801,188 @@ impl Lock for GrpcApi {
         req: Request<Streaming<pb::SessionRequest>>,
     ) -> Result<Response<EventStream>, Status> {
         let meta_creds = creds("", &req);
-        let mut inbound = req.into_inner();
+        let inbound = req.into_inner();
         // One slot more than the buffer: the last one carries the status that cuts off a
         // client that does not read.
         let (out_tx, out_rx) = mpsc::channel::<Result<pb::SessionEvent, Status>>(STREAM_BUFFER + 1);
-        let mut out = Outbox {
+        let out = Outbox {
             tx: out_tx,
             cut_off: false,
         };
-        let svc = self.svc.clone();
-        tokio::spawn(async move {
-            let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<SessionEvent>();
-            // The session, its attachment, and its namespace with the credential the stream
-            // opened or attached with: every keepalive is checked against them again.
-            let mut attached: Option<(SessionId, u64, Arc<(String, Credentials)>)> = None;
-            // The notice of the session's end, sent last, after every answer.
-            let mut ended = None;
-            // The node is leaving: the stream ends with a status that sends the client elsewhere.
-            let mut leaving = None;
-            let left = svc.left();
-            tokio::pin!(left);
-            let mut running = FuturesUnordered::new();
-            loop {
-                if out.cut_off {
-                    break;
-                }
-                tokio::select! {
-                    // At most STREAM_IN_FLIGHT requests run at once; past that the stream is
-                    // not read, so HTTP/2 flow control holds the client back.
-                    msg = inbound.message(), if running.len() < STREAM_IN_FLIGHT => {
-                        let Ok(Some(msg)) = msg else { break };
-                        let id = msg.request_id;
-                        use pb::session_request::Kind;
-                        use pb::session_event::Kind as Ev;
-                        match msg.kind {
-                            Some(k @ (Kind::Open(_) | Kind::Attach(_))) if attached.is_none() => {
-                                match begin_session(&svc, k, &meta_creds).await {
-                                    Ok((s, auth, ev)) => {
-                                        attached = Some((s, attach_here(&svc, s, ev_tx.clone(), &ev), auth));
-                                        out.event(id, ev);
-                                    }
-                                    Err(e) => out.event(id, error_event(e)),
-                                }
-                            }
-                            Some(Kind::Open(_)) | Some(Kind::Attach(_)) => {
-                                out.event(id, error_event(second_session()));
-                            }
-                            None => out.event(id, error_event(ApiError::bad_request("empty request"))),
-                            Some(kind) => {
-                                let Some((session, _, auth)) = &attached else {
-                                    out.event(id, error_event(ApiError::bad_request("send open or attach first")));
-                                    continue;
-                                };
-                                // Requests run concurrently, on this task: replies carry their
-                                // request_id.
-                                let closing = matches!(kind, Kind::Close(_));
-                                let req = serve_stream_request(&svc, *session, auth.clone(), id, kind);
-                                if closing {
-                                    let answer = req.await;
-                                    let closed = matches!(answer.kind, Some(Ev::Closed(_)));
-                                    out.send(answer);
-                                    if closed {
-                                        ended = Some(session_closed());
-                                        break;
-                                    }
-                                    continue;
-                                }
-                                running.push(req);
-                            }
-                        }
-                    }
-                    Some(ev) = running.next(), if !running.is_empty() => {
-                        out.send(ev);
-                    }
-                    () = &mut left => {
-                        leaving = Some(Status::unavailable(
-                            "this node is stopping: attach the session on another node (the \
-                             session, its locks and its lease are not affected)",
-                        ));
-                        break;
-                    }
-                    ev = ev_rx.recv() => {
-                        let Some(ev) = ev else { break };
-                        match ev {
-                            // Closed (by a unary close) in every group at once: one notice, not
-                            // one per group, and the stream ends.
-                            SessionEvent::Ended { reason: SessionEndReason::Closed, .. } => {
-                                ended = Some(session_closed());
-                                break;
-                            }
-                            // Expired in one group, named in the notice: the session goes on in
-                            // its other groups (leases are per group), and so does the stream.
-                            ev => out.event(0, push(ev)),
-                        }
-                    }
-                }
-            }
-            // Answer what is still running (the client may have closed only its sending side);
-            // a client cut off for not reading gets nothing more.
-            while !out.cut_off {
-                let Some(ev) = running.next().await else {
-                    break;
-                };
-                out.send(ev);
-            }
-            if let Some(ended) = ended {
-                out.event(0, ended);
-            }
-            if let Some(status) = leaving {
-                let _ = out.tx.try_send(Err(status));
-            }
-            if let Some((session, attachment, _)) = attached {
-                svc.waits.detach_stream(session, attachment);
-            }
-        });
+        tokio::spawn(run_stream(self.svc.clone(), inbound, meta_creds, out));
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(out_rx),
         )))
+    }
+}
+
+/// A session stream's task: reads the client's requests (at most [`STREAM_IN_FLIGHT`] running at
+/// once; past that the stream is not read, so HTTP/2 flow control holds the client back),
+/// sends their answers and the session's pushes, and ends on a close, the client's end, a
+/// client that does not read, or the node leaving.
+async fn run_stream(
+    svc: Arc<Service>,
+    mut inbound: Streaming<pb::SessionRequest>,
+    meta_creds: Credentials,
+    mut out: Outbox,
+) {
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<SessionEvent>();
+    // The session, its attachment, and its namespace with the credential the stream
+    // opened or attached with: every keepalive is checked against them again.
+    let mut attached: Option<Attached> = None;
+    // The notice of the session's end, sent last, after every answer.
+    let mut ended = None;
+    // The node is leaving: the stream ends with a status that sends the client elsewhere.
+    let mut leaving = None;
+    let left = svc.left();
+    tokio::pin!(left);
+    let mut running = FuturesUnordered::new();
+    loop {
+        if out.cut_off {
+            break;
+        }
+        tokio::select! {
+            // At most STREAM_IN_FLIGHT requests run at once; past that the stream is
+            // not read, so HTTP/2 flow control holds the client back.
+            msg = inbound.message(), if running.len() < STREAM_IN_FLIGHT => {
+                let Ok(Some(msg)) = msg else { break };
+                let step = on_request(&svc, msg, &mut attached, &ev_tx, &meta_creds, &mut out);
+                match step.await {
+                    Step::Answered => {}
+                    Step::Run(req) => running.push(req),
+                    Step::Closed => {
+                        ended = Some(session_closed());
+                        break;
+                    }
+                }
+            }
+            Some(ev) = running.next(), if !running.is_empty() => {
+                out.send(ev);
+            }
+            () = &mut left => {
+                leaving = Some(Status::unavailable(
+                    "this node is stopping: attach the session on another node (the \
+                     session, its locks and its lease are not affected)",
+                ));
+                break;
+            }
+            ev = ev_rx.recv() => {
+                let Some(ev) = ev else { break };
+                match ev {
+                    // Closed (by a unary close) in every group at once: one notice, not
+                    // one per group, and the stream ends.
+                    SessionEvent::Ended { reason: SessionEndReason::Closed, .. } => {
+                        ended = Some(session_closed());
+                        break;
+                    }
+                    // Expired in one group, named in the notice: the session goes on in
+                    // its other groups (leases are per group), and so does the stream.
+                    ev => out.event(0, push(ev)),
+                }
+            }
+        }
+    }
+    finish_stream(&svc, out, running, ended, leaving, attached).await;
+}
+
+/// A session stream's session, its attachment, and its namespace with the credential the
+/// stream opened or attached with.
+type Attached = (SessionId, u64, Arc<(String, Credentials)>);
+
+/// What a session stream does after one client request.
+enum Step {
+    /// Answered (or refused) at once.
+    Answered,
+    /// Runs beside the stream's other requests; its answer goes out when it finishes.
+    Run(futures::future::BoxFuture<'static, pb::SessionEvent>),
+    /// The session was closed: the stream ends.
+    Closed,
+}
+
+/// Serves one client request of a session stream: an open or attach first, then requests on
+/// the session, which run concurrently (replies carry their `request_id`), except a close,
+/// answered before anything else is read.
+async fn on_request(
+    svc: &Arc<Service>,
+    msg: pb::SessionRequest,
+    attached: &mut Option<Attached>,
+    ev_tx: &mpsc::UnboundedSender<SessionEvent>,
+    meta_creds: &Credentials,
+    out: &mut Outbox,
+) -> Step {
+    use pb::session_event::Kind as Ev;
+    use pb::session_request::Kind;
+    let id = msg.request_id;
+    let kind = match msg.kind {
+        Some(k @ (Kind::Open(_) | Kind::Attach(_))) if attached.is_none() => {
+            match begin_session(svc, k, meta_creds).await {
+                Ok((s, auth, ev)) => {
+                    *attached = Some((s, attach_here(svc, s, ev_tx.clone(), &ev), auth));
+                    out.event(id, ev);
+                }
+                Err(e) => out.event(id, error_event(e)),
+            }
+            return Step::Answered;
+        }
+        Some(Kind::Open(_)) | Some(Kind::Attach(_)) => {
+            out.event(id, error_event(second_session()));
+            return Step::Answered;
+        }
+        None => {
+            out.event(id, error_event(ApiError::bad_request("empty request")));
+            return Step::Answered;
+        }
+        Some(kind) => kind,
+    };
+    let Some((session, _, auth)) = attached.as_ref() else {
+        out.event(
+            id,
+            error_event(ApiError::bad_request("send open or attach first")),
+        );
+        return Step::Answered;
+    };
+    let (svc, session, auth) = (svc.clone(), *session, auth.clone());
+    if !matches!(kind, Kind::Close(_)) {
+        return Step::Run(Box::pin(async move {
+            serve_stream_request(&svc, session, auth, id, kind).await
+        }));
+    }
+    let answer = serve_stream_request(&svc, session, auth, id, kind).await;
+    let closed = matches!(answer.kind, Some(Ev::Closed(_)));
+    out.send(answer);
+    if closed {
+        Step::Closed
+    } else {
+        Step::Answered
+    }
+}
+
+/// The end of a session stream: answers what is still running (the client may have closed
+/// only its sending side; one cut off for not reading gets nothing more), then the notice of
+/// the session's end, then the status that sends the client elsewhere if the node is
+/// leaving; the session is detached from the stream.
+async fn finish_stream(
+    svc: &Arc<Service>,
+    mut out: Outbox,
+    mut running: FuturesUnordered<futures::future::BoxFuture<'static, pb::SessionEvent>>,
+    ended: Option<pb::session_event::Kind>,
+    leaving: Option<Status>,
+    attached: Option<Attached>,
+) {
+    while !out.cut_off {
+        let Some(ev) = running.next().await else {
+            break;
+        };
+        out.send(ev);
+    }
+    if let Some(ended) = ended {
+        out.event(0, ended);
+    }
+    if let Some(status) = leaving {
+        let _ = out.tx.try_send(Err(status));
+    }
+    if let Some((session, attachment, _)) = attached {
+        svc.waits.detach_stream(session, attachment);
     }
 }
 
@@ -1088,11 +1153,42 @@ async fn serve_stream_request(
     id: u64,
     kind: pb::session_request::Kind,
 ) -> pb::SessionEvent {
-    let meta_creds = &auth.1;
+    use pb::session_event::Kind as Ev;
+    let start = Instant::now();
+    let (op, r) = stream_call(svc, session, &auth, kind).await;
+    let ev = match r {
+        Ok(ev) => {
+            let result = match &ev {
+                Ev::Acquired(a) if !a.acquired => "busy",
+                _ => "ok",
+            };
+            svc.metrics.record("stream", op, result, start.elapsed());
+            ev
+        }
+        Err(e) => {
+            svc.metrics
+                .record("stream", op, e.code.name(), start.elapsed());
+            error_event(e)
+        }
+    };
+    pb::SessionEvent {
+        request_id: id,
+        kind: Some(ev),
+    }
+}
+
+/// Runs one request of a session stream; answers the operation's name (for the metrics) and
+/// its answer.
+async fn stream_call(
+    svc: &Arc<Service>,
+    session: SessionId,
+    auth: &(String, Credentials),
+    kind: pb::session_request::Kind,
+) -> (&'static str, Result<pb::session_event::Kind, ApiError>) {
     use pb::session_event::Kind as Ev;
     use pb::session_request::Kind;
-    let start = Instant::now();
-    let (op, r) = match kind {
+    let meta_creds = &auth.1;
+    match kind {
         Kind::Keepalive(k) => {
             let r = match same_session(&k.session_id, session) {
                 Ok(()) => {
@@ -1145,25 +1241,6 @@ async fn serve_stream_request(
         }
         // The stream loop answers these itself; never a second session on one stream.
         Kind::Open(_) | Kind::Attach(_) => ("session", Err(second_session())),
-    };
-    let ev = match r {
-        Ok(ev) => {
-            let result = match &ev {
-                Ev::Acquired(a) if !a.acquired => "busy",
-                _ => "ok",
-            };
-            svc.metrics.record("stream", op, result, start.elapsed());
-            ev
-        }
-        Err(e) => {
-            svc.metrics
-                .record("stream", op, e.code.name(), start.elapsed());
-            error_event(e)
-        }
-    };
-    pb::SessionEvent {
-        request_id: id,
-        kind: Some(ev),
     }
 }
 

@@ -560,6 +560,12 @@ async fn run_node(
         common,
         admin_token_file,
     );
+    serve_until_stopped(node_id, running).await
+}
+
+/// Serves until SIGTERM or Ctrl-C (a clean stop) or until a group fails, which stops the node
+/// with exit 2 when a restart would be refused again, else 1.
+async fn serve_until_stopped(node_id: u64, running: lockd_server::Running) -> anyhow::Result<()> {
     // A group whose storage failed cannot serve again in this process: exit non-zero so that a
     // supervisor restarts the node (which replays its log, or refuses a damaged one).
     let fatal = running.service.node.fatal();
@@ -677,6 +683,29 @@ async fn stop_nodes(children: &mut [(u32, Child, String)]) {
 }
 
 /// `lockd dev --nodes N`: N child processes of `lockd serve`, stopped together on Ctrl-C.
+/// Until Ctrl-C or SIGTERM: says which node exited and how to start it again; fails once
+/// every node has exited.
+async fn watch_nodes(children: &mut Vec<(u32, Child, String)>) -> anyhow::Result<()> {
+    let mut interval = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = shutdown_signal() => break,
+            _ = interval.tick() => {
+                for (id, child, line) in children.iter_mut() {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        println!("node {id} (pid {}) exited: {status}; restart it with:\n  {line}", child.id());
+                    }
+                }
+                children.retain_mut(|(_, c, _)| !matches!(c.try_wait(), Ok(Some(_))));
+                if children.is_empty() {
+                    bail!("every node has exited");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()> {
     let n = args.nodes;
     let exe = std::env::current_exe().context("finding the lockd binary")?;
@@ -735,23 +764,7 @@ async fn run_cluster(args: &DevArgs, log_format: LogFormat) -> anyhow::Result<()
         "admin token in {} (lockctl --admin-token-file)",
         shared.admin.display()
     );
-    let mut interval = tokio::time::interval(Duration::from_millis(500));
-    loop {
-        tokio::select! {
-            _ = shutdown_signal() => break,
-            _ = interval.tick() => {
-                for (id, child, line) in &mut children {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        println!("node {id} (pid {}) exited: {status}; restart it with:\n  {line}", child.id());
-                    }
-                }
-                children.retain_mut(|(_, c, _)| !matches!(c.try_wait(), Ok(Some(_))));
-                if children.is_empty() {
-                    bail!("every node has exited");
-                }
-            }
-        }
-    }
+    watch_nodes(&mut children).await?;
     stop_nodes(&mut children).await;
     Ok(())
 }

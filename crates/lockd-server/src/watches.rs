@@ -553,7 +553,6 @@ impl Watch {
 
 /// `d` as the API sends it; session ids only to the admin (as inspect shows them).
 pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
-    use lockd_core::{LockMode, WaitEndReason};
     let mut out = pb::WatchEvent {
         group: d.group,
         index: d.index,
@@ -561,16 +560,36 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
         ..Default::default()
     };
     let sid = |s: lockd_core::SessionId| if admin { s.to_string() } else { String::new() };
-    let mode = |m: LockMode, out: &mut pb::WatchEvent| {
-        let (mode, limit) = match m {
-            LockMode::Exclusive => (pb::Mode::Exclusive, 0),
-            LockMode::Shared => (pb::Mode::Shared, 0),
-            LockMode::Semaphore { limit } => (pb::Mode::Semaphore, limit),
-        };
-        out.mode = mode as i32;
-        out.limit = limit;
-    };
     match d.event() {
+        e @ (LockEvent::WaitStarted { .. } | LockEvent::WaitEnded { .. }) => {
+            wait_to_pb(e, &sid, &mut out)
+        }
+        LockEvent::SessionEnded { .. } | LockEvent::SessionAdopted { .. } => {}
+        e => hold_to_pb(e, &sid, &mut out),
+    }
+    out
+}
+
+/// A lock mode as `WatchEvent.mode` and `limit` say it.
+fn set_mode(m: lockd_core::LockMode, out: &mut pb::WatchEvent) {
+    use lockd_core::LockMode;
+    let (mode, limit) = match m {
+        LockMode::Exclusive => (pb::Mode::Exclusive, 0),
+        LockMode::Shared => (pb::Mode::Shared, 0),
+        LockMode::Semaphore { limit } => (pb::Mode::Semaphore, limit),
+    };
+    out.mode = mode as i32;
+    out.limit = limit;
+}
+
+/// The fields of a hold's event (started, ended, moved out or in); `sid` shows a session id
+/// (empty unless the watcher is the admin).
+fn hold_to_pb(
+    e: &LockEvent,
+    sid: &dyn Fn(lockd_core::SessionId) -> String,
+    out: &mut pb::WatchEvent,
+) {
+    match e {
         LockEvent::HoldStarted {
             name,
             session,
@@ -586,7 +605,7 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
             out.session_id = sid(*session);
             out.owner = owner.to_string();
             out.fencing_token = *token;
-            mode(*m, &mut out);
+            set_mode(*m, out);
             out.waiter = waiter.unwrap_or(0);
             out.waited_ms = *waited_ms;
             out.lease_ttl_ms = *lease_ttl_ms;
@@ -629,8 +648,20 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
             out.session_id = sid(*session);
             out.owner = owner.to_string();
             out.fencing_token = *token;
-            mode(*m, &mut out);
+            set_mode(*m, out);
         }
+        _ => {}
+    }
+}
+
+/// The fields of a wait's event (started or ended); `sid` as for [`hold_to_pb`].
+fn wait_to_pb(
+    e: &LockEvent,
+    sid: &dyn Fn(lockd_core::SessionId) -> String,
+    out: &mut pb::WatchEvent,
+) {
+    use lockd_core::WaitEndReason;
+    match e {
         LockEvent::WaitStarted {
             name,
             waiter,
@@ -645,7 +676,7 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
             out.waiter = *waiter;
             out.session_id = sid(*session);
             out.owner = owner.to_string();
-            mode(*m, &mut out);
+            set_mode(*m, out);
             out.position = *position;
             out.deadline_ms = *deadline_ms;
         }
@@ -668,9 +699,8 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
             .into();
             out.waited_ms = *waited_ms;
         }
-        LockEvent::SessionEnded { .. } | LockEvent::SessionAdopted { .. } => {}
+        _ => {}
     }
-    out
 }
 
 /// A watch event as JSON: the fields of gRPC's `WatchEvent` that apply to its kind.
