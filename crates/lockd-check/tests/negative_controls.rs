@@ -44,7 +44,9 @@ async fn a_sabotaged_node_names_its_control_in_status_readiness_and_metrics() {
         "{}",
         status.body
     );
-    let metrics = h.get("/metrics").await;
+    // The test namespaces include one with a token: once the node has put them (a moment
+    // after it is ready), /metrics on the client port needs the admin token.
+    let metrics = h.admin().get("/metrics").await;
     let text = metrics
         .body
         .as_str()
