@@ -56,7 +56,8 @@ LAYERS = {
     "crates/lockd-server/src": [
         # Parts that know no service: errors, configuration, credentials, TLS, connection caps,
         # backup documents, the audit log, contention reports.
-        ["audit", "authfail", "backup", "config", "conns", "contention", "error", "inspect", "tls"],
+        ["audit", "authfail", "backup", "config", "conns", "contention", "error", "inspect", "opens",
+         "tls"],
         # What the node shows: watches and metrics.
         ["watches", "metrics"],
         # The node's effect sink: parked waits, session streams, the janitor's orphans.

@@ -213,6 +213,9 @@ impl Cluster {
             serve.common.worker_threads = opts.threads;
             serve.common.no_leader_balance = !opts.leader_balance;
             serve.common.replicas = opts.replicas;
+            // The bench's clients stand for many hosts from one address (the scale bench
+            // opens 20,000 sessions at once): no per-address open budget.
+            serve.common.session_opens_per_address = 0;
             if let Some((ca, certs)) = &certs {
                 let c = &mut serve.common;
                 c.tls_cert_file = Some(certs[i].cert.clone());

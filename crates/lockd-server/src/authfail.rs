@@ -48,7 +48,7 @@ impl Default for AuthFailures {
 }
 
 /// The key an address counts under: itself, or its /64 for IPv6.
-fn key(ip: IpAddr) -> IpAddr {
+pub(crate) fn key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

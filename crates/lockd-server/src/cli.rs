@@ -69,6 +69,11 @@ pub struct Common {
     /// answered 429 until one more is allowed (one a second); 0 turns the budget off.
     #[arg(long, env = "LOCKD_AUTH_FAILURE_BURST", default_value_t = crate::authfail::BURST)]
     pub auth_failure_burst: u32,
+    /// Sessions a client address may open per second, ten seconds' worth at once; past that an
+    /// open is answered 429 until one more is allowed. A host of workers opens one per
+    /// process; set 0 (no budget) only for a benchmark that stands in for many hosts.
+    #[arg(long, env = "LOCKD_SESSION_OPENS_PER_ADDRESS", default_value_t = crate::opens::PER_S)]
+    pub session_opens_per_address: u32,
     /// A file holding the admin bearer token (16-256 printable ASCII characters): it opens the
     /// admin calls (listing sessions, other holders' session ids, cluster operations) and every
     /// namespace. Without it they are refused; `lockd dev` makes one in its data dir.
@@ -367,6 +372,7 @@ impl Common {
             no_leader_balance,
             max_client_connections,
             auth_failure_burst,
+            session_opens_per_address: opens,
             admin_token_file,
             tls_cert_file,
             tls_key_file,
@@ -395,10 +401,9 @@ impl Common {
             ("snapshot-every", snapshot_every.to_string()),
             ("max-client-connections", max_client_connections.to_string()),
             ("auth-failure-burst", auth_failure_burst.to_string()),
+            ("session-opens-per-address", opens.to_string()),
         ];
-        for (name, value) in values {
-            flag(name, value.into());
-        }
+        (values.into_iter()).for_each(|(name, value)| flag(name, value.into()));
         if let Some(t) = worker_threads {
             flag("worker-threads", t.to_string().into());
         }

@@ -23,6 +23,7 @@ pub mod inspect;
 pub mod metrics;
 pub mod moves;
 pub mod namespaces;
+pub mod opens;
 mod route;
 mod servers;
 pub mod service;
@@ -69,6 +70,8 @@ pub struct ServerConfig {
     pub max_client_connections: u32,
     /// Failed authentications an address may make in a row (`authfail.rs`); 0: no budget.
     pub auth_failure_burst: u32,
+    /// Session opens per second per client address (`opens.rs`; 0: no budget).
+    pub session_opens_per_address: u32,
     /// `GET /livez`, `/readyz` and `/metrics` only, in plain HTTP, outside the client cap and
     /// client TLS (`servers::probes`); `None`: on the client ports only.
     pub probes: Option<TcpListener>,
@@ -196,10 +199,10 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
         .await
         .map_err(systemd::start_error)?;
     let mut service = Service::new(node.clone(), waits, metrics, lock_groups)
-        .with_admin_token(cfg.admin_token.as_deref());
+        .with_admin_token(cfg.admin_token.as_deref())
+        .with_budgets(cfg.auth_failure_burst, cfg.session_opens_per_address);
     service.election_timeout_max_ms = timing.election_max_ms;
     service.timing = Some(timing);
-    service.auth_failures = authfail::AuthFailures::new(cfg.auth_failure_burst);
     if let Some(seed) = restore {
         service.restore_pending(seed);
     }

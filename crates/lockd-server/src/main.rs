@@ -548,6 +548,7 @@ async fn run_node(
         tls: tls.clone(),
         max_client_connections: common.max_client_connections,
         auth_failure_burst: common.auth_failure_burst,
+        session_opens_per_address: common.session_opens_per_address,
         probes,
     })
     .await?;

@@ -305,3 +305,41 @@ async fn the_probes_port_answers_while_the_client_cap_is_full() {
     drop(held);
     r.stop().await;
 }
+
+/// One address opens at most its budget of sessions (`--session-opens-per-address`, here 1 a
+/// second, 10 at once): the next open is refused with 429 and `Retry-After`, naming the
+/// flag, and opens nothing; once the budget refills, an open goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_past_its_session_open_budget_is_refused_and_opens_nothing() {
+    let (r, _dir) = single_node_limited(64, 1, None).await;
+    let h = Http::new(format!("http://{}", r.http_addr));
+    let mut opened = 0;
+    let refused = loop {
+        let s = h
+            .post("/v1/sessions", json!({"client": format!("w{opened}")}))
+            .await;
+        if s.status != 200 {
+            break s;
+        }
+        opened += 1;
+        assert!(opened < 30, "the budget never ran out");
+    };
+    assert!(opened >= 10, "refused after {opened}: {}", refused.body);
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "rate_limited", "{}", refused.body);
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--session-opens-per-address"), "{message}");
+    let wait: u64 = refused.retry_after.as_deref().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&wait), "Retry-After {wait}");
+    let listed = h.admin().get("/v1/sessions").await;
+    assert_eq!(
+        listed.body["sessions"].as_array().map(Vec::len),
+        Some(opened),
+        "{}",
+        listed.body
+    );
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    let again = h.post("/v1/sessions", json!({"client": "later"})).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    r.stop().await;
+}

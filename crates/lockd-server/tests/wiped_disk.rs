@@ -77,6 +77,7 @@ async fn a_wiped_disk_under_its_old_id_is_refused_with_the_fix_and_nothing_is_lo
                 tls: None,
                 max_client_connections: lockd_server::conns::DEFAULT_MAX_CLIENT_CONNECTIONS,
                 auth_failure_burst: lockd_server::authfail::BURST,
+                session_opens_per_address: lockd_server::opens::PER_S,
                 probes: None,
             })
             .await

@@ -256,6 +256,7 @@ pub async fn start_node_with(
         tls,
         max_client_connections: lockd_server::conns::DEFAULT_MAX_CLIENT_CONNECTIONS,
         auth_failure_burst: lockd_server::authfail::BURST,
+        session_opens_per_address: lockd_server::opens::PER_S,
         probes: None,
     })
     .await
@@ -271,6 +272,16 @@ pub async fn single_node_capped(max_client_connections: u32) -> (Running, tempfi
 /// [`single_node_capped`] with TLS on the client ports when `tls` is given.
 pub async fn single_node_capped_tls(
     max_client_connections: u32,
+    tls: Option<lockd_server::tls::ClientTls>,
+) -> (Running, tempfile::TempDir) {
+    single_node_limited(max_client_connections, lockd_server::opens::PER_S, tls).await
+}
+
+/// [`single_node_capped_tls`] whose client addresses may each open `session_opens_per_address`
+/// sessions a second (`--session-opens-per-address`).
+pub async fn single_node_limited(
+    max_client_connections: u32,
+    session_opens_per_address: u32,
     tls: Option<lockd_server::tls::ClientTls>,
 ) -> (Running, tempfile::TempDir) {
     let bind = || TcpListener::bind("127.0.0.1:0");
@@ -295,6 +306,7 @@ pub async fn single_node_capped_tls(
         tls,
         max_client_connections,
         auth_failure_burst: lockd_server::authfail::BURST,
+        session_opens_per_address,
         probes: Some(probes),
     })
     .await

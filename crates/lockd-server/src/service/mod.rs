@@ -226,6 +226,8 @@ pub struct Service {
     pub(crate) restore: Mutex<Option<crate::backup::RestoreSeed>>,
     /// Failed authentications per client address (`authfail.rs`).
     pub auth_failures: crate::authfail::AuthFailures,
+    /// Session opens per client address (`opens.rs`).
+    pub open_budget: crate::opens::OpenBudget,
     /// True once the node is leaving (SIGTERM): its session streams end, telling their clients
     /// to attach on another node.
     leaving: tokio::sync::watch::Sender<bool>,
@@ -316,6 +318,7 @@ impl Service {
             ids: Arc::new(rand::random::<u64>),
             restore: Mutex::new(None),
             auth_failures: Default::default(),
+            open_budget: Default::default(),
             leaving: tokio::sync::watch::Sender::new(false),
         }
     }
@@ -487,6 +490,14 @@ impl Service {
     }
 
     /// Sets the admin credential (a bearer token; only its digest is kept).
+    /// The per-address budgets: `auth_failure_burst` failed authentications in a row
+    /// (`authfail.rs`) and `opens_per_s` session opens a second (`opens.rs`); 0 turns one off.
+    pub fn with_budgets(mut self, auth_failure_burst: u32, opens_per_s: u32) -> Service {
+        self.auth_failures = crate::authfail::AuthFailures::new(auth_failure_burst);
+        self.open_budget = crate::opens::OpenBudget::new(opens_per_s);
+        self
+    }
+
     pub fn with_admin_token(mut self, token: Option<&str>) -> Service {
         self.admin_sha256 = token.map(token_digest);
         self
@@ -900,6 +911,29 @@ impl Service {
     /// leases are per group, and keepalives go only to the groups a session names. The home group counts
     /// the namespace's `max_sessions` (while it is down, the group that opens in its place
     /// counts the sessions it has).
+    /// Takes one session open from the caller's address budget (`opens.rs`): `429
+    /// rate_limited` with the wait when it has none left.
+    fn admit_open(&self, creds: &Credentials) -> Result<(), ApiError> {
+        let Some(ip) = creds.from else {
+            return Ok(());
+        };
+        self.open_budget
+            .take(ip, std::time::Instant::now())
+            .map_err(|ms| {
+                let b = &self.open_budget;
+                ApiError::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "{ip} opened more than {} sessions at once; it may open {} a second \
+                     (--session-opens-per-address); retry in {ms} ms",
+                        b.burst(),
+                        b.per_s()
+                    ),
+                )
+                .retry_after(ms)
+            })
+    }
+
     pub async fn open_session(
         &self,
         client: &str,
@@ -911,6 +945,7 @@ impl Service {
         limits::check_optional("client", client, limits::MAX_CLIENT_BYTES)?;
         let ns = self.namespace_named(namespace)?;
         self.authorize(&ns, creds)?;
+        self.admit_open(creds)?;
         let groups = self.lock_group_ids();
         let mut unavailable = None;
         for g in home_order(&groups, &ns.name) {
