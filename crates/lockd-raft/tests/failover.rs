@@ -79,3 +79,38 @@ async fn leader_kill_keeps_grants_and_sessions() {
         n.stop().await;
     }
 }
+
+/// Group time goes on across a leader change: the new leader's clock starts from its own
+/// reckoning of group time (the last command's time plus the time since it applied it), not
+/// from the last command's time, so a lock's `held_for_ms` still tells how long it has been
+/// held after the cluster was idle and then lost its leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_time_goes_on_across_a_leader_change() {
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nodes = start_cluster(tmp.path(), 3, |_| {}).await;
+    let l = leader_of(&nodes).await;
+    let g = nodes[l].group();
+    let s = SessionId(7);
+    ok(&g, open_op(s, 30_000, "")).await;
+    ok(&g, acquire_op(s, "orders/held", 0)).await;
+    let granted = Instant::now();
+    // Idle: no command for a while (nothing is due, so the leader proposes nothing).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let killed = nodes.remove(l);
+    killed.stop().await;
+    let nl = leader_of(&nodes).await;
+    let g = nodes[nl].group();
+    ok(&g, acquire_op(s, "orders/next", 0)).await;
+    let held_for = g
+        .read(|t| t.lock_info("orders/held", t.now_ms()).unwrap().holders[0].held_for_ms)
+        .await
+        .unwrap();
+    let real = granted.elapsed().as_millis() as u64;
+    println!("held for {real} ms; group time says {held_for} ms");
+    assert!(held_for + 1_000 >= real, "group time lost {} ms", real - held_for);
+    assert!(held_for <= real + 200, "group time ran ahead: {held_for} > {real}");
+    for n in nodes {
+        n.stop().await;
+    }
+}

@@ -42,18 +42,20 @@ impl Leadership {
         self.clock.map(|c| c.term)
     }
 
-    /// Rule 1 and 2 at election: group time continues from the applied `now_ms`; every session
-    /// gets a full TTL plus `slack` from now. Returns the number of sessions tracked.
+    /// Rule 1 and 2 at election: group time goes on from `base_ms` (never behind the applied
+    /// `now_ms`); every session gets a full TTL plus `slack` from now. Returns the number of
+    /// sessions tracked.
     pub(crate) fn activate(
         &mut self,
         term: u64,
         table: &LockTable,
+        base_ms: u64,
         now: Instant,
         slack: Duration,
     ) -> usize {
         self.clock = Some(Clock {
             term,
-            base_ms: table.now_ms(),
+            base_ms: base_ms.max(table.now_ms()),
             base_at: now,
         });
         self.tracker.reset(table.session_ttls(), now, slack);

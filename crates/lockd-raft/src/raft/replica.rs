@@ -284,12 +284,20 @@ impl Replica {
         leader.stamp(st.table.now_ms(), self.clock.now())
     }
 
-    /// Starts leader duties for `term` from the applied state: clock base and session timers
-    /// restarted at full TTL + `slack`.
+    /// Starts leader duties for `term` from the applied state: session timers restarted at
+    /// full TTL + `slack`, and the group clock going on from this replica's own reckoning of
+    /// it (the last applied `now_ms` advanced by the time since this replica applied it, as a
+    /// follower tells group time), so that a leader change does not stop the clock for the
+    /// time since the last command. That reckoning is never ahead of the old leader's clock
+    /// (this replica applied the command after it was stamped), only as fast as this node's
+    /// monotonic clock, and never behind the applied time.
     pub(crate) fn activate(&self, term: u64, slack: Duration) -> usize {
         let st = lock(&self.state);
         let mut leader = lock(&self.leader);
-        leader.activate(term, &st.table, self.clock.now(), slack)
+        let now = self.clock.now();
+        let since_apply = now.saturating_duration_since(st.at).as_millis() as u64;
+        let base_ms = st.table.now_ms().saturating_add(since_apply);
+        leader.activate(term, &st.table, base_ms, now, slack)
     }
 
     pub(crate) fn deactivate(&self) {
