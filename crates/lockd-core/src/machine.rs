@@ -102,6 +102,53 @@ impl<'a> AcquireRequest<'a> {
             other => unreachable!("not an acquire: {other:?}"),
         }
     }
+
+    /// The hold this acquire asks for, granted at once (not from a wait).
+    fn hold(&self) -> HoldRequest<'a> {
+        HoldRequest {
+            session: self.session,
+            owner: self.owner,
+            mode: self.mode,
+            reentrant: self.reentrant,
+            waiter: None,
+        }
+    }
+}
+
+/// What an acquire does, as [`LockTable::decide_acquire`] decided it before anything changed.
+enum AcquireStep {
+    /// Grant a new hold on a name that has no record yet.
+    GrantFreeName { lease_ttl_ms: u64 },
+    /// Grant a new hold on a name whose record exists.
+    Grant { lease_ttl_ms: u64 },
+    /// Count one more re-entry of the record's holder at index `holder`.
+    Reenter { holder: usize, lease_ttl_ms: u64 },
+    /// Answer this [`Reply::Busy`]: a try that cannot be granted now.
+    Busy(Reply),
+    /// Queue the acquire as waiter `waiter`.
+    Queue { waiter: WaiterId },
+}
+
+/// What an acquire's session may still take in its name's namespace.
+struct AcquireRoom {
+    /// The session's TTL: the lease a grant reports.
+    lease_ttl_ms: u64,
+    max_waiters: u32,
+    max_locks: u32,
+    /// The session holds and waits for `max_locks` names already.
+    session_full: bool,
+}
+
+impl AcquireRoom {
+    /// Refuses a new hold or wait once the session is at its namespace's lock limit.
+    fn check_session_room(&self) -> Result<(), Rejection> {
+        if self.session_full {
+            return Err(Rejection::TooManyLocks {
+                limit: self.max_locks,
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for LockTable {
@@ -691,92 +738,51 @@ impl LockTable {
         events.iter().filter_map(|e| Effect::of(e, moves)).collect()
     }
 
+    /// [`Op::Acquire`]: decides what to do from the table as it is, then does it. A refused
+    /// acquire changes nothing.
     fn acquire(
         &mut self,
         now: u64,
         req: AcquireRequest<'_>,
         ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
-        let AcquireRequest {
-            session,
-            name,
-            owner,
-            mode,
-            wait_ms,
-            reentrant,
-        } = req;
-        let group_moves = self.move_count();
-        // 1. Validate everything before touching anything.
-        check_name(name)?;
-        self.check_serves(name)?;
-        check_optional("owner", owner, limits::MAX_OWNER_BYTES)?;
-        limits::check_acquire_args(mode, wait_ms)?;
-        let ns = self.namespace_for(name);
-        let sess = self
-            .sessions
-            .get(&session)
-            .ok_or_else(|| self.absent_session(session))?;
-        if !sess.namespace.is_empty() && *sess.namespace != *ns.name {
-            return Err(Rejection::WrongNamespace {
-                session_namespace: sess.namespace.to_string(),
-                name_namespace: ns.name.clone(),
-            });
-        }
-        check_ttl(ns, sess.ttl_ms)?;
-        let (max_waiters, max_locks) = (ns.max_waiters_per_name, ns.max_locks_per_session);
-        let lease_ttl_ms = sess.ttl_ms;
-        let session_full = sess.load() >= max_locks as usize;
+        let step = self.decide_acquire(&req)?;
+        Ok(self.apply_acquire(now, &req, step, ev))
+    }
 
-        let Some((key, lock)) = self.locks.get_key_value_mut(name) else {
+    /// Decides an acquire without changing anything: the first rule it breaks, or the step
+    /// that carries it out (grant, re-enter, busy or queue).
+    fn decide_acquire(&self, req: &AcquireRequest<'_>) -> Result<AcquireStep, Rejection> {
+        // 1. Validate everything before touching anything.
+        let room = self.check_acquire(req)?;
+        let Some(lock) = self.locks.get(req.name) else {
             // 2a. A free name: grant at once.
             self.mint.check_can_grant()?;
-            if session_full {
-                return Err(Rejection::TooManyLocks { limit: max_locks });
-            }
-            let name: Arc<str> = name.into();
-            let mut lock = Lock::default();
-            let hold = HoldRequest {
-                session,
-                owner,
-                mode,
-                reentrant,
-                waiter: None,
-            };
-            let token = self
-                .mint
-                .grant(now, &name, &mut lock, hold, &mut self.sessions, ev);
-            self.locks.insert(name, lock);
-            return Ok(acquired(token, lease_ttl_ms, 1, group_moves));
+            room.check_session_room()?;
+            return Ok(AcquireStep::GrantFreeName {
+                lease_ttl_ms: room.lease_ttl_ms,
+            });
         };
         if let Some(in_use) = lock.mode_in_use() {
-            if modes_conflict(in_use, mode) {
+            if modes_conflict(in_use, req.mode) {
                 return Err(Rejection::ModeConflict {
                     held: in_use,
-                    requested: mode,
+                    requested: req.mode,
                 });
             }
         }
         // 2b. Re-entry by the same session and owner.
-        if let Some(h) = lock
+        if let Some(holder) = lock
             .holders
-            .iter_mut()
-            .find(|h| h.session == session && *h.owner == *owner)
+            .iter()
+            .position(|h| h.session == req.session && *h.owner == *req.owner)
         {
-            if !(reentrant && h.reentrant && h.mode == mode) {
-                return Err(Rejection::AlreadyHeld { token: h.token });
-            }
-            if h.reentry >= limits::MAX_REENTRY {
-                return Err(Rejection::TooManyReentries {
-                    max: limits::MAX_REENTRY,
-                });
-            }
-            h.reentry += 1;
-            return Ok(acquired(h.token, lease_ttl_ms, h.reentry, group_moves));
+            return decide_reentry(req, lock, holder, room.lease_ttl_ms);
         }
         if let Some(w) = lock
             .waiters()
             .iter()
-            .find(|w| w.session == session && *w.owner == *owner)
+            .find(|w| w.session == req.session && *w.owner == *req.owner)
         {
             return Err(Rejection::AlreadyWaiting { waiter: w.id });
         }
@@ -786,89 +792,158 @@ impl LockTable {
         // 2c. Granted now only if nothing delays it, nobody queues ahead (FIFO) and it fits.
         let grantable = lock.delay_until_ms() == 0
             && lock.waiters().is_empty()
-            && compatible(&lock.holders, mode);
+            && compatible(&lock.holders, req.mode);
         if grantable {
-            if session_full {
-                return Err(Rejection::TooManyLocks { limit: max_locks });
-            }
-            let hold = HoldRequest {
-                session,
-                owner,
-                mode,
-                reentrant,
-                waiter: None,
-            };
-            let token = self
-                .mint
-                .grant(now, key, lock, hold, &mut self.sessions, ev);
-            return Ok(acquired(token, lease_ttl_ms, 1, group_moves));
-        }
-        if wait_ms == 0 {
-            let reason = if lock.delay_until_ms() != 0 {
-                BusyReason::LockDelay {
-                    until_ms: lock.delay_until_ms(),
-                }
-            } else {
-                BusyReason::Held
-            };
-            return Ok(Reply::Busy {
-                holder: lock.holder_view(),
-                queue_len: lock.waiters().len() as u32,
-                reason,
+            room.check_session_room()?;
+            return Ok(AcquireStep::Grant {
+                lease_ttl_ms: room.lease_ttl_ms,
             });
         }
+        self.decide_wait(req, lock, &room)
+    }
+
+    /// The checks every acquire passes before its name's record is looked at: its arguments,
+    /// that this group serves the name, and that the session lives here and may take names of
+    /// the name's namespace. Returns the session's room in that namespace.
+    fn check_acquire(&self, req: &AcquireRequest<'_>) -> Result<AcquireRoom, Rejection> {
+        check_name(req.name)?;
+        self.check_serves(req.name)?;
+        check_optional("owner", req.owner, limits::MAX_OWNER_BYTES)?;
+        limits::check_acquire_args(req.mode, req.wait_ms)?;
+        let ns = self.namespace_for(req.name);
+        let sess = self
+            .sessions
+            .get(&req.session)
+            .ok_or_else(|| self.absent_session(req.session))?;
+        if !sess.namespace.is_empty() && *sess.namespace != *ns.name {
+            return Err(Rejection::WrongNamespace {
+                session_namespace: sess.namespace.to_string(),
+                name_namespace: ns.name.clone(),
+            });
+        }
+        check_ttl(ns, sess.ttl_ms)?;
+        Ok(AcquireRoom {
+            lease_ttl_ms: sess.ttl_ms,
+            max_waiters: ns.max_waiters_per_name,
+            max_locks: ns.max_locks_per_session,
+            session_full: sess.load() >= ns.max_locks_per_session as usize,
+        })
+    }
+
+    /// Decides an acquire that cannot be granted now: a try (no wait) is told the name is
+    /// busy; a wait is queued if the queue, the session and the waiter ids have room.
+    fn decide_wait(
+        &self,
+        req: &AcquireRequest<'_>,
+        lock: &Lock,
+        room: &AcquireRoom,
+    ) -> Result<AcquireStep, Rejection> {
+        if req.wait_ms == 0 {
+            return Ok(AcquireStep::Busy(busy(lock)));
+        }
         // 2d. Queue.
-        if lock.waiters().len() >= max_waiters as usize {
+        if lock.waiters().len() >= room.max_waiters as usize {
             return Err(Rejection::QueueFull {
-                limit: max_waiters,
+                limit: room.max_waiters,
                 retry_after_ms: limits::QUEUE_FULL_RETRY_AFTER_MS,
             });
         }
-        if session_full {
-            return Err(Rejection::TooManyLocks { limit: max_locks });
-        }
-        let id = self.mint.next_waiter;
-        let Some(next_waiter) = id.checked_add(1) else {
+        room.check_session_room()?;
+        let waiter = self.mint.next_waiter;
+        if waiter.checked_add(1).is_none() {
             return Err(Rejection::CounterLimit {
                 field: "waiter_id".into(),
-                value: id,
+                value: waiter,
                 max: u64::MAX - 1,
             });
-        };
-        self.mint.next_waiter = next_waiter;
+        }
+        Ok(AcquireStep::Queue { waiter })
+    }
+
+    /// Carries out what [`LockTable::decide_acquire`] decided, and answers the acquire.
+    fn apply_acquire(
+        &mut self,
+        now: u64,
+        req: &AcquireRequest<'_>,
+        step: AcquireStep,
+        ev: &mut Vec<LockEvent>,
+    ) -> Reply {
+        let group_moves = self.move_count();
+        match step {
+            AcquireStep::GrantFreeName { lease_ttl_ms } => {
+                let name: Arc<str> = req.name.into();
+                let mut lock = Lock::default();
+                let token =
+                    self.mint
+                        .grant(now, &name, &mut lock, req.hold(), &mut self.sessions, ev);
+                self.locks.insert(name, lock);
+                acquired(token, lease_ttl_ms, 1, group_moves)
+            }
+            AcquireStep::Grant { lease_ttl_ms } => {
+                let (key, lock) = self.locks.get_key_value_mut(req.name).expect("decided");
+                let token = self
+                    .mint
+                    .grant(now, key, lock, req.hold(), &mut self.sessions, ev);
+                acquired(token, lease_ttl_ms, 1, group_moves)
+            }
+            AcquireStep::Reenter {
+                holder,
+                lease_ttl_ms,
+            } => {
+                let lock = self.locks.get_mut(req.name).expect("decided");
+                let h = &mut lock.holders[holder];
+                h.reentry += 1;
+                acquired(h.token, lease_ttl_ms, h.reentry, group_moves)
+            }
+            AcquireStep::Busy(reply) => reply,
+            AcquireStep::Queue { waiter } => self.enqueue(now, req, waiter, ev),
+        }
+    }
+
+    /// Queues an acquire as waiter `id` at the back of its name's queue, indexes its deadline
+    /// and lists the wait in its session.
+    fn enqueue(
+        &mut self,
+        now: u64,
+        req: &AcquireRequest<'_>,
+        id: WaiterId,
+        ev: &mut Vec<LockEvent>,
+    ) -> Reply {
+        self.mint.next_waiter = id + 1;
         // Group time is the proposer's stamp: saturate rather than wrap (or panic) at the end
         // of u64, so a deadline is never before its enqueue time.
-        let deadline_ms = now.saturating_add(wait_ms);
+        let deadline_ms = now.saturating_add(req.wait_ms);
+        let (key, lock) = self.locks.get_key_value_mut(req.name).expect("decided");
         lock.waiters_mut().push_back(Waiter {
             id,
-            session,
-            mode,
+            session: req.session,
+            mode: req.mode,
             enqueued_at_ms: now,
             deadline_ms,
-            reentrant,
-            owner: owner.into(),
+            reentrant: req.reentrant,
+            owner: req.owner.into(),
         });
         let position = lock.waiters().len() as u32;
         ev.push(LockEvent::WaitStarted {
             name: key.clone(),
             waiter: id,
-            session,
-            owner: owner.into(),
-            mode,
+            session: req.session,
+            owner: req.owner.into(),
+            mode: req.mode,
             position,
             deadline_ms,
         });
         self.wait_deadlines.insert((deadline_ms, id, key.clone()));
         self.sessions
-            .get_mut(&session)
+            .get_mut(&req.session)
             .expect("checked")
             .waits
             .insert((key.clone(), id));
-        Ok(Reply::Queued {
+        Reply::Queued {
             waiter: id,
             position,
             deadline_ms,
-        })
+        }
     }
 
     /// Hands a name to the waiters at the head of its queue that fit, in order, skipping (and
@@ -1263,6 +1338,45 @@ fn check_token_digest(digest: &str) -> Result<(), Rejection> {
                  lower-case hex digits"
             .into(),
     })
+}
+
+/// Decides a re-entry of the record's holder at index `holder` (same session and owner): it
+/// must be re-entrant on both sides, in the same mode, and under the re-entry limit.
+fn decide_reentry(
+    req: &AcquireRequest<'_>,
+    lock: &Lock,
+    holder: usize,
+    lease_ttl_ms: u64,
+) -> Result<AcquireStep, Rejection> {
+    let h = &lock.holders[holder];
+    if !(req.reentrant && h.reentrant && h.mode == req.mode) {
+        return Err(Rejection::AlreadyHeld { token: h.token });
+    }
+    if h.reentry >= limits::MAX_REENTRY {
+        return Err(Rejection::TooManyReentries {
+            max: limits::MAX_REENTRY,
+        });
+    }
+    Ok(AcquireStep::Reenter {
+        holder,
+        lease_ttl_ms,
+    })
+}
+
+/// [`Reply::Busy`] for a try on `lock`: its first holder, its queue, and why it waits.
+fn busy(lock: &Lock) -> Reply {
+    let reason = if lock.delay_until_ms() != 0 {
+        BusyReason::LockDelay {
+            until_ms: lock.delay_until_ms(),
+        }
+    } else {
+        BusyReason::Held
+    };
+    Reply::Busy {
+        holder: lock.holder_view(),
+        queue_len: lock.waiters().len() as u32,
+        reason,
+    }
 }
 
 /// [`Reply::Acquired`], for the acquire paths that grant.
