@@ -157,17 +157,70 @@ impl LockTable {
         buckets: &BucketSet,
         ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
+        if let Some(again) = self.check_freeze(move_id, to_group, buckets)? {
+            return Ok(again);
+        }
+        // Validation done; now take the buckets' names out of the table, in name order.
+        let mut export = Export {
+            revision: self.mint.revision,
+            ..Export::default()
+        };
+        let mut sessions = BTreeMap::new();
+        let mut waits_ended = 0;
+        let mut holders = 0;
+        for name in self.names_in(buckets) {
+            let lock = self.locks.remove(&name).expect("listed");
+            waits_ended += self.end_waits_for_move(now, &name, &lock, ev);
+            if lock.delay_until_ms() != 0 {
+                self.delays.remove(&(lock.delay_until_ms(), name.clone()));
+            }
+            let out = ExportedLock {
+                name: name.to_string(),
+                holders: self.export_holders(now, &name, &lock, &mut sessions, ev),
+                delay_left_ms: lock.delay_until_ms().saturating_sub(now),
+            };
+            holders += out.holders.len() as u32;
+            if !out.holders.is_empty() || out.delay_left_ms > 0 {
+                export.locks.push(out);
+            }
+        }
+        export.sessions = sessions.into_values().collect();
+        let locks = export.locks.len() as u32;
+        self.ownership.record(
+            move_id,
+            MoveRecord::Outgoing {
+                to_group,
+                buckets: buckets.clone(),
+                export,
+            },
+        );
+        Ok(Reply::BucketsFrozen {
+            locks,
+            holders,
+            waits_ended,
+        })
+    }
+
+    /// Decides whether a freeze may go ahead, changing nothing: the same freeze again answers
+    /// as the first one did (`Some`); a move recorded here otherwise, or buckets this group
+    /// cannot hand over, are refused; `None` means go ahead.
+    fn check_freeze(
+        &self,
+        move_id: MoveId,
+        to_group: u32,
+        buckets: &BucketSet,
+    ) -> Result<Option<Reply>, Rejection> {
         match self.ownership.moves.get(&move_id) {
             Some(MoveRecord::Outgoing {
                 to_group: t,
                 buckets: b,
                 export,
             }) if *t == to_group && b == buckets => {
-                return Ok(Reply::BucketsFrozen {
+                return Ok(Some(Reply::BucketsFrozen {
                     locks: export.locks.len() as u32,
                     holders: export.locks.iter().map(|l| l.holders.len() as u32).sum(),
                     waits_ended: 0,
-                });
+                }));
             }
             Some(r) => {
                 return Err(conflict(
@@ -200,7 +253,11 @@ impl LockTable {
                 "some buckets are already frozen for another move",
             ));
         }
-        // Validation done; now take the buckets' names out of the table, in name order.
+        Ok(None)
+    }
+
+    /// The stored names whose bucket is in `buckets`, in name order.
+    fn names_in(&self, buckets: &BucketSet) -> Vec<Arc<str>> {
         let mut names: Vec<Arc<str>> = self
             .locks
             .iter()
@@ -208,88 +265,80 @@ impl LockTable {
             .map(|(n, _)| n.clone())
             .collect();
         names.sort_unstable();
-        let mut export = Export {
-            revision: self.mint.revision,
-            ..Export::default()
-        };
-        let mut sessions = BTreeMap::new();
-        let mut waits_ended = 0;
-        let mut holders = 0;
-        for name in names {
-            let lock = self.locks.remove(&name).expect("listed");
-            for w in lock.waiters() {
-                self.wait_deadlines
-                    .remove(&(w.deadline_ms, w.id, name.clone()));
-                if let Some(s) = self.sessions.get_mut(&w.session) {
-                    s.waits.remove(&(name.clone(), w.id));
-                }
-                ev.push(LockEvent::WaitEnded {
-                    name: name.clone(),
-                    waiter: w.id,
-                    session: w.session,
-                    reason: WaitEndReason::Moved,
-                    waited_ms: now.saturating_sub(w.enqueued_at_ms),
-                });
-                waits_ended += 1;
+        names
+    }
+
+    /// Ends the waits of `lock` (taken out of the table) for a move: drops them from the
+    /// deadline index and their sessions, with reason `Moved`. Returns how many ended.
+    fn end_waits_for_move(
+        &mut self,
+        now: u64,
+        name: &Arc<str>,
+        lock: &Lock,
+        ev: &mut Vec<LockEvent>,
+    ) -> u32 {
+        let mut ended = 0;
+        for w in lock.waiters() {
+            self.wait_deadlines
+                .remove(&(w.deadline_ms, w.id, name.clone()));
+            if let Some(s) = self.sessions.get_mut(&w.session) {
+                s.waits.remove(&(name.clone(), w.id));
             }
-            if lock.delay_until_ms() != 0 {
-                self.delays.remove(&(lock.delay_until_ms(), name.clone()));
-            }
-            let mut out = ExportedLock {
-                name: name.to_string(),
-                holders: Vec::new(),
-                delay_left_ms: lock.delay_until_ms().saturating_sub(now),
-            };
-            for h in &lock.holders {
-                let s = self
-                    .sessions
-                    .get_mut(&h.session)
-                    .expect("a holder's session lives");
-                s.held.remove(&(name.clone(), h.token));
-                sessions
-                    .entry(h.session)
-                    .or_insert_with(|| ExportedSession {
-                        id: h.session,
-                        ttl_ms: s.ttl_ms,
-                        client: s.client.to_string(),
-                        namespace: s.namespace.to_string(),
-                    });
-                self.mint.holds -= 1;
-                holders += 1;
-                ev.push(LockEvent::HoldMovedOut {
-                    name: name.clone(),
-                    session: h.session,
-                    token: h.token,
-                });
-                out.holders.push(ExportedHolder {
-                    session: h.session,
-                    token: h.token,
-                    mode: h.mode,
-                    held_ms: now.saturating_sub(h.granted_at_ms),
-                    reentry: h.reentry,
-                    reentrant: h.reentrant,
-                    owner: h.owner.to_string(),
-                });
-            }
-            if !out.holders.is_empty() || out.delay_left_ms > 0 {
-                export.locks.push(out);
-            }
+            ev.push(LockEvent::WaitEnded {
+                name: name.clone(),
+                waiter: w.id,
+                session: w.session,
+                reason: WaitEndReason::Moved,
+                waited_ms: now.saturating_sub(w.enqueued_at_ms),
+            });
+            ended += 1;
         }
-        export.sessions = sessions.into_values().collect();
-        let locks = export.locks.len() as u32;
-        self.ownership.record(
-            move_id,
-            MoveRecord::Outgoing {
-                to_group,
-                buckets: buckets.clone(),
-                export,
-            },
-        );
-        Ok(Reply::BucketsFrozen {
-            locks,
-            holders,
-            waits_ended,
-        })
+        ended
+    }
+
+    /// Moves the holders of `lock` (taken out of the table) out of this group: takes each off
+    /// its session's list and the hold count, and adds its session to `sessions` (by id).
+    /// Returns them as exported, in order.
+    fn export_holders(
+        &mut self,
+        now: u64,
+        name: &Arc<str>,
+        lock: &Lock,
+        sessions: &mut BTreeMap<SessionId, ExportedSession>,
+        ev: &mut Vec<LockEvent>,
+    ) -> Vec<ExportedHolder> {
+        let mut out = Vec::new();
+        for h in &lock.holders {
+            let s = self
+                .sessions
+                .get_mut(&h.session)
+                .expect("a holder's session lives");
+            s.held.remove(&(name.clone(), h.token));
+            sessions
+                .entry(h.session)
+                .or_insert_with(|| ExportedSession {
+                    id: h.session,
+                    ttl_ms: s.ttl_ms,
+                    client: s.client.to_string(),
+                    namespace: s.namespace.to_string(),
+                });
+            self.mint.holds -= 1;
+            ev.push(LockEvent::HoldMovedOut {
+                name: name.clone(),
+                session: h.session,
+                token: h.token,
+            });
+            out.push(ExportedHolder {
+                session: h.session,
+                token: h.token,
+                mode: h.mode,
+                held_ms: now.saturating_sub(h.granted_at_ms),
+                reentry: h.reentry,
+                reentrant: h.reentrant,
+                owner: h.owner.to_string(),
+            });
+        }
+        out
     }
 
     /// The sessions an import names: one this group lacks is adopted (its lease starts now); one
