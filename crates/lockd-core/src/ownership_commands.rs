@@ -394,16 +394,50 @@ impl LockTable {
         export: &Export,
         ev: &mut Vec<LockEvent>,
     ) -> Result<Reply, Rejection> {
+        if let Some(again) = self.check_import(move_id, from_group, buckets, export)? {
+            return Ok(again);
+        }
+        // Validation done.
+        self.mint.revision = self.mint.revision.max(export.revision);
+        let adopted = self.bring_sessions(now, &export.sessions, ev);
+        self.store_imported_locks(now, &export.locks, ev);
+        self.ownership.owned.union_with(buckets);
+        self.ownership.map_version = self.ownership.map_version.max(map_version);
+        self.ownership.record(
+            move_id,
+            MoveRecord::Imported {
+                from_group,
+                buckets: buckets.clone(),
+            },
+        );
+        Ok(Reply::BucketsImported {
+            locks: export.locks.len() as u32,
+            sessions_adopted: adopted,
+            revision: self.mint.revision,
+        })
+    }
+
+    /// Decides whether an import may go ahead, changing nothing: the same import again answers
+    /// as the first one did (`Some`); a move recorded here otherwise, a group that cannot take
+    /// buckets, buckets it owns already or an export it could not take are refused; `None`
+    /// means go ahead.
+    fn check_import(
+        &self,
+        move_id: MoveId,
+        from_group: u32,
+        buckets: &BucketSet,
+        export: &Export,
+    ) -> Result<Option<Reply>, Rejection> {
         match self.ownership.moves.get(&move_id) {
             Some(MoveRecord::Imported {
                 from_group: f,
                 buckets: b,
             }) if *f == from_group && b == buckets => {
-                return Ok(Reply::BucketsImported {
+                return Ok(Some(Reply::BucketsImported {
                     locks: export.locks.len() as u32,
                     sessions_adopted: 0,
                     revision: self.mint.revision,
-                })
+                }))
             }
             Some(r) => {
                 return Err(conflict(
@@ -436,17 +470,20 @@ impl LockTable {
             ));
         }
         validate_export(move_id, buckets, export)?;
-        // Validation done.
-        self.mint.revision = self.mint.revision.max(export.revision);
-        let adopted = self.bring_sessions(now, &export.sessions, ev);
-        for l in &export.locks {
+        Ok(None)
+    }
+
+    /// Stores the exported locks, in the export's order: each holder with its token verbatim
+    /// (listed in its session, counted), and each lock-delay as the time it had left.
+    fn store_imported_locks(&mut self, now: u64, locks: &[ExportedLock], ev: &mut Vec<LockEvent>) {
+        for l in locks {
             let name: Arc<str> = l.name.as_str().into();
             let mut lock = Lock::default();
             for h in &l.holders {
                 lock.holders.push(h.to_holder(now));
                 self.sessions
                     .get_mut(&h.session)
-                    .expect("adopted above")
+                    .expect("adopted before its locks")
                     .held
                     .insert((name.clone(), h.token));
                 self.mint.holds += 1;
@@ -459,20 +496,6 @@ impl LockTable {
             }
             self.locks.insert(name, lock);
         }
-        self.ownership.owned.union_with(buckets);
-        self.ownership.map_version = self.ownership.map_version.max(map_version);
-        self.ownership.record(
-            move_id,
-            MoveRecord::Imported {
-                from_group,
-                buckets: buckets.clone(),
-            },
-        );
-        Ok(Reply::BucketsImported {
-            locks: export.locks.len() as u32,
-            sessions_adopted: adopted,
-            revision: self.mint.revision,
-        })
     }
 
     /// Abort, receiving side: refuse this move's import for good (refused once imported).
