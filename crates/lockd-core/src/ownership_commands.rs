@@ -649,7 +649,7 @@ pub(crate) fn validate_export(
     buckets: &BucketSet,
     e: &Export,
 ) -> Result<(), Rejection> {
-    let bad = |reason: String| Err(conflict(move_id, format!("export refused: {reason}")));
+    let bad = |reason: String| Err(export_refused(move_id, reason));
     if e.revision > limits::MAX_REVISION {
         return bad(format!(
             "revision {} is above the limit {}",
@@ -676,70 +676,105 @@ pub(crate) fn validate_export(
     if !e.locks.windows(2).all(|w| w[0].name < w[1].name) {
         return bad("locks are not sorted by name, or one is listed twice".into());
     }
-    let known = |id: SessionId| e.sessions.binary_search_by_key(&id, |s| s.id).is_ok();
     for l in &e.locks {
-        check_name(&l.name)?;
-        if !buckets.contains(bucket_of(&l.name)) {
+        validate_exported_lock(move_id, buckets, e, l)?;
+    }
+    Ok(())
+}
+
+/// The refusal of an export that breaks a rule, saying which.
+fn export_refused(move_id: MoveId, reason: String) -> Rejection {
+    conflict(move_id, format!("export refused: {reason}"))
+}
+
+/// The rules for one lock of export `e`: a valid name in one of the move's buckets, holders or
+/// a lock-delay (within its limit), valid holders ([`validate_exported_holders`]) that fit
+/// their modes.
+fn validate_exported_lock(
+    move_id: MoveId,
+    buckets: &BucketSet,
+    e: &Export,
+    l: &ExportedLock,
+) -> Result<(), Rejection> {
+    let bad = |reason: String| Err(export_refused(move_id, reason));
+    check_name(&l.name)?;
+    if !buckets.contains(bucket_of(&l.name)) {
+        return bad(format!(
+            "'{}' is in bucket {}, not one of the move's",
+            l.name,
+            bucket_of(&l.name)
+        ));
+    }
+    if l.holders.is_empty() && l.delay_left_ms == 0 {
+        return bad(format!("'{}' has neither holders nor a lock-delay", l.name));
+    }
+    if l.delay_left_ms > limits::MAX_LOCK_DELAY_MS {
+        return bad(format!(
+            "'{}' has a lock-delay of {} ms, above {}",
+            l.name,
+            l.delay_left_ms,
+            limits::MAX_LOCK_DELAY_MS
+        ));
+    }
+    validate_exported_holders(move_id, e, l)?;
+    if !holders_fit_modes(&l.holders) {
+        return bad(format!(
+            "the holders of '{}' do not fit their modes",
+            l.name
+        ));
+    }
+    Ok(())
+}
+
+/// The rules for the holders of lock `l` of export `e`: tokens unique, not zero and at most
+/// the export's revision; each of a session the export lists, at most once per session and
+/// owner; re-entry counts within their limit (above 1 only if re-entrant); valid owners.
+fn validate_exported_holders(
+    move_id: MoveId,
+    e: &Export,
+    l: &ExportedLock,
+) -> Result<(), Rejection> {
+    let bad = |reason: String| Err(export_refused(move_id, reason));
+    let known = |id: SessionId| e.sessions.binary_search_by_key(&id, |s| s.id).is_ok();
+    let mut tokens = std::collections::BTreeSet::new();
+    let mut sessions = std::collections::BTreeSet::new();
+    for h in &l.holders {
+        if h.token == 0 || h.token > e.revision || !tokens.insert(h.token) {
             return bad(format!(
-                "'{}' is in bucket {}, not one of the move's",
-                l.name,
-                bucket_of(&l.name)
+                "'{}' has token {} twice, zero or above the export's revision {}",
+                l.name, h.token, e.revision
             ));
         }
-        if l.holders.is_empty() && l.delay_left_ms == 0 {
-            return bad(format!("'{}' has neither holders nor a lock-delay", l.name));
-        }
-        if l.delay_left_ms > limits::MAX_LOCK_DELAY_MS {
+        if !known(h.session) || !sessions.insert((h.session, h.owner.as_str())) {
             return bad(format!(
-                "'{}' has a lock-delay of {} ms, above {}",
-                l.name,
-                l.delay_left_ms,
-                limits::MAX_LOCK_DELAY_MS
-            ));
-        }
-        let mut tokens = std::collections::BTreeSet::new();
-        let mut sessions = std::collections::BTreeSet::new();
-        for h in &l.holders {
-            if h.token == 0 || h.token > e.revision || !tokens.insert(h.token) {
-                return bad(format!(
-                    "'{}' has token {} twice, zero or above the export's revision {}",
-                    l.name, h.token, e.revision
-                ));
-            }
-            if !known(h.session) || !sessions.insert((h.session, h.owner.as_str())) {
-                return bad(format!(
-                    "a holder of '{}' belongs to a session the export does not list, or holds twice",
-                    l.name
-                ));
-            }
-            if h.reentry == 0 || h.reentry > limits::MAX_REENTRY || (h.reentry > 1 && !h.reentrant)
-            {
-                return bad(format!(
-                    "a holder of '{}' has re-entry count {} (1..={}, above 1 only if re-entrant)",
-                    l.name,
-                    h.reentry,
-                    limits::MAX_REENTRY
-                ));
-            }
-            check_optional("owner", &h.owner, limits::MAX_OWNER_BYTES)?;
-        }
-        let first = l.holders.first().map(|h| h.mode);
-        let fits = match first {
-            None => true,
-            Some(LockMode::Exclusive) => l.holders.len() == 1,
-            Some(LockMode::Shared) => l.holders.iter().all(|h| h.mode == LockMode::Shared),
-            Some(m @ LockMode::Semaphore { limit }) => {
-                (1..=limits::MAX_SEMAPHORE_LIMIT).contains(&limit)
-                    && l.holders.len() <= limit as usize
-                    && l.holders.iter().all(|h| h.mode == m)
-            }
-        };
-        if !fits {
-            return bad(format!(
-                "the holders of '{}' do not fit their modes",
+                "a holder of '{}' belongs to a session the export does not list, or holds twice",
                 l.name
             ));
         }
+        if h.reentry == 0 || h.reentry > limits::MAX_REENTRY || (h.reentry > 1 && !h.reentrant) {
+            return bad(format!(
+                "a holder of '{}' has re-entry count {} (1..={}, above 1 only if re-entrant)",
+                l.name,
+                h.reentry,
+                limits::MAX_REENTRY
+            ));
+        }
+        check_optional("owner", &h.owner, limits::MAX_OWNER_BYTES)?;
     }
     Ok(())
+}
+
+/// Whether exported holders could hold one name together: one exclusive holder, shared ones
+/// only, or a valid semaphore's users within its limit, all at that limit.
+fn holders_fit_modes(holders: &[ExportedHolder]) -> bool {
+    match holders.first().map(|h| h.mode) {
+        None => true,
+        Some(LockMode::Exclusive) => holders.len() == 1,
+        Some(LockMode::Shared) => holders.iter().all(|h| h.mode == LockMode::Shared),
+        Some(m @ LockMode::Semaphore { limit }) => {
+            (1..=limits::MAX_SEMAPHORE_LIMIT).contains(&limit)
+                && holders.len() <= limit as usize
+                && holders.iter().all(|h| h.mode == m)
+        }
+    }
 }
