@@ -6,14 +6,15 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
+use std::sync::Arc;
 
 use crate::bucket::{bucket_of, BUCKETS};
-use crate::entity::Lock;
+use crate::entity::{Holder, Lock, Session, Waiter};
 use crate::limits::{self, check_name, check_optional};
 use crate::machine::{validate_namespace, LockTable};
 use crate::ownership::{BucketSet, MoveRecord};
 use crate::ownership_commands::validate_export;
-use crate::types::LockMode;
+use crate::types::{LockMode, SessionId, Token, WaiterId};
 
 /// An invariant that does not hold, with the rule's number from docs/INVARIANTS.md.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,7 +31,7 @@ impl fmt::Display for Violation {
 
 impl std::error::Error for Violation {}
 
-fn fail(invariant: &'static str, detail: String) -> Result<(), Violation> {
+fn fail<T>(invariant: &'static str, detail: String) -> Result<T, Violation> {
     Err(Violation { invariant, detail })
 }
 
@@ -45,184 +46,25 @@ impl LockTable {
         self.check_config()?;
         self.check_ownership()?;
         self.check_topology()?;
+        self.check_locks()?;
+        self.check_delay_index()?;
+        self.check_sessions()
+    }
+
+    /// Every lock record, name by name: the record as a whole, S1 its modes, its holders, its
+    /// queue and its head, S8 its lock-delay in the index. Then the hold count and the deadline
+    /// index against what the records hold and queue.
+    fn check_locks(&self) -> Result<(), Violation> {
         let mut waiter_ids = HashSet::new();
         let mut holds = 0u64;
         let mut waiter_count = 0usize;
         for (name, lock) in self.locks.iter() {
-            if lock.holders.is_empty() && lock.waiters().is_empty() && lock.delay_until_ms() == 0 {
-                return fail("record", format!("'{name}' is idle but still stored"));
-            }
-            if let Err(e) = check_name(name) {
-                return fail("limit", format!("lock name '{name}': {e}"));
-            }
-            if lock.waiters().len() > limits::HARD_MAX_WAITERS_PER_NAME as usize {
-                return fail(
-                    "limit",
-                    format!(
-                        "'{name}' queues {} waiters, above {}",
-                        lock.waiters().len(),
-                        limits::HARD_MAX_WAITERS_PER_NAME
-                    ),
-                );
-            }
-            // A lock-delay is set at most MAX_LOCK_DELAY_MS after the group time of its expiry.
-            if lock.delay_until_ms() > self.now_ms.saturating_add(limits::MAX_LOCK_DELAY_MS) {
-                return fail(
-                    "S8",
-                    format!(
-                        "'{name}' lock-delay until {} is more than {} ms after now {}",
-                        lock.delay_until_ms(),
-                        limits::MAX_LOCK_DELAY_MS,
-                        self.now_ms
-                    ),
-                );
-            }
-            if lock.has_empty_contention() {
-                return fail("record", format!("'{name}' keeps an empty waiter box"));
-            }
+            self.check_lock_record(name, lock)?;
             check_modes(name, lock)?;
             let mut parties = BTreeSet::new();
-            // Unique per name, not per group: a bucket import brings holders whose tokens the
-            // sending group minted, and they may equal tokens this group gave other names.
-            let mut tokens = BTreeSet::new();
-            for h in &lock.holders {
-                holds += 1;
-                // S2 (local part): a token is unique for its name and never above the revision.
-                if h.token == 0 || h.token > self.mint.revision || !tokens.insert(h.token) {
-                    return fail(
-                        "S2",
-                        format!(
-                            "'{name}' token {} is duplicated or above revision {}",
-                            h.token, self.mint.revision
-                        ),
-                    );
-                }
-                if h.reentry == 0 {
-                    return fail("S5", format!("'{name}' holder with re-entry count 0"));
-                }
-                if h.reentry > limits::MAX_REENTRY || (h.reentry > 1 && !h.reentrant) {
-                    return fail(
-                        "S5",
-                        format!(
-                            "'{name}' holder {} re-entered {} times (reentrant: {}, limit {})",
-                            h.token,
-                            h.reentry,
-                            h.reentrant,
-                            limits::MAX_REENTRY
-                        ),
-                    );
-                }
-                check_party(name, "holder", h.token, &h.owner, h.mode)?;
-                if h.granted_at_ms > self.now_ms {
-                    return fail(
-                        "time",
-                        format!(
-                            "'{name}' holder {} granted at {} after now {}",
-                            h.token, h.granted_at_ms, self.now_ms
-                        ),
-                    );
-                }
-                // S4: holds belong to live sessions, and the session knows it.
-                match self.sessions.get(&h.session) {
-                    Some(s) if s.held.contains(&(name.clone(), h.token)) => {}
-                    _ => {
-                        return fail(
-                            "S4",
-                            format!(
-                                "'{name}' held by {} which is not a live session holding it",
-                                h.session
-                            ),
-                        )
-                    }
-                }
-                if !parties.insert((h.session, &*h.owner)) {
-                    return fail(
-                        "S5",
-                        format!("'{name}' held twice by {} / '{}'", h.session, h.owner),
-                    );
-                }
-            }
-            let mut prev_id = 0;
-            for w in lock.waiters() {
-                waiter_count += 1;
-                // S7: the queue is in arrival order.
-                if w.id <= prev_id {
-                    return fail(
-                        "S7",
-                        format!("'{name}' queue out of order at waiter {}", w.id),
-                    );
-                }
-                prev_id = w.id;
-                // Waiter ids are minted once each, below the next one.
-                if w.id >= self.mint.next_waiter || !waiter_ids.insert(w.id) {
-                    return fail(
-                        "counter",
-                        format!(
-                            "'{name}' waiter {} is duplicated or not below the next waiter id {}",
-                            w.id, self.mint.next_waiter
-                        ),
-                    );
-                }
-                check_party(name, "waiter", w.id, &w.owner, w.mode)?;
-                if w.enqueued_at_ms > self.now_ms
-                    || w.deadline_ms < w.enqueued_at_ms
-                    || w.deadline_ms > w.enqueued_at_ms.saturating_add(limits::MAX_WAIT_MS)
-                {
-                    return fail(
-                        "time",
-                        format!(
-                            "'{name}' waiter {} enqueued at {} with deadline {} (now {}, wait at \
-                             most {} ms)",
-                            w.id,
-                            w.enqueued_at_ms,
-                            w.deadline_ms,
-                            self.now_ms,
-                            limits::MAX_WAIT_MS
-                        ),
-                    );
-                }
-                match self.sessions.get(&w.session) {
-                    Some(s) if s.waits.contains(&(name.clone(), w.id)) => {}
-                    _ => return fail("S4", format!("'{name}' waiter {} of a dead session", w.id)),
-                }
-                if !self
-                    .wait_deadlines
-                    .contains(&(w.deadline_ms, w.id, name.clone()))
-                {
-                    return fail(
-                        "index",
-                        format!("'{name}' waiter {} missing its deadline", w.id),
-                    );
-                }
-                if !parties.insert((w.session, &*w.owner)) {
-                    return fail(
-                        "S5",
-                        format!(
-                            "'{name}' session {} / '{}' both holds and waits",
-                            w.session, w.owner
-                        ),
-                    );
-                }
-            }
-            // S7/S8: a queue head that fits is granted at once, unless a lock-delay holds it back,
-            // its deadline passed (a tick will time it out) or no token is left to grant it.
-            if let Some(head) = lock.waiters().front() {
-                let fits = match head.mode {
-                    LockMode::Exclusive => lock.holders.is_empty(),
-                    LockMode::Shared => lock.holders.iter().all(|h| h.mode == LockMode::Shared),
-                    LockMode::Semaphore { limit } => lock.holders.len() < limit as usize,
-                };
-                if fits
-                    && lock.delay_until_ms() == 0
-                    && head.deadline_ms > self.now_ms
-                    && !self.mint.exhausted()
-                {
-                    return fail(
-                        "S7",
-                        format!("'{name}' head waiter {} fits but waits", head.id),
-                    );
-                }
-            }
+            holds += self.check_holders(name, lock, &mut parties)?;
+            waiter_count += self.check_waiters(name, lock, &mut parties, &mut waiter_ids)?;
+            self.check_head_is_blocked(name, lock)?;
             if lock.delay_until_ms() != 0
                 && !self.delays.contains(&(lock.delay_until_ms(), name.clone()))
             {
@@ -245,6 +87,243 @@ impl LockTable {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// A record as a whole: stored only while in use, a valid name, a queue within the hard
+    /// limit, a lock-delay no further ahead than the longest one (S8), no empty waiter box.
+    fn check_lock_record(&self, name: &str, lock: &Lock) -> Result<(), Violation> {
+        if lock.holders.is_empty() && lock.waiters().is_empty() && lock.delay_until_ms() == 0 {
+            return fail("record", format!("'{name}' is idle but still stored"));
+        }
+        if let Err(e) = check_name(name) {
+            return fail("limit", format!("lock name '{name}': {e}"));
+        }
+        if lock.waiters().len() > limits::HARD_MAX_WAITERS_PER_NAME as usize {
+            return fail(
+                "limit",
+                format!(
+                    "'{name}' queues {} waiters, above {}",
+                    lock.waiters().len(),
+                    limits::HARD_MAX_WAITERS_PER_NAME
+                ),
+            );
+        }
+        // A lock-delay is set at most MAX_LOCK_DELAY_MS after the group time of its expiry.
+        if lock.delay_until_ms() > self.now_ms.saturating_add(limits::MAX_LOCK_DELAY_MS) {
+            return fail(
+                "S8",
+                format!(
+                    "'{name}' lock-delay until {} is more than {} ms after now {}",
+                    lock.delay_until_ms(),
+                    limits::MAX_LOCK_DELAY_MS,
+                    self.now_ms
+                ),
+            );
+        }
+        if lock.has_empty_contention() {
+            return fail("record", format!("'{name}' keeps an empty waiter box"));
+        }
+        Ok(())
+    }
+
+    /// The holders of `name` ([`LockTable::check_holder`] each); S4: each is of a live session
+    /// that lists the hold; S5: one hold per session and owner (noted in `parties`). Returns
+    /// how many there are.
+    fn check_holders<'a>(
+        &self,
+        name: &Arc<str>,
+        lock: &'a Lock,
+        parties: &mut BTreeSet<(SessionId, &'a str)>,
+    ) -> Result<u64, Violation> {
+        // Unique per name, not per group: a bucket import brings holders whose tokens the
+        // sending group minted, and they may equal tokens this group gave other names.
+        let mut tokens = BTreeSet::new();
+        for h in &lock.holders {
+            self.check_holder(name, h, &mut tokens)?;
+            // S4: holds belong to live sessions, and the session knows it.
+            match self.sessions.get(&h.session) {
+                Some(s) if s.held.contains(&(name.clone(), h.token)) => {}
+                _ => {
+                    return fail(
+                        "S4",
+                        format!(
+                            "'{name}' held by {} which is not a live session holding it",
+                            h.session
+                        ),
+                    )
+                }
+            }
+            if !parties.insert((h.session, &*h.owner)) {
+                return fail(
+                    "S5",
+                    format!("'{name}' held twice by {} / '{}'", h.session, h.owner),
+                );
+            }
+        }
+        Ok(lock.holders.len() as u64)
+    }
+
+    /// One holder of `name` on its own: S2, its token is unique for the name (noted in
+    /// `tokens`) and not above the revision; S5, its re-entry count is within its limit; what
+    /// `Acquire` checked of it; and it was granted no later than now.
+    fn check_holder(
+        &self,
+        name: &str,
+        h: &Holder,
+        tokens: &mut BTreeSet<Token>,
+    ) -> Result<(), Violation> {
+        // S2 (local part): a token is unique for its name and never above the revision.
+        if h.token == 0 || h.token > self.mint.revision || !tokens.insert(h.token) {
+            return fail(
+                "S2",
+                format!(
+                    "'{name}' token {} is duplicated or above revision {}",
+                    h.token, self.mint.revision
+                ),
+            );
+        }
+        if h.reentry == 0 {
+            return fail("S5", format!("'{name}' holder with re-entry count 0"));
+        }
+        if h.reentry > limits::MAX_REENTRY || (h.reentry > 1 && !h.reentrant) {
+            return fail(
+                "S5",
+                format!(
+                    "'{name}' holder {} re-entered {} times (reentrant: {}, limit {})",
+                    h.token,
+                    h.reentry,
+                    h.reentrant,
+                    limits::MAX_REENTRY
+                ),
+            );
+        }
+        check_party(name, "holder", h.token, &h.owner, h.mode)?;
+        if h.granted_at_ms > self.now_ms {
+            return fail(
+                "time",
+                format!(
+                    "'{name}' holder {} granted at {} after now {}",
+                    h.token, h.granted_at_ms, self.now_ms
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The queue of `name`: S7, in arrival order; each waiter valid on its own
+    /// ([`LockTable::check_waiter`]); S4, of a live session that lists the wait; its deadline
+    /// indexed; S5, no session and owner both holds and waits (`parties`). Returns its length.
+    fn check_waiters<'a>(
+        &self,
+        name: &Arc<str>,
+        lock: &'a Lock,
+        parties: &mut BTreeSet<(SessionId, &'a str)>,
+        waiter_ids: &mut HashSet<WaiterId>,
+    ) -> Result<usize, Violation> {
+        let mut prev_id = 0;
+        for w in lock.waiters() {
+            // S7: the queue is in arrival order.
+            if w.id <= prev_id {
+                return fail(
+                    "S7",
+                    format!("'{name}' queue out of order at waiter {}", w.id),
+                );
+            }
+            prev_id = w.id;
+            self.check_waiter(name, w, waiter_ids)?;
+            match self.sessions.get(&w.session) {
+                Some(s) if s.waits.contains(&(name.clone(), w.id)) => {}
+                _ => return fail("S4", format!("'{name}' waiter {} of a dead session", w.id)),
+            }
+            if !self
+                .wait_deadlines
+                .contains(&(w.deadline_ms, w.id, name.clone()))
+            {
+                return fail(
+                    "index",
+                    format!("'{name}' waiter {} missing its deadline", w.id),
+                );
+            }
+            if !parties.insert((w.session, &*w.owner)) {
+                return fail(
+                    "S5",
+                    format!(
+                        "'{name}' session {} / '{}' both holds and waits",
+                        w.session, w.owner
+                    ),
+                );
+            }
+        }
+        Ok(lock.waiters().len())
+    }
+
+    /// One waiter of `name` on its own: its id minted once (noted in `waiter_ids`) and below
+    /// the next one; what `Acquire` checked of it; enqueued no later than now, with a deadline
+    /// at most the longest wait after that.
+    fn check_waiter(
+        &self,
+        name: &str,
+        w: &Waiter,
+        waiter_ids: &mut HashSet<WaiterId>,
+    ) -> Result<(), Violation> {
+        // Waiter ids are minted once each, below the next one.
+        if w.id >= self.mint.next_waiter || !waiter_ids.insert(w.id) {
+            return fail(
+                "counter",
+                format!(
+                    "'{name}' waiter {} is duplicated or not below the next waiter id {}",
+                    w.id, self.mint.next_waiter
+                ),
+            );
+        }
+        check_party(name, "waiter", w.id, &w.owner, w.mode)?;
+        if w.enqueued_at_ms > self.now_ms
+            || w.deadline_ms < w.enqueued_at_ms
+            || w.deadline_ms > w.enqueued_at_ms.saturating_add(limits::MAX_WAIT_MS)
+        {
+            return fail(
+                "time",
+                format!(
+                    "'{name}' waiter {} enqueued at {} with deadline {} (now {}, wait at \
+                     most {} ms)",
+                    w.id,
+                    w.enqueued_at_ms,
+                    w.deadline_ms,
+                    self.now_ms,
+                    limits::MAX_WAIT_MS
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// S7/S8: a queue head that fits is granted at once, unless a lock-delay holds it back,
+    /// its deadline passed (a tick will time it out) or no token is left to grant it.
+    fn check_head_is_blocked(&self, name: &str, lock: &Lock) -> Result<(), Violation> {
+        let Some(head) = lock.waiters().front() else {
+            return Ok(());
+        };
+        let fits = match head.mode {
+            LockMode::Exclusive => lock.holders.is_empty(),
+            LockMode::Shared => lock.holders.iter().all(|h| h.mode == LockMode::Shared),
+            LockMode::Semaphore { limit } => lock.holders.len() < limit as usize,
+        };
+        if fits
+            && lock.delay_until_ms() == 0
+            && head.deadline_ms > self.now_ms
+            && !self.mint.exhausted()
+        {
+            return fail(
+                "S7",
+                format!("'{name}' head waiter {} fits but waits", head.id),
+            );
+        }
+        Ok(())
+    }
+
+    /// S8: every entry of the lock-delay index is a lock's current lock-delay.
+    fn check_delay_index(&self) -> Result<(), Violation> {
         for (until, name) in &self.delays {
             match self.locks.get(name) {
                 Some(l) if l.delay_until_ms() == *until => {}
@@ -256,74 +335,18 @@ impl LockTable {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Every session ([`LockTable::check_session`] and [`LockTable::check_session_lists`]),
+    /// then the session id index and the per-namespace counts `max_sessions` is checked
+    /// against.
+    fn check_sessions(&self) -> Result<(), Violation> {
         let mut per_namespace: hashbrown::HashMap<&str, u32> = Default::default();
         for (id, s) in &self.sessions {
             *per_namespace.entry(&*s.namespace).or_default() += 1;
-            // What `OpenSession` checked. The namespace is the name of the one it was opened in
-            // (empty: restored from a format-1 snapshot); that namespace may since have been
-            // deleted, and the session lives on, so the name need not be a current namespace.
-            if !(limits::HARD_MIN_TTL_MS..=limits::HARD_MAX_TTL_MS).contains(&s.ttl_ms) {
-                return fail(
-                    "limit",
-                    format!(
-                        "session {id} TTL {} ms is outside {}..={} ms",
-                        s.ttl_ms,
-                        limits::HARD_MIN_TTL_MS,
-                        limits::HARD_MAX_TTL_MS
-                    ),
-                );
-            }
-            let strings =
-                check_optional("client", &s.client, limits::MAX_CLIENT_BYTES).and_then(|()| {
-                    check_optional("namespace", &s.namespace, limits::MAX_NAMESPACE_NAME_BYTES)
-                });
-            if let Err(e) = strings {
-                return fail("limit", format!("session {id}: {e}"));
-            }
-            if s.opened_at_ms > self.now_ms {
-                return fail(
-                    "time",
-                    format!(
-                        "session {id} opened at {} after now {}",
-                        s.opened_at_ms, self.now_ms
-                    ),
-                );
-            }
-            if s.held.len() + s.waits.len() > limits::HARD_MAX_LOCKS_PER_SESSION as usize {
-                return fail(
-                    "limit",
-                    format!(
-                        "session {id} holds and waits for {} names, above {}",
-                        s.held.len() + s.waits.len(),
-                        limits::HARD_MAX_LOCKS_PER_SESSION
-                    ),
-                );
-            }
-            for (name, token) in &s.held {
-                let ok = self.locks.get(name).is_some_and(|l| {
-                    l.holders
-                        .iter()
-                        .any(|h| h.token == *token && h.session == *id)
-                });
-                if !ok {
-                    return fail(
-                        "S4",
-                        format!("session {id} lists '{name}' token {token} it does not hold"),
-                    );
-                }
-            }
-            for (name, wid) in &s.waits {
-                let ok = self
-                    .locks
-                    .get(name)
-                    .is_some_and(|l| l.waiters().iter().any(|w| w.id == *wid && w.session == *id));
-                if !ok {
-                    return fail(
-                        "S4",
-                        format!("session {id} lists a wait on '{name}' that is not queued"),
-                    );
-                }
-            }
+            self.check_session(*id, s)?;
+            self.check_session_lists(*id, s)?;
         }
         // The per-namespace counts `max_sessions` is checked against are the sessions'.
         if self.session_ids.len() != self.sessions.len()
@@ -353,6 +376,82 @@ impl LockTable {
                     per_namespace, self.namespace_sessions
                 ),
             );
+        }
+        Ok(())
+    }
+
+    /// What `OpenSession` checked of session `id`: its TTL and strings; and that it opened no
+    /// later than now and holds and waits for no more names than the hard limit.
+    fn check_session(&self, id: SessionId, s: &Session) -> Result<(), Violation> {
+        // The namespace is the name of the one it was opened in (empty: restored from a
+        // format-1 snapshot); that namespace may since have been deleted, and the session
+        // lives on, so the name need not be a current namespace.
+        if !(limits::HARD_MIN_TTL_MS..=limits::HARD_MAX_TTL_MS).contains(&s.ttl_ms) {
+            return fail(
+                "limit",
+                format!(
+                    "session {id} TTL {} ms is outside {}..={} ms",
+                    s.ttl_ms,
+                    limits::HARD_MIN_TTL_MS,
+                    limits::HARD_MAX_TTL_MS
+                ),
+            );
+        }
+        let strings =
+            check_optional("client", &s.client, limits::MAX_CLIENT_BYTES).and_then(|()| {
+                check_optional("namespace", &s.namespace, limits::MAX_NAMESPACE_NAME_BYTES)
+            });
+        if let Err(e) = strings {
+            return fail("limit", format!("session {id}: {e}"));
+        }
+        if s.opened_at_ms > self.now_ms {
+            return fail(
+                "time",
+                format!(
+                    "session {id} opened at {} after now {}",
+                    s.opened_at_ms, self.now_ms
+                ),
+            );
+        }
+        if s.held.len() + s.waits.len() > limits::HARD_MAX_LOCKS_PER_SESSION as usize {
+            return fail(
+                "limit",
+                format!(
+                    "session {id} holds and waits for {} names, above {}",
+                    s.held.len() + s.waits.len(),
+                    limits::HARD_MAX_LOCKS_PER_SESSION
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// S4 from the session's side: every hold and wait session `id` lists is in the table.
+    fn check_session_lists(&self, id: SessionId, s: &Session) -> Result<(), Violation> {
+        for (name, token) in &s.held {
+            let ok = self.locks.get(name).is_some_and(|l| {
+                l.holders
+                    .iter()
+                    .any(|h| h.token == *token && h.session == id)
+            });
+            if !ok {
+                return fail(
+                    "S4",
+                    format!("session {id} lists '{name}' token {token} it does not hold"),
+                );
+            }
+        }
+        for (name, wid) in &s.waits {
+            let ok = self
+                .locks
+                .get(name)
+                .is_some_and(|l| l.waiters().iter().any(|w| w.id == *wid && w.session == id));
+            if !ok {
+                return fail(
+                    "S4",
+                    format!("session {id} lists a wait on '{name}' that is not queued"),
+                );
+            }
         }
         Ok(())
     }
