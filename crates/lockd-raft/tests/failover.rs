@@ -108,8 +108,15 @@ async fn group_time_goes_on_across_a_leader_change() {
         .unwrap();
     let real = granted.elapsed().as_millis() as u64;
     println!("held for {real} ms; group time says {held_for} ms");
-    assert!(held_for + 1_000 >= real, "group time lost {} ms", real - held_for);
-    assert!(held_for <= real + 200, "group time ran ahead: {held_for} > {real}");
+    assert!(
+        held_for + 1_000 >= real,
+        "group time lost {} ms",
+        real - held_for
+    );
+    assert!(
+        held_for <= real + 200,
+        "group time ran ahead: {held_for} > {real}"
+    );
     for n in nodes {
         n.stop().await;
     }

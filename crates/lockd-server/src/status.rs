@@ -132,18 +132,23 @@ pub fn mark_start() {
 impl Service {
     /// Every member node's report, asked at once over the peer port, with this node's own;
     /// a node that does not answer within a few seconds is listed with the error. The members
-    /// are those of the groups this node knows (`list_members`), so the admin credential is
-    /// required, as for that.
+    /// are those of the groups this node hosts, as its replicas see them: no group's leader is
+    /// needed, so the status still comes when groups have lost their quorum. Needs the admin
+    /// credential, as `members list` does.
     pub async fn cluster_status(
         &self,
         creds: &crate::service::Credentials,
     ) -> Result<Vec<NodeEntry>, ApiError> {
         self.require_admin(creds, "the cluster status")?;
-        let groups = self.list_members(creds).await?;
         let mut addrs: BTreeMap<NodeId, String> = BTreeMap::new();
-        for g in &groups {
-            for (id, addr) in &g.membership.addrs {
-                addrs.entry(*id).or_insert_with(|| addr.clone());
+        for g in self
+            .node
+            .group_ids()
+            .into_iter()
+            .filter_map(|id| self.node.group(id))
+        {
+            for (id, addr) in g.membership().addrs {
+                addrs.entry(id).or_insert(addr);
             }
         }
         let me = self.node.node_id();

@@ -326,7 +326,11 @@ async fn an_address_past_its_session_open_budget_is_refused_and_opens_nothing() 
     };
     assert!(opened >= 10, "refused after {opened}: {}", refused.body);
     assert_eq!(refused.status, 429, "{}", refused.body);
-    assert_eq!(refused.body["error"]["code"], "rate_limited", "{}", refused.body);
+    assert_eq!(
+        refused.body["error"]["code"], "rate_limited",
+        "{}",
+        refused.body
+    );
     let message = refused.body["error"]["message"].as_str().unwrap();
     assert!(message.contains("--session-opens-per-address"), "{message}");
     let wait: u64 = refused.retry_after.as_deref().unwrap().parse().unwrap();
