@@ -82,11 +82,15 @@ impl OpenBudget {
             }
         }
         let k = key(ip);
-        let left = map.get(&k).map_or(burst, |e| self.refilled(*e, now));
+        let (left, at) = match map.get(&k) {
+            // A caller that read the clock before another took the lock: never back in time.
+            Some(&(left, at)) => (self.refilled((left, at), now), now.max(at)),
+            None => (burst, now),
+        };
         if left < 1.0 {
             return Err(((1.0 - left) / self.rate * 1000.0).ceil() as u64);
         }
-        map.insert(k, (left - 1.0, now));
+        map.insert(k, (left - 1.0, at));
         Ok(())
     }
 

@@ -1,5 +1,5 @@
 //! The cluster's status as one node gathers it (`lockctl status --cluster`, `GET
-//! /v1/cluster/status`, gRPC `Admin.ClusterStatus`): every member node's own report, asked over
+//! /v1/admin/cluster/status`, gRPC `Admin.ClusterStatus`): every member node's own report, asked over
 //! the peer port ([`lockd_raft::NODE_CALL`]), beside the node's own. etcd's
 //! `etcdctl endpoint status --cluster` is the model: version, data size, the leader and the
 //! indices of every replica, and an error for each node that did not answer, so one command
@@ -190,7 +190,8 @@ fn describe(st: &tonic::Status) -> String {
             "no answer within {} s (stopped, paused or cut off?)",
             ASK_TIMEOUT.as_secs()
         ),
-        tonic::Code::NotFound | tonic::Code::InvalidArgument => format!(
+        // What a node before NODE_CALL answers: no group has that id.
+        tonic::Code::NotFound => format!(
             "it cannot report its status (a lockd older than this one?): {}",
             st.message()
         ),

@@ -565,7 +565,10 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
             wait_to_pb(e, &sid, &mut out)
         }
         LockEvent::SessionEnded { .. } | LockEvent::SessionAdopted { .. } => {}
-        e => hold_to_pb(e, &sid, &mut out),
+        e @ (LockEvent::HoldStarted { .. }
+        | LockEvent::HoldEnded { .. }
+        | LockEvent::HoldMovedOut { .. }
+        | LockEvent::HoldMovedIn { .. }) => hold_to_pb(e, &sid, &mut out),
     }
     out
 }
@@ -650,7 +653,7 @@ fn hold_to_pb(
             out.fencing_token = *token;
             set_mode(*m, out);
         }
-        _ => {}
+        _ => {} // `to_pb` (exhaustive) sends only a hold's events here
     }
 }
 
@@ -699,7 +702,7 @@ fn wait_to_pb(
             .into();
             out.waited_ms = *waited_ms;
         }
-        _ => {}
+        _ => {} // `to_pb` (exhaustive) sends only a wait's events here
     }
 }
 

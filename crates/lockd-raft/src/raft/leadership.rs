@@ -100,10 +100,13 @@ impl Leadership {
     }
 
     /// Renews `session` at `now` because this leader granted or queued an acquire of it in an
-    /// entry of its own term (no lease check: the entry's commit proves a quorum was in this
-    /// term after the acquire was sent). `None` if inactive, untracked or already expiring.
-    pub(crate) fn renew(&mut self, session: SessionId, now: Instant) -> Option<u64> {
-        self.clock?;
+    /// entry of `term`, its own (no lease check: the entry's commit proves a quorum was in this
+    /// term after the acquire was sent). `None` if not active for `term`, untracked or already
+    /// expiring.
+    pub(crate) fn renew(&mut self, term: u64, session: SessionId, now: Instant) -> Option<u64> {
+        if self.term() != Some(term) {
+            return None;
+        }
         self.tracker.keepalive(session, now)
     }
 

@@ -71,7 +71,9 @@ impl fmt::Display for Proposal {
 }
 
 /// What applying an entry returns to the leader that proposed it: the core's reply to each op,
-/// in order (none for an entry without ops: blank, membership).
+/// in order (none for an entry without ops: blank, membership). openraft keeps it in memory
+/// (the responder of a local write); it is never read from bytes, which matters because
+/// [`Proposed`]'s lenient reading of its tail holds only for the last value of a message.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(transparent)]
 pub(crate) struct Outcome(pub(crate) Vec<Proposed>);

@@ -161,7 +161,7 @@ impl Replica {
                     }
                 }
                 let renewed = renewing
-                    .then(|| renewal(&mut leader, &cmd.op, &applied.reply, at, &st.table))
+                    .then(|| renewal(&mut leader, term, &cmd.op, &applied.reply, at, &st.table))
                     .flatten();
                 effects.extend(applied.effects);
                 events.append(&mut applied.events);
@@ -319,6 +319,7 @@ impl Replica {
 /// a session already expiring.
 fn renewal(
     leader: &mut Leadership,
+    term: u64,
     op: &Op,
     reply: &Result<Reply, lockd_core::Rejection>,
     at: Instant,
@@ -328,7 +329,7 @@ fn renewal(
         (
             Op::Acquire { session, .. } | Op::AdoptAndAcquire { session, .. },
             Ok(Reply::Acquired { .. } | Reply::Queued { .. }),
-        ) => leader.renew(*session, at).map(|ttl_ms| Renewed {
+        ) => leader.renew(term, *session, at).map(|ttl_ms| Renewed {
             ttl_ms,
             group_moves: table.move_count(),
         }),

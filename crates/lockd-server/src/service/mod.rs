@@ -905,12 +905,6 @@ impl Service {
         Ok((p.reply?, p.renewed))
     }
 
-    /// Opens the session in one lock group, its home: its namespace's home group, or the next
-    /// one up while that group cannot answer (a group's outage must not stop new sessions).
-    /// Other groups adopt the session on its first acquire there (`Op::AdoptAndAcquire`);
-    /// leases are per group, and keepalives go only to the groups a session names. The home group counts
-    /// the namespace's `max_sessions` (while it is down, the group that opens in its place
-    /// counts the sessions it has).
     /// Takes one session open from the caller's address budget (`opens.rs`): `429
     /// rate_limited` with the wait when it has none left.
     fn admit_open(&self, creds: &Credentials) -> Result<(), ApiError> {
@@ -934,6 +928,12 @@ impl Service {
             })
     }
 
+    /// Opens the session in one lock group, its home: its namespace's home group, or the next
+    /// one up while that group cannot answer (a group's outage must not stop new sessions).
+    /// Other groups adopt the session on its first acquire there (`Op::AdoptAndAcquire`);
+    /// leases are per group, and keepalives go only to the groups a session names. The home group counts
+    /// the namespace's `max_sessions` (while it is down, the group that opens in its place
+    /// counts the sessions it has).
     pub async fn open_session(
         &self,
         client: &str,
