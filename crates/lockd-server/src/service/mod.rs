@@ -775,9 +775,19 @@ impl Service {
 
     /// Proposes a command on `name` to the group that serves it (see [`Service::on_owner`]).
     async fn propose_for_name(&self, name: &str, op: Op) -> Result<(Route, Reply), ApiError> {
+        let (group, (reply, _)) = self.propose_full_for_name(name, op).await?;
+        Ok((group, reply))
+    }
+
+    /// [`Service::propose_for_name`] with the leader's lease renewal ([`Service::propose_full`]).
+    async fn propose_full_for_name(
+        &self,
+        name: &str,
+        op: Op,
+    ) -> Result<(Route, (Reply, Option<Renewed>)), ApiError> {
         self.on_owner(name, |g| {
             let op = op.clone();
-            async move { self.propose(&g, op).await }
+            async move { self.propose_full(&g, op).await }
         })
         .await
     }
@@ -1281,12 +1291,7 @@ impl Service {
         op: Op,
         adopting: bool,
     ) -> Result<Proposal, ApiError> {
-        let (group, (reply, renewed)) = self
-            .on_owner(name, |g| {
-                let op = op.clone();
-                async move { self.propose_full(&g, op).await }
-            })
-            .await?;
+        let (group, (reply, renewed)) = self.propose_full_for_name(name, op).await?;
         Ok(Proposal {
             group,
             reply,
