@@ -135,3 +135,64 @@ async fn with_balance_off_the_first_leaders_stay() {
         n.stop().await;
     }
 }
+
+/// A vote marked as a leadership transfer gets past the voters' leader lease, so only the
+/// leader may authorise one, by naming its successor. Here a member the leader never named (a
+/// follower's identity, forged) asks the leader and the other voter for a transfer vote in the
+/// next term, with a log long enough to pass the log check. Both take it as an ordinary vote
+/// under a live leader and refuse it; the group keeps its leader and term. Without the check
+/// both grant it, the leader steps down, and the group is leaderless until an election; sent
+/// in a loop, forever. The positive control, a named transfer, is the test above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_vote_no_leader_named_is_an_ordinary_vote() {
+    use lockd_raft::PeerTransport as _;
+    use openraft::raft::{VoteRequest, VoteResponse};
+    use openraft::vote::RaftLeaderId;
+    use std::sync::Arc;
+    // A vote request's encoding needs only the node id's and term's types: any data will do.
+    openraft::declare_raft_types!(
+        Wire: D = String, R = String, NodeId = u64, Node = openraft::BasicNode
+    );
+    type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
+
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = start_cluster(tmp.path(), 3, |_| {}).await;
+    let l = leader_of(&nodes).await;
+    let before = nodes[l].group().status();
+    let forger = &nodes[(l + 1) % 3];
+    let book = Arc::new(lockd_raft::PeerBook::new(forger.node.incarnation(), None));
+    let pool = lockd_raft::PeerPool::new(&forger.cfg.peers, "lockd", forger.id, None, book)
+        .expect("a pool");
+    let mut req = VoteRequest::<Wire>::new(
+        openraft::impls::Vote::new(before.term + 1, forger.id),
+        Some(openraft::LogId::new(
+            LeaderId::new(before.term, nodes[l].id),
+            u64::MAX / 2,
+        )),
+    );
+    req.leadership_transfer = true;
+    let payload = postcard::to_allocvec(&req).unwrap();
+    for n in nodes.iter().filter(|n| n.id != forger.id) {
+        let reply = pool
+            .call(
+                n.id,
+                lockd_raft::PeerMethod::Vote,
+                G,
+                payload.clone(),
+                Duration::from_secs(2),
+            )
+            .await
+            .expect("a member's vote request is answered");
+        let resp: VoteResponse<Wire> = postcard::from_bytes(&reply).unwrap();
+        assert!(
+            !resp.vote_granted,
+            "node {} granted a transfer vote no leader named",
+            n.id
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = nodes[l].group().status();
+    assert!(after.is_leader, "the leader stepped down");
+    assert_eq!(after.term, before.term, "the term moved");
+}

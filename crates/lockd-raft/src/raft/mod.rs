@@ -168,6 +168,8 @@ pub(crate) struct RaftGroup {
     /// The on-disk log (None in memory), kept to persist its buffered tail on shutdown and
     /// released there, so the directory can be opened again.
     log: Mutex<Option<log_store::LogStore>>,
+    /// Whose leadership-transfer vote this replica honours (`network::NamedSuccessor`).
+    named: network::NamedSuccessor,
 }
 
 /// Entries being committed at once per group. Every proposal that arrives while all of them are
@@ -309,6 +311,7 @@ impl RaftGroup {
             reads: Arc::default(),
             writes: Arc::default(),
             log: Mutex::new(disk_log),
+            named: network::NamedSuccessor::default(),
         })
     }
 
@@ -428,6 +431,15 @@ impl RaftGroup {
     /// Asks this leader to hand the group to `to` (openraft's TransferLeader; `node/balance.rs`).
     /// Ignored on a follower; the outcome shows as the next role change.
     pub(crate) async fn transfer_leader(&self, to: NodeId) {
+        use openraft::vote::RaftLeaderId;
+        let leading = {
+            let metrics = self.raft.server_metrics();
+            let m = metrics.borrow_watched();
+            (m.state == openraft::ServerState::Leader).then(|| m.vote.leader_id().term())
+        };
+        if let Some(term) = leading {
+            self.named.name(to, term);
+        }
         if let Err(e) = self.raft.trigger().transfer_leader(to).await {
             info!(error = %e, "transfer leader");
         }
@@ -507,7 +519,7 @@ impl RaftGroup {
         payload: &[u8],
         from: Option<NodeId>,
     ) -> Result<(Vec<u8>, bool), tonic::Status> {
-        network::serve(&self.raft, rpc, payload, from).await
+        network::serve(&self.raft, &self.named, rpc, payload, from).await
     }
 
     pub(crate) async fn shutdown(&self) {

@@ -6,6 +6,7 @@
 //! and hands the request to the group's `Raft`.
 
 use std::future::Future;
+use std::sync::Mutex;
 
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
@@ -28,6 +29,28 @@ struct SnapshotWire {
     vote: Vote,
     meta: SnapshotMeta,
     data: SnapshotData,
+}
+
+/// The voter a leader of this group last named for a leadership transfer, with that leader's
+/// term. A vote request's `leadership_transfer` flag lets it past the voters' leader lease
+/// (openraft's `handle_vote_req`), so it is the leader's to grant (Raft thesis §3.10): it is
+/// honoured only from the named candidate, in the term right after the naming leader's. From
+/// any other member (or later) the flag is cleared and the request is an ordinary vote, which a
+/// voter under a live leader refuses.
+#[derive(Default)]
+pub(crate) struct NamedSuccessor(Mutex<Option<(NodeId, u64)>>);
+
+impl NamedSuccessor {
+    /// Records that the leader of `term` named `to` (its own trigger, or its broadcast).
+    pub(crate) fn name(&self, to: NodeId, term: u64) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((to, term));
+    }
+
+    /// Whether a transfer vote from `candidate` for `term` was named by the leader before it.
+    fn honours(&self, candidate: NodeId, term: u64) -> bool {
+        let named = *self.0.lock().unwrap_or_else(|p| p.into_inner());
+        matches!(named, Some((to, t)) if to == candidate && term == t + 1)
+    }
 }
 
 /// The process-wide router handed to every group's network adapter.
@@ -197,6 +220,7 @@ fn check_sender(rpc: RaftRpc, vote: &Vote, from: Option<NodeId>) -> Result<(), t
 /// counts this replica among its members.
 pub(crate) async fn serve(
     raft: &Raft,
+    named: &NamedSuccessor,
     rpc: RaftRpc,
     payload: &[u8],
     from: Option<NodeId>,
@@ -208,13 +232,14 @@ pub(crate) async fn serve(
         let from_leader = !matches!(resp, openraft::raft::AppendEntriesResponse::HigherVote(_));
         return Ok((encode_reply(&resp)?, from_leader));
     }
-    serve_other(raft, rpc, payload, from)
+    serve_other(raft, named, rpc, payload, from)
         .await
         .map(|b| (b, false))
 }
 
 async fn serve_other(
     raft: &Raft,
+    named: &NamedSuccessor,
     rpc: RaftRpc,
     payload: &[u8],
     from: Option<NodeId>,
@@ -222,8 +247,18 @@ async fn serve_other(
     match rpc {
         RaftRpc::Append => unreachable!("served above"),
         RaftRpc::Vote => {
-            let req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
+            use openraft::vote::RaftLeaderId;
+            let mut req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
             check_sender(rpc, &req.vote, from)?;
+            let (candidate, term) = (*req.vote.leader_id().node_id(), req.vote.leader_id().term());
+            if req.leadership_transfer && !named.honours(candidate, term) {
+                tracing::warn!(
+                    candidate,
+                    term,
+                    "a leadership-transfer vote no leader named: taken as an ordinary vote"
+                );
+                req.leadership_transfer = false;
+            }
             encode_reply(&raft.vote(req).await.map_err(fatal)?)
         }
         RaftRpc::PreVote => {
@@ -232,8 +267,10 @@ async fn serve_other(
             encode_reply(&raft.pre_vote(req).await.map_err(fatal)?)
         }
         RaftRpc::TransferLeader => {
+            use openraft::vote::RaftLeaderId;
             let req: TransferLeaderRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
             check_sender(rpc, req.from_leader(), from)?;
+            named.name(*req.to_node_id(), req.from_leader().leader_id().term());
             encode_reply(&raft.handle_transfer_leader(req).await.map_err(fatal)?)
         }
         RaftRpc::Snapshot => {
