@@ -13,6 +13,9 @@
 //!   within [`FIRST_BYTE_TIMEOUT`], or it is closed; it holds its place meanwhile;
 //! - gRPC and HTTP/2 connections are pinged every [`H2_KEEPALIVE_INTERVAL`], and closed when a
 //!   ping goes unanswered for [`H2_KEEPALIVE_TIMEOUT`] (a peer that vanished);
+//! - a connection with no request open for [`IDLE_TIMEOUT`] is closed (`ServerConfig::
+//!   client_idle_timeout` on the client ports): a client that answers pings but sends nothing
+//!   gives its place back. A session stream, a watch or a long poll is a request open;
 //! - an HTTP/1 request's header must arrive within [`HEADER_READ_TIMEOUT`] of the connection
 //!   opening or of the previous response (the connection is then closed), and its body within
 //!   [`BODY_READ_TIMEOUT`] once the handler reads it (`408 request_timeout`).
@@ -24,7 +27,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -51,6 +54,13 @@ pub const PEER_CONNECTIONS_PER_ADDR: u32 = 128;
 pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a ping may go unanswered before the connection is closed.
 pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may stay open with no request in flight. gRPC clients keep channels
+/// open between calls and dial again when one closes, so this costs an idle client one dial;
+/// a lockd client's session stream is a request in flight, so its connection never idles.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Bytes that arrive on an idle connection defer its close this long, for the request they
+/// may begin (its handler has not started yet). A ping's answer defers it no longer than this.
+const READ_GRACE: Duration = Duration::from_secs(1);
 /// The header the HTTP server sets on every request to the client's IP address (one a client
 /// sends is removed first), for the budget of failed authentications.
 pub const CLIENT_ADDR_HEADER: &str = "x-lockd-client-addr";
@@ -64,6 +74,7 @@ pub struct ConnCap {
     permits: Arc<Semaphore>,
     by_addr: Arc<Mutex<HashMap<IpAddr, usize>>>,
     refused: Arc<AtomicU64>,
+    idle: Duration,
 }
 
 /// One connection's place: in the port's cap and in its address's.
@@ -71,6 +82,7 @@ pub struct Permit {
     _port: OwnedSemaphorePermit,
     addr: IpAddr,
     by_addr: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    idle: Duration,
 }
 
 impl Drop for Permit {
@@ -102,7 +114,15 @@ impl ConnCap {
             permits: Arc::new(Semaphore::new(max)),
             by_addr: Arc::default(),
             refused: Arc::default(),
+            idle: IDLE_TIMEOUT,
         }
+    }
+
+    /// The cap, closing a connection once it has had no request in flight for `idle`
+    /// ([`IDLE_TIMEOUT`] unless told; `Duration::ZERO` never closes one).
+    pub fn with_idle_timeout(mut self, idle: Duration) -> ConnCap {
+        self.idle = idle;
+        self
     }
 
     /// A place for one more connection from `addr`, or `None` (and a warning, now and then)
@@ -119,6 +139,7 @@ impl ConnCap {
                 _port: p,
                 addr,
                 by_addr: self.by_addr.clone(),
+                idle: self.idle,
             })
         });
         if permit.is_none() {
@@ -185,19 +206,161 @@ impl ConnCap {
     }
 }
 
-/// A connection that gives its place back when it closes.
+/// A connection's requests in flight, and since when it has had none.
+pub struct Activity {
+    open: AtomicUsize,
+    idle_since: Mutex<tokio::time::Instant>,
+}
+
+impl Activity {
+    fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            open: AtomicUsize::new(0),
+            idle_since: Mutex::new(tokio::time::Instant::now()),
+        })
+    }
+
+    /// One more request in flight until the guard drops (with the request's response body).
+    fn busy(self: &Arc<Activity>) -> Busy {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    /// When the connection became idle, or `None` while a request is in flight.
+    fn idle_since(&self) -> Option<tokio::time::Instant> {
+        if self.open.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        Some(*self.idle_since.lock().expect("idle time poisoned"))
+    }
+}
+
+/// A request in flight on its connection ([`Activity::busy`]).
+struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        // The time first: a reader that sees no request open must not see an older time.
+        *self.0.idle_since.lock().expect("idle time poisoned") = tokio::time::Instant::now();
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What an HTTP request learns of its connection ([`with_client_addr`] puts it in the
+/// request's extensions): the connection's [`Activity`], which [`TrackRequests`] counts
+/// requests in.
+#[derive(Clone)]
+struct ConnInfo {
+    activity: Arc<Activity>,
+}
+
+/// A gRPC port's open connections by client address (address and port name one TCP
+/// connection), for [`TrackRequests`] to find the one a request came on. tonic hands a request
+/// its connection's info as `TcpConnectInfo` (or `TlsConnectInfo` of it), which the peer port's
+/// certificate check and `remote_addr` read, so the activity cannot ride along there.
+#[derive(Clone, Default)]
+pub struct Registry(Arc<Mutex<HashMap<std::net::SocketAddr, Arc<Activity>>>>);
+
+impl Registry {
+    fn get(&self, addr: std::net::SocketAddr) -> Option<Arc<Activity>> {
+        let m = self.0.lock().expect("connection registry poisoned");
+        m.get(&addr).cloned()
+    }
+}
+
+/// The activity of the connection `ext`'s request came on: an HTTP request's own, or the
+/// registered one of a gRPC request's client address.
+fn activity_of(ext: &http::Extensions, registry: Option<&Registry>) -> Option<Arc<Activity>> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    if let Some(c) = ext.get::<ConnInfo>() {
+        return Some(c.activity.clone());
+    }
+    let tcp = ext.get::<TcpConnectInfo>().or_else(|| {
+        ext.get::<TlsConnectInfo<TcpConnectInfo>>()
+            .map(|t| t.get_ref())
+    })?;
+    registry?.get(tcp.remote_addr()?)
+}
+
+/// A connection that gives its place back when it closes, and that ends (as if the client
+/// closed it) once it has had no request in flight for its cap's idle timeout.
 pub struct Capped<Io> {
     io: Io,
     _permit: Permit,
+    activity: Arc<Activity>,
+    /// `None` when idle connections are kept ([`ConnCap::with_idle_timeout`] zero).
+    idle: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
+    last_read: tokio::time::Instant,
+    /// Where a gRPC connection is registered by its client address, until it closes.
+    registered: Option<(Registry, std::net::SocketAddr)>,
+}
+
+impl<Io> Drop for Capped<Io> {
+    fn drop(&mut self) {
+        if let Some((registry, addr)) = self.registered.take() {
+            registry
+                .0
+                .lock()
+                .expect("connection registry poisoned")
+                .remove(&addr);
+        }
+    }
 }
 
 impl<Io> Capped<Io> {
     /// `io` holding the place `permit`.
     pub(crate) fn new(io: Io, permit: Permit) -> Capped<Io> {
+        let now = tokio::time::Instant::now();
+        let idle = (!permit.idle.is_zero()).then(|| {
+            (
+                permit.idle,
+                Box::pin(tokio::time::sleep_until(now + permit.idle)),
+            )
+        });
         Capped {
             io,
             _permit: permit,
+            activity: Activity::new(),
+            idle,
+            last_read: now,
+            registered: None,
         }
+    }
+
+    /// The connection, found by its client address `addr` in `registry` while it is open.
+    fn registered(mut self, registry: &Registry, addr: std::net::SocketAddr) -> Capped<Io> {
+        let mut m = registry.0.lock().expect("connection registry poisoned");
+        m.insert(addr, self.activity.clone());
+        drop(m);
+        self.registered = Some((registry.clone(), addr));
+        self
+    }
+
+    /// What an HTTP connection's requests see of it.
+    fn info(&self) -> ConnInfo {
+        ConnInfo {
+            activity: self.activity.clone(),
+        }
+    }
+
+    /// Whether the connection has been idle past its timeout; if not, sets the timer for
+    /// when it might be. Polls the timer, so a `false` leaves a wake-up behind.
+    fn idled_out(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some((timeout, sleep)) = self.idle.as_mut() else {
+            return false;
+        };
+        while sleep.as_mut().poll(cx).is_ready() {
+            let now = tokio::time::Instant::now();
+            let at = match self.activity.idle_since() {
+                Some(since) => (since + *timeout).max(self.last_read + READ_GRACE),
+                None => now + *timeout,
+            };
+            if at <= now {
+                return true;
+            }
+            sleep.as_mut().reset(at);
+        }
+        false
     }
 }
 
@@ -244,7 +407,19 @@ impl<Io: AsyncRead + Unpin> AsyncRead for Capped<Io> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let filled = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Pending if self.idled_out(cx) => {
+                // As if the client had closed it: the server drops the connection.
+                tracing::debug!("closing a connection with no request in flight");
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Ok(())) if buf.filled().len() > filled => {
+                self.last_read = tokio::time::Instant::now();
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
     }
 }
 
@@ -286,6 +461,114 @@ impl tonic::transport::server::Connected for Capped<tokio::net::TcpStream> {
     }
 }
 
+/// Counts each request in flight on its connection's [`Activity`], from the call until its
+/// response body is dropped (a stream's end), so that [`Capped`] closes only idle ones.
+#[derive(Clone, Default)]
+pub struct TrackRequests {
+    /// A gRPC port's connections ([`capped_grpc`]); `None` on the HTTP port.
+    registry: Option<Registry>,
+}
+
+impl TrackRequests {
+    /// For a gRPC port whose connections `registry` holds.
+    pub fn grpc(registry: Registry) -> TrackRequests {
+        TrackRequests {
+            registry: Some(registry),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for TrackRequests {
+    type Service = Tracked<S>;
+
+    fn layer(&self, inner: S) -> Tracked<S> {
+        Tracked {
+            inner,
+            registry: self.registry.clone(),
+        }
+    }
+}
+
+/// [`TrackRequests`]' service.
+#[derive(Clone)]
+pub struct Tracked<S> {
+    inner: S,
+    registry: Option<Registry>,
+}
+
+impl<S, ReqB, ResB> tower::Service<http::Request<ReqB>> for Tracked<S>
+where
+    S: tower::Service<http::Request<ReqB>, Response = http::Response<ResB>>,
+{
+    type Response = http::Response<TrackedBody<ResB>>;
+    type Error = S::Error;
+    type Future = TrackedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<ReqB>) -> Self::Future {
+        let busy = activity_of(req.extensions(), self.registry.as_ref()).map(|a| a.busy());
+        TrackedFuture {
+            inner: self.inner.call(req),
+            busy,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Tracked`]'s future: the response, its body holding the request's place.
+    pub struct TrackedFuture<F> {
+        #[pin]
+        inner: F,
+        busy: Option<Busy>,
+    }
+}
+
+impl<F, B, E> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+{
+    type Output = Result<http::Response<TrackedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let res = std::task::ready!(this.inner.poll(cx));
+        let busy = this.busy.take();
+        Poll::Ready(res.map(|r| r.map(|body| TrackedBody { body, _busy: busy })))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request counted in flight until it is dropped.
+    pub struct TrackedBody<B> {
+        #[pin]
+        body: B,
+        _busy: Option<Busy>,
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for TrackedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// File descriptors a node needs besides its connections: log segments, snapshots, the
 /// runtime's own, with room to spare.
 pub const FD_RESERVE: u64 = 512;
@@ -324,6 +607,7 @@ pub fn raise_fd_limit(max_client_connections: u32) -> anyhow::Result<u64> {
 pub fn capped_grpc(
     listener: tokio::net::TcpListener,
     cap: ConnCap,
+    registry: Registry,
 ) -> impl futures::Stream<Item = std::io::Result<Capped<tokio::net::TcpStream>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
@@ -346,12 +630,13 @@ pub fn capped_grpc(
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::warn!(error = %e, "could not set TCP_NODELAY");
             }
-            let tx = tx.clone();
+            let (tx, registry) = (tx.clone(), registry.clone());
             tokio::spawn(async move {
                 let mut first = [0u8; 1];
                 match tokio::time::timeout(FIRST_BYTE_TIMEOUT, tcp.peek(&mut first)).await {
                     Ok(Ok(n)) if n > 0 => {
-                        let _ = tx.send(Ok(Capped::new(tcp, permit))).await;
+                        let capped = Capped::new(tcp, permit).registered(&registry, addr);
+                        let _ = tx.send(Ok(capped)).await;
                     }
                     // Closed, failed, or silent past the deadline: dropped, its place freed.
                     _ => {}
@@ -382,11 +667,13 @@ where
             c = listener.accept() => c,
             _ = &mut stop => break,
         };
+        let info = io.info();
         let io = TokioIo::new(io);
-        let service =
-            hyper_util::service::TowerToHyperService::new(app.clone().map_request(
-                move |r: http::Request<hyper::body::Incoming>| with_client_addr(r, addr),
-            ));
+        let service = hyper_util::service::TowerToHyperService::new(
+            tower::Layer::layer(&TrackRequests::default(), app.clone()).map_request(
+                move |r: http::Request<hyper::body::Incoming>| with_client_addr(r, addr, &info),
+            ),
+        );
         let mut closing = closing_rx.clone();
         let gone = gone_rx.clone();
         tokio::spawn(async move {
@@ -426,12 +713,14 @@ async fn refuse<I: AsyncWrite + Unpin>(mut io: I, refusal: Vec<u8>) {
 }
 
 /// The request as the router takes it, with the client's address in [`CLIENT_ADDR_HEADER`]
-/// (whatever the client sent in that header is dropped).
+/// (whatever the client sent in that header is dropped) and its connection's [`ConnInfo`].
 fn with_client_addr(
     r: http::Request<hyper::body::Incoming>,
     addr: std::net::SocketAddr,
+    info: &ConnInfo,
 ) -> http::Request<axum::body::Body> {
     let mut r = r.map(axum::body::Body::new);
+    r.extensions_mut().insert(info.clone());
     let h = r.headers_mut();
     h.remove(CLIENT_ADDR_HEADER);
     if let Ok(v) = http::HeaderValue::from_str(&addr.ip().to_string()) {

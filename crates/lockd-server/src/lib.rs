@@ -68,6 +68,9 @@ pub struct ServerConfig {
     pub tls: Option<tls::ClientTls>,
     /// At most this many connections open at once on each client port (`conns.rs`).
     pub max_client_connections: u32,
+    /// A client connection with no request in flight this long is closed
+    /// (`conns::IDLE_TIMEOUT` by default; zero keeps idle ones).
+    pub client_idle_timeout: std::time::Duration,
     /// Failed authentications an address may make in a row (`authfail.rs`); 0: no budget.
     pub auth_failure_burst: u32,
     /// Session opens per second per client address (`opens.rs`; 0: no budget).
@@ -180,9 +183,18 @@ fn record_certs(metrics: &Metrics, cfg: &ServerConfig) {
     }
 }
 
+impl ServerConfig {
+    /// The connection cap of client port `port` (`conns.rs`).
+    fn client_cap(&self, port: &'static str) -> conns::ConnCap {
+        conns::ConnCap::new(port, self.max_client_connections)
+            .with_idle_timeout(self.client_idle_timeout)
+    }
+}
+
 /// Starts a node on the given listeners.
 pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let (http_addr, grpc_addr, peer_addr) = addrs(&cfg)?;
+    let (grpc_cap, http_cap) = (cfg.client_cap("gRPC"), cfg.client_cap("HTTP"));
     let lock_groups = cfg.node.lock_groups;
     // Built before anything starts, so a bad certificate stops the start with its reason.
     let http_tls = cfg.tls.as_ref().map(|t| t.rustls()).transpose()?;
@@ -213,11 +225,10 @@ pub async fn start(cfg: ServerConfig) -> anyhow::Result<Running> {
     let until_stopped = || stopped(stop_rx.clone());
     let mut tasks = JoinSet::new();
     tasks.spawn(servers::peer(&node, cfg.peer, peer_tls, until_stopped())?);
-    let max_conns = cfg.max_client_connections;
     let (grpc_server, health) =
-        servers::grpc(&service, cfg.grpc, max_conns, grpc_tls, until_stopped()).await?;
+        servers::grpc(&service, cfg.grpc, grpc_cap, grpc_tls, until_stopped()).await?;
     tasks.spawn(grpc_server);
-    let http_server = servers::http(&service, cfg.http, max_conns, http_tls, until_stopped());
+    let http_server = servers::http(&service, cfg.http, http_cap, http_tls, until_stopped());
     tasks.spawn(http_server?);
     let probes_addr = servers::probes(&service, cfg.probes, &mut tasks, until_stopped())?;
 

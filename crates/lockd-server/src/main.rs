@@ -547,6 +547,7 @@ async fn run_node(
         admin_token,
         tls: tls.clone(),
         max_client_connections: common.max_client_connections,
+        client_idle_timeout: lockd_server::conns::IDLE_TIMEOUT,
         auth_failure_burst: common.auth_failure_burst,
         session_opens_per_address: common.session_opens_per_address,
         probes,

@@ -27,7 +27,8 @@ pub fn peer(
         conns::PEER_CONNECTIONS,
         conns::PEER_CONNECTIONS_PER_ADDR,
     );
-    let incoming = conns::capped_grpc(listener, cap);
+    let registry = conns::Registry::default();
+    let incoming = conns::capped_grpc(listener, cap, registry.clone());
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(conns::H2_KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(conns::H2_KEEPALIVE_TIMEOUT));
@@ -36,6 +37,7 @@ pub fn peer(
     }
     Ok(async move {
         let served = builder
+            .layer(conns::TrackRequests::grpc(registry))
             .add_service(peer)
             .serve_with_incoming_shutdown(incoming, stop)
             .await;
@@ -52,7 +54,7 @@ pub fn peer(
 pub async fn grpc(
     svc: &Arc<Service>,
     listener: TcpListener,
-    max_connections: u32,
+    cap: conns::ConnCap,
     tls: Option<tonic::transport::ServerTlsConfig>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(
@@ -65,9 +67,9 @@ pub async fn grpc(
         .max_decoding_message_size(http::MAX_BODY_BYTES);
     let admin = lockd_proto::v1::admin_server::AdminServer::new(grpc::AdminApi::new(svc.clone()))
         .max_decoding_message_size(http::MAX_BODY_BYTES);
-    let cap = conns::ConnCap::new("gRPC", max_connections);
     svc.metrics.watch_connections(&cap);
-    let incoming = conns::capped_grpc(listener, cap);
+    let registry = conns::Registry::default();
+    let incoming = conns::capped_grpc(listener, cap, registry.clone());
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in ["", LOCK_SERVICE, ADMIN_SERVICE] {
         health
@@ -94,6 +96,7 @@ pub async fn grpc(
     }
     let server = async move {
         let served = builder
+            .layer(conns::TrackRequests::grpc(registry))
             .add_service(api)
             .add_service(admin)
             .add_service(health_service)
@@ -112,13 +115,12 @@ pub async fn grpc(
 pub fn http(
     svc: &Arc<Service>,
     listener: TcpListener,
-    max_connections: u32,
+    cap: conns::ConnCap,
     tls: Option<Arc<rustls::ServerConfig>>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<futures::future::BoxFuture<'static, ()>> {
     use futures::FutureExt as _;
     let app = http::router(svc.clone());
-    let cap = conns::ConnCap::new("HTTP", max_connections);
     svc.metrics.watch_connections(&cap);
     Ok(match tls {
         Some(t) => {

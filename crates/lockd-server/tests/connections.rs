@@ -311,7 +311,15 @@ async fn the_probes_port_answers_while_the_client_cap_is_full() {
 /// flag, and opens nothing; once the budget refills, an open goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_past_its_session_open_budget_is_refused_and_opens_nothing() {
-    let (r, _dir) = single_node_limited(64, 1, None).await;
+    let (r, _dir) = single_node_limited(
+        Limits {
+            max_client_connections: 64,
+            session_opens_per_address: 1,
+            ..Limits::default()
+        },
+        None,
+    )
+    .await;
     let h = Http::new(format!("http://{}", r.http_addr));
     let mut opened = 0;
     let refused = loop {
@@ -346,4 +354,62 @@ async fn an_address_past_its_session_open_budget_is_refused_and_opens_nothing() 
     let again = h.post("/v1/sessions", json!({"client": "later"})).await;
     assert_eq!(again.status, 200, "{}", again.body);
     r.stop().await;
+}
+
+/// A connection with no request in flight gives its place back after the idle timeout, on both
+/// client ports, although it answers the node's pings (the h2 client does). One with a request
+/// in flight keeps it for as long as the request runs: a gRPC watch opened before three idle
+/// timeouts still gets its event after them, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_with_no_request_in_flight_is_closed_after_the_idle_timeout() {
+    use lockd_proto::v1 as pb;
+    let idle = Duration::from_millis(700);
+    let limits = Limits {
+        client_idle_timeout: idle,
+        ..Limits::default()
+    };
+    let (r, _dir) = single_node_limited(limits, None).await;
+    for addr in [r.grpc_addr, r.http_addr] {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let t0 = std::time::Instant::now();
+        // The connection's future answers pings, and ends when the node closes it.
+        let ended = tokio::time::timeout(Duration::from_secs(10), conn).await;
+        assert!(
+            ended.is_ok(),
+            "an idle connection to {addr} stayed open 10 s"
+        );
+        assert!(t0.elapsed() >= idle, "closed before its idle timeout");
+        drop(client);
+    }
+
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", r.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watcher = lockd_proto::v1::lock_client::LockClient::new(channel);
+    let mut events = watcher
+        .watch(pb::WatchRequest {
+            name: "idle/one".into(),
+            prefix: String::new(),
+            after: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::sleep(idle * 3).await;
+    let h = Http::new(format!("http://{}", r.http_addr));
+    let s = h.session("idle", 30).await;
+    let got = h.acquire("idle/one", json!({"session_id": s})).await;
+    let token = got.body["token"].as_u64().expect("granted");
+    let event = tokio::time::timeout(Duration::from_secs(5), events.message())
+        .await
+        .expect("the event within 5 s")
+        .expect("the watch's connection stayed open")
+        .expect("an event");
+    assert_eq!(
+        (event.kind.as_str(), event.fencing_token),
+        ("hold_started", token)
+    );
 }

@@ -76,6 +76,7 @@ async fn a_wiped_disk_under_its_old_id_is_refused_with_the_fix_and_nothing_is_lo
                 admin_token: Some(ADMIN_TOKEN.into()),
                 tls: None,
                 max_client_connections: lockd_server::conns::DEFAULT_MAX_CLIENT_CONNECTIONS,
+                client_idle_timeout: lockd_server::conns::IDLE_TIMEOUT,
                 auth_failure_burst: lockd_server::authfail::BURST,
                 session_opens_per_address: lockd_server::opens::PER_S,
                 probes: None,

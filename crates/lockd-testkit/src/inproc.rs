@@ -255,6 +255,7 @@ pub async fn start_node_with(
         admin_token: Some(ADMIN_TOKEN.into()),
         tls,
         max_client_connections: lockd_server::conns::DEFAULT_MAX_CLIENT_CONNECTIONS,
+        client_idle_timeout: lockd_server::conns::IDLE_TIMEOUT,
         auth_failure_burst: lockd_server::authfail::BURST,
         session_opens_per_address: lockd_server::opens::PER_S,
         probes: None,
@@ -274,14 +275,35 @@ pub async fn single_node_capped_tls(
     max_client_connections: u32,
     tls: Option<lockd_server::tls::ClientTls>,
 ) -> (Running, tempfile::TempDir) {
-    single_node_limited(max_client_connections, lockd_server::opens::PER_S, tls).await
+    let limits = Limits {
+        max_client_connections,
+        ..Limits::default()
+    };
+    single_node_limited(limits, tls).await
 }
 
-/// [`single_node_capped_tls`] whose client addresses may each open `session_opens_per_address`
-/// sessions a second (`--session-opens-per-address`).
+/// A test node's client-port limits (the `ServerConfig` fields of the same names).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_client_connections: u32,
+    pub session_opens_per_address: u32,
+    pub client_idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    /// The defaults of `lockd`.
+    fn default() -> Limits {
+        Limits {
+            max_client_connections: lockd_server::conns::DEFAULT_MAX_CLIENT_CONNECTIONS,
+            session_opens_per_address: lockd_server::opens::PER_S,
+            client_idle_timeout: lockd_server::conns::IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// [`single_node_capped_tls`] under `limits`.
 pub async fn single_node_limited(
-    max_client_connections: u32,
-    session_opens_per_address: u32,
+    limits: Limits,
     tls: Option<lockd_server::tls::ClientTls>,
 ) -> (Running, tempfile::TempDir) {
     let bind = || TcpListener::bind("127.0.0.1:0");
@@ -304,9 +326,10 @@ pub async fn single_node_limited(
         audit_log: None,
         admin_token: Some(ADMIN_TOKEN.into()),
         tls,
-        max_client_connections,
+        max_client_connections: limits.max_client_connections,
+        client_idle_timeout: limits.client_idle_timeout,
         auth_failure_burst: lockd_server::authfail::BURST,
-        session_opens_per_address,
+        session_opens_per_address: limits.session_opens_per_address,
         probes: Some(probes),
     })
     .await
