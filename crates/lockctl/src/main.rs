@@ -460,7 +460,7 @@ impl From<Error> for Fail {
 /// A watch event as `--json` prints it: the fields that apply to its kind.
 fn watch_json(e: &lockd_client::WatchEvent) -> Value {
     let mut v = json!({"group": e.group, "index": e.index, "time_ms": e.time_ms,
-        "kind": e.kind, "name": e.name});
+        "unix_ms": e.unix_ms, "kind": e.kind, "name": e.name});
     let o = v.as_object_mut().expect("an object");
     let nonzero = [
         ("fencing_token", e.fencing_token),
@@ -490,10 +490,31 @@ fn watch_json(e: &lockd_client::WatchEvent) -> Value {
     v
 }
 
+/// Unix milliseconds as UTC, `2026-12-07T06:55:01.123Z` (days to a civil date: Howard
+/// Hinnant's algorithm).
+fn utc(unix_ms: u64) -> String {
+    let (days, ms) = (unix_ms / 86_400_000, unix_ms % 86_400_000);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (h, min, sec, milli) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{sec:02}.{milli:03}Z")
+}
+
 fn watch_human(e: &lockd_client::WatchEvent) -> String {
     let mut line = format!(
-        "{} {} (group {} index {})",
-        e.kind, e.name, e.group, e.index
+        "{} {} {} (group {} index {})",
+        utc(e.unix_ms),
+        e.kind,
+        e.name,
+        e.group,
+        e.index
     );
     if e.fencing_token != 0 {
         line += &format!(" token {}", e.fencing_token);
@@ -1972,6 +1993,13 @@ async fn run_command(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unix_times_print_as_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(utc(1_796_626_501_123), "2026-12-07T06:55:01.123Z");
+    }
 
     #[test]
     fn modes_parse() {

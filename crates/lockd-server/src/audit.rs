@@ -3,7 +3,7 @@
 //!
 //! Each line is one write(2) to a file opened for appending, so a killed process loses at most
 //! the line being written and the file can be read while the node runs. Every replica writes
-//! the same events for the same log index; lockd-check merges several nodes' files by
+//! the same events for the same log index (all but `unix_ms`, its own wall clock); lockd-check merges several nodes' files by
 //! `(group, index)` and treats a disagreement as a violation of S9.
 
 use std::fs::{File, OpenOptions};
@@ -26,6 +26,8 @@ struct Line<'a> {
     group: GroupId,
     index: u64,
     time_ms: u64,
+    /// This node's wall clock as it applied the entry (replicas differ here, and only here).
+    unix_ms: u64,
     #[serde(flatten)]
     event: &'a AuditEvent,
 }
@@ -49,11 +51,13 @@ impl AuditLog {
     /// log is a record, and serving locks must not depend on it.
     pub fn write(&self, group: GroupId, index: u64, time_ms: u64, events: &[LockEvent]) {
         let mut buf = Vec::with_capacity(128 * events.len());
+        let unix_ms = crate::backup::unix_ms_now();
         for event in events.iter().filter_map(AuditEvent::of) {
             let line = Line {
                 group,
                 index,
                 time_ms,
+                unix_ms,
                 event: &event,
             };
             if serde_json::to_writer(&mut buf, &line).is_ok() {
@@ -67,5 +71,46 @@ impl AuditLog {
         if let Err(e) = file.write_all(&buf) {
             tracing::warn!(error = %e, "audit log write failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockd_core::{LockMode, SessionId};
+
+    /// A line names its entry by group time and by this node's wall clock, then the event.
+    #[test]
+    fn a_line_carries_group_time_and_the_wall_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path).unwrap();
+        let before = crate::backup::unix_ms_now();
+        let grant = LockEvent::HoldStarted {
+            name: "jobs/1".into(),
+            session: SessionId(7),
+            owner: "o".into(),
+            token: 42,
+            mode: LockMode::Exclusive,
+            waiter: None,
+            waited_ms: 0,
+            lease_ttl_ms: 10_000,
+        };
+        log.write(3, 9, 1_234, &[grant]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(
+            (&line["group"], &line["index"], &line["time_ms"]),
+            (&3.into(), &9.into(), &1_234.into())
+        );
+        let unix_ms = line["unix_ms"].as_u64().unwrap();
+        assert!(
+            (before..=crate::backup::unix_ms_now()).contains(&unix_ms),
+            "{line}"
+        );
+        assert_eq!(
+            (&line["event"], &line["token"]),
+            (&"grant".into(), &42.into())
+        );
     }
 }

@@ -49,6 +49,10 @@ pub struct Batch {
     pub group: GroupId,
     pub index: u64,
     pub time_ms: u64,
+    /// The wall clock (Unix ms) on this node when its replica applied the entry: for people
+    /// to read. Group time (`time_ms`) orders events and measures spans; the two differ by
+    /// clock skew, apply delay and any time the group stood still (a whole-cluster restart).
+    pub unix_ms: u64,
     pub events: Vec<LockEvent>,
     /// Each event's JSON as SSE sends it, made by the first watch that sends it and shared by
     /// the rest: `[ordinal][admin]` (the admin's copy has session ids).
@@ -223,6 +227,7 @@ impl Hub {
             group,
             index,
             time_ms,
+            unix_ms: crate::backup::unix_ms_now(),
             events,
             json: std::sync::OnceLock::new(),
         });
@@ -557,6 +562,7 @@ pub fn to_pb(d: &Delivered, admin: bool) -> lockd_proto::v1::WatchEvent {
         group: d.group,
         index: d.index,
         time_ms: d.time_ms,
+        unix_ms: d.batch.unix_ms,
         ..Default::default()
     };
     let sid = |s: lockd_core::SessionId| if admin { s.to_string() } else { String::new() };
@@ -714,7 +720,8 @@ pub fn watch_json(e: &pb::WatchEvent) -> Value {
         _ => "exclusive",
     };
     let mut v = json!({
-        "group": e.group, "index": e.index, "time_ms": e.time_ms, "kind": e.kind, "name": e.name,
+        "group": e.group, "index": e.index, "time_ms": e.time_ms, "unix_ms": e.unix_ms,
+        "kind": e.kind, "name": e.name,
     });
     let o = v.as_object_mut().expect("an object");
     let mut put = |k: &str, x: Value| {

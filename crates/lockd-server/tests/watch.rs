@@ -107,6 +107,11 @@ async fn a_prefix_watch_sees_every_change_in_order_and_resumes_without_a_gap_or_
     assert_eq!(e1.2["owner"], "alice");
     assert_eq!(e1.2["fencing_token"], ta);
     assert!(
+        e1.2["unix_ms"].as_u64().unwrap() > 1_700_000_000_000,
+        "a wall-clock time beside group time: {}",
+        e1.2
+    );
+    assert!(
         e1.2.get("session_id").is_none(),
         "session ids are the admin's: {}",
         e1.2
@@ -229,6 +234,13 @@ async fn a_grpc_watch_shows_the_admin_session_ids_and_resumes_by_its_positions()
     };
     let mut stream = client.watch(watch(vec![])).await.unwrap().into_inner();
     let s = h.session("g", 30).await;
+    let unix_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let before = unix_ms();
     let t = h.acquire("g/one", json!({"session_id": s})).await.body["token"]
         .as_u64()
         .unwrap();
@@ -236,6 +248,12 @@ async fn a_grpc_watch_shows_the_admin_session_ids_and_resumes_by_its_positions()
     assert_eq!(
         (first.kind.as_str(), first.fencing_token),
         ("hold_started", t)
+    );
+    // The wall clock beside group time: when the node applied the grant.
+    assert!(
+        (before..=unix_ms()).contains(&first.unix_ms),
+        "unix_ms {} outside the acquire's [{before}, now]",
+        first.unix_ms
     );
     assert_eq!(first.session_id, s, "the admin sees the holder's session");
     assert_eq!(h.release("g/one", &s, t).await.status, 200);

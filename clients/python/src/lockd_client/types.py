@@ -147,7 +147,8 @@ class WatchEvent:
     ``wait_started`` or ``wait_ended``. ``cause``: for ``hold_ended`` ``release``, ``close``,
     ``expire`` or ``dropped``; for ``wait_ended`` ``timed_out``, ``session_ended`` or ``moved``.
     ``session_id`` is empty unless the client presents the admin token. Fields that do not apply
-    to a kind are 0 or empty."""
+    to a kind are 0 or empty. ``unix_ms`` is the sending node's wall clock when it applied the
+    entry, for display; group times order events and measure spans."""
 
     group: int
     index: int
@@ -167,6 +168,7 @@ class WatchEvent:
     held_ms: int
     lock_delay_until_ms: int
     lease_ttl_ms: int
+    unix_ms: int = 0
 
     @staticmethod
     def from_pb(e: pb.WatchEvent) -> "WatchEvent":
@@ -176,4 +178,4 @@ class WatchEvent:
             mode=Mode.from_pb(e.mode), limit=e.limit, cause=e.cause, waiter=e.waiter,
             position=e.position, deadline_ms=e.deadline_ms, waited_ms=e.waited_ms,
             held_ms=e.held_ms, lock_delay_until_ms=e.lock_delay_until_ms,
-            lease_ttl_ms=e.lease_ttl_ms)
+            lease_ttl_ms=e.lease_ttl_ms, unix_ms=e.unix_ms)

@@ -997,7 +997,7 @@ class WatchPosition(_message.Message):
     def __init__(self, group: _Optional[int] = ..., index: _Optional[int] = ..., events: _Optional[int] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("group", "index", "time_ms", "kind", "name", "session_id", "owner", "fencing_token", "mode", "limit", "cause", "waiter", "position", "deadline_ms", "waited_ms", "held_ms", "lock_delay_until_ms", "lease_ttl_ms", "resume")
+    __slots__ = ("group", "index", "time_ms", "kind", "name", "session_id", "owner", "fencing_token", "mode", "limit", "cause", "waiter", "position", "deadline_ms", "waited_ms", "held_ms", "lock_delay_until_ms", "lease_ttl_ms", "resume", "unix_ms")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -1017,6 +1017,7 @@ class WatchEvent(_message.Message):
     LOCK_DELAY_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     group: int
     index: int
     time_ms: int
@@ -1036,4 +1037,5 @@ class WatchEvent(_message.Message):
     lock_delay_until_ms: int
     lease_ttl_ms: int
     resume: _containers.RepeatedCompositeFieldContainer[WatchPosition]
-    def __init__(self, group: _Optional[int] = ..., index: _Optional[int] = ..., time_ms: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., session_id: _Optional[str] = ..., owner: _Optional[str] = ..., fencing_token: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., cause: _Optional[str] = ..., waiter: _Optional[int] = ..., position: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., waited_ms: _Optional[int] = ..., held_ms: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., resume: _Optional[_Iterable[_Union[WatchPosition, _Mapping]]] = ...) -> None: ...
+    unix_ms: int
+    def __init__(self, group: _Optional[int] = ..., index: _Optional[int] = ..., time_ms: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., session_id: _Optional[str] = ..., owner: _Optional[str] = ..., fencing_token: _Optional[int] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., cause: _Optional[str] = ..., waiter: _Optional[int] = ..., position: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., waited_ms: _Optional[int] = ..., held_ms: _Optional[int] = ..., lock_delay_until_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., resume: _Optional[_Iterable[_Union[WatchPosition, _Mapping]]] = ..., unix_ms: _Optional[int] = ...) -> None: ...
