@@ -1347,9 +1347,17 @@ fn progress_failures(cfg: &NemesisConfig, out: &Outcome, has_audit: bool) -> Vec
             Some(l) => f.push(format!("max_apply_lag={l} > {MAX_APPLY_LAG} after healing")),
             None => f.push("max_apply_lag=na: a node did not answer its status call".into()),
         }
-        if out.audit_entries == 0 {
-            f.push("audit_entries=0: the nodes wrote no audit log".into());
-        }
+    }
+    // The service's own record is what the double-grant and missing-grant checks read: a run
+    // that read none checked them on nothing, which is not a pass.
+    if out.audit_entries == 0 {
+        f.push(if cfg.external.is_some() {
+            "audit_entries=0: no audit entry was read, so the service-side checks ran on \
+             nothing; start your nodes with --audit-log FILE and pass the files with --audit-logs"
+                .into()
+        } else {
+            "audit_entries=0: the nodes wrote no audit log".into()
+        });
     }
     if has_audit && p.missing_in_audit > 0 {
         f.push(format!(
@@ -1395,7 +1403,9 @@ fn progress_failures(cfg: &NemesisConfig, out: &Outcome, has_audit: bool) -> Vec
         ));
     }
     // A scripted scenario draws no faults, whatever `--faults` says: no move to expect.
+    // Your own cluster (`--endpoints`) is not moved: only worker pauses are injected there.
     if cfg.scenario.is_none()
+        && cfg.external.is_none()
         && cfg.faults.contains(&FaultKind::Move)
         && cfg.lock_groups >= 2
         && p.moves_ok == 0
@@ -1671,9 +1681,23 @@ mod tests {
         let f = progress_failures(&zones_cfg, &out, true);
         assert!(!f.iter().any(|l| l.starts_with("moves_ok=")), "{f:?}");
         out.progress.zones = None;
-        // An external cluster: no node checks, reported as such.
+        // An external cluster (`--endpoints`): no node checks, no bucket move expected (only
+        // worker pauses are injected there), and a run without audit files fails naming the fix.
         out.progress.nodes = None;
-        assert!(out.result_line(&cfg()).contains(" nodes=external "));
-        assert_eq!(progress_failures(&cfg(), &out, true).len(), 9);
+        let ext = NemesisConfig {
+            external: Some((vec!["127.0.0.1:7170".into()], Vec::new())),
+            ..cfg()
+        };
+        assert!(out.result_line(&ext).contains(" nodes=external "));
+        let f = progress_failures(&ext, &out, false);
+        assert!(!f.iter().any(|l| l.starts_with("moves_ok=")), "{f:?}");
+        assert!(
+            f.iter().any(
+                |l| l.starts_with("audit_entries=0: no audit entry was read")
+                    && l.contains("--audit-logs")
+            ),
+            "{f:?}"
+        );
+        assert_eq!(f.len(), 8, "{f:?}");
     }
 }
