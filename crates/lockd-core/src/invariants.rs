@@ -458,7 +458,6 @@ impl LockTable {
 }
 
 impl LockTable {
-    /// The group's configuration and counters: namespaces, shard map, the mint.
     /// S10: a group stores only names it serves; frozen buckets are owned and frozen once.
     fn check_ownership(&self) -> Result<(), Violation> {
         let own = &self.ownership;
@@ -563,6 +562,7 @@ impl LockTable {
         Ok(())
     }
 
+    /// The group's configuration and counters: namespaces, shard map, the mint.
     fn check_config(&self) -> Result<(), Violation> {
         if self.mint.revision > limits::MAX_REVISION {
             return fail(
