@@ -835,7 +835,7 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
                         .collect();
                     let waits: Vec<Value> = d.waits.iter().map(|w| json!({"name": w.name, "queue_position": w.queue_position, "group": w.group})).collect();
                     out.print(
-                        json!({"session_id": d.session_id, "client": d.client, "ttl_ms": d.ttl_ms, "held": held, "waits": waits}),
+                        json!({"session_id": d.session_id, "client": d.client, "ttl_ms": d.ttl_ms, "held": held, "waits": waits, "unavailable_groups": d.unavailable_groups}),
                         || {
                             let mut t = format!("session {} ({}), ttl {} ms", d.session_id, d.client, d.ttl_ms);
                             for h in &d.held {
@@ -843,6 +843,9 @@ async fn run(cli: &Cli, out: &Out) -> Result<(), Fail> {
                             }
                             for w in &d.waits {
                                 t.push_str(&format!("\n  waits {} at position {} (group {})", w.name, w.queue_position, w.group));
+                            }
+                            for g in &d.unavailable_groups {
+                                t.push_str(&format!("\n  group {g} did not answer: its holds and waits are not shown"));
                             }
                             t
                         },

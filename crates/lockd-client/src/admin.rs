@@ -128,6 +128,8 @@ pub struct SessionDetail {
     pub held: Vec<HeldLock>,
     /// Its queued acquires.
     pub waits: Vec<QueuedWait>,
+    /// Lock groups that could not answer (no quorum): holds and waits there are not listed.
+    pub unavailable_groups: Vec<u32>,
 }
 
 /// A hold of a session.
@@ -389,6 +391,7 @@ impl From<pb::SessionDetail> for SessionDetail {
                     group: w.group,
                 })
                 .collect(),
+            unavailable_groups: d.unavailable_groups,
         }
     }
 }

@@ -650,6 +650,7 @@ impl Lock for GrpcApi {
                         group,
                     })
                     .collect(),
+                unavailable_groups: d.unavailable,
             })
         }
         .await;

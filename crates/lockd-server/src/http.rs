@@ -570,6 +570,7 @@ async fn get_session(
             "ttl_ms": d.ttl_ms,
             "held": d.held.iter().map(|(g, n, t)| json!({"name": n, "token": t, "group": g})).collect::<Vec<_>>(),
             "waits": d.waits.iter().map(|(g, n, p)| json!({"name": n, "queue_position": p, "group": g})).collect::<Vec<_>>(),
+            "unavailable_groups": d.unavailable,
         }))
     }
     .await;

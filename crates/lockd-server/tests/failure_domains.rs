@@ -104,6 +104,26 @@ async fn one_groups_outage_leaves_the_other_groups_names_and_sessions_alone() {
         }
     }
     assert!(rounds >= 2, "only {rounds} rounds in 30 s");
+    // The session's details: what it holds in group 2, and group 1 named as not answering
+    // (not a 503 for the whole session).
+    let held = h
+        .acquire(&in2, json!({"session_id": before, "owner": "o"}))
+        .await;
+    assert_eq!(held.body["acquired"], true, "{}", held.body);
+    let detail = h.get(&format!("/v1/sessions/{before}")).await;
+    assert_eq!(detail.status, 200, "{}", detail.body);
+    assert_eq!(
+        detail.body["held"][0]["name"],
+        in2.as_str(),
+        "{}",
+        detail.body
+    );
+    assert_eq!(
+        detail.body["unavailable_groups"],
+        json!([1]),
+        "{}",
+        detail.body
+    );
     for (what, mut d) in [
         ("open", opens),
         ("keepalive", keepalives),

@@ -120,12 +120,15 @@ class SessionDetail:
     ttl_ms: int
     held: Tuple[HeldLock, ...]
     waits: Tuple[Tuple[str, int, int], ...]  # (name, queue position, group)
+    # Lock groups that could not answer (no quorum): holds and waits there are not listed.
+    unavailable_groups: Tuple[int, ...] = ()
 
     @staticmethod
     def from_pb(s: pb.SessionDetail) -> "SessionDetail":
         held: List[HeldLock] = [HeldLock(h.name, h.fencing_token, h.group) for h in s.held]
         return SessionDetail(s.session_id, s.client, s.ttl_ms, tuple(held),
-                             tuple((w.name, w.queue_position, w.group) for w in s.waits))
+                             tuple((w.name, w.queue_position, w.group) for w in s.waits),
+                             tuple(s.unavailable_groups))
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,9 @@ pub struct SessionDetail {
     pub ttl_ms: u64,
     pub held: Vec<(GroupId, String, Token)>,
     pub waits: Vec<(GroupId, String, u32)>,
+    /// Groups that could not answer: what the session holds or waits for there is not shown
+    /// (a group is a failure domain: its outage does not hide the rest).
+    pub unavailable: Vec<GroupId>,
 }
 
 /// A contention report and what it covers.
@@ -1796,26 +1799,39 @@ impl Service {
         }))
         .await;
         let mut detail: Option<SessionDetail> = None;
+        let mut failed = Vec::new();
         for (g, info) in groups.iter().zip(infos) {
-            let Some(info) = info? else { continue };
+            let info = match info {
+                Ok(Some(info)) => info,
+                Ok(None) => continue,
+                Err(e) => {
+                    failed.push((g.id(), e));
+                    continue;
+                }
+            };
             let d = detail.get_or_insert_with(|| SessionDetail {
                 session,
                 client: info.client.clone(),
                 ttl_ms: info.ttl_ms,
                 held: Vec::new(),
                 waits: Vec::new(),
+                unavailable: Vec::new(),
             });
             d.held
                 .extend(info.held.iter().map(|(n, t)| (g.id(), n.clone(), *t)));
             d.waits
                 .extend(info.waits.iter().map(|(n, _, p)| (g.id(), n.clone(), *p)));
         }
-        detail.ok_or_else(|| {
-            ApiError::new(
+        let unavailable = failed.iter().map(|(g, _)| *g).collect();
+        match (detail, failed.into_iter().next()) {
+            (Some(d), _) => Ok(SessionDetail { unavailable, ..d }),
+            // Not found where it was looked for, and unknown where it could not be.
+            (None, Some((_, e))) => Err(e),
+            (None, None) => Err(ApiError::new(
                 ErrorCode::SessionNotFound,
                 format!("session {session} does not exist or has expired"),
-            )
-        })
+            )),
+        }
     }
 
     /// A page of live sessions (ids above `after`, at most `limit`, at most 1000), merged over

@@ -471,18 +471,20 @@ class QueuedWait(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queue_position: _Optional[int] = ..., group: _Optional[int] = ...) -> None: ...
 
 class SessionDetail(_message.Message):
-    __slots__ = ("session_id", "client", "ttl_ms", "held", "waits")
+    __slots__ = ("session_id", "client", "ttl_ms", "held", "waits", "unavailable_groups")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     WAITS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_GROUPS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     client: str
     ttl_ms: int
     held: _containers.RepeatedCompositeFieldContainer[HeldLock]
     waits: _containers.RepeatedCompositeFieldContainer[QueuedWait]
-    def __init__(self, session_id: _Optional[str] = ..., client: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., held: _Optional[_Iterable[_Union[HeldLock, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[QueuedWait, _Mapping]]] = ...) -> None: ...
+    unavailable_groups: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., client: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., held: _Optional[_Iterable[_Union[HeldLock, _Mapping]]] = ..., waits: _Optional[_Iterable[_Union[QueuedWait, _Mapping]]] = ..., unavailable_groups: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
     __slots__ = ("after", "limit")
