@@ -508,13 +508,15 @@ fn utc(unix_ms: u64) -> String {
 }
 
 fn watch_human(e: &lockd_client::WatchEvent) -> String {
+    // An older node sends no wall-clock time (0): then the line starts with the kind.
+    let at = if e.unix_ms == 0 {
+        String::new()
+    } else {
+        utc(e.unix_ms) + " "
+    };
     let mut line = format!(
-        "{} {} {} (group {} index {})",
-        utc(e.unix_ms),
-        e.kind,
-        e.name,
-        e.group,
-        e.index
+        "{at}{} {} (group {} index {})",
+        e.kind, e.name, e.group, e.index
     );
     if e.fencing_token != 0 {
         line += &format!(" token {}", e.fencing_token);

@@ -138,11 +138,12 @@ async fn with_balance_off_the_first_leaders_stay() {
 
 /// A vote marked as a leadership transfer gets past the voters' leader lease, so only the
 /// leader may authorise one, by naming its successor. Here a member the leader never named (a
-/// follower's identity, forged) asks the leader and the other voter for a transfer vote in the
-/// next term, with a log long enough to pass the log check. Both take it as an ordinary vote
-/// under a live leader and refuse it; the group keeps its leader and term. Without the check
-/// both grant it, the leader steps down, and the group is leaderless until an election; sent
-/// in a loop, forever. The positive control, a named transfer, is the test above.
+/// follower's identity, forged) first names itself in a TransferLeader of its own, then asks
+/// the leader and the other voter for a transfer vote in the next term, with a log long enough
+/// to pass the log check. The name is not the leader's, so both take the vote as an ordinary
+/// one under a live leader and refuse it; the group keeps its leader and term. Without the
+/// check both grant it, the leader steps down, and the group is leaderless until an election;
+/// sent in a loop, forever. The positive control, a named transfer, is the test above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_vote_no_leader_named_is_an_ordinary_vote() {
     use lockd_raft::PeerTransport as _;
@@ -173,6 +174,24 @@ async fn a_transfer_vote_no_leader_named_is_an_ordinary_vote() {
     );
     req.leadership_transfer = true;
     let payload = postcard::to_allocvec(&req).unwrap();
+    let own_name = openraft::raft::TransferLeaderRequest::<Wire>::new(
+        openraft::impls::Vote::new_committed(before.term, forger.id),
+        forger.id,
+        None,
+    );
+    let naming = postcard::to_allocvec(&own_name).unwrap();
+    for n in nodes.iter().filter(|n| n.id != forger.id) {
+        // Served (openraft ignores a transfer that is not its leader's), and not recorded.
+        pool.call(
+            n.id,
+            lockd_raft::PeerMethod::TransferLeader,
+            G,
+            naming.clone(),
+            Duration::from_secs(2),
+        )
+        .await
+        .expect("a member's transfer is answered");
+    }
     for n in nodes.iter().filter(|n| n.id != forger.id) {
         let reply = pool
             .call(

@@ -36,20 +36,53 @@ struct SnapshotWire {
 /// (openraft's `handle_vote_req`), so it is the leader's to grant (Raft thesis §3.10): it is
 /// honoured only from the named candidate, in the term right after the naming leader's. From
 /// any other member (or later) the flag is cleared and the request is an ordinary vote, which a
-/// voter under a live leader refuses.
+/// voter under a live leader refuses. A name counts only from the leader this replica follows
+/// (its committed vote), as openraft itself acts on a transfer only from that leader.
 #[derive(Default)]
-pub(crate) struct NamedSuccessor(Mutex<Option<(NodeId, u64)>>);
+pub(crate) struct NamedSuccessor {
+    named: Mutex<Option<(NodeId, u64)>>,
+    /// Woken at each name: a transfer vote that arrives before its leader's broadcast waits
+    /// for it (openraft sends the broadcast to each voter on its own task, and the candidate
+    /// elects as soon as its own copy arrives).
+    changed: tokio::sync::Notify,
+}
+
+/// How long a transfer vote waits for the broadcast that names its candidate. The broadcast
+/// left the leader before the candidate's own copy did, so it is late by a scheduling delay,
+/// not a round trip; a vote no leader named costs its sender this much, once per request.
+const NAME_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl NamedSuccessor {
-    /// Records that the leader of `term` named `to` (its own trigger, or its broadcast).
+    /// Records that the leader of `term` named `to` (its own trigger, or its broadcast). A
+    /// late broadcast of an older term does not replace a newer name.
     pub(crate) fn name(&self, to: NodeId, term: u64) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((to, term));
+        let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
+        if named.is_none_or(|(_, t)| t <= term) {
+            *named = Some((to, term));
+        }
+        drop(named);
+        self.changed.notify_waiters();
     }
 
     /// Whether a transfer vote from `candidate` for `term` was named by the leader before it.
     fn honours(&self, candidate: NodeId, term: u64) -> bool {
-        let named = *self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let named = *self.named.lock().unwrap_or_else(|p| p.into_inner());
         matches!(named, Some((to, t)) if to == candidate && term == t + 1)
+    }
+
+    /// [`NamedSuccessor::honours`], waiting up to [`NAME_WAIT`] for the name to arrive.
+    async fn honours_soon(&self, candidate: NodeId, term: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + NAME_WAIT;
+        loop {
+            // Made before the check, so a name recorded in between still wakes it.
+            let changed = self.changed.notified();
+            if self.honours(candidate, term) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.honours(candidate, term);
+            }
+        }
     }
 }
 
@@ -251,7 +284,7 @@ async fn serve_other(
             let mut req: VoteRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
             check_sender(rpc, &req.vote, from)?;
             let (candidate, term) = (*req.vote.leader_id().node_id(), req.vote.leader_id().term());
-            if req.leadership_transfer && !named.honours(candidate, term) {
+            if req.leadership_transfer && !named.honours_soon(candidate, term).await {
                 tracing::warn!(
                     candidate,
                     term,
@@ -270,7 +303,17 @@ async fn serve_other(
             use openraft::vote::RaftLeaderId;
             let req: TransferLeaderRequest<TypeConfig> = dec(payload).map_err(bad_request)?;
             check_sender(rpc, req.from_leader(), from)?;
-            named.name(*req.to_node_id(), req.from_leader().leader_id().term());
+            // Only the leader this replica follows names a successor (a member that sends a
+            // transfer in its own name is not one), as openraft acts only on that leader's.
+            let following = {
+                use openraft::async_runtime::watch::WatchReceiver as _;
+                let metrics = raft.server_metrics();
+                let m = metrics.borrow_watched();
+                m.vote == *req.from_leader() && m.vote.is_committed()
+            };
+            if following {
+                named.name(*req.to_node_id(), req.from_leader().leader_id().term());
+            }
             encode_reply(&raft.handle_transfer_leader(req).await.map_err(fatal)?)
         }
         RaftRpc::Snapshot => {
