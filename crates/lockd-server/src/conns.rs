@@ -256,8 +256,8 @@ struct ConnInfo {
 
 /// A gRPC port's open connections by client address (address and port name one TCP
 /// connection), for [`TrackRequests`] to find the one a request came on. tonic hands a request
-/// its connection's info as `TcpConnectInfo` (or `TlsConnectInfo` of it), which the peer port's
-/// certificate check and `remote_addr` read, so the activity cannot ride along there.
+/// its connection's info as `TcpConnectInfo` (over TLS also `TlsConnectInfo` of it), which the
+/// peer port's certificate check and `remote_addr` read, so the activity cannot ride along.
 #[derive(Clone, Default)]
 pub struct Registry(Arc<Mutex<HashMap<std::net::SocketAddr, Arc<Activity>>>>);
 
@@ -271,14 +271,11 @@ impl Registry {
 /// The activity of the connection `ext`'s request came on: an HTTP request's own, or the
 /// registered one of a gRPC request's client address.
 fn activity_of(ext: &http::Extensions, registry: Option<&Registry>) -> Option<Arc<Activity>> {
-    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
     if let Some(c) = ext.get::<ConnInfo>() {
         return Some(c.activity.clone());
     }
-    let tcp = ext.get::<TcpConnectInfo>().or_else(|| {
-        ext.get::<TlsConnectInfo<TcpConnectInfo>>()
-            .map(|t| t.get_ref())
-    })?;
+    // tonic inserts the TCP info over TLS too (beside its `TlsConnectInfo`).
+    let tcp = ext.get::<tonic::transport::server::TcpConnectInfo>()?;
     registry?.get(tcp.remote_addr()?)
 }
 

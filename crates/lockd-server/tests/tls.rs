@@ -436,3 +436,56 @@ async fn the_metrics_say_when_each_served_certificate_expires() {
     assert_eq!(expiry("peer"), None, "{text}");
     r.stop().await;
 }
+
+/// The idle timeout over TLS (`conns.rs`): tonic hands a gRPC request its connection as
+/// `TlsConnectInfo`, and the request is still found and counted in flight. A watch opened over
+/// gRPC with TLS outlives three idle timeouts and gets its event, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_stream_over_tls_counts_as_in_flight_for_the_idle_timeout() {
+    let pki = pki(1);
+    let files = &pki.certs[0];
+    let tls = lockd_server::tls::ClientTls::load(&files.cert, &files.key, None).unwrap();
+    let idle = std::time::Duration::from_millis(700);
+    let limits = Limits {
+        client_idle_timeout: idle,
+        ..Limits::default()
+    };
+    let (r, _dir) = single_node_limited(limits, Some(tls)).await;
+    let ch = tls_channel(r.grpc_addr, &pem(&pki.ca), None, "localhost")
+        .await
+        .unwrap();
+    let mut events = lockd_proto::v1::lock_client::LockClient::new(ch)
+        .watch(pb::WatchRequest {
+            name: "idle/tls".into(),
+            prefix: String::new(),
+            after: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::sleep(idle * 3).await;
+    let client = rustls_client(&pki, None);
+    let body = json!({"client": "idle", "ttl_s": 30});
+    let (status, opened) = https(&client, r.http_addr, "POST", "/v1/sessions", Some(body))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{opened}");
+    let body = json!({"session_id": opened["session_id"]});
+    let (status, got) = https(
+        &client,
+        r.http_addr,
+        "POST",
+        "/v1/locks/idle%2Ftls:acquire",
+        Some(body),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{got}");
+    let event = tokio::time::timeout(std::time::Duration::from_secs(5), events.message())
+        .await
+        .expect("the event within 5 s")
+        .expect("the watch's TLS connection stayed open")
+        .expect("an event");
+    assert_eq!(event.fencing_token, got["token"].as_u64().unwrap());
+    r.stop().await;
+}
