@@ -81,6 +81,11 @@ pub struct NodeConfig {
     /// not reachable from configuration files.
     #[doc(hidden)]
     pub skip_leader_lease_check: bool,
+    /// NEGATIVE CONTROL ONLY: a leader answers reads from its own belief that it leads, with
+    /// no lease (no quorum acknowledgement within the keepalive lease), so a deposed leader can
+    /// answer a stale read, for `lockd-check sim --sabotage read-lease`. Never set in production.
+    #[doc(hidden)]
+    pub skip_read_lease_check: bool,
     /// NEGATIVE CONTROL ONLY: lock groups serve names of buckets they do not own (no
     /// ownership check), for `lockd-check sim --sabotage ownership`. Never set in production.
     #[doc(hidden)]
@@ -125,6 +130,7 @@ impl NodeConfig {
             balance_leaders: true,
             clock_rate: 1.0,
             skip_leader_lease_check: false,
+            skip_read_lease_check: false,
             skip_ownership_check: false,
         }
     }

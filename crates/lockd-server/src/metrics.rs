@@ -40,6 +40,13 @@ pub struct ReplicaLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadLabel {
+    pub group: u32,
+    /// `lease` (answered from the leader lease) or `round` (through a ReadIndex round).
+    pub path: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StorageLabel {
     pub group: u32,
     /// `log` or `snapshot`.
@@ -159,6 +166,8 @@ pub struct Metrics {
     is_leader: Family<GroupLabel, Gauge>,
     term: Family<GroupLabel, Gauge>,
     applied_index: Family<GroupLabel, Gauge>,
+    /// Linearizable reads each group's replica here answered as leader, by path.
+    reads: Family<ReadLabel, Counter>,
     /// On each group's leader: every other member's lag and time since its last contact.
     replica_lag: Family<ReplicaLabel, Gauge>,
     replica_contact: Family<ReplicaLabel, Gauge<f64, AtomicU64>>,
@@ -222,6 +231,7 @@ impl Metrics {
             is_leader: Family::default(),
             term: Family::default(),
             applied_index: Family::default(),
+            reads: Family::default(),
             replica_lag: Family::default(),
             replica_contact: Family::default(),
             open_fds: Gauge::default(),
@@ -287,6 +297,13 @@ impl Metrics {
             "group_applied_index",
             "Index of the last log entry this node's replica of the group applied",
             self.applied_index.clone(),
+        );
+        r.register(
+            "group_reads",
+            "Linearizable reads (inspect, check-token, session details) this node answered as \
+             the group's leader, for itself or a follower, by path: `lease` (from its leader \
+             lease, no round trip) or `round` (a ReadIndex round to a quorum)",
+            self.reads.clone(),
         );
         r.register(
             "group_replica_lag_entries",
@@ -677,6 +694,9 @@ impl Metrics {
             self.applied_index
                 .get_or_create(&l)
                 .set(status.applied_index as i64);
+            for (path, n) in [("lease", status.lease_reads), ("round", status.round_reads)] {
+                sync(&self.reads.get_or_create(&ReadLabel { group: id, path }), n);
+            }
             if let Some(disk) = node.disk_usage(id) {
                 for (kind, bytes) in [("log", disk.log_bytes), ("snapshot", disk.snapshot_bytes)] {
                     self.storage_bytes

@@ -94,6 +94,9 @@ pub enum Sabotage {
     StoreFence,
     /// Reads answer from the local replica without a ReadIndex round.
     StaleRead,
+    /// Leaders answer reads from their belief that they lead, with no lease: a deposed leader
+    /// that has not heard of its successor answers from its old state.
+    ReadLease,
     /// The mover does not carry the sending group's revision to the receiving one, so the
     /// receiving group mints tokens of moved names from its own, lower revision (S2).
     RevisionFloor,
@@ -109,7 +112,7 @@ impl Sabotage {
             Sabotage::ClientDeadline => Signature::BeliefOverlap,
             Sabotage::LeaderLease => Signature::GrantWhileBelieved,
             Sabotage::StoreFence => Signature::StaleWrite,
-            Sabotage::StaleRead => Signature::StaleRead,
+            Sabotage::StaleRead | Sabotage::ReadLease => Signature::StaleRead,
             Sabotage::RevisionFloor => Signature::TokenRegression,
             Sabotage::Ownership => Signature::DoubleGrant,
         }
@@ -122,6 +125,7 @@ impl Sabotage {
             Sabotage::LeaderLease => "leader-lease",
             Sabotage::StoreFence => "store-fence",
             Sabotage::StaleRead => "stale-read",
+            Sabotage::ReadLease => "read-lease",
             Sabotage::RevisionFloor => "revision-floor",
             Sabotage::Ownership => "ownership",
         }
@@ -134,6 +138,7 @@ impl Sabotage {
             Sabotage::LeaderLease,
             Sabotage::StoreFence,
             Sabotage::StaleRead,
+            Sabotage::ReadLease,
             Sabotage::RevisionFloor,
             Sabotage::Ownership,
         ]
@@ -199,6 +204,9 @@ pub struct SeedOutcome {
     /// Linearizable reads that answered (each checked against the grants acknowledged before
     /// it began).
     pub reads: u64,
+    /// Reads the leaders answered from their lease, with no round (counted by each node's
+    /// replicas since their last start: a lower bound).
+    pub lease_reads: u64,
 }
 
 impl SeedOutcome {
@@ -277,6 +285,7 @@ pub fn run_seed(cfg: &SimConfig) -> anyhow::Result<SeedOutcome> {
                 history,
                 applies: 0,
                 reads: 0,
+                lease_reads: 0,
             })
         }
     }
@@ -371,6 +380,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
     };
     // Outside the history (its names are its own): a release wakes a waiter on another node.
     every_node_wakes(&w).await;
+    let lease_reads = lease_reads(&w);
     for id in 1..=w.node_count() {
         stop_service(&w, id);
         if let Some(node) = w.net.down(id) {
@@ -401,6 +411,7 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         seed,
         ops: w.ops.load(Ordering::Relaxed),
         reads: w.reads.load(Ordering::Relaxed),
+        lease_reads,
         faults,
         violations,
         signatures: signatures.into_iter().collect(),
@@ -409,6 +420,21 @@ async fn simulate(cfg: SimConfig) -> anyhow::Result<SeedOutcome> {
         history,
         applies,
     })
+}
+
+/// Reads the nodes' replicas answered from their leader lease since each last started (reads
+/// forwarded by followers included: the leader answers those).
+fn lease_reads(w: &World) -> u64 {
+    (1..=w.node_count())
+        .filter_map(|id| w.net.node(id))
+        .map(|(_, node)| {
+            node.group_ids()
+                .into_iter()
+                .filter_map(|g| node.group(g))
+                .map(|g| g.status().lease_reads)
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 /// Aggregates of a multi-seed run.
@@ -420,6 +446,7 @@ pub struct RunSummary {
     pub unknown_seeds: Vec<u64>,
     pub ops: u64,
     pub reads: u64,
+    pub lease_reads: u64,
     pub applies: u64,
     pub faults: BTreeMap<String, u64>,
     pub violations: u64,
@@ -445,6 +472,7 @@ impl RunSummary {
         }
         self.ops += o.ops;
         self.reads += o.reads;
+        self.lease_reads += o.lease_reads;
         self.applies += o.applies;
         for (k, n) in &o.faults {
             *self.faults.entry(k.clone()).or_insert(0) += n;
@@ -465,13 +493,14 @@ impl RunSummary {
     /// The one `RESULT` line of a run.
     pub fn result_line(&self) -> String {
         let mut s = format!(
-            "RESULT sim seeds={} failed_seeds={} unknown_seeds={} ops={} reads={} applies={} \
-             seeds_per_s={:.2}",
+            "RESULT sim seeds={} failed_seeds={} unknown_seeds={} ops={} reads={} lease_reads={} \
+             applies={} seeds_per_s={:.2}",
             self.seeds,
             self.failed_seeds.len(),
             self.unknown_seeds.len(),
             self.ops,
             self.reads,
+            self.lease_reads,
             self.applies,
             self.seeds as f64 / self.secs.max(1e-9)
         );
@@ -521,7 +550,7 @@ pub struct SimArgs {
     /// carry the sending group's revision: a name's token falls) or ownership (groups serve
     /// names they do not own: two groups grant one name). The run then passes only if some
     /// seed shows that signature violation; other failures do not count.
-    #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence", "stale-read", "revision-floor", "ownership"])]
+    #[arg(long, value_parser = ["client-deadline", "leader-lease", "store-fence", "stale-read", "read-lease", "revision-floor", "ownership"])]
     pub sabotage: Option<String>,
     /// Simulated seconds of faults per seed.
     #[arg(long, default_value_t = 20)]

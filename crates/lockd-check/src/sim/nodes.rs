@@ -49,6 +49,7 @@ pub(crate) async fn start_node(w: &Arc<World>, id: NodeId) -> anyhow::Result<()>
     cfg.lock_groups = GROUPS.len() as u32;
     cfg.skip_leader_lease_check = w.cfg.sabotage == Some(Sabotage::LeaderLease);
     cfg.skip_ownership_check = w.cfg.sabotage == Some(Sabotage::Ownership);
+    cfg.skip_read_lease_check = w.cfg.sabotage == Some(Sabotage::ReadLease);
     // Clock-rate skew within ±5 %, drawn per incarnation.
     let skew = (w.rand_u64(0..10_001) as f64 - 5_000.0) / 100_000.0;
     cfg.clock_rate = 1.0 + skew;

@@ -80,6 +80,10 @@ pub struct GroupStatus {
     /// The voter this group's leadership is handed to when it has the whole log (`None` when
     /// leader balance is off).
     pub preferred_leader: Option<NodeId>,
+    /// Linearizable reads this replica answered as the group's leader since start, for itself
+    /// or for a follower: from its leader lease (no round trip), and through a ReadIndex round.
+    pub lease_reads: u64,
+    pub round_reads: u64,
 }
 
 /// A replica of one group on this node.
@@ -502,7 +506,7 @@ impl Group {
 
     pub(crate) async fn read_index_on_leader(&self) -> Result<u64, GroupError> {
         self.check_running()?;
-        if self.cut_off_leader() {
+        if self.cut_off_leader() && !self.raft.unchecked_read_lease() {
             return Err(self.no_leader());
         }
         match self.raft.read_index().await {
@@ -674,6 +678,7 @@ impl Group {
     pub fn status(&self) -> GroupStatus {
         let s = self.raft.status();
         let (applied_index, _) = self.replica.applied();
+        let (lease_reads, round_reads) = self.raft.reads();
         let preferred_leader = self
             .timing
             .balance_leaders
@@ -694,6 +699,8 @@ impl Group {
             tracked_sessions: self.replica.with_leadership(|l| l.tracked()),
             snapshots_installed: self.replica.installs(),
             preferred_leader,
+            lease_reads,
+            round_reads,
         }
     }
 

@@ -280,11 +280,12 @@ async fn initialise(
 
 fn validate(cfg: &NodeConfig) -> Result<(), StartError> {
     let bad = |why: String| Err(StartError::Config(why));
-    if (cfg.skip_leader_lease_check || cfg.skip_ownership_check)
+    if (cfg.skip_leader_lease_check || cfg.skip_read_lease_check || cfg.skip_ownership_check)
         && !cfg!(feature = "negative-controls")
     {
         return bad(
-            "a negative control (skip_leader_lease_check, skip_ownership_check) is set, and \
+            "a negative control (skip_leader_lease_check, skip_read_lease_check, \
+             skip_ownership_check) is set, and \
              this build has none (they exist for lockd-check only: feature negative-controls)"
                 .into(),
         );
@@ -857,6 +858,7 @@ impl Node {
         let cfg = &self.maker.cfg;
         let on = [
             (cfg.skip_leader_lease_check, "skip-leader-lease-check"),
+            (cfg.skip_read_lease_check, "skip-read-lease-check"),
             (cfg.skip_ownership_check, "skip-ownership-check"),
         ];
         on.into_iter()

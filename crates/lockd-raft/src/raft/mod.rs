@@ -25,6 +25,7 @@ pub use state_machine::{inspect_snapshot, SnapshotReport};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -163,6 +164,11 @@ pub(crate) struct RaftGroup {
     keepalive_lease: Duration,
     /// Reads waiting for the next ReadIndex round.
     reads: Arc<Mutex<ReadQueue>>,
+    /// Negative control (`NodeConfig::skip_read_lease_check`): lease reads without the lease.
+    unchecked_read_lease: bool,
+    /// Reads this replica led: served from the leader lease, and through a ReadIndex round.
+    lease_reads: AtomicU64,
+    round_reads: AtomicU64,
     /// Proposals waiting for a free entry slot.
     writes: Arc<Mutex<WriteQueue>>,
     /// The on-disk log (None in memory), kept to persist its buffered tail on shutdown and
@@ -309,6 +315,9 @@ impl RaftGroup {
             replica: stamps,
             keepalive_lease: Duration::from_millis(cfg.election_timeout_ms.0),
             reads: Arc::default(),
+            unchecked_read_lease: cfg.skip_read_lease_check,
+            lease_reads: AtomicU64::new(0),
+            round_reads: AtomicU64::new(0),
             writes: Arc::default(),
             log: Mutex::new(disk_log),
             named: network::NamedSuccessor::default(),
@@ -356,10 +365,60 @@ impl RaftGroup {
             .unwrap_or_else(|_| Err(WriteError::Fatal("the proposal was dropped".into())))
     }
 
+    /// The index a linearizable read must wait for (the local state machine applying it):
+    /// from the leader lease when a quorum acknowledged this leader within the keepalive lease
+    /// (no round trip), else from a ReadIndex round.
+    pub(crate) async fn read_index(&self) -> Result<u64, WriteError> {
+        // Boxed: openraft's linearizer future is deep, and every handler that reads nests it.
+        if let Some(index) = Box::pin(self.lease_read_index()).await {
+            return Ok(index);
+        }
+        self.read_index_round().await
+    }
+
+    /// A lease read: the read index without a round, when a quorum acknowledged a message this
+    /// leader sent less than the keepalive lease before openraft takes the request. The voters
+    /// of that quorum refuse any other candidate for `election_timeout_max` after they received
+    /// it (`raft/network.rs` honours a transfer vote only from the named successor), so no
+    /// newer leader can have committed anything by then: openraft's read index (its commit
+    /// index, at least its own first entry of the term) covers every write acknowledged
+    /// before the read began. The lease is `election_timeout_min`, half the voters': that
+    /// margin absorbs clock rate differences between nodes (INVARIANTS.md, C6). `None` when the
+    /// lease does not hold (or on a follower): the caller runs a round.
+    async fn lease_read_index(&self) -> Option<u64> {
+        if self.unchecked_read_lease && self.role().is_leader {
+            self.lease_reads.fetch_add(1, Ordering::Relaxed);
+            let m = self.raft.data_metrics();
+            let committed = m.borrow_watched().local_committed.as_ref().map(|c| c.index);
+            return Some(committed.unwrap_or(0));
+        }
+        let lease = openraft::LinearizerOption::new(Some(self.keepalive_lease), false)
+            .with_wait_timeout(Duration::ZERO);
+        let (read, _) = self.raft.get_read_log_id(lease).await.ok()?;
+        self.lease_reads.fetch_add(1, Ordering::Relaxed);
+        Some(read.index())
+    }
+
+    /// The negative control `NodeConfig::skip_read_lease_check` is on (it also skips the
+    /// silent-leader refusal before reads, `LockGroup::cut_off_leader`, itself a lease).
+    pub(crate) fn unchecked_read_lease(&self) -> bool {
+        self.unchecked_read_lease
+    }
+
+    /// Reads this replica answered as leader: `(from the lease, through a ReadIndex round)`
+    /// (a round that failed counts too).
+    pub(crate) fn reads(&self) -> (u64, u64) {
+        (
+            self.lease_reads.load(Ordering::Relaxed),
+            self.round_reads.load(Ordering::Relaxed),
+        )
+    }
+
     /// ReadIndex: confirms leadership with a quorum round (shared with the reads that queued
     /// while the previous round ran) and waits until the local state machine has applied the
     /// read index; returns that index.
-    pub(crate) async fn read_index(&self) -> Result<u64, WriteError> {
+    async fn read_index_round(&self) -> Result<u64, WriteError> {
+        self.round_reads.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut q = self.reads.lock().expect("read queue poisoned");
