@@ -60,6 +60,7 @@ def test_a_retry_after_a_broken_stream_takes_the_wait_it_queued(fresh_cluster: C
             assert lk.release() == 0
 
 
+# scenario: leader-kill
 def test_leader_sigkill_keeps_the_lock(fresh_cluster: Cluster, name: str) -> None:
     """SIGKILL the leader of the lock's group while the client's session stream is on that very
     node: the stream moves to another node and re-attaches, keepalives go on, the lock keeps its
@@ -111,6 +112,7 @@ def read_json(p: "subprocess.Popen[str]", timeout: float) -> Dict[str, Any]:
     return out
 
 
+# scenario: pause-fenced
 def test_sigstopped_worker_is_fenced_out(cluster: Cluster, pg_conninfo: str, name: str) -> None:
     import psycopg
 
@@ -168,6 +170,7 @@ def test_sigstopped_worker_is_fenced_out(cluster: Cluster, pg_conninfo: str, nam
             conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
+# scenario: lost-before-expiry
 @pytest.mark.parametrize("mode", ["stream", "unary"])
 def test_lost_fires_before_the_server_expires_the_session(cluster: Cluster, name: str, mode: str) -> None:
     """In-process view of the same rule: stop renewals (pause the client's engine thread by

@@ -18,6 +18,7 @@ from lockd_client import _core
 from conftest import SECURE_TOKEN, Cluster, wait_until
 
 
+# scenario: try-lock
 def test_try_lock_names_the_holder_and_tokens_grow(cluster: Cluster, client: Client, name: str) -> None:
     with client.lock(name, owner="first") as lk:
         assert lk.token > 0 and not lk.lost.is_set() and lk.reentry == 1
@@ -36,6 +37,7 @@ def test_try_lock_names_the_holder_and_tokens_grow(cluster: Cluster, client: Cli
     assert client.check_token(name, lk2.token) == (False, 0)
 
 
+# scenario: fifo-wait
 def test_fifo_hand_off_between_waiters(cluster: Cluster, client: Client, name: str) -> None:
     """Three waiters queue one after another; each release hands the lock to the next in
     arrival order, with a larger token each time."""
@@ -82,6 +84,7 @@ def test_fifo_hand_off_between_waiters(cluster: Cluster, client: Client, name: s
             w.close()
 
 
+# scenario: modes
 def test_shared_and_semaphore_modes(cluster: Cluster, client: Client, name: str) -> None:
     with Client(cluster.endpoints, ttl=6) as other:
         a = client.lock(name, mode="shared")
@@ -110,6 +113,7 @@ def test_shared_and_semaphore_modes(cluster: Cluster, client: Client, name: str)
         client.lock(sem, limit=2)
 
 
+# scenario: reentrant
 def test_reentrant_holds_share_a_token(client: Client, name: str) -> None:
     a = client.lock(name, reentrant=True)
     b = client.lock(name, reentrant=True)
@@ -123,6 +127,7 @@ def test_reentrant_holds_share_a_token(client: Client, name: str) -> None:
     assert client.inspect(name).holders == ()
 
 
+# scenario: acquire-all
 def test_acquire_all_sorted_with_one_deadline(cluster: Cluster, client: Client, name: str) -> None:
     names = [name + "/c", name + "/a", name + "/b", name + "/a"]
     with client.acquire_all(names, wait=5) as ls:
@@ -139,6 +144,7 @@ def test_acquire_all_sorted_with_one_deadline(cluster: Cluster, client: Client, 
         blocker.release()
 
 
+# scenario: bearer-token
 def test_bearer_token_is_sent_on_every_call(cluster: Cluster, name: str) -> None:
     secure = "secure/" + name
     # A default-namespace session may not take another namespace's names, whatever the token.
@@ -167,6 +173,7 @@ def test_bearer_token_is_sent_on_every_call(cluster: Cluster, name: str) -> None
         Client(cluster.endpoints, token="has space")
 
 
+# scenario: input-errors
 def test_input_errors_name_field_and_limit(client: Client) -> None:
     with pytest.raises(InvalidArgument, match=r"1..=512 bytes"):
         client.lock("x" * 513)
@@ -178,6 +185,7 @@ def test_input_errors_name_field_and_limit(client: Client) -> None:
         lockd_client.ClientOptions(ttl=0)
 
 
+# scenario: stale-release
 def test_stale_release_is_refused_with_a_typed_error(client: Client, name: str) -> None:
     lk = client.lock(name)
     with pytest.raises(Conflict) as e:
@@ -257,6 +265,7 @@ def test_a_lock_records_its_group_and_follows_its_lease(cluster: Cluster, name: 
     asyncio.run(from_asyncio())
 
 
+# scenario: lost-on-close
 def test_lost_fires_when_the_session_is_closed(cluster: Cluster, name: str) -> None:
     c = Client(cluster.endpoints, ttl=6)
     lk = c.lock(name)
@@ -265,6 +274,29 @@ def test_lost_fires_when_the_session_is_closed(cluster: Cluster, name: str) -> N
     with pytest.raises(LockLost):
         with lk:  # the block ends after the loss: LockLost
             pass
+
+
+# scenario: lost-on-close
+def test_lost_fires_when_the_session_is_closed_from_outside(cluster: Cluster, name: str) -> None:
+    import grpc
+
+    from lockd_client._proto import lockd_pb2 as pb
+
+    with Client(cluster.endpoints, ttl=6) as c:
+        lk = c.lock(name)
+        first_session = lk.session_id
+        # Another connection ends the session by its id (what an operator's `lockctl session
+        # close` does): the service pushes the end, and the client's lock is lost at once.
+        with grpc.insecure_channel(cluster.endpoints[-1]) as ch:
+            close = ch.unary_unary("/lockd.v1.Lock/CloseSession",
+                                   request_serializer=pb.CloseSessionRequest.SerializeToString,
+                                   response_deserializer=pb.CloseSessionResponse.FromString)
+            close(pb.CloseSessionRequest(session_id=first_session), timeout=5)
+        assert lk.lost.wait(5), "the pushed end of the session did not reach the lock"
+        # The next acquire opens a new session.
+        with c.lock(name, wait=5) as again:
+            assert again.session_id != first_session
+            assert again.token > lk.token
 
 
 def test_async_api(cluster: Cluster, name: str) -> None:
@@ -331,6 +363,7 @@ def test_a_fencing_rejection_is_reported_and_counted(cluster: Cluster, client: C
         client.report_fencing_rejected("")
 
 
+# scenario: full-namespace
 def test_a_full_namespace_refuses_a_session_at_once(cluster: Cluster, name: str) -> None:
     # Namespace "solo" holds at most one live session (conftest's config).
     with Client(cluster.endpoints, ttl=6, namespace="solo") as first:

@@ -21,6 +21,7 @@ def tls_cluster() -> Iterator[Cluster]:
         c.stop()
 
 
+# scenario: tls
 def test_a_client_with_the_ca_holds_a_lock_over_tls(tls_cluster: Cluster, name: str) -> None:
     with Client(tls_cluster.endpoints, ca_file=str(tls_cluster.ca_file()), ttl=6) as c:
         with c.lock(name, wait=5) as lk:
@@ -29,6 +30,7 @@ def test_a_client_with_the_ca_holds_a_lock_over_tls(tls_cluster: Cluster, name: 
         assert not c.inspect(name).holders
 
 
+# scenario: tls
 def test_without_the_ca_or_in_plain_text_nothing_answers(tls_cluster: Cluster, name: str) -> None:
     # TLS trusting only the system's roots, which do not know the throwaway CA.
     https = [f"https://{e}" for e in tls_cluster.endpoints]

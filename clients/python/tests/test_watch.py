@@ -15,6 +15,7 @@ from lockd_client import AsyncClient, Client, InvalidArgument, Leader, WatchEven
 from conftest import Cluster
 
 
+# scenario: watch
 def test_a_watch_sees_each_change_of_its_name_once_and_a_prefix_its_names(
         cluster: Cluster, client: Client, name: str) -> None:
     with client.watch(name).open() as w, client.watch_prefix(name + "/").open() as pw:
@@ -71,6 +72,7 @@ def test_a_watch_names_one_of_a_name_or_a_prefix(client: Client) -> None:
         client.watch("")
 
 
+# scenario: election
 def test_leaders_follow_an_election_as_it_changes(cluster: Cluster, client: Client,
                                                   name: str) -> None:
     with client.election(name).leaders() as leaders, \

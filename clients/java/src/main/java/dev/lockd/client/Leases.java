@@ -1,0 +1,171 @@
+package dev.lockd.client;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/** A session's and a hold's lost state, watched by callbacks (as _lease.py's Lease/LockLease). */
+final class Leases {
+  private Leases() {}
+
+  private static final Logger LOG = Logger.getLogger("dev.lockd.client");
+
+  /** Callbacks called once when the lease they watch is lost. */
+  abstract static class Watched {
+    volatile boolean lost;
+    volatile String why = "";
+    private List<Runnable> watchers = new ArrayList<>();
+    final Object mu = new Object();
+
+    boolean fire(String reason) {
+      List<Runnable> ws;
+      synchronized (mu) {
+        if (lost) {
+          return false;
+        }
+        why = reason;
+        lost = true;
+        ws = watchers;
+        watchers = new ArrayList<>();
+      }
+      for (Runnable cb : ws) {
+        try {
+          cb.run();
+        } catch (RuntimeException e) { // a watcher must not stop the others
+          LOG.log(Level.WARNING, "lockd lease watcher failed", e);
+        }
+      }
+      return true;
+    }
+
+    /** Adds {@code cb}; true if it was added (false: already lost, the caller calls it). */
+    boolean add(Runnable cb) {
+      synchronized (mu) {
+        if (lost) {
+          return false;
+        }
+        watchers.add(cb);
+        return true;
+      }
+    }
+
+    /** Removes {@code cb}; returns whether no watcher is left (null: it was not there). */
+    Boolean remove(Runnable cb) {
+      synchronized (mu) {
+        for (int i = 0; i < watchers.size(); i++) {
+          if (watchers.get(i) == cb) {
+            watchers.remove(i);
+            return watchers.isEmpty();
+          }
+        }
+        return null;
+      }
+    }
+
+    int watcherCount() {
+      synchronized (mu) {
+        return watchers.size();
+      }
+    }
+  }
+
+  /** One session as its locks see it: its per-group leases and whether it is lost (final). */
+  static final class Lease extends Watched {
+    final int gen;
+    final String sessionId;
+    final GroupLeases leases;
+
+    Lease(int gen, String sessionId, GroupLeases leases) {
+      this.gen = gen;
+      this.sessionId = sessionId;
+      this.leases = leases;
+    }
+
+    /** The session's local deadline ({@link GroupLeases#sessionDeadline()}). */
+    double deadline() {
+      return leases.sessionDeadline();
+    }
+
+    /** Lost, or past the local deadline (checked against the clock, so a process resumed after a
+     * pause sees it before the engine's timer has run). */
+    boolean isLost() {
+      return lost || leases.sessionExpired(Clock.now());
+    }
+
+    void watch(Runnable cb) {
+      if (!add(cb)) {
+        cb.run();
+      }
+    }
+
+    void unwatch(Runnable cb) {
+      remove(cb);
+    }
+
+    void end(String reason) {
+      fire(reason);
+    }
+  }
+
+  /** One hold's lease: lost when its session is, at its own deadline, or when its group's lease
+   * epoch ended. */
+  static final class LockLease extends Watched {
+    final Lease session;
+    final HoldLease hold;
+    private final Runnable sessionEnded = () -> fire(sessionWhy());
+
+    LockLease(Lease session, HoldLease hold) {
+      this.session = session;
+      this.hold = hold;
+    }
+
+    private String sessionWhy() {
+      return session.why;
+    }
+
+    /** The lock's local deadline on {@link Clock}. */
+    double deadline() {
+      return session.leases.lockDeadline(hold);
+    }
+
+    int group() {
+      return hold.group();
+    }
+
+    boolean expired(double now) {
+      return now >= deadline();
+    }
+
+    /** Lost, its session lost, or past its deadline (against the clock). */
+    boolean isLost() {
+      return lost || session.lost || expired(Clock.now());
+    }
+
+    void watch(Runnable cb) {
+      boolean first;
+      synchronized (mu) {
+        first = !lost && watcherCount() == 0;
+      }
+      if (!add(cb)) {
+        cb.run();
+      } else if (first) {
+        // The session's end is this lock's end (called at once if it already ended).
+        session.watch(sessionEnded);
+      }
+    }
+
+    void unwatch(Runnable cb) {
+      Boolean last = remove(cb);
+      if (last != null && last) {
+        session.unwatch(sessionEnded);
+      }
+    }
+
+    void end(String reason) {
+      if (fire(reason)) {
+        session.unwatch(sessionEnded);
+      }
+    }
+  }
+}
