@@ -23,6 +23,7 @@ mod scenarios;
 mod target;
 mod tls;
 mod workload;
+mod zookeeper;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -154,7 +155,7 @@ enum Cmd {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "lockd,lockd-http,lockd-leader,lockd-4g,etcd,etcd-lock,etcd-gw,redis-aof,redis-mem"
+            default_value = "lockd,lockd-http,lockd-leader,lockd-4g,etcd,etcd-lock,etcd-gw,zookeeper,redis-aof,redis-mem"
         )]
         systems: Vec<SystemKind>,
         /// The systems the ratio columns divide by.
@@ -323,6 +324,14 @@ enum Cmd {
     /// succeeds, so the comparison's etcd rows cannot be silently broken. For CI.
     SmokeEtcd {
         /// Where etcd's temp data dir goes.
+        #[arg(long)]
+        data_root: Option<PathBuf>,
+    },
+    /// A few seconds against a 3-member ZooKeeper (Debian's package, installed if missing)
+    /// through the Curator mutex recipe: a held name is refused to another session and taken
+    /// once released, then every workload of the smoke plan succeeds. For CI.
+    SmokeZookeeper {
+        /// Where ZooKeeper's temp data dir goes.
         #[arg(long)]
         data_root: Option<PathBuf>,
     },
@@ -538,6 +547,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Smoke { nodes, lockd } => smoke(nodes, &lockd).await,
         Cmd::SmokeEtcd { data_root } => smoke_etcd(data_root).await,
+        Cmd::SmokeZookeeper { data_root } => smoke_zookeeper(data_root).await,
         Cmd::Instructions {
             ops,
             concurrency,
@@ -594,6 +604,7 @@ async fn compare(
             SystemKind::RedisAof | SystemKind::RedisMem => {
                 needs.push(("redis-server", "redis-server"))
             }
+            SystemKind::Zookeeper => needs.push((zookeeper::JAR, "zookeeper")),
             _ => {}
         }
     }
@@ -649,7 +660,7 @@ async fn compare(
         if quick { " --quick" } else { "" }
     );
     println!(
-        "machine: {} cores; lockd {} ({} groups, lockd-4g 4; 3 nodes; leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}",
+        "machine: {} cores; lockd {} ({} groups, lockd-4g 4; 3 nodes; leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}; {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         bin.as_ref().map_or("-".into(), |b| b.display().to_string()),
         lockd.groups(),
@@ -657,6 +668,7 @@ async fn compare(
         lockd.threads().map_or("one per core".to_string(), |t| t.to_string()),
         procs::version_of("etcd"),
         procs::version_of("redis-server"),
+        zookeeper::version(),
     );
     println!("ops/s counts every request; cycle latencies are the acquires'; open-loop latencies");
     println!("run from the intended send time; cpu = % of one core (servers / lockd-bench)\n");
@@ -832,6 +844,48 @@ async fn smoke_etcd(data_root: Option<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// CI smoke for the `zookeeper` row: one 3-member ensemble, the recipe's mutual exclusion, then
+/// the smoke plan.
+async fn smoke_zookeeper(data_root: Option<PathBuf>) -> Result<()> {
+    use target::LockTarget;
+    procs::ensure_packages(&[(zookeeper::JAR, "zookeeper")])?;
+    let data_root = data_root.unwrap_or_else(std::env::temp_dir);
+    let mut ensemble = zookeeper::Ensemble::start(&data_root).await?;
+    let t = zookeeper::ZkTarget::new(ensemble.clients());
+    let ttl = std::time::Duration::from_secs(10);
+    let (mut a, mut b) = (t.prepare(0, ttl).await?, t.prepare(1, ttl).await?);
+    let name = "smoke/mutex";
+    let Some(held) = t.acquire(&mut a, name, "a").await? else {
+        bail!("zookeeper smoke: a free name was refused");
+    };
+    if t.acquire(&mut b, name, "b").await?.is_some() {
+        bail!("zookeeper smoke: a held name was granted to a second session");
+    }
+    if t.read(&mut b, name).await?.is_none() {
+        bail!("zookeeper smoke: a held name reads as free");
+    }
+    if !t.release(&mut a, name, &held).await? || t.release(&mut a, name, &held).await? {
+        bail!("zookeeper smoke: the holder's release must succeed once, then be refused");
+    }
+    if t.acquire(&mut b, name, "b").await?.is_none() {
+        bail!("zookeeper smoke: a released name was refused");
+    }
+    t.finish(a).await?;
+    t.finish(b).await?;
+    let plan = Plan::smoke();
+    let cx = Ctx {
+        system: "zookeeper",
+        plan: &plan,
+        server_pids: ensemble.pids(),
+    };
+    let rows = workload::run_all(&cx, t).await?;
+    ensemble.check_alive()?;
+    print!("{}", report::table(&rows, &[]));
+    smoke_failures(&rows)?;
+    println!("smoke ok (zookeeper through the Curator mutex recipe)");
+    Ok(())
+}
+
 /// Starts one etcd or Redis system, runs every workload against it, stops it (the guards' drop).
 async fn run_system(
     s: SystemKind,
@@ -880,6 +934,17 @@ async fn run_system(
             };
             let rows = workload::run_all(&cx, target).await?;
             server.check_alive()?;
+            Ok(rows)
+        }
+        SystemKind::Zookeeper => {
+            let mut ensemble = zookeeper::Ensemble::start(data_root).await?;
+            let cx = Ctx {
+                system: label,
+                plan,
+                server_pids: ensemble.pids(),
+            };
+            let rows = workload::run_all(&cx, zookeeper::ZkTarget::new(ensemble.clients())).await?;
+            ensemble.check_alive()?;
             Ok(rows)
         }
         SystemKind::Lockd

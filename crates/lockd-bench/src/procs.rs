@@ -24,11 +24,16 @@ fn on_path(bin: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Installs the Debian packages providing the missing binaries (`(binary, package)` pairs).
+/// Installs the Debian packages providing the missing binaries (`(binary, package)` pairs; a
+/// binary given as an absolute path is a file the package installs, such as a jar).
 pub fn ensure_packages(needs: &[(&str, &str)]) -> Result<()> {
+    let present = |bin: &str| match bin.starts_with('/') {
+        true => Path::new(bin).is_file(),
+        false => on_path(bin),
+    };
     let mut missing: Vec<&str> = needs
         .iter()
-        .filter(|(bin, _)| !on_path(bin))
+        .filter(|(bin, _)| !present(bin))
         .map(|(_, pkg)| *pkg)
         .collect();
     missing.dedup();

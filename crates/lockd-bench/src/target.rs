@@ -99,6 +99,10 @@ pub enum SystemKind {
     RedisAof,
     /// Redis in memory only (no AOF, no RDB); same protocol.
     RedisMem,
+    /// ZooKeeper 3.8 (Debian), 3 members, `forceSync=yes`; lock = Apache Curator's
+    /// `InterProcessMutex` recipe (an ephemeral sequential node, the lowest holds), one session
+    /// per client (`zookeeper.rs`).
+    Zookeeper,
 }
 
 impl SystemKind {
@@ -128,6 +132,7 @@ impl SystemKind {
             SystemKind::EtcdGw => "etcd-gw",
             SystemKind::RedisAof => "redis-aof",
             SystemKind::RedisMem => "redis-mem",
+            SystemKind::Zookeeper => "zookeeper",
         }
     }
 }

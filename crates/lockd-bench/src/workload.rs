@@ -42,12 +42,17 @@ pub struct Plan {
     pub mix_half_max: bool,
     pub mix_clients: usize,
     pub mix_duration: Duration,
+    /// Unrecorded lock cycles (C=16) before the first measurement, the same for every system:
+    /// a JVM (ZooKeeper) compiles its hot paths in the first seconds, and every server's
+    /// caches and connection pools warm up.
+    pub warm_up: Duration,
 }
 
 impl Plan {
     pub fn new(quick: bool) -> Plan {
         let (cycle, mix) = if quick { (2, 3) } else { (10, 15) };
         Plan {
+            warm_up: Duration::from_secs(if quick { 3 } else { 10 }),
             cycle_concurrency: vec![1, 16, 64, 256],
             cycle_duration: Duration::from_secs(cycle),
             read_concurrency: 64,
@@ -72,6 +77,7 @@ impl Plan {
             mix_half_max: false,
             mix_clients: 8,
             mix_duration: Duration::from_secs(1),
+            warm_up: Duration::ZERO,
         }
     }
 }
@@ -548,6 +554,22 @@ pub async fn run_all<T: LockTarget>(cx: &Ctx<'_>, t: T) -> Result<Vec<Row>> {
     let t = Arc::new(t);
     let progress = |w: &str| eprintln!("[{system}] {w}");
     let mut rows = Vec::new();
+    if !plan.warm_up.is_zero() {
+        progress(&format!(
+            "warm-up: cycle C=16, not recorded ({:?})",
+            plan.warm_up
+        ));
+        let warm = Plan {
+            cycle_duration: plan.warm_up,
+            ..plan.clone()
+        };
+        let wcx = Ctx {
+            system,
+            plan: &warm,
+            server_pids: cx.server_pids.clone(),
+        };
+        cycles(&wcx, &t, 16).await?;
+    }
     for &c in &plan.cycle_concurrency {
         progress(&format!("cycle C={c} ({:?})", plan.cycle_duration));
         rows.push(cycles(cx, &t, c).await?);
