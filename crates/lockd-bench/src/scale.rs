@@ -82,6 +82,8 @@ pub struct Restart {
     /// Per group id: snapshot.bin bytes and log dir bytes on the victim, at kill time.
     pub files: Vec<(u32, u64, u64)>,
     pub rss_after: u64,
+    /// The restarted process's peak RSS so far (the restore's transient memory shows here).
+    pub peak_rss_after: u64,
     pub held_after: f64,
 }
 
@@ -107,11 +109,21 @@ pub struct Scale {
 
 /// VmRSS of `pid` in bytes (0 if unreadable).
 pub fn rss_bytes(pid: u32) -> u64 {
+    status_kb(pid, "VmRSS:")
+}
+
+/// VmHWM of `pid` in bytes: the most it was ever resident (0 if unreadable).
+fn peak_rss_bytes(pid: u32) -> u64 {
+    status_kb(pid, "VmHWM:")
+}
+
+/// A `kB` line of /proc/PID/status, in bytes (0 if unreadable).
+fn status_kb(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(key))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
@@ -383,6 +395,7 @@ async fn restart_follower(cluster: &mut Cluster, held_name: &str) -> Result<Rest
         bail!("the restarted node did not serve a gRPC read within 30 s of catching up");
     };
     let rss_after = cluster.pid_of(node).map_or(0, rss_bytes);
+    let peak_rss_after = cluster.pid_of(node).map_or(0, peak_rss_bytes);
     let held_after = cluster
         .metric_sum(node, "lockd_held_locks")
         .await
@@ -395,6 +408,7 @@ async fn restart_follower(cluster: &mut Cluster, held_name: &str) -> Result<Rest
         grpc_served,
         files,
         rss_after,
+        peak_rss_after,
         held_after,
     })
 }
@@ -697,12 +711,13 @@ impl Scale {
             };
             let _ = writeln!(
                 out,
-                "| restart (SIGKILL node {}, {role}; same data dir) | caught up (applied ≥ leaders' at kill {:?}) after {:.0} ms; gRPC read served after {:.0} ms; RSS after {}; held {:.0} | ≤ 5 s | {} |",
+                "| restart (SIGKILL node {}, {role}; same data dir) | caught up (applied ≥ leaders' at kill {:?}) after {:.0} ms; gRPC read served after {:.0} ms; RSS after {} (peak {}); held {:.0} | ≤ 5 s | {} |",
                 r.node + 1,
                 r.at_kill,
                 r.caught_up.as_secs_f64() * 1000.0,
                 r.grpc_served.as_secs_f64() * 1000.0,
                 mib(r.rss_after),
+                mib(r.peak_rss_after),
                 r.held_after,
                 verdict(r.grpc_served <= RESTART_TARGET),
             );
