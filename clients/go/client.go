@@ -61,11 +61,16 @@ type Client struct {
 	connMu sync.Mutex
 	conns  []*grpc.ClientConn
 
+	connsClosed bool // set by Close: stub makes no connection after it
+
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
-	openMu   sync.Mutex
-	wake     chan struct{}
+	// bgMu guards bgStopped, which Close sets before it waits for bg: spawn adds nothing after.
+	bgMu      sync.Mutex
+	bgStopped bool
+	// openSem (capacity 1) lets one open run at a time; a wait for it honours the caller's ctx.
+	openSem chan struct{}
 
 	mu            sync.Mutex
 	preferred     int
@@ -80,7 +85,8 @@ type Client struct {
 	settledCh     chan struct{}
 	held          map[int]*hold
 	nextHold      int
-	closed        bool
+	closing       bool // Close began: no session opens from now on
+	closed        bool // Close's own CloseSession is done: unary calls are refused
 	leaseExpired  int
 	leaseExtended int
 	lastExtension [2]uint64
@@ -90,6 +96,12 @@ type Client struct {
 	testReport          func(names []string)
 	testPauseKeepalives bool
 	acquiresSent        int // acquire requests sent on the stream (a test checks there is no polling)
+	// Set before the client is used: a synthetic node for open and attach; a session's tick
+	// about to wait ("wait") and ending ("exit"); an acquire whose ctx ended, before it looks
+	// at its answer.
+	testHandshake     func(ctx context.Context, i int, first *pb.SessionRequest, limit time.Duration) (*streamConn, *pb.SessionEvent, float64, *Error)
+	testTickHook      func(s *session, at string)
+	testAcquireGaveUp func()
 }
 
 type hold struct {
@@ -155,6 +167,19 @@ type session struct {
 	keepaliveFailures int
 	checkDue          float64
 	checkedChanges    int
+	// wake wakes this session's tick (its own channel: a poke meant for a newer session's
+	// tick is never taken by this one's, nor the other way round).
+	wake chan struct{}
+	// An attach runs (reconnect, in its own goroutine); the tick keeps the deadlines meanwhile.
+	reconnecting bool
+}
+
+// poke wakes the session's tick, so that it computes its next wake-up again.
+func (s *session) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 type streamConn struct {
@@ -254,7 +279,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		return nil, invalidArg("endpoints must name at least one node's gRPC address (HOST:PORT)")
 	}
 	c := &Client{opts: o, endpoints: eps, targets: targets, conns: make([]*grpc.ClientConn, len(eps)),
-		wake: make(chan struct{}, 1), pending: map[uint64]*pendingReq{}, pushes: newPushes[*acq](),
+		openSem: make(chan struct{}, 1), pending: map[uint64]*pendingReq{}, pushes: newPushes[*acq](),
 		held: map[int]*hold{}, nextHold: 1}
 	c.tls = o.caFile != "" || o.certFile != "" || https
 	if c.tls {
@@ -298,6 +323,9 @@ func tlsCredentials(o *options) (credentials.TransportCredentials, error) {
 func (c *Client) stub(i int) (pb.LockClient, error) {
 	c.connMu.Lock()
 	defer c.connMu.Unlock()
+	if c.connsClosed {
+		return nil, errClosed()
+	}
 	if c.conns[i] == nil {
 		bc := backoff.DefaultConfig
 		bc.BaseDelay = 100 * time.Millisecond
@@ -351,20 +379,30 @@ func (c *Client) nextRIDLocked() uint64 {
 	return c.rid
 }
 
-func (c *Client) spawn(f func()) {
+// spawn runs f in the background (Close waits for it); false, and f does not run, once Close
+// has stopped the background work.
+func (c *Client) spawn(f func()) bool {
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.bgStopped {
+		return false
+	}
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
 		f()
 	}()
+	return true
 }
 
-func (c *Client) poke() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+// pokeLocked wakes the current session's tick.
+func (c *Client) pokeLocked() {
+	if c.sess != nil {
+		c.sess.poke()
 	}
 }
+
+func errClosed() *Error { return newErr(KindClientClosed, "the client is closed") }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
@@ -402,7 +440,7 @@ func unary[T any](ctx context.Context, c *Client, call unaryCall[T], timeout tim
 		i := c.preferredLocked()
 		c.mu.Unlock()
 		if closed {
-			return zero, newErr(KindClientClosed, "the client is closed")
+			return zero, errClosed()
 		}
 		var err *Error
 		st, serr := c.stub(i)
@@ -449,19 +487,26 @@ func (c *Client) Connect(ctx context.Context) error {
 
 func (c *Client) ensureSession(ctx context.Context) (*session, error) {
 	c.mu.Lock()
-	closed, s := c.closed, c.sess
+	closing, s := c.closing, c.sess
 	c.mu.Unlock()
-	if closed {
-		return nil, newErr(KindClientClosed, "the client is closed")
+	if closing {
+		return nil, errClosed()
 	}
 	if s != nil {
 		return s, nil
 	}
-	c.openMu.Lock()
-	defer c.openMu.Unlock()
+	select {
+	case c.openSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.openSem }()
 	c.mu.Lock()
-	s = c.sess
+	closing, s = c.closing, c.sess
 	c.mu.Unlock()
+	if closing {
+		return nil, errClosed()
+	}
 	if s != nil {
 		return s, nil
 	}
@@ -474,20 +519,30 @@ func (c *Client) open(ctx context.Context) (*session, error) {
 	giveUp := monotonic() + o.connectTimeout.Seconds()
 	for attempt := 1; ; attempt++ {
 		c.mu.Lock()
-		closed := c.closed
+		closing := c.closing
 		i := c.preferredLocked()
 		rid := c.nextRIDLocked()
 		c.mu.Unlock()
-		if closed {
-			return nil, newErr(KindClientClosed, "the client is closed")
+		if closing {
+			return nil, errClosed()
 		}
 		conn, ev, sent, err := c.handshake(ctx, i, &pb.SessionRequest{RequestId: rid,
 			Kind: &pb.SessionRequest_Open{Open: openReq}}, o.requestTimeout)
 		if err == nil {
 			if r := ev.GetOpened(); r != nil {
-				return c.opened(r, sent, conn), nil
+				if s := c.opened(r, sent, conn); s != nil {
+					return s, nil
+				}
+				// Close began while the open was in flight: nobody will use this session.
+				if conn != nil {
+					conn.close()
+				}
+				c.closeUnused(i, r.GetSessionId())
+				return nil, errClosed()
 			}
-			conn.close()
+			if conn != nil {
+				conn.close()
+			}
 			err = newErr(KindUnavailable, "unexpected answer to open: %T", ev.GetKind())
 		}
 		if ctx.Err() != nil {
@@ -507,9 +562,13 @@ func (c *Client) open(ctx context.Context) (*session, error) {
 	}
 }
 
+// opened installs the session an open created (nil, and nothing installed, once Close began).
 func (c *Client) opened(r *pb.OpenSessionResponse, sent float64, conn *streamConn) *session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closing {
+		return nil
+	}
 	c.gen++
 	ttl := float64(r.GetTtlMs()) / 1000.0
 	every := float64(max(r.GetKeepaliveEveryMs(), 1)) / 1000.0
@@ -517,11 +576,26 @@ func (c *Client) opened(r *pb.OpenSessionResponse, sent float64, conn *streamCon
 	leases.homed(r.GetGroup(), sent, monotonic())
 	lease := &sessionLease{watched: newWatched(), gen: c.gen, sessionID: r.GetSessionId(), leases: leases, engine: &c.mu}
 	s := &session{id: r.GetSessionId(), gen: c.gen, ttl: ttl, every: every, lease: lease,
-		nextKeepalive: sent + every, reconnectAt: sent, checkedChanges: -1}
+		nextKeepalive: sent + every, reconnectAt: sent, checkedChanges: -1, wake: make(chan struct{}, 1)}
 	c.sess = s
 	c.installLocked(conn)
 	go c.tick(s)
 	return s
+}
+
+// closeUnused ends, on the service, a session opened on endpoint i that nobody will use (Close
+// began while it opened); best effort: otherwise it expires after its TTL.
+func (c *Client) closeUnused(i int, id string) {
+	if c.testNoNet {
+		return
+	}
+	st, err := c.stub(i)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.withAuth(context.Background()), c.opts.requestTimeout)
+	defer cancel()
+	_, _ = st.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: id})
 }
 
 func (c *Client) installLocked(conn *streamConn) {
@@ -535,6 +609,9 @@ func (c *Client) installLocked(conn *streamConn) {
 // handshake opens a stream to endpoint i whose first message is first; returns the stream, the
 // first answer and when the request was sent. limit bounds the whole exchange.
 func (c *Client) handshake(ctx context.Context, i int, first *pb.SessionRequest, limit time.Duration) (*streamConn, *pb.SessionEvent, float64, *Error) {
+	if c.testHandshake != nil {
+		return c.testHandshake(ctx, i, first, limit)
+	}
 	st, serr := c.stub(i)
 	if serr != nil {
 		return nil, nil, 0, serr.(*Error)
@@ -609,13 +686,18 @@ func (c *Client) read(conn *streamConn) {
 	c.mu.Unlock()
 }
 
-// tick runs keepalives, the local deadline and reconnects of session s, until it ends.
+// tick runs keepalives, the local deadlines and reconnects of session s, until it ends. It never
+// waits for the network itself: an attach runs in its own goroutine (reconnect), so the
+// deadlines fire on time however long a handshake or the settling after it takes.
 func (c *Client) tick(s *session) {
+	if h := c.testTickHook; h != nil {
+		defer h(s, "exit")
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		c.mu.Lock()
-		if c.sess != s || c.closed {
+		if c.sess != s {
 			c.mu.Unlock()
 			return
 		}
@@ -627,39 +709,61 @@ func (c *Client) tick(s *session) {
 			return
 		}
 		c.checkLocksLocked(s, now)
-		var wake float64
-		if c.conn != nil || c.testNoNet {
+		wake := math.Inf(1)
+		switch {
+		case s.reconnecting:
+			// Its end wakes this loop (reconnect pokes s).
+		case c.conn != nil || c.testNoNet:
 			if now >= s.nextKeepalive {
 				c.keepaliveLocked()
 				c.mu.Unlock()
 				continue
 			}
 			wake = s.nextKeepalive
-		} else {
-			if now >= s.reconnectAt {
+		case now >= s.reconnectAt:
+			if c.spawn(func() { c.reconnect(s) }) {
+				s.reconnecting = true
 				c.mu.Unlock()
-				c.reconnect(s)
 				continue
 			}
+			// Close stopped the background work: this session ends with the client.
+			c.endOnCloseLocked(s)
+			c.mu.Unlock()
+			return
+		default:
 			wake = s.reconnectAt
 		}
 		wake = math.Min(wake, math.Min(leases.sessionDeadline(), s.checkDue))
 		select { // pokes before this point are covered by the computation above
-		case <-c.wake:
+		case <-s.wake:
 		default:
 		}
 		c.mu.Unlock()
+		if h := c.testTickHook; h != nil {
+			h(s, "wait")
+		}
 		timer.Reset(max(secs(wake-now), 0))
 		select {
 		case <-timer.C:
-		case <-c.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+		case <-s.wake:
+			timer.Stop() // Go 1.23+: no stale tick is received after Stop or Reset
 		case <-c.bgCtx.Done():
+			c.mu.Lock()
+			c.endOnCloseLocked(s)
+			c.mu.Unlock()
 			return
 		}
 	}
+}
+
+// endOnCloseLocked: the client is closing and s may still be its session: end it here, so that
+// no lock of it outlives Close without reporting lost.
+func (c *Client) endOnCloseLocked(s *session) {
+	if c.sess != s || s == nil {
+		return
+	}
+	c.sess = nil
+	c.endLocallyLocked(s, "the client was closed", func() error { return errClosed() })
 }
 
 // renewedLocked: a renewal (keepalive or attach) sent at sent (named: naming its groups) was
@@ -696,7 +800,7 @@ func (c *Client) checkLocksLocked(s *session, now float64) {
 		return
 	}
 	s.checkedChanges = leases.changes
-	c.poke()
+	s.poke()
 	var lost []*hold
 	due := math.Inf(1)
 	for _, h := range c.held {
@@ -787,9 +891,20 @@ func (c *Client) sendLocked(req *pb.SessionRequest) {
 	}
 }
 
-// reconnect moves the session to the next node (attach), within the local deadline.
+// reconnect moves the session to the next node (attach), within the local deadline. It runs in
+// its own goroutine (the tick's deadlines go on meanwhile) and wakes the tick when it ends.
 func (c *Client) reconnect(s *session) {
+	defer func() {
+		c.mu.Lock()
+		s.reconnecting = false
+		c.mu.Unlock()
+		s.poke()
+	}()
 	c.mu.Lock()
+	if c.sess != s {
+		c.mu.Unlock()
+		return
+	}
 	i := c.preferredLocked()
 	rid := c.nextRIDLocked()
 	left := s.lease.leases.sessionDeadline() - monotonic()
@@ -834,10 +949,9 @@ func (c *Client) reconnect(s *session) {
 	c.renewedLocked(sent, ka, false)
 	s.nextKeepalive = sent + s.every
 	if c.sess == s {
-		run := c.beginSettleLocked(s)
-		c.mu.Unlock()
-		run()
-		c.mu.Lock()
+		// In the background: settling may take a request timeout (or the interval), and the
+		// tick must not wait for it. Acquires wait for it (beginSettleLocked).
+		c.spawnSettleLocked(s)
 	}
 }
 
@@ -892,7 +1006,7 @@ func (c *Client) settleUnsure(s *session) {
 				c.mu.Unlock()
 				return
 			}
-			run := c.beginSettleLocked(s)
+			run, _ := c.beginSettleLocked(s)
 			c.mu.Unlock()
 			run()
 		})
@@ -907,23 +1021,34 @@ func (c *Client) settleUnsure(s *session) {
 
 // beginSettleLocked starts settling now: acquires on the stream wait until it ends, so that a
 // retry is never sent while its first attempt's hold is still to be given back. Returns the
-// work to run (without the lock).
-func (c *Client) beginSettleLocked(s *session) func() {
+// work to run (without the lock), and what to call instead (with the lock) if it cannot run.
+func (c *Client) beginSettleLocked(s *session) (run func(), abandonLocked func()) {
 	if c.settling == 0 || c.settledCh == nil {
 		c.settledCh = make(chan struct{})
 	}
 	c.settling++
 	ch := c.settledCh
+	doneLocked := func() {
+		c.settling--
+		if c.settling == 0 {
+			close(ch)
+		}
+	}
 	return func() {
 		defer func() {
 			c.mu.Lock()
-			c.settling--
-			if c.settling == 0 {
-				close(ch)
-			}
+			doneLocked()
 			c.mu.Unlock()
 		}()
 		c.settleUnsure(s)
+	}, doneLocked
+}
+
+// spawnSettleLocked settles s in the background (beginSettleLocked).
+func (c *Client) spawnSettleLocked(s *session) {
+	run, abandonLocked := c.beginSettleLocked(s)
+	if !c.spawn(run) {
+		abandonLocked() // closing: the session ends with the client
 	}
 }
 
@@ -999,8 +1124,7 @@ func (c *Client) acquireAnswerLocked(a *acq, ev *pb.SessionEvent) {
 		// caller's retry starts clean.
 		c.unsure = append(c.unsure, a.name)
 		if s := c.sess; s != nil {
-			run := c.beginSettleLocked(s)
-			c.spawn(run)
+			c.spawnSettleLocked(s)
 		}
 		c.failLocked(a, newErr(KindUnavailable, "the first attempt at %q landed after its stream broke; "+
 			"that hold is given back before the retry", a.name))
@@ -1077,7 +1201,7 @@ func (c *Client) keepaliveFailedLocked(err *Error) {
 	retry := monotonic() + math.Min(s.every, c.opts.retry.Delay(min(s.keepaliveFailures, 4), err.RetryAfter).Seconds())
 	if retry < s.nextKeepalive {
 		s.nextKeepalive = retry
-		c.poke()
+		s.poke()
 	}
 }
 
@@ -1181,7 +1305,7 @@ func (c *Client) holdLocked(s *session, name string, token uint64, owner string,
 	lease := newLockLease(s.lease, hl)
 	if d := lease.deadlineLocked(); d < s.checkDue || s.lease.leases.changes != s.checkedChanges {
 		s.checkDue = math.Min(s.checkDue, d)
-		c.poke()
+		s.poke()
 	}
 	h := &hold{id: c.nextHold, name: name, token: token, sessionID: s.id, lease: lease, owner: owner, mode: mode, reentry: reentry}
 	c.nextHold++
@@ -1223,7 +1347,7 @@ func (c *Client) disconnectedLocked(why string) {
 		c.sess.reconnectAt = monotonic()
 		c.sess.reconnectAttempt = 0
 	}
-	c.poke()
+	c.pokeLocked()
 }
 
 func (c *Client) failUnsureLocked(a *acq) {
@@ -1253,7 +1377,7 @@ func (c *Client) endLocallyLocked(s *session, why string, errf func() error) {
 	for _, a := range c.pushes.end() {
 		c.failLocked(a, errf())
 	}
-	c.poke()
+	s.poke() // its tick ends
 }
 
 // loseLocked: the session is over for this client: every lock of it is lost.
@@ -1442,6 +1566,8 @@ func (c *Client) acquireOnce(ctx context.Context, req *pb.AcquireRequest, mode M
 		case <-ch:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-c.bgCtx.Done():
+			return nil, errClosed()
 		}
 		c.mu.Lock()
 	}
@@ -1468,6 +1594,9 @@ func (c *Client) acquireOnce(ctx context.Context, req *pb.AcquireRequest, mode M
 		}
 		return r.hold, nil
 	case <-ctx.Done():
+		if hook := c.testAcquireGaveUp; hook != nil {
+			hook()
+		}
 		c.mu.Lock()
 		if !a.done {
 			a.done = true // a later grant is given back (answerLocked)
@@ -1478,8 +1607,9 @@ func (c *Client) acquireOnce(ctx context.Context, req *pb.AcquireRequest, mode M
 		r := <-a.ch
 		if r.hold != nil {
 			// Granted as the caller gave up: nobody will hold it, so give it back.
-			c.forget(r.hold)
 			h := r.hold
+			c.forget(h)
+			h.lease.detach() // nor does its lease follow the session any more
 			c.spawn(func() { c.releaseQuietly(h.sessionID, h.name, h.token) })
 		}
 		return nil, ctx.Err()
@@ -1573,6 +1703,48 @@ func (c *Client) forget(h *hold) {
 	c.mu.Lock()
 	delete(c.held, h.id)
 	c.mu.Unlock()
+}
+
+// releaseLater goes on, in the background, with the release of h that failed with err while h
+// may still be held on the service (the answer did not come, or the caller's ctx ended first):
+// otherwise the session's keepalives would go on renewing a hold that no lock object knows, for
+// as long as the session lives. It stops once the release lands or is refused for good, or h's
+// lease (or session, or the client) ends, which frees it anyway.
+func (c *Client) releaseLater(h *hold, err error) {
+	if !releaseMayBeRetried(err) || h.lease.isLost() {
+		return
+	}
+	c.spawn(func() {
+		for attempt := 0; ; attempt++ {
+			if sleepCtx(c.bgCtx, c.opts.retry.Delay(min(attempt, 6), 0)) != nil {
+				return
+			}
+			c.mu.Lock()
+			s := c.sess
+			c.mu.Unlock()
+			if s == nil || s.id != h.sessionID || h.lease.isLost() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.bgCtx, 2*c.opts.requestTimeout)
+			_, err := c.release(ctx, h.sessionID, h.name, h.token)
+			cancel()
+			if err == nil || !releaseMayBeRetried(err) {
+				if err != nil {
+					c.opts.logger.Debug("lockd: background release refused", "name", h.name, "error", err)
+				}
+				return
+			}
+		}
+	})
+}
+
+// releaseMayBeRetried: a release that failed so may not have landed, and a retry may land.
+func releaseMayBeRetried(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var le *Error
+	return errors.As(err, &le) && le.Retryable()
 }
 
 // Inspect is a linearizable view of name: holders, tokens, queue (no session needed).
@@ -1672,6 +1844,17 @@ func (c *Client) GetSession(ctx context.Context, sessionID string) (*SessionDeta
 	return sessionDetailFromPB(r), nil
 }
 
+// SessionTTL is the TTL the service granted the current session (what WithTTL asked for while
+// none is open).
+func (c *Client) SessionTTL() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess != nil {
+		return secs(c.sess.ttl)
+	}
+	return c.opts.ttl
+}
+
 // SessionID is the current session's id, if one is open and not lost ("" otherwise). It is the
 // session's capability: do not log it.
 func (c *Client) SessionID() string {
@@ -1684,7 +1867,7 @@ func (c *Client) SessionID() string {
 	return s.id
 }
 
-// TTL is the session TTL the client asks for (WithTTL).
+// TTL is the session TTL the client asks for (WithTTL); SessionTTL is the one granted.
 func (c *Client) TTL() time.Duration { return c.opts.ttl }
 
 // ClientName is the client's name, the default owner of its locks (WithClientName).
@@ -1724,21 +1907,26 @@ func (c *Client) LeaseExtension() (group uint32, remainingMs uint64) {
 }
 
 // Close closes the session (every lock it holds is released at once and reports lost) and the
-// connections. Further calls fail with KindClientClosed.
+// connections. Further calls fail with KindClientClosed. From its start no session opens: an
+// acquire or Connect racing it fails with KindClientClosed (an open in flight is ended on the
+// service). It waits for the client's background work to end, within ctx: ctx's error if ctx
+// ended first (the client is closed all the same).
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closing {
 		c.mu.Unlock()
 		return nil
 	}
+	c.closing = true
 	s := c.sess
 	c.sess = nil
 	if s != nil {
-		c.endLocallyLocked(s, "the client was closed", func() error { return newErr(KindClientClosed, "the client is closed") })
+		c.endLocallyLocked(s, "the client was closed", func() error { return errClosed() })
 	}
 	c.mu.Unlock()
 	var err error
 	if s != nil {
+		// unary refuses calls only once closed is set: this one goes through.
 		_, cerr := unary(ctx, c, func(ctx context.Context, st pb.LockClient, o ...grpc.CallOption) (*pb.CloseSessionResponse, error) {
 			return st.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: s.id}, o...)
 		}, 0, nil, 3)
@@ -1750,14 +1938,33 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	c.bgCancel()
-	done := make(chan struct{})
-	go func() { c.bg.Wait(); close(done) }()
+	c.bgCancel() // handshakes and background work in flight end now
+	var waitErr error
+	// An open in flight ends (opened refuses once closing is set, and its handshake is cut).
 	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	case c.openSem <- struct{}{}:
+		<-c.openSem
+	case <-ctx.Done():
+		waitErr = ctx.Err()
 	}
+	c.bgMu.Lock()
+	c.bgStopped = true // spawn adds nothing from now on, so bg.Wait below is sound
+	c.bgMu.Unlock()
+	if waitErr == nil {
+		done := make(chan struct{})
+		go func() { c.bg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			waitErr = ctx.Err()
+		}
+	}
+	// No session should be current now; if one is, it ends here too, reporting its locks lost.
+	c.mu.Lock()
+	c.endOnCloseLocked(c.sess)
+	c.mu.Unlock()
 	c.connMu.Lock()
+	c.connsClosed = true
 	for i, cc := range c.conns {
 		if cc != nil {
 			_ = cc.Close()
@@ -1765,5 +1972,8 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.connMu.Unlock()
+	if err == nil {
+		err = waitErr
+	}
 	return err
 }

@@ -17,8 +17,8 @@ func ReleaseToken(ctx context.Context, c *Client, sessionID, name string, token 
 func PauseKeepalives(c *Client, paused bool) {
 	c.mu.Lock()
 	c.testPauseKeepalives = paused
+	c.pokeLocked()
 	c.mu.Unlock()
-	c.poke()
 }
 
 // SetMaxWait lowers the client's cap on one wait (the service's 300 s), so a test shows the

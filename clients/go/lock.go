@@ -14,20 +14,16 @@ type Lock struct {
 	h        *hold
 	mu       sync.Mutex
 	released bool
-	lostOnce sync.Once
-	lost     chan struct{}
-	done     chan struct{} // closed by Release: the watcher below stops
+	// Whether the lease was already lost when Release was called (LostReason).
+	lostAtRelease bool
+	lostOnce      sync.Once
+	lost          chan struct{}
+	watchID       int // the lease's callback that closes lost (no goroutine per lock)
 }
 
 func newLock(c *Client, h *hold) *Lock {
-	l := &Lock{c: c, h: h, lost: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		select {
-		case <-h.lease.ch:
-			l.closeLost()
-		case <-l.done:
-		}
-	}()
+	l := &Lock{c: c, h: h, lost: make(chan struct{})}
+	l.watchID = h.lease.watch(l.closeLost)
 	return l
 }
 
@@ -63,12 +59,13 @@ func (l *Lock) Deadline() time.Time { return instantTime(l.h.lease.deadline()) }
 // Lost is closed when the lock is lost: at its local deadline (send time of the last keepalive
 // its lease counts from + TTL - margin) unless a renewal moved it, when its lock group's lease
 // is known to have ended, or when the session ends (Close included). A timer of the client
-// closes it even when no code of the caller runs.
+// closes it even when no code of the caller runs. It is also closed by Release: a released lock
+// protects nothing any more (LostReason says which).
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
-// IsLost reports whether the lock is lost, comparing its deadline with the clock, so that it is
-// right even before the client's timer has run (e.g. just after the process was resumed from
-// a pause); once true, Lost is closed too.
+// IsLost reports whether the lock is lost (or released), comparing its deadline with the clock,
+// so that it is right even before the client's timer has run (e.g. just after the process was
+// resumed from a pause); once true, Lost is closed too.
 func (l *Lock) IsLost() bool {
 	select {
 	case <-l.lost:
@@ -82,8 +79,15 @@ func (l *Lock) IsLost() bool {
 	return false
 }
 
-// LostReason says why the lock was lost ("" while it is not).
+// LostReason says why the lock was lost ("" while it is not); "released" once Release was
+// called on a lock that was not lost before.
 func (l *Lock) LostReason() string {
+	l.mu.Lock()
+	released, lostFirst := l.released, l.lostAtRelease
+	l.mu.Unlock()
+	if released && !lostFirst {
+		return "released"
+	}
 	if why := l.h.lease.reason(); why != "" {
 		return why
 	}
@@ -93,6 +97,9 @@ func (l *Lock) LostReason() string {
 	return ""
 }
 
+// SessionTTL is the TTL the service granted the session that holds the lock.
+func (l *Lock) SessionTTL() time.Duration { return secs(l.h.lease.session.leases.ttl) }
+
 // Released reports whether Release was called.
 func (l *Lock) Released() bool {
 	l.mu.Lock()
@@ -100,11 +107,14 @@ func (l *Lock) Released() bool {
 	return l.released
 }
 
-// Release gives the lock back (one level of re-entry); returns the re-entries still held. A
-// lost lock's release is refused (session_not_found, not_holder, stale_token) unless an earlier
-// attempt of the same call may have landed. Retried at most until the lock's lease ends: a
-// release still unanswered then is an *Error of KindSessionLost (the service frees the lock
-// with the session). A second call returns 0, nil.
+// Release gives the lock back (one level of re-entry); returns the re-entries still held. From
+// its call the lock counts as lost (Lost closed, IsLost true). A lost lock's release is refused
+// (session_not_found, not_holder, stale_token) unless an earlier attempt of the same call may
+// have landed. Retried at most until the lock's lease ends: a release still unanswered then is
+// an *Error of KindSessionLost (the service frees the lock with the session). A release that
+// fails while the hold may still be on the service (no answer, ctx ended, a retryable refusal)
+// is retried in the background until it lands, is refused for good, or the hold's lease ends,
+// so a hold never outlives its Release for the rest of the session. A second call returns 0, nil.
 func (l *Lock) Release(ctx context.Context) (uint32, error) {
 	l.mu.Lock()
 	if l.released {
@@ -112,16 +122,25 @@ func (l *Lock) Release(ctx context.Context) (uint32, error) {
 		return 0, nil
 	}
 	l.released = true
-	close(l.done)
+	l.lostAtRelease = l.h.lease.isLost()
 	l.mu.Unlock()
+	l.h.lease.unwatch(l.watchID)
+	l.closeLost()
 	l.c.forget(l.h)
 	l.h.lease.detach()
-	return l.c.releaseHold(ctx, l.h)
+	n, err := l.c.releaseHold(ctx, l.h)
+	if err != nil {
+		l.c.releaseLater(l.h, err)
+	}
+	return n, err
 }
 
-// Do runs work with a context that is cancelled when the lock is lost (or ctx ends), and
-// returns work's error; if the lock was lost before work returned, an *Error of KindLockLost
-// (work's own error, if any, is wrapped in its message).
+// leaseLost: the lock's lease is lost (not counting Release).
+func (l *Lock) leaseLost() bool { return l.h.lease.isLost() }
+
+// Do runs work with a context that is cancelled when the lock is lost or released (or ctx
+// ends), and returns work's error; if the lock's lease was lost before work returned, an
+// *Error of KindLockLost (work's own error, if any, is wrapped in its message).
 func (l *Lock) Do(ctx context.Context, work func(ctx context.Context) error) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -135,7 +154,8 @@ func (l *Lock) Do(ctx context.Context, work func(ctx context.Context) error) err
 		}
 	}()
 	err := work(wctx)
-	if l.IsLost() {
+	if l.leaseLost() {
+		l.closeLost()
 		le := newErr(KindLockLost, "the lock %q was lost while the work ran: %s", l.Name(), l.LostReason())
 		le.cause = err
 		return le

@@ -34,12 +34,17 @@ func (p RetryPolicy) validate() error {
 
 // Delay is how long to sleep before retry number attempt (0 = the first retry).
 func (p RetryPolicy) Delay(attempt int, retryAfter time.Duration) time.Duration {
-	if attempt > 20 {
-		attempt = 20
-	}
-	ceiling := p.Base * time.Duration(1<<attempt)
-	if ceiling > p.Cap || ceiling <= 0 {
+	attempt = min(max(attempt, 0), 20)
+	// min(Cap, Base*2^attempt), computed without overflow; Base 0 gives 0 (as in the Python
+	// client), not Cap.
+	var ceiling time.Duration
+	switch {
+	case p.Base <= 0 || p.Cap <= 0:
+		ceiling = 0
+	case p.Base > p.Cap>>attempt:
 		ceiling = p.Cap
+	default:
+		ceiling = min(p.Base<<attempt, p.Cap)
 	}
 	d := time.Duration(rand.Int64N(int64(ceiling) + 1))
 	if d < retryAfter {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,6 +182,29 @@ func TestBackoffStaysUnderItsCeilingAndHonoursRetryAfter(t *testing.T) {
 	}
 	if err := (RetryPolicy{MaxAttempts: 0}).validate(); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatal(err)
+	}
+}
+
+// A policy with Base 0 retries at once (finding 11; the Python client's delay gives 0 too),
+// but still honours retry-after; a huge Base does not overflow past Cap.
+func TestBackoffWithBaseZeroDoesNotWait(t *testing.T) {
+	p := RetryPolicy{MaxAttempts: 3, Base: 0, Cap: 2 * time.Second}
+	if err := p.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := -1; attempt < 30; attempt++ {
+		if d := p.Delay(attempt, 0); d != 0 {
+			t.Fatalf("attempt %d: %s", attempt, d)
+		}
+	}
+	if d := p.Delay(3, 300*time.Millisecond); d != 300*time.Millisecond {
+		t.Fatal(d)
+	}
+	big := RetryPolicy{MaxAttempts: 3, Base: time.Duration(math.MaxInt64 / 4), Cap: time.Duration(math.MaxInt64 / 2)}
+	for attempt := 0; attempt < 30; attempt++ {
+		if d := big.Delay(attempt, 0); d < 0 || d > big.Cap {
+			t.Fatalf("attempt %d: %s", attempt, d)
+		}
 	}
 }
 

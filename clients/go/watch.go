@@ -265,7 +265,7 @@ type Leadership struct {
 // Token is the term's fencing token.
 func (l *Leadership) Token() uint64 { return l.Lock.Token() }
 
-// Lost is closed when the leadership is lost (Lock.Lost).
+// Lost is closed when the leadership is lost, or resigned (Lock.Lost).
 func (l *Leadership) Lost() <-chan struct{} { return l.Lock.Lost() }
 
 // IsLost checks the clock too (Lock.IsLost).
@@ -277,7 +277,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	if l.Lock.Released() {
 		return nil
 	}
-	if _, err := l.Lock.Release(ctx); err != nil && !l.Lock.IsLost() {
+	if _, err := l.Lock.Release(ctx); err != nil && !l.Lock.leaseLost() {
 		return err
 	}
 	return nil

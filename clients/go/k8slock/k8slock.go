@@ -9,10 +9,21 @@
 //	    Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second,
 //	    RetryPeriod: 2 * time.Second, ReleaseOnCancel: true,
 //	    Callbacks: leaderelection.LeaderCallbacks{
-//	        OnStartedLeading: func(ctx context.Context) { run(ctx, lock.Token()) },
+//	        OnStartedLeading: func(ctx context.Context) {
+//	            // Cancelled at the lockd lock's local deadline, not only when client-go stops.
+//	            ctx, token, cancel := lock.WithLeadership(ctx)
+//	            defer cancel()
+//	            run(ctx, token) // fence every side effect with token
+//	        },
 //	        OnStoppedLeading: func() { os.Exit(0) },
 //	    },
 //	})
+//
+// Run the work under the context WithLeadership returns, and fence its side effects with the
+// token: those two are what is safe. client-go's own view (IsLeader, the ctx it passes to
+// OnStartedLeading, OnStoppedLeading) lags the lockd lock by up to RetryPeriod + RenewDeadline
+// after a loss (see Timing), while the service frees the name at once and another replica may
+// lead.
 //
 // # How the record maps to the lockd lock
 //
@@ -27,13 +38,14 @@
 //   - Create and Update with this replica's identity succeed only while it holds the lockd lock
 //     (not lost: its local deadline, on the monotonic clock, has not passed) or when a try-lock
 //     takes it now; Update with HolderIdentity "" (client-go's release) releases it.
-//   - Once a hold is lost, Create and Update fail for one lease (the record's
-//     LeaseDurationSeconds, at least the lockd TTL) before this replica may take the lock again.
-//     An elector that was leading sees its renewals fail for longer than its RenewDeadline,
-//     so it stops leading (OnStoppedLeading) before this replica could lead again: a loss never
-//     turns silently into a new term under the same Run. With client-go's rule
-//     LeaseDuration > RenewDeadline, and RenewDeadline + RetryPeriod <= LeaseDuration
-//     (CheckTiming), the elector stops within one lease of the loss.
+//   - Once a hold is lost (or resigned by hand: a released leadership counts as lost), Create
+//     and Update with this replica's identity fail until client-go's elector that was leading
+//     has stopped (it records the event "stopped leading" as it leaves its renew loop), and for
+//     at least one lease (the record's LeaseDurationSeconds, which client-go truncates to whole
+//     seconds, plus one second; at least the TTL the service granted). So a loss never turns
+//     silently into a new term under the same Run, whatever the timing: the failing renew
+//     round cannot take the lock again. A failed Resign (client-go's release) starts the same
+//     lease-long wait, and lockd goes on releasing the hold in the background.
 //
 // Only the lockd holder is ever reported leader: OnNewLeader and GetLeader see either the
 // identity this replica wrote while holding the lock, or the lockd holder's owner from Get.
@@ -51,9 +63,14 @@
 // client-go drives the lock by polling (RetryPeriod), so after the leader's process dies the
 // next leader starts within the lockd TTL (its session expires on the service) plus up to 2.2
 // RetryPeriods. For a failover within one LeaseDuration, use a lockd TTL of at most
-// LeaseDuration - 2.2*RetryPeriod (CheckTiming says so). Work under the lock should also stop
-// at once when Leadership().Lost() is closed: that is the local deadline, before the service
-// can hand the lock to anyone else, while OnStoppedLeading follows within RenewDeadline.
+// LeaseDuration - 2.2*RetryPeriod (CheckTiming says so).
+//
+// When the lockd lock is lost, client-go goes on reporting this replica leader (IsLeader, the
+// ctx of OnStartedLeading still live) until its renew round fails: up to RetryPeriod +
+// RenewDeadline after the local deadline, while another replica may take the name as soon as
+// the service frees it. Only Lost() / WithLeadership (the local deadline, which passes before
+// the service can hand the lock to anyone else) and fencing with the token are safe; stop the
+// work on them, never on client-go's view alone.
 package k8slock
 
 import (
@@ -85,6 +102,10 @@ type Lock struct {
 	// When the last hold was lost, and how long this replica then stays out.
 	lostAt   time.Time
 	coolDown time.Duration
+	// client-go's elector leads: between its events "became leader" and "stopped leading".
+	electorLeading bool
+	// A hold was lost while the elector led: no new term before it records "stopped leading".
+	awaitStop bool
 }
 
 var _ rl.Interface = (*Lock)(nil)
@@ -134,13 +155,23 @@ type rawRecord struct {
 	FencingToken uint64 `json:"fencingToken"`
 }
 
+// leaseSeconds is the TTL the service granted (the one asked for while no session is open), in
+// whole seconds, rounded up.
 func (l *Lock) leaseSeconds() int {
-	return int(math.Ceil(l.client.TTL().Seconds()))
+	return int(math.Ceil(l.client.SessionTTL().Seconds()))
 }
 
-// checkLostLocked forgets a hold that is lost, starting the cool-down.
+// coolDownFor is how long a replica stays out after a loss: one lease, as client-go's record
+// says it (LeaseDurationSeconds, which client-go truncates from LeaseDuration: up to a second
+// short), and at least the TTL the service granted the session.
+func coolDownFor(leaseDurationSeconds int, grantedTTL time.Duration) time.Duration {
+	return max(time.Duration(leaseDurationSeconds+1)*time.Second, grantedTTL)
+}
+
+// checkLostLocked forgets a hold that is lost, or released (a leadership resigned by hand no
+// longer leads), starting the cool-down.
 func (l *Lock) checkLostLocked() {
-	if l.lead != nil && l.lead.IsLost() {
+	if l.lead != nil && (l.lead.IsLost() || l.lead.Lock.Released()) {
 		l.lostLocked(l.lead)
 	}
 }
@@ -150,13 +181,20 @@ func (l *Lock) lostLocked(ld *lockd.Leadership) {
 		return
 	}
 	l.lead = nil
-	l.lostAt = time.Now()
-	l.coolDown = max(time.Duration(l.record.LeaseDurationSeconds)*time.Second, l.client.TTL())
+	l.startCoolDownLocked(ld)
+	if l.electorLeading {
+		l.awaitStop = true
+	}
 	go func() { // free it on the service now, if it still has it
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = ld.Resign(ctx)
 	}()
+}
+
+func (l *Lock) startCoolDownLocked(ld *lockd.Leadership) {
+	l.lostAt = time.Now()
+	l.coolDown = coolDownFor(l.record.LeaseDurationSeconds, ld.Lock.SessionTTL())
 }
 
 // Get returns the election record: this replica's own while it holds the lockd lock, else one
@@ -199,7 +237,8 @@ var ErrNotHolder = errors.New("k8slock: a replica writes only its own identity")
 
 // Update succeeds while this replica holds the lockd lock, or takes it now with a try-lock
 // (refused with the lockd error, e.g. not acquired, while another holds it). A record with no
-// holder releases it. After a loss it fails for one lease (see the package doc).
+// holder releases it. After a loss it fails until the elector that was leading has stopped,
+// and for one lease (see the package doc).
 func (l *Lock) Update(ctx context.Context, ler rl.LeaderElectionRecord) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -208,6 +247,9 @@ func (l *Lock) Update(ctx context.Context, ler rl.LeaderElectionRecord) error {
 		if ld := l.lead; ld != nil {
 			l.lead = nil
 			if err := ld.Resign(ctx); err != nil {
+				// It may still be held on the service: lockd goes on releasing it in the
+				// background (Lock.Release), and this replica stays out for one lease meanwhile.
+				l.startCoolDownLocked(ld)
 				return err
 			}
 		}
@@ -220,6 +262,10 @@ func (l *Lock) Update(ctx context.Context, ler rl.LeaderElectionRecord) error {
 	if l.lead != nil {
 		l.record = ler
 		return nil
+	}
+	if l.awaitStop {
+		return fmt.Errorf("k8slock: the lockd lock %q was lost at %s while this replica led; it does not lead again "+
+			"before its elector has stopped leading (client-go's event \"stopped leading\")", l.name, l.lostAt.Format(time.RFC3339Nano))
 	}
 	if !l.lostAt.IsZero() {
 		if until := l.lostAt.Add(l.coolDown); time.Now().Before(until) {
@@ -234,7 +280,7 @@ func (l *Lock) Update(ctx context.Context, ler rl.LeaderElectionRecord) error {
 	l.lead = ld
 	l.record = ler
 	go func() {
-		<-ld.Lost()
+		<-ld.Lost() // closed when the term ends: lost, or resigned (released)
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.lostLocked(ld)
@@ -242,8 +288,19 @@ func (l *Lock) Update(ctx context.Context, ler rl.LeaderElectionRecord) error {
 	return nil
 }
 
-// RecordEvent passes client-go's events to the hook (WithEventHook), if any.
+// RecordEvent follows client-go's elector ("became leader", "stopped leading": a loss while it
+// leads keeps this replica out until it has stopped) and passes each event to the hook
+// (WithEventHook), if any.
 func (l *Lock) RecordEvent(event string) {
+	l.mu.Lock()
+	switch event {
+	case "became leader":
+		l.electorLeading = true
+	case "stopped leading":
+		l.electorLeading = false
+		l.awaitStop = false
+	}
+	l.mu.Unlock()
 	if l.onEvent != nil {
 		l.onEvent(event)
 	}

@@ -263,15 +263,8 @@ func TestALostLockStopsTheElectorWithinOneLease(t *testing.T) {
 		t.Fatal("a's leadership")
 	}
 	// Another process closes a's session on the service.
-	conn, err := grpc.NewClient(c.Endpoints[2], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	lostAt := time.Now()
-	if _, err := pb.NewLockClient(conn).CloseSession(ctx, &pb.CloseSessionRequest{SessionId: ld.Lock.SessionID()}); err != nil {
-		t.Fatal(err)
-	}
+	closeSessionElsewhere(t, ctx, c, ld.Lock.SessionID())
 	select {
 	case <-ld.Lost():
 	case <-time.After(3 * time.Second):
@@ -310,6 +303,146 @@ func TestALostLockStopsTheElectorWithinOneLease(t *testing.T) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("the test ran out of time")
 	}
+}
+
+// closeSessionElsewhere closes a session on the service from another connection, as another
+// process (or the service's own expiry) would end it.
+func closeSessionElsewhere(t *testing.T, ctx context.Context, c *testcluster.Cluster, id string) {
+	t.Helper()
+	conn, err := grpc.NewClient(c.Endpoints[2], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := pb.NewLockClient(conn).CloseSession(ctx, &pb.CloseSessionRequest{SessionId: id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leadNow makes la lead through Update, as client-go's acquire does, and records its event.
+func leadNow(t *testing.T, ctx context.Context, la *k8slock.Lock, rec rl.LeaderElectionRecord) *lockd.Leadership {
+	t.Helper()
+	if err := la.Update(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	la.RecordEvent("became leader")
+	ld := la.Leadership()
+	if ld == nil || la.Token() == 0 || la.Token() != ld.Token() {
+		t.Fatal("leads")
+	}
+	return ld
+}
+
+// A leadership resigned by hand, not through client-go (finding 5), no longer leads: no
+// leadership, no token, the work's context ends, the record names nobody, and client-go's next
+// renewal is refused, so its elector stops leading.
+func TestAResignedLeadershipIsNotLeading(t *testing.T) {
+	c := shared.Get(t)
+	name := "leaders/go-k8s-test-" + strings.ReplaceAll(t.Name(), "/", "_")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	la, err := k8slock.New(newClient(t, c, "a", 5*time.Second), name, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := rl.LeaderElectionRecord{HolderIdentity: "a", LeaseDurationSeconds: 9}
+	ld := leadNow(t, ctx, la, rec)
+	wctx, _, wcancel := la.WithLeadership(ctx)
+	defer wcancel()
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the work's context outlived the resign")
+	}
+	if la.Leadership() != nil || la.Token() != 0 {
+		t.Fatal("a resigned leadership is still reported leading")
+	}
+	if got, _, err := la.Get(ctx); err != nil || got.HolderIdentity != "" {
+		t.Fatalf("the record after the resign: %+v %v", got, err)
+	}
+	if err := la.Update(ctx, rec); err == nil || !strings.Contains(err.Error(), "does not lead again") {
+		t.Fatalf("client-go's renewal after the resign: %v", err)
+	}
+	la.RecordEvent("stopped leading")
+}
+
+// A loss while client-go's elector leads starts no new term in its failing renew round,
+// however long that round outlasts the lease (finding 4: RetryPeriod + RenewDeadline >
+// LeaseDuration here): the adapter waits for the elector's "stopped leading", then a new Run
+// may lead, with a larger token.
+func TestALossStartsNoNewTermBeforeTheElectorStopped(t *testing.T) {
+	c := shared.Get(t)
+	name := "leaders/go-k8s-test-" + strings.ReplaceAll(t.Name(), "/", "_")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := newClient(t, c, "a", 5*time.Second)
+	la, err := k8slock.New(cl, name, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := rl.LeaderElectionRecord{HolderIdentity: "a", LeaseDurationSeconds: 1}
+	ld := leadNow(t, ctx, la, rec)
+	first := ld.Token()
+	closeSessionElsewhere(t, ctx, c, ld.Lock.SessionID())
+	select {
+	case <-ld.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the leadership was not lost")
+	}
+	// The cool-down (one lease: here the 5 s TTL) runs out while the elector still renews.
+	time.Sleep(6 * time.Second)
+	if err := la.Update(ctx, rec); err == nil || !strings.Contains(err.Error(), "stopped leading") {
+		t.Fatalf("a renewal in the failing round: %v", err)
+	}
+	if ld, err := cl.Election(name).Leader(ctx); err != nil || ld != nil {
+		t.Fatalf("the name is free (only the adapter refuses): %+v %v", ld, err)
+	}
+	la.RecordEvent("stopped leading")
+	if err := la.Update(ctx, rec); err != nil {
+		t.Fatalf("a new Run leads again: %v", err)
+	}
+	if la.Token() <= first {
+		t.Fatalf("the new term's token %d is not above %d", la.Token(), first)
+	}
+	if err := la.Update(ctx, rl.LeaderElectionRecord{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// client-go's release (ReleaseOnCancel) failing, here with a ctx that already ended (finding
+// 6): the replica stays out for one lease as after a loss, and the hold is released all the
+// same (the client goes on with it in the background).
+func TestAFailedReleaseStartsTheCoolDown(t *testing.T) {
+	c := shared.Get(t)
+	name := "leaders/go-k8s-test-" + strings.ReplaceAll(t.Name(), "/", "_")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := newClient(t, c, "a", 5*time.Second)
+	la, err := k8slock.New(cl, name, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := rl.LeaderElectionRecord{HolderIdentity: "a", LeaseDurationSeconds: 9}
+	leadNow(t, ctx, la, rec)
+	ended, end := context.WithCancel(ctx)
+	end()
+	if err := la.Update(ended, rl.LeaderElectionRecord{LeaseDurationSeconds: 1}); err == nil {
+		t.Fatal("a release with an ended ctx reported success")
+	}
+	la.RecordEvent("stopped leading")
+	if la.Leadership() != nil || la.Token() != 0 {
+		t.Fatal("still leading after the release")
+	}
+	if err := la.Update(ctx, rec); err == nil || !strings.Contains(err.Error(), "does not lead again") {
+		t.Fatalf("an update right after the failed release: %v", err)
+	}
+	waitFor(t, "the name to be free", 5*time.Second, func() bool {
+		ld, err := cl.Election(name).Leader(ctx)
+		return err == nil && ld == nil
+	})
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {

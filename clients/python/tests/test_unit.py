@@ -778,6 +778,91 @@ def test_the_engine_fires_lost_at_each_locks_own_deadline_while_the_session_goes
     asyncio.run(main())
 
 
+class _StuckCall:
+    """A Session call that carries nothing (the test's attach answer comes from the handshake)."""
+
+    def cancel(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("stuck", ["handshake", "settle"])
+def test_lost_fires_on_time_while_a_reconnect_or_its_settle_is_stuck(stuck: str) -> None:
+    """Rule 5 while the stream reconnects: group 1 cannot answer, group 2 keeps the session.
+    The attach to the next node hangs (a node that accepts and never answers), or it succeeds
+    and the settling after it hangs (its GetSession is never answered): either way a lock in
+    group 1 fires `lost` at group 1's deadline, not when the reconnect gives up; the session
+    goes on. (The tick used to await the reconnect and the settle inline, and checked no
+    deadline meanwhile.)"""
+    import asyncio
+
+    from lockd_client._core import Core, _Conn
+    from lockd_client._lease import monotonic
+    from lockd_client._options import ClientOptions
+    from lockd_client.types import Mode
+
+    async def main() -> None:
+        core = Core(["127.0.0.1:1"], ClientOptions(ttl=15, use_stream=True, request_timeout=5))
+        reported: list = []
+
+        async def report(names: list) -> None:
+            reported.extend(names)
+        core._report_expired = report  # type: ignore[method-assign]
+        core._wake = asyncio.Event()
+        never = asyncio.Event()  # what a stuck node's answer waits for
+        attaches: list = []
+
+        async def handshake(i: int, first: lockd_pb2.SessionRequest):  # type: ignore[no-untyped-def]
+            attaches.append(first.attach)
+            sent = monotonic()
+            if stuck == "handshake":
+                await never.wait()
+            conn = _Conn(_StuckCall(), asyncio.Queue(), i)
+            return conn, lockd_pb2.SessionEvent(
+                request_id=first.request_id, keepalive=lockd_pb2.KeepAliveResponse(
+                    ttl_ms=15_000, groups=[other(1), ext(2)])), sent
+
+        async def unary(*args: object, **kwargs: object) -> None:
+            await never.wait()
+        core._handshake = handshake  # type: ignore[method-assign]
+        core.unary = unary  # type: ignore[assignment, method-assign]
+        # Opened 11.5 s ago with no stream: the tick reconnects as soon as it runs.
+        sent = monotonic() - 11.5
+        t0 = sent + 11.5
+        s = core._opened(lockd_pb2.OpenSessionResponse(session_id="s", ttl_ms=15_000,
+                                                       keepalive_every_ms=10**9), sent, None)
+        try:
+            core._renewed(sent, lockd_pb2.KeepAliveResponse(ttl_ms=15_000, groups=[ext(1), ext(2)]))
+            core._renewed(t0 - 11.0, lockd_pb2.KeepAliveResponse(ttl_ms=15_000,
+                                                                 groups=[ext(1), other(2)]))
+            core._renewed(monotonic(), lockd_pb2.KeepAliveResponse(ttl_ms=15_000,
+                                                                   groups=[other(1), ext(2)]))
+            one = core._hold(s, "one", 8, "me", Mode.EXCLUSIVE, 1, sent, 1, 0, 15_000)
+            core.held = {1: one}
+            # An acquire whose answer the broken stream took: settled after the attach.
+            core._unsure = ["maybe"]
+            fired: dict = {}
+            one.lease.watch(lambda: fired.setdefault("one", monotonic()))
+            assert abs(one.lease.deadline - (t0 + 1.0)) < 1e-6
+            assert s.lease.deadline > t0 + 11.0, "the session lives on group 2's lease"
+            while "one" not in fired and monotonic() < t0 + 4:
+                await asyncio.sleep(0.01)
+            assert attaches == ["s"], attaches
+            assert "one" in fired, "lost did not fire while the reconnect was stuck"
+            assert t0 + 1.0 <= fired["one"] < t0 + 1.0 + 0.4, fired["one"] - t0
+            assert "lock group 1" in one.lease.why
+            assert core._sess is s and not s.lease.is_lost(), "the session goes on"
+            if stuck == "settle":
+                assert core._conn is not None and core._settling == 1, "the settle still hangs"
+            else:
+                assert core._conn is None, "the attach still hangs"
+            await asyncio.sleep(0)
+            assert reported == ["one"]
+        finally:
+            await _stop(core, s)
+
+    asyncio.run(main())
+
+
 # ----- pushes: which waiting acquire a pushed outcome answers (the rules of _pushes.py) -----
 
 from lockd_client._pushes import Answer, Orphan, Pushes, settle  # noqa: E402

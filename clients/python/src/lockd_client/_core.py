@@ -28,8 +28,8 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple,
-                    TypeVar, Union)
+from typing import (Any, AsyncIterator, Awaitable, Callable, Coroutine, Dict, List, Optional,
+                    Set, Tuple, TypeVar, Union)
 
 import grpc
 import grpc.aio
@@ -126,6 +126,9 @@ class _Sess:
     reconnect_attempt: int = 0
     keepalive_failures: int = 0
     ticker: Optional["asyncio.Task[None]"] = None
+    #: The reconnect (or unary keepalive) running in its own task: the tick keeps the local
+    #: deadlines meanwhile, and the task's end wakes it.
+    busy: Optional["asyncio.Task[None]"] = None
     #: When a hold of the session may next be lost (its deadline as last computed), and the
     #: ``GroupLeases.changes`` that computation saw: ``_check_locks`` scans again only then.
     check_due: float = 0.0
@@ -462,7 +465,10 @@ class Core:
             self._disconnected(why)
 
     async def _tick(self, s: _Sess) -> None:
-        """Keepalives, the local deadline and reconnects of session ``s``, until it ends."""
+        """Keepalives, the local deadline and reconnects of session ``s``, until it ends. It
+        never awaits the network itself: a reconnect (with the settling after it) or a unary
+        keepalive runs in its own task (``_run_aside``), so the deadlines fire on time however
+        long a handshake takes."""
         assert self._wake is not None
         while self._sess is s:
             now = monotonic()
@@ -470,9 +476,11 @@ class Core:
                 self._lose("every local lease deadline passed without a renewal", True)
                 return
             self._check_locks(s, now)
-            if not self._use_stream:
+            if s.busy is not None and not s.busy.done():
+                wake = math.inf  # its end wakes this loop
+            elif not self._use_stream:
                 if now >= s.next_keepalive:
-                    await self._unary_keepalive(s)
+                    self._run_aside(s, self._unary_keepalive(s))
                     continue
                 wake = s.next_keepalive
             elif self._conn is not None:
@@ -482,7 +490,7 @@ class Core:
                 wake = s.next_keepalive
             else:
                 if now >= s.reconnect_at:
-                    await self._reconnect(s)
+                    self._run_aside(s, self._reconnect(s))
                     continue
                 wake = s.reconnect_at
             wake = min(wake, s.lease.deadline, s.check_due)  # at check_due a hold may be lost
@@ -491,6 +499,32 @@ class Core:
                 await asyncio.wait_for(self._wake.wait(), max(wake - now, 0.0))
             except asyncio.TimeoutError:
                 pass
+
+    def _run_aside(self, s: _Sess, work: Coroutine[Any, Any, None]) -> None:
+        """Runs ``work`` (a reconnect or a unary keepalive of ``s``) in its own task, as
+        ``s.busy``; its end wakes the tick. Close cancels it with the other background tasks."""
+
+        async def run() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # never let it die silently, nor the tick spin on it
+                log.warning("lockd: session upkeep failed: %r", e)
+                later = monotonic() + self.opts.retry.delay(4)
+                s.reconnect_at = max(s.reconnect_at, later)
+                s.next_keepalive = max(s.next_keepalive, later)
+            finally:
+                self._poke()
+
+        def done(t: "asyncio.Task[None]") -> None:
+            self._bg.discard(t)
+            work.close()  # a no-op once it ran; else (cancelled before it started) no warning
+
+        t = asyncio.ensure_future(run())
+        s.busy = t
+        self._bg.add(t)
+        t.add_done_callback(done)
 
     def _renewed(self, sent: float, r: pb.KeepAliveResponse, named: bool = False) -> None:
         """A renewal (keepalive or attach) sent at ``sent`` (``named``: naming its groups) was
@@ -594,6 +628,8 @@ class Core:
             r = await self.stub(i).KeepAlive(pb.KeepAliveRequest(session_id=s.id, groups=groups),
                                              timeout=budget, metadata=self.metadata)
         except grpc.RpcError as e:
+            if self._sess is not s:  # the session ended meanwhile (this runs beside the tick)
+                return
             err = self.rpc_error(e, i)
             if err.code == "session_not_found":
                 self._lose("the service no longer knows the session", True)
@@ -603,6 +639,8 @@ class Core:
             s.keepalive_failures += 1
             s.next_keepalive = monotonic() + min(
                 s.every, self.opts.retry.delay(min(s.keepalive_failures, 4), err.retry_after))
+            return
+        if self._sess is not s:
             return
         s.keepalive_failures = 0
         s.next_keepalive = sent + s.every
@@ -646,7 +684,9 @@ class Core:
         s.reconnect_attempt = 0
         self._renewed(sent, ev.keepalive)
         s.next_keepalive = sent + s.every
-        await self._begin_settle(s)
+        # In the background: settling may take up to the interval, and nothing of the tick
+        # waits for it (acquires do: _begin_settle counts it at once).
+        self._spawn(self._begin_settle(s))
 
     def _retry_reconnect(self, s: _Sess, failed: int) -> None:
         self.rotate(failed)
