@@ -53,6 +53,7 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Function;
 import java.util.logging.Level;
@@ -73,7 +74,8 @@ import java.util.logging.Logger;
  * <p>Threads: every field marked "loop" belongs to one thread, the engine's loop ({@link #loop});
  * the caller's threads block in their own calls and hand work to the loop. Unary calls (retries,
  * reports, give-backs) never run on the loop: they run on the caller's thread or on {@link
- * #background}.
+ * #background}. No application code runs on the loop either (a lock's lost signal reaches the
+ * application through {@link LockdClient#callbacks}), and acquire/release refuse to run there.
  */
 final class Engine {
   static final Logger LOG = Logger.getLogger("dev.lockd.client");
@@ -126,6 +128,13 @@ final class Engine {
   volatile boolean synthetic;
   /** Tests: where lease-expired reports go instead of the service. */
   volatile java.util.function.Consumer<List<String>> reportHook;
+  /** Tests: answers a unary Release where the stub would (it may throw what the stub throws). */
+  volatile Function<ReleaseRequest, Integer> releaseHook;
+  /** Tests: run at the start of each tick. */
+  volatile Runnable tickHook;
+  /** Tests: the safety-net bound of an acquire's wait for its answer, in seconds (null: the
+   * computed one). */
+  static volatile Double acquireBoundForTest;
 
   /** A waiting or unanswered acquire. */
   static final class Acq {
@@ -181,6 +190,9 @@ final class Engine {
     final CompletableFuture<SessionEvent> first = new CompletableFuture<>();
     volatile boolean firstDone;
     ClientCallStreamObserver<SessionRequest> req;
+    /** The stream's initial metadata, once it came (a refusal's code may ride there). */
+    final AtomicReference<Metadata> headers = new AtomicReference<>();
+    final AtomicReference<Metadata> trailers = new AtomicReference<>();
     // loop:
     boolean live;
     final List<SessionEvent> buffered = new ArrayList<>();
@@ -212,11 +224,11 @@ final class Engine {
     public void onError(Throwable t) {
       if (!firstDone) {
         firstDone = true;
-        first.completeExceptionally(rpcError(t, endpoint));
+        first.completeExceptionally(rpcError(t, endpoint, headers.get()));
         return;
       }
-      String why = "session stream failed: "
-          + Errors.fromGrpc(t, endpoints.get(endpoint), tls, false, false).getMessage();
+      String why = "session stream failed: " + Errors.fromGrpc(t, headers.get(),
+          endpoints.get(endpoint), tls, false, false).getMessage();
       execute(() -> ended(this, why));
     }
 
@@ -375,7 +387,19 @@ final class Engine {
   /** A failed call to endpoint {@code i} as a typed error, with a hint for the TLS mistakes
    * this client's own settings make likely. */
   LockdException rpcError(Throwable t, int i) {
-    return Errors.fromGrpc(t, endpoints.get(i), tls, tls && opts.certFile == null, true);
+    return rpcError(t, i, null);
+  }
+
+  /** {@link #rpcError(Throwable, int)} of a call whose initial metadata was {@code headers}. */
+  LockdException rpcError(Throwable t, int i, Metadata headers) {
+    return Errors.fromGrpc(t, headers, endpoints.get(i), tls, tls && opts.certFile == null, true);
+  }
+
+  /** {@code stub} recording the call's initial metadata in {@code headers}. */
+  static <S extends io.grpc.stub.AbstractStub<S>> S capturing(S stub,
+      AtomicReference<Metadata> headers) {
+    return stub.withInterceptors(MetadataUtils.newCaptureMetadataInterceptor(headers,
+        new AtomicReference<>()));
   }
 
   int preferred() {
@@ -461,6 +485,46 @@ final class Engine {
     }
   }
 
+  /** {@link #call} bounded by {@code seconds}: TimeoutException when the loop does not run it in
+   * time (a stuck loop). Uninterruptible as {@link #call}. */
+  <T> T callWithin(Callable<T> c, double seconds) throws TimeoutException {
+    if (onLoop()) {
+      return call(c);
+    }
+    java.util.concurrent.Future<T> f;
+    try {
+      f = loop.submit(c);
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      throw new ClientClosedException("the client is closed");
+    }
+    long end = System.nanoTime() + (long) (seconds * 1e9);
+    boolean interrupted = false;
+    try {
+      while (true) {
+        try {
+          return f.get(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+          f.cancel(true);
+          throw e;
+        } catch (InterruptedException e) {
+          interrupted = true;
+        } catch (CancellationException e) {
+          throw new ClientClosedException("the client is closed");
+        } catch (ExecutionException e) {
+          Throwable cause = e.getCause();
+          if (cause instanceof RuntimeException) {
+            throw (RuntimeException) cause;
+          }
+          throw new IllegalStateException(cause);
+        }
+      }
+    } finally {
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
+    }
+  }
+
   void spawn(Runnable r) {
     try {
       background.execute(() -> {
@@ -509,10 +573,11 @@ final class Engine {
       if (left <= 0) {
         throw new UnavailableException("no answer before the call's deadline");
       }
+      AtomicReference<Metadata> headers = new AtomicReference<>();
       try {
-        return call.apply(blocking(i, Math.min(t, left)));
+        return call.apply(capturing(blocking(i, Math.min(t, left)), headers));
       } catch (StatusRuntimeException e) {
-        err = rpcError(e, i);
+        err = rpcError(e, i, headers.get());
       }
       if (err instanceof UnavailableException && err.rawStatus() == 0) {
         rotate(i);
@@ -579,13 +644,31 @@ final class Engine {
       try {
         SessionRequest first = SessionRequest.newBuilder().setRequestId(nextRid())
             .setOpen(openReq).build();
-        Handshake h = await(handshake(i, first, opts.requestTimeout));
+        CompletableFuture<Handshake> hs = handshake(i, first, opts.requestTimeout);
+        Handshake h;
+        try {
+          h = hs.get();
+        } catch (InterruptedException e) {
+          // The caller gave up: a session this handshake still opens is closed, not left open
+          // on its stream until the service expires it.
+          hs.thenAccept(this::discard);
+          Thread.currentThread().interrupt();
+          throw new ClientClosedException("interrupted while opening the session");
+        } catch (ExecutionException e) {
+          Throwable c = e.getCause();
+          throw c instanceof RuntimeException ? (RuntimeException) c : new IllegalStateException(c);
+        }
         if (!h.ev().hasOpened()) {
           h.conn().close();
           throw new UnavailableException("unexpected answer to open: " + h.ev().getKindCase());
         }
         OpenSessionResponse r = h.ev().getOpened();
-        return call(() -> opened(r, h.sent(), h.conn()));
+        try {
+          return call(() -> opened(r, h.sent(), h.conn()));
+        } catch (ClientClosedException e) {
+          discard(h); // closed meanwhile
+          throw e;
+        }
       } catch (LockdException e) {
         err = e;
       }
@@ -603,19 +686,26 @@ final class Engine {
     }
   }
 
-  /** Waits for a future of this engine's own making, unwrapping its LockdException. */
-  static <T> T await(CompletableFuture<T> f) {
-    try {
-      return f.get();
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new ClientClosedException("interrupted");
-    } catch (ExecutionException e) {
-      Throwable c = e.getCause();
-      if (c instanceof RuntimeException) {
-        throw (RuntimeException) c;
+  /** A handshake nobody takes any more: its stream is closed, and the session it opened too. */
+  private void discard(Handshake h) {
+    h.conn().close();
+    if (h.ev().hasOpened()) {
+      String id = h.ev().getOpened().getSessionId();
+      Runnable closeIt = () -> {
+        try {
+          unary(st -> st.closeSession(CloseSessionRequest.newBuilder().setSessionId(id).build()),
+              0, null, 2, Double.POSITIVE_INFINITY);
+        } catch (LockdException e) {
+          LOG.fine(() -> "lockd: could not close a session opened for nobody: " + e.getMessage());
+        }
+      };
+      try {
+        background.execute(closeIt);
+      } catch (java.util.concurrent.RejectedExecutionException e) {
+        Thread t = new Thread(closeIt, "lockd-client-discard");
+        t.setDaemon(true);
+        t.start();
       }
-      throw new IllegalStateException(c);
     }
   }
 
@@ -642,7 +732,8 @@ final class Engine {
     Conn c = new Conn(i, first.getRequestId());
     double sent;
     try {
-      async(i).session(c);
+      async(i).withInterceptors(MetadataUtils.newCaptureMetadataInterceptor(c.headers,
+          c.trailers)).session(c);
       sent = Clock.now();
       c.send(first);
     } catch (RuntimeException e) {
@@ -659,7 +750,8 @@ final class Engine {
               throw new UnavailableException(endpoints.get(i) + " did not answer in "
                   + timeout + " s");
             }
-            throw cause instanceof LockdException ? (LockdException) cause : rpcError(cause, i);
+            throw cause instanceof LockdException ? (LockdException) cause
+                : rpcError(cause, i, c.headers.get());
           }
           if (ev.hasError()) {
             c.close();
@@ -713,7 +805,7 @@ final class Engine {
   /** Wakes the tick now (from any thread). */
   void poke() {
     if (tickQueued.compareAndSet(false, true)) {
-      execute(this::tick);
+      execute(this::runTick);
     }
   }
 
@@ -723,15 +815,31 @@ final class Engine {
     }
     long nanos = Math.min(Clock.nanosUntil(wake), TimeUnit.HOURS.toNanos(1));
     try {
-      tickTask = loop.schedule(this::tick, nanos, TimeUnit.NANOSECONDS);
+      tickTask = loop.schedule(this::runTick, nanos, TimeUnit.NANOSECONDS);
     } catch (java.util.concurrent.RejectedExecutionException ignored) {
       // shut down
+    }
+  }
+
+  /** loop: {@link #tick}, which must never stop for good (keepalives and the lost checks live on
+   * it): a failure is logged and the tick runs again shortly. */
+  private void runTick() {
+    try {
+      tick();
+    } catch (RuntimeException e) {
+      tickQueued.set(false);
+      LOG.log(Level.WARNING, "lockd: the engine's tick failed; it runs again in 100 ms", e);
+      schedule(Clock.now() + 0.1);
     }
   }
 
   /** loop: keepalives, the local deadline and reconnects of the session, until it ends. */
   private void tick() {
     tickQueued.set(false);
+    Runnable hook = tickHook;
+    if (hook != null) {
+      hook.run();
+    }
     Sess s = sess;
     if (s == null || closed) {
       return;
@@ -996,8 +1104,12 @@ final class Engine {
         if (!r.later().isEmpty() && sess == s) {
           unsure.addAll(r.later());
           loop.schedule(() -> {
-            if (sess == s) {
-              beginSettle(s);
+            try {
+              if (sess == s) {
+                beginSettle(s);
+              }
+            } catch (RuntimeException e) {
+              LOG.log(Level.WARNING, "lockd: engine task failed", e);
             }
           }, (long) (s.every * 1000), TimeUnit.MILLISECONDS);
         }
@@ -1121,6 +1233,10 @@ final class Engine {
    */
   Hold acquire(String name, Double wait, Mode mode, Integer limit, String owner,
       boolean reentrant) {
+    if (onLoop()) {
+      // Its answer could only be delivered by this very thread.
+      throw new IllegalStateException("acquire on the lockd client's engine thread");
+    }
     Names.checkName(name);
     int lim = Names.checkModeAndLimit(mode, limit);
     String own = owner != null ? owner : opts.clientName;
@@ -1201,7 +1317,9 @@ final class Engine {
     });
     // Every path answers the future (a reply, a push, a broken stream, the session's end); the
     // bound is a safety net only.
-    double bound = req.getWaitMs() / 1000.0 + s.ttl + opts.requestTimeout + ADOPTED_SLACK;
+    Double forTest = acquireBoundForTest;
+    double bound = forTest != null ? forTest
+        : req.getWaitMs() / 1000.0 + s.ttl + opts.requestTimeout + ADOPTED_SLACK;
     try {
       return acq.fut.get((long) (bound * 1000), TimeUnit.MILLISECONDS);
     } catch (ExecutionException e) {
@@ -1218,11 +1336,36 @@ final class Engine {
           forget(h);
           spawn(() -> releaseQuietly(h.sessionId, h.name, h.token));
         }
+      } else if (e instanceof TimeoutException) {
+        execute(() -> unanswerable(acq));
       }
       if (e instanceof InterruptedException) {
         throw new ClientClosedException("interrupted while acquiring '" + req.getName() + "'");
       }
       throw new UnavailableException("no answer to the acquire of '" + req.getName() + "'");
+    }
+  }
+
+  /**
+   * loop: the caller of acquire {@code a} stopped waiting for an answer that every path should
+   * have given long ago. Still unanswered on the stream: the stream carries requests it does not
+   * answer, so it is treated as broken (each request on it is settled as after a break, this one
+   * included: noted unsure, a stray whose queued wait a retry adopts, a grant given back). Queued
+   * and never pushed an outcome: the same for this wait alone.
+   */
+  private void unanswerable(Acq a) {
+    for (Pending p : pending.values()) {
+      if (p.acq == a) {
+        disconnected("the acquire of '" + a.name + "' went unanswered past its bound");
+        return;
+      }
+    }
+    if (pushes.forget(a)) {
+      failUnsure(a);
+      Sess s = sess;
+      if (s != null) {
+        beginSettle(s);
+      }
     }
   }
 
@@ -1239,17 +1382,45 @@ final class Engine {
         || "session_not_found".equals(code);
   }
 
+  /** Inside {@link #release}: the calling thread was interrupted; the rest of the release goes
+   * on in the background. */
+  private static final class Interrupted extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    Interrupted() {
+      super("interrupted", null, false, false);
+    }
+  }
+
   /**
    * Gives back one hold; returns the re-entries still held (0 = released). On the session stream
    * when it carries the hold's session, else (or when the stream's answer does not come in time)
    * by unary calls. A release whose earlier attempt may have landed counts a later {@code
    * not_holder}, {@code stale_token} or {@code session_not_found} as done.
+   *
+   * <p>A calling thread that is interrupted (before or during the call) does not leak the hold:
+   * the release goes on in the background, and this throws {@link ClientClosedException} with
+   * the thread's interrupt flag kept.
    */
   int release(String sessionId, String name, long token, double until) {
+    if (onLoop()) {
+      throw new IllegalStateException("release on the lockd client's engine thread");
+    }
     ReleaseRequest req = ReleaseRequest.newBuilder().setSessionId(sessionId).setName(name)
         .setFencingToken(token).build();
+    if (Thread.currentThread().isInterrupted()) {
+      // grpc-java refuses a blocking call on an interrupted thread: all of it goes elsewhere.
+      spawn(() -> {
+        try {
+          release(sessionId, name, token, until);
+        } catch (LockdException e) {
+          LOG.fine(() -> "lockd: background release of '" + name + "' failed: " + e);
+        }
+      });
+      throw interrupted(name);
+    }
     List<Boolean> landed = new ArrayList<>();
-    CompletableFuture<Integer> f = onLoop() ? null : call(() -> {
+    CompletableFuture<Integer> f = call(() -> {
       Sess s = sess;
       if (conn != null && s != null && s.id.equals(sessionId)) {
         CompletableFuture<Integer> fut = new CompletableFuture<>();
@@ -1260,6 +1431,43 @@ final class Engine {
       }
       return null;
     });
+    try {
+      return finishRelease(req, f, landed, until);
+    } catch (Interrupted e) {
+      throw handOff(req, f, landed, until);
+    }
+  }
+
+  /** The interrupted caller's release, finished by a background thread. */
+  private ClientClosedException handOff(ReleaseRequest req, CompletableFuture<Integer> f,
+      List<Boolean> landed, double until) {
+    spawn(() -> {
+      try {
+        finishRelease(req, f, landed, until);
+      } catch (Interrupted | LockdException e) {
+        LOG.fine(() -> "lockd: background release of '" + req.getName() + "' failed: " + e);
+      }
+    });
+    return interrupted(req.getName());
+  }
+
+  private static ClientClosedException interrupted(String name) {
+    return new ClientClosedException("interrupted; the release of '" + name + "' goes on in the "
+        + "background");
+  }
+
+  private static void pause(double seconds) {
+    try {
+      sleep(seconds);
+    } catch (ClientClosedException e) {
+      throw new Interrupted(); // sleep kept the flag
+    }
+  }
+
+  /** {@link #release} from its request on the stream ({@code f}, or null: none), then by unary
+   * calls; throws {@link Interrupted} when the thread is interrupted. */
+  private int finishRelease(ReleaseRequest req, CompletableFuture<Integer> f,
+      List<Boolean> landed, double until) {
     if (f != null) {
       double wait = Math.max(0.001, Math.min(opts.requestTimeout, until - Clock.now()));
       try {
@@ -1271,7 +1479,7 @@ final class Engine {
         landed.add(true);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
-        throw new ClientClosedException("interrupted");
+        throw new Interrupted(); // the stream's answer is still awaited, in the background
       } catch (ExecutionException e) {
         Throwable c = e.getCause();
         if (c instanceof UnsureException) {
@@ -1281,18 +1489,26 @@ final class Engine {
           if (!le.isRetryable()) {
             throw le;
           }
-          sleep(opts.retry.delay(0, le));
           if (le.rawStatus() == 503) {
             landed.add(true);
           }
+          pause(opts.retry.delay(0, le));
         } else {
           throw new IllegalStateException(c);
         }
       }
     }
     try {
-      return unary(st -> st.release(req).getRemaining(), 0, landed, 0, until);
+      return unary(st -> {
+        Function<ReleaseRequest, Integer> hook = releaseHook;
+        return hook != null ? hook.apply(req) : st.release(req).getRemaining();
+      }, 0, landed, 0, until);
     } catch (LockdException e) {
+      if (Thread.currentThread().isInterrupted() && !closed) {
+        // grpc-java cancels a blocking call on an interrupted thread, and sleep gives up.
+        landed.add(true);
+        throw new Interrupted();
+      }
       // The hold is gone and an earlier attempt may have ended it.
       if (!landed.isEmpty() && (e.rawStatus() == 404 || e.rawStatus() == 409)
           && isDone(e.code())) {
@@ -1357,10 +1573,12 @@ final class Engine {
 
   /** The status of endpoint {@code i} exactly (no failover, no retry). */
   StatusResponse statusOf(int i) {
+    AtomicReference<Metadata> headers = new AtomicReference<>();
     try {
-      return blocking(i, opts.requestTimeout).status(StatusRequest.getDefaultInstance());
+      return capturing(blocking(i, opts.requestTimeout), headers)
+          .status(StatusRequest.getDefaultInstance());
     } catch (StatusRuntimeException e) {
-      throw rpcError(e, i);
+      throw rpcError(e, i, headers.get());
     }
   }
 
@@ -1387,7 +1605,7 @@ final class Engine {
     }
     closing = true;
     LockdException err = null;
-    Sess s = call(() -> {
+    Callable<Sess> end = () -> {
       Sess x = sess;
       sess = null;
       if (x != null) {
@@ -1395,10 +1613,40 @@ final class Engine {
             "the client is closed"));
       }
       return x;
-    });
-    if (s != null) {
+    };
+    Sess s;
+    try {
+      s = callWithin(end, opts.requestTimeout + 1);
+    } catch (TimeoutException e) {
+      // The loop is stuck in a task: close without it rather than hang. Once it has stopped,
+      // its state is this thread's to end; if it does not stop, only the thread-safe lease is.
+      LOG.warning("lockd: the engine thread of " + opts.clientName + " did not answer in "
+          + (opts.requestTimeout + 1) + " s; closing without it");
+      loop.shutdownNow();
+      boolean stopped = false;
       try {
-        unary(st -> st.closeSession(CloseSessionRequest.newBuilder().setSessionId(s.id).build()),
+        stopped = loop.awaitTermination(1, TimeUnit.SECONDS);
+      } catch (InterruptedException ie) {
+        Thread.currentThread().interrupt();
+      }
+      if (stopped) {
+        try {
+          s = end.call();
+        } catch (Exception ex) {
+          throw new IllegalStateException(ex);
+        }
+      } else {
+        s = sess;
+        sess = null;
+        if (s != null) {
+          s.lease.end("the client was closed");
+        }
+      }
+    }
+    if (s != null) {
+      String id = s.id;
+      try {
+        unary(st -> st.closeSession(CloseSessionRequest.newBuilder().setSessionId(id).build()),
             0, null, 3, Double.POSITIVE_INFINITY);
       } catch (UnavailableException e) {
         // No node answered: the service frees the session's locks when it expires.
@@ -1699,6 +1947,26 @@ final class Engine {
   }
 
   // ----- test hooks ----------------------------------------------------------------------------
+
+  /** loop: {@code c} carries the session from now on, as if its handshake was answered (unit
+   * tests: a stream whose requests the test sees and answers with {@link #injectEvent}). */
+  void attachForTest(Conn c) {
+    call(() -> {
+      c.firstDone = true;
+      adopt(c);
+      return null;
+    });
+  }
+
+  /** Whether an acquire of {@code name} is unanswered on the stream (tests). */
+  boolean unansweredForTest(String name) {
+    return call(() -> unanswered(name));
+  }
+
+  /** Whether (name, owner)'s acquire lost its outcome (tests). */
+  boolean strayForTest(String name, String owner) {
+    return call(() -> pushes.isStray(name, owner));
+  }
 
   Sess currentSession() {
     return sess;

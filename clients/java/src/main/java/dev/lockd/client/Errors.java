@@ -47,6 +47,15 @@ final class Errors {
     }
   }
 
+  /** {@code key} from the trailers, else from the headers (either may be null). */
+  private static String meta(Metadata.Key<String> key, Metadata headers, Metadata trailers) {
+    String v = trailers == null ? null : trailers.get(key);
+    if (v == null && headers != null) {
+      v = headers.get(key);
+    }
+    return v;
+  }
+
   /** The error carried by a {@code SessionEvent.error} on the session stream. */
   static LockdException fromEvent(dev.lockd.v1.Error e) {
     return fromStatus(e.getStatus(), e.getCode(), e.getMessage(), e.getRetryAfterMs());
@@ -103,18 +112,29 @@ final class Errors {
    */
   static LockdException fromGrpc(Throwable t, String endpoint, boolean tls,
       boolean tlsWithoutCert) {
-    return fromGrpc(t, endpoint, tls, tlsWithoutCert, true);
+    return fromGrpc(t, null, endpoint, tls, tlsWithoutCert, true);
   }
 
   /** {@code hint}: add what to do about a TLS mismatch (not for a stream that was working). */
   static LockdException fromGrpc(Throwable t, String endpoint, boolean tls, boolean tlsWithoutCert,
       boolean hint) {
+    return fromGrpc(t, null, endpoint, tls, tlsWithoutCert, hint);
+  }
+
+  /**
+   * {@link #fromGrpc(Throwable, String, boolean, boolean, boolean)} of a call whose initial
+   * metadata was {@code headers} (null: unknown). The service's metadata is read from the
+   * headers and the trailers both, the trailers winning, as the Python client does: grpc-java
+   * puts only the trailers in a {@link io.grpc.StatusRuntimeException}.
+   */
+  static LockdException fromGrpc(Throwable t, Metadata headers, String endpoint, boolean tls,
+      boolean tlsWithoutCert, boolean hint) {
     if (t instanceof LockdException) {
       return (LockdException) t;
     }
     Status st = Status.fromThrowable(t);
     Metadata md = Status.trailersFromThrowable(t);
-    String code = md == null ? null : md.get(ERROR_CODE);
+    String code = meta(ERROR_CODE, headers, md);
     String details = st.getDescription() != null ? st.getDescription() : String.valueOf(t);
     int nl = details.indexOf('\n');
     String full = details;
@@ -149,7 +169,7 @@ final class Errors {
       status = 413;
     }
     long retryAfterMs = 0;
-    String ra = md.get(RETRY_AFTER_MS);
+    String ra = meta(RETRY_AFTER_MS, headers, md);
     if (ra != null) {
       try {
         retryAfterMs = Long.parseLong(ra.trim());

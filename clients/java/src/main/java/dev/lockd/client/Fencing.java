@@ -9,10 +9,10 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Fenced writes over JDBC (PostgreSQL; any database with {@code INSERT ... ON CONFLICT DO
- * NOTHING}). A lease can run out under a paused process, so a lock alone cannot stop a stale
- * holder from writing. The store must refuse writes that carry a token older than one it has
- * accepted:
+ * Fenced writes over JDBC (PostgreSQL 9.5 or later: {@link #fencedWrite} is one {@code INSERT ...
+ * ON CONFLICT DO UPDATE ... WHERE} statement). A lease can run out under a paused process, so a
+ * lock alone cannot stop a stale holder from writing. The store must refuse writes that carry a
+ * token older than one it has accepted:
  *
  * <pre>
  * UPDATE t SET value = ?, fence = ? WHERE key = ? AND fence &lt;= ?
@@ -130,40 +130,26 @@ public final class Fencing {
     }
   }
 
+  /** The one statement of {@link #fencedWrite} ({@code %s} is the table's quoted name): insert
+   * the key, or update it if the stored fence is not newer than the token. */
+  static final String UPSERT = "INSERT INTO %s AS cur (key, value, fence) VALUES (?, ?, ?) "
+      + "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, fence = EXCLUDED.fence "
+      + "WHERE cur.fence <= EXCLUDED.fence";
+
   /**
    * Sets {@code key} to {@code value} in the fenced key-value table if {@code token} is at least
-   * the key's fence, inserting the key if it is new: the conditional {@code UPDATE ... WHERE key
-   * = ? AND fence <= ?}, then (no row) {@code INSERT ... ON CONFLICT DO NOTHING}, then (a row
-   * appeared meanwhile) the {@code UPDATE} once more. Returns whether the write was accepted.
+   * the key's fence, inserting the key if it is new, in one statement (the same as the Python
+   * client's): {@code INSERT ... ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, fence =
+   * EXCLUDED.fence WHERE cur.fence <= EXCLUDED.fence}. Returns whether the write was accepted
+   * (one row inserted or updated; none: a newer token is stored).
    */
   public static boolean fencedWrite(Connection conn, String table, String key, String value,
       long token) throws SQLException {
     checkToken(token);
-    String t = ident(table);
-    String update = "UPDATE " + t + " SET value = ?, fence = ? WHERE key = ? AND fence <= ?";
-    if (update(conn, update, key, value, token)) {
-      return true;
-    }
-    String insert = "INSERT INTO " + t + " (key, value, fence) VALUES (?, ?, ?) "
-        + "ON CONFLICT (key) DO NOTHING";
-    try (PreparedStatement ps = conn.prepareStatement(insert)) {
+    try (PreparedStatement ps = conn.prepareStatement(String.format(UPSERT, ident(table)))) {
       ps.setString(1, key);
       ps.setString(2, value);
       ps.setLong(3, token);
-      if (ps.executeUpdate() == 1) {
-        return true;
-      }
-    }
-    return update(conn, update, key, value, token);
-  }
-
-  private static boolean update(Connection conn, String sql, String key, String value,
-      long token) throws SQLException {
-    try (PreparedStatement ps = conn.prepareStatement(sql)) {
-      ps.setString(1, value);
-      ps.setLong(2, token);
-      ps.setString(3, key);
-      ps.setLong(4, token);
       return ps.executeUpdate() == 1;
     }
   }

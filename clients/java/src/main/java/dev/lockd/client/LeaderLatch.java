@@ -2,9 +2,11 @@ package dev.lockd.client;
 
 import java.util.Optional;
 import java.util.OptionalLong;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Supplier;
 import java.util.logging.Level;
 
 /**
@@ -13,6 +15,12 @@ import java.util.logging.Level;
  * leads, {@link #hasLeadership()} tells, listeners hear of every change, and {@link #close()}
  * resigns. Unlike Curator's, the leader holds a fencing token ({@link #token()}): fence every
  * side effect of the term with it.
+ *
+ * <p>A term ends when its lock is lost or when its {@link Leadership} is resigned directly
+ * ({@link #leadership()}{@code .get().resign()}): either way {@link #hasLeadership()} turns false
+ * at once, listeners hear {@code notLeader}, the latch gives the lock back (a lost hold may still
+ * stand on the service, and a new campaign by the same participant would be refused {@code
+ * already_held} until it expired) and queues again. {@link #close()} stops campaigning.
  *
  * <pre>{@code
  * try (LeaderLatch latch = client.leaderLatch("leaders/partition-9", "node-a")) {
@@ -35,12 +43,15 @@ public final class LeaderLatch implements AutoCloseable {
   private volatile State state = State.LATENT;
   private volatile Leadership leadership;
   private Thread thread;
+  /** One campaign: waits in line until this participant leads (tests replace it). */
+  volatile Supplier<Leadership> campaigner;
 
   LeaderLatch(LockdClient client, String name, String id) {
     Names.checkOwner(id);
     this.client = client;
     this.election = new Election(client, name);
     this.id = id;
+    this.campaigner = () -> election.campaign(this.id);
   }
 
   /** This participant's campaign value. */
@@ -92,7 +103,7 @@ public final class LeaderLatch implements AutoCloseable {
     while (state == State.STARTED) {
       Leadership l;
       try {
-        l = election.campaign(id);
+        l = campaigner.get();
         failures = 0;
       } catch (ClientClosedException e) {
         return;
@@ -108,50 +119,83 @@ public final class LeaderLatch implements AutoCloseable {
         }
         continue;
       }
+      boolean closedMeanwhile;
       synchronized (mu) {
-        if (state != State.STARTED) {
-          l.resign();
-          return;
+        closedMeanwhile = state != State.STARTED;
+        if (!closedMeanwhile) {
+          leadership = l;
+          mu.notifyAll();
         }
-        leadership = l;
-        mu.notifyAll();
+      }
+      if (closedMeanwhile) {
+        // Won as close() ran: close() did not see this term, so it is given back here, even
+        // though close() interrupted this thread.
+        Thread.interrupted();
+        resignQuietly(l);
+        return;
       }
       tell(true);
       try {
-        l.lost().get();
+        // Lost, or resigned through the Leadership handed out by leadership().
+        CompletableFuture.anyOf(l.lostSignal(), l.resigned()).get();
       } catch (InterruptedException e) {
-        // closed: close() resigns
-        return;
+        return; // closed: close() resigns
       } catch (ExecutionException e) {
         // never completes exceptionally
       }
+      boolean ours;
       synchronized (mu) {
-        if (leadership == l) {
+        ours = leadership == l;
+        if (ours) {
           leadership = null;
         }
       }
-      Engine.LOG.warning("lockd: leadership of " + election.name() + " lost: "
-          + l.lock().lostReason());
-      tell(false);
+      if (l.isLost()) {
+        Engine.LOG.warning("lockd: leadership of " + election.name() + " lost: "
+            + l.lock().lostReason());
+      } else {
+        Engine.LOG.info("lockd: leadership of " + election.name() + " resigned; campaigning "
+            + "again");
+      }
+      // Give the hold back before queueing again: the service may still count a lost one (and
+      // would refuse this participant's next campaign already_held until it expired). A close()
+      // that interrupts this thread must not stop the release.
+      boolean interrupted = Thread.interrupted();
+      resignQuietly(l);
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
+      if (ours) {
+        tell(false);
+      }
     }
   }
 
-  /** Whether this participant leads now (its lock held and not lost). */
-  public boolean hasLeadership() {
-    Leadership l = leadership;
-    return state == State.STARTED && l != null && !l.isLost();
+  private void resignQuietly(Leadership l) {
+    try {
+      l.resign();
+    } catch (LockdException e) {
+      Engine.LOG.log(Level.FINE, "lockd: resigning " + election.name() + " failed", e);
+    }
   }
 
-  /** The current term's leadership, while this participant leads. */
+  /** Whether this participant leads now (its lock held: not lost, not resigned). */
+  public boolean hasLeadership() {
+    Leadership l = leadership;
+    return state == State.STARTED && l != null && l.isLeading();
+  }
+
+  /** The current term's leadership, while this participant leads. Resigning it ends the term
+   * (the latch then campaigns again; close the latch to stop). */
   public Optional<Leadership> leadership() {
     Leadership l = leadership;
-    return l != null && !l.isLost() ? Optional.of(l) : Optional.empty();
+    return l != null && l.isLeading() ? Optional.of(l) : Optional.empty();
   }
 
   /** The current term's fencing token, while this participant leads. */
   public OptionalLong token() {
     Leadership l = leadership;
-    return l != null && !l.isLost() ? OptionalLong.of(l.token()) : OptionalLong.empty();
+    return l != null && l.isLeading() ? OptionalLong.of(l.token()) : OptionalLong.empty();
   }
 
   /** Blocks until this participant leads. */
@@ -201,7 +245,7 @@ public final class LeaderLatch implements AutoCloseable {
       t = thread;
       mu.notifyAll();
     }
-    if (t != null) {
+    if (t != null && t != Thread.currentThread()) { // a listener may close its own latch
       t.interrupt();
       try {
         t.join(TimeUnit.SECONDS.toMillis(10));

@@ -7,6 +7,8 @@ import java.util.concurrent.CompletableFuture;
 public final class Leadership implements AutoCloseable {
   private final Lock lock;
   private final String value;
+  /** Completed once {@link #resign()} gave the lock up (even if its release failed). */
+  private final CompletableFuture<Void> resigned = new CompletableFuture<>();
 
   Leadership(Lock lock, String value) {
     this.lock = lock;
@@ -37,10 +39,26 @@ public final class Leadership implements AutoCloseable {
     return lock.isLost();
   }
 
+  /** Whether this term still leads: not lost and not resigned. */
+  public boolean isLeading() {
+    return !lock.isReleased() && !lock.isLost();
+  }
+
+  /** The internal lost signal of the term's lock (see {@link Lock#lostSignal()}). */
+  CompletableFuture<Void> lostSignal() {
+    return lock.lostSignal();
+  }
+
+  /** Completes once the term was resigned (see {@link #resign()}). */
+  CompletableFuture<Void> resigned() {
+    return resigned;
+  }
+
   /** Steps down, letting the next candidate in line lead. Idempotent; a lost leadership resigns
-   * quietly. */
+   * quietly. Once it returns (or throws), this term no longer leads. */
   public void resign() {
     if (lock.isReleased()) {
+      resigned.complete(null);
       return;
     }
     try {
@@ -49,6 +67,8 @@ public final class Leadership implements AutoCloseable {
       if (!lock.isLost()) {
         throw e;
       }
+    } finally {
+      resigned.complete(null);
     }
   }
 

@@ -114,6 +114,8 @@ final class Leases {
     final Lease session;
     final HoldLease hold;
     private final Runnable sessionEnded = () -> fire(sessionWhy());
+    /** Whether {@link #sessionEnded} is registered with the session (under {@code mu}). */
+    private boolean sessionWatched;
 
     LockLease(Lease session, HoldLease hold) {
       this.session = session;
@@ -142,29 +144,56 @@ final class Leases {
       return lost || session.lost || expired(Clock.now());
     }
 
+    /**
+     * Calls {@code cb} once when the hold is lost (at once if it already is). The first watcher
+     * registers the hold with its session (whose end is this hold's end) and the last one's
+     * {@link #unwatch} takes it off, both under {@code mu}, so that a watch racing an unwatch
+     * never leaves watchers without the session's registration, or a registration twice. The
+     * session never holds its own lock while it calls back, so this order (hold, then session)
+     * cannot deadlock.
+     */
     void watch(Runnable cb) {
-      boolean first;
+      boolean now;
+      boolean sessionGone = false;
       synchronized (mu) {
-        first = !lost && watcherCount() == 0;
+        now = !add(cb);
+        if (!now && !sessionWatched) {
+          sessionWatched = true;
+          sessionGone = !session.add(sessionEnded);
+        }
       }
-      if (!add(cb)) {
+      if (now) {
         cb.run();
-      } else if (first) {
-        // The session's end is this lock's end (called at once if it already ended).
-        session.watch(sessionEnded);
+      } else if (sessionGone) {
+        sessionEnded.run(); // the session already ended: so did this hold
       }
     }
 
     void unwatch(Runnable cb) {
-      Boolean last = remove(cb);
-      if (last != null && last) {
-        session.unwatch(sessionEnded);
+      synchronized (mu) {
+        Boolean last = remove(cb);
+        if (last != null && last && sessionWatched) {
+          sessionWatched = false;
+          session.remove(sessionEnded);
+        }
       }
     }
 
     void end(String reason) {
       if (fire(reason)) {
-        session.unwatch(sessionEnded);
+        synchronized (mu) {
+          if (sessionWatched) {
+            sessionWatched = false;
+            session.remove(sessionEnded);
+          }
+        }
+      }
+    }
+
+    /** Whether the session has this hold's end registered (tests). */
+    boolean watchesSession() {
+      synchronized (mu) {
+        return sessionWatched;
       }
     }
   }

@@ -27,11 +27,21 @@ import java.util.function.Consumer;
  *
  * <p>Closing a lock that was lost before the close throws {@link LockLostException} (the work may
  * have overlapped the next holder's), as the Python client's {@code with} block does.
+ *
+ * <p>Code that waits on the lost signal ({@code lost().thenRun(...)}, {@link #onLost}) runs on
+ * the client's callback threads ({@code lockd-client-callback-N}), never on the thread that keeps
+ * the session alive: a callback that blocks, or that takes or releases locks, holds up nothing
+ * but itself.
  */
 public final class Lock implements AutoCloseable {
   private final LockdClient client;
   final Hold hold;
+  /** Completed (on whichever thread notices) when the lock is lost: internal only. */
   private final CompletableFuture<Void> lost = new CompletableFuture<>();
+  /** What {@link #lost()} hands out (made at its first call): {@link #lost}, completed again on
+   * the callback executor so that no dependent of the caller's runs on the engine's loop or the
+   * lost timer. */
+  private CompletableFuture<Void> view;
   private final Runnable onLeaseLost = () -> markLost(null);
   private volatile String lostReason;
   private volatile boolean released;
@@ -142,18 +152,39 @@ public final class Lock implements AutoCloseable {
 
   /**
    * Completes when the lock is lost: at its local deadline, or when the service ended its
-   * session or its group's lease. Never completes for a lock released in time. Each call returns
-   * a new view of the same signal (completing it changes nothing).
+   * session or its group's lease. Never completes for a lock released in time. Every call
+   * returns the same future, completed on a callback thread of the client (so what you chain to
+   * it runs there, never on the thread that renews the session), or by this call itself once
+   * {@link #isLost()} is true. Do not complete or cancel it: every caller shares it (the
+   * client's own state does not depend on it).
    */
   public CompletableFuture<Void> lost() {
-    isLost();
-    return lost.copy();
+    boolean isLost = isLost();
+    CompletableFuture<Void> v;
+    synchronized (mu) {
+      if (view == null) {
+        view = lost.thenRunAsync(() -> { }, client.callbacks);
+      }
+      v = view;
+    }
+    if (isLost) {
+      v.complete(null); // done as soon as isLost() says so (on the caller's thread, not ours)
+    }
+    return v;
   }
 
-  /** Calls {@code listener} with the reason once the lock is lost (at once if it already is), on
-   * the thread that noticed. */
+  /** The internal lost signal (completes on whichever thread notices; no application code may
+   * depend on it). */
+  CompletableFuture<Void> lostSignal() {
+    isLost();
+    return lost;
+  }
+
+  /** Calls {@code listener} with the reason once the lock is lost, on a callback thread of the
+   * client (each listener its own task, so one that blocks delays no other). */
   public void onLost(Consumer<String> listener) {
-    lost.thenRun(() -> listener.accept(lostReason));
+    isLost();
+    lost.thenRunAsync(() -> listener.accept(lostReason), client.callbacks);
   }
 
   /** Whether the lock is lost: the signal fired, or the deadline passed by the clock. */

@@ -8,8 +8,12 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Optional;
 import java.util.TreeSet;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A connection to a lockd cluster carrying <b>one session</b> for the process, kept alive in the
@@ -32,14 +36,34 @@ public final class LockdClient implements AutoCloseable {
 
   final Engine engine;
   final ScheduledExecutorService timer;
+  private final ExecutorService callbackPool;
+  /**
+   * Where the application's code runs when a lock is lost ({@link Lock#lost()}'s dependents,
+   * {@link Lock#onLost}): never the engine's loop or the lost timer, whose stalls would stop
+   * keepalives or other locks' signals. Once the client is closed, on the calling thread.
+   */
+  final Executor callbacks;
 
-  private LockdClient(Options opts) {
+  LockdClient(Options opts) {
     this.engine = new Engine(opts);
     this.timer = Executors.newSingleThreadScheduledExecutor(r -> {
       Thread t = new Thread(r, "lockd-client-lost-timer");
       t.setDaemon(true);
       return t;
     });
+    AtomicInteger n = new AtomicInteger();
+    this.callbackPool = Executors.newCachedThreadPool(r -> {
+      Thread t = new Thread(r, "lockd-client-callback-" + n.incrementAndGet());
+      t.setDaemon(true);
+      return t;
+    });
+    this.callbacks = r -> {
+      try {
+        callbackPool.execute(r);
+      } catch (RejectedExecutionException e) {
+        r.run(); // closed: no keepalive left to hold up
+      }
+    };
   }
 
   /** A builder for a client of the nodes at {@code endpoints}. */
@@ -355,6 +379,8 @@ public final class LockdClient implements AutoCloseable {
       engine.close();
     } finally {
       timer.shutdownNow();
+      // Not shutdownNow: the lost signals the close itself fired must still reach their callers.
+      callbackPool.shutdown();
     }
   }
 }

@@ -13,14 +13,18 @@ import java.util.concurrent.TimeUnit;
  * processes), and a thread that acquires again only counts up locally.
  *
  * <p>Unlike Curator's, the holder gets a fencing token ({@link #lock()}) and a lost signal: a
- * paused process can lose the lock while it believes it holds it, so fence every write.
+ * paused process can lose the lock while it believes it holds it, so fence every write. A thread
+ * whose hold was lost cannot acquire again on top of it: its re-entrant {@code acquire} throws
+ * {@link LockLostException} and leaves the count as it was; once it has released every acquire
+ * (the last {@link #release()} throws {@link LockLostException} too), its next acquire starts
+ * afresh.
  */
 public final class LockdMutex {
   private final LockdClient client;
   private final String name;
-  private final Map<Thread, Held> threads = new ConcurrentHashMap<>();
+  final Map<Thread, Held> threads = new ConcurrentHashMap<>();
 
-  private static final class Held {
+  static final class Held {
     final Lock lock;
     int count = 1;
 
@@ -38,32 +42,33 @@ public final class LockdMutex {
     return client.clientName() + "#" + Thread.currentThread().getId();
   }
 
-  /** Takes the mutex, waiting as long as it takes. */
+  /** Takes the mutex, waiting as long as it takes.
+   *
+   * @throws LockLostException if the calling thread holds it already and that hold was lost */
   public void acquire() {
     if (!take(LockdClient.FOREVER)) {
       throw new NotAcquiredException("the wait for '" + name + "' ended without a grant");
     }
   }
 
-  /** Takes the mutex, waiting up to {@code time}; returns whether it was taken. */
+  /** Takes the mutex, waiting up to {@code time}; returns whether it was taken.
+   *
+   * @throws LockLostException if the calling thread holds it already and that hold was lost */
   public boolean acquire(long time, TimeUnit unit) {
     return take(Duration.ofNanos(unit.toNanos(time)));
   }
 
   private boolean take(Duration wait) {
     Held h = threads.get(Thread.currentThread());
-    if (h != null && !h.lock.isLost()) {
+    if (h != null) {
+      if (h.lock.isLost()) {
+        // The caller's outer acquires still believe they hold it: taking it afresh here would
+        // unbalance them (and hide the loss). Its releases end it; then acquire starts afresh.
+        throw new LockLostException("the lock '" + name + "' this thread holds " + h.count
+            + " time(s) was lost (" + h.lock.lostReason() + "); release it that often first");
+      }
       h.count++;
       return true;
-    }
-    if (h != null) {
-      // Lost under this thread: start afresh (the old hold is gone on the service).
-      threads.remove(Thread.currentThread());
-      try {
-        h.lock.release();
-      } catch (LockdException ignored) {
-        // it is lost anyway
-      }
     }
     try {
       Lock lk = client.newLock(name).owner(owner()).waitFor(wait).acquire();
@@ -91,6 +96,12 @@ public final class LockdMutex {
     }
     threads.remove(Thread.currentThread());
     h.lock.close();
+  }
+
+  /** How many acquires the calling thread holds (0: none). */
+  public int holdCount() {
+    Held h = threads.get(Thread.currentThread());
+    return h == null ? 0 : h.count;
   }
 
   /** Whether a thread of this process holds the mutex. */

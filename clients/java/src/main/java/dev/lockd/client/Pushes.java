@@ -190,6 +190,21 @@ final class Pushes<A> {
     return false;
   }
 
+  /** Forgets the queued wait or adopter {@code acq} (its caller stopped waiting); returns whether
+   * it was there. */
+  boolean forget(A acq) {
+    boolean found = waits.values().removeIf(a -> a == acq);
+    for (Iterator<Map.Entry<String, Deque<A>>> it = adopters.entrySet().iterator();
+        it.hasNext();) {
+      Deque<A> q = it.next().getValue();
+      found |= q.removeIf(a -> a == acq);
+      if (q.isEmpty()) {
+        it.remove();
+      }
+    }
+    return found;
+  }
+
   /** Hands back the adopters {@code expired} says have waited long enough for a push. */
   List<A> giveUpAdopters(Predicate<A> expired) {
     List<A> out = new ArrayList<>();

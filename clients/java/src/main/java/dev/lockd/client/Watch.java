@@ -43,7 +43,8 @@ public final class Watch implements AutoCloseable {
   private volatile boolean closed;
   private List<WatchEvent.Position> delivered = List.of();
 
-  private record Item(int gen, dev.lockd.v1.WatchEvent ev, Status status, Metadata trailers) {}
+  private record Item(int gen, dev.lockd.v1.WatchEvent ev, Status status, Metadata trailers,
+      Metadata headers) {}
 
   Watch(Engine engine, String name, String prefix) {
     if (name.isEmpty() == prefix.isEmpty()) {
@@ -70,26 +71,32 @@ public final class Watch implements AutoCloseable {
     if (engine.closed) {
       throw new ClientClosedException("the client is closed");
     }
+    if (closed) {
+      throw new ClientClosedException("the watch is closed");
+    }
     index = engine.preferred();
     int g = ++gen;
     CompletableFuture<Void> headers = new CompletableFuture<>();
+    java.util.concurrent.atomic.AtomicReference<Metadata> initial =
+        new java.util.concurrent.atomic.AtomicReference<>();
     ClientCall<WatchRequest, dev.lockd.v1.WatchEvent> c = engine.channel(index)
         .newCall(LockGrpc.getWatchMethod(), CallOptions.DEFAULT);
     c.start(new ClientCall.Listener<>() {
       @Override
       public void onHeaders(Metadata md) {
+        initial.set(md);
         headers.complete(null);
       }
 
       @Override
       public void onMessage(dev.lockd.v1.WatchEvent ev) {
-        queue.add(new Item(g, ev, null, null));
+        queue.add(new Item(g, ev, null, null, null));
       }
 
       @Override
       public void onClose(Status status, Metadata trailers) {
         headers.completeExceptionally(new StatusRuntimeException(status, trailers));
-        queue.add(new Item(g, null, status, trailers));
+        queue.add(new Item(g, null, status, trailers, initial.get()));
       }
     }, new Metadata());
     c.sendMessage(req.build());
@@ -105,13 +112,20 @@ public final class Watch implements AutoCloseable {
       throw new UnavailableException(engine.endpoints.get(index) + ": the watch did not open in "
           + wait + " s");
     } catch (ExecutionException e) {
-      throw engine.rpcError(e.getCause(), index);
+      throw engine.rpcError(e.getCause(), index, initial.get());
     } catch (InterruptedException e) {
       c.cancel("interrupted", null);
       Thread.currentThread().interrupt();
       throw new ClientClosedException("interrupted");
     }
     call = c;
+    // close() may have run meanwhile and seen no call to cancel: one of the two cancels it
+    // (each writes its own volatile field, then reads the other's).
+    if (closed) {
+      call = null;
+      c.cancel("the watch was closed", null);
+      throw new ClientClosedException("the watch is closed");
+    }
   }
 
   /**
@@ -192,7 +206,7 @@ public final class Watch implements AutoCloseable {
         continue;
       }
       LockdException err = engine.rpcError(new StatusRuntimeException(it.status(),
-          it.trailers()), index);
+          it.trailers()), index, it.headers());
       if ("watch_compacted".equals(err.code()) || !resumable(err)) {
         backoff(err); // throws, or moves on to the next node
       } else {
@@ -236,6 +250,6 @@ public final class Watch implements AutoCloseable {
     if (c != null) {
       c.cancel("the watch was closed", null);
     }
-    queue.add(new Item(-1, null, Status.CANCELLED, new Metadata()));
+    queue.add(new Item(-1, null, Status.CANCELLED, new Metadata(), null));
   }
 }

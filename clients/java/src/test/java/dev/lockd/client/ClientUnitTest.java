@@ -92,6 +92,66 @@ class ClientUnitTest {
   }
 
   @Test
+  void theServicesCodeIsReadFromTheInitialMetadataTooTheTrailersWinning() {
+    // grpc-java puts only the trailers in the exception; the headers come from the call.
+    Metadata headers = new Metadata();
+    headers.put(Errors.ERROR_CODE, "queue_full");
+    headers.put(Errors.RETRY_AFTER_MS, "300");
+    StatusRuntimeException bare = rpcError(Status.Code.RESOURCE_EXHAUSTED, "full", null, null);
+    LockdException e = Errors.fromGrpc(bare, headers, "n:1", false, false, true);
+    assertInstanceOf(ResourceExhaustedException.class, e);
+    assertEquals("queue_full", e.code());
+    assertEquals(429, e.status().getAsInt());
+    assertTrue(e.isRetryable());
+    assertEquals(Duration.ofMillis(300), e.retryAfter().orElseThrow());
+    // Without them the same status is the transport's.
+    assertInstanceOf(UnavailableException.class, Errors.fromGrpc(bare, null, "n:1", false, false,
+        true));
+    e = Errors.fromGrpc(rpcError(Status.Code.FAILED_PRECONDITION, "stale", "stale_token", null),
+        headers, "n:1", false, false, true);
+    assertEquals("stale_token", e.code());
+    assertEquals(Duration.ofMillis(300), e.retryAfter().orElseThrow(), "absent from the trailers");
+  }
+
+  @Test
+  void aFencedWriteIsOneConditionalUpsertStatement() throws Exception {
+    // Inserting, or updating only under a token at least the stored fence, in one statement (as
+    // the Python client's): no window between an UPDATE and an INSERT for another writer.
+    List<String> statements = new ArrayList<>();
+    List<Object> params = new ArrayList<>();
+    int[] rows = {1};
+    java.sql.PreparedStatement ps = (java.sql.PreparedStatement) java.lang.reflect.Proxy
+        .newProxyInstance(getClass().getClassLoader(),
+            new Class<?>[] {java.sql.PreparedStatement.class}, (proxy, m, args) -> {
+              switch (m.getName()) {
+                case "setString", "setLong", "setObject" -> params.add(args[1]);
+                case "executeUpdate" -> {
+                  return rows[0];
+                }
+                default -> { }
+              }
+              return null;
+            });
+    java.sql.Connection conn = (java.sql.Connection) java.lang.reflect.Proxy.newProxyInstance(
+        getClass().getClassLoader(), new Class<?>[] {java.sql.Connection.class},
+        (proxy, m, args) -> {
+          if (m.getName().equals("prepareStatement")) {
+            statements.add((String) args[0]);
+            return ps;
+          }
+          throw new UnsupportedOperationException(m.getName());
+        });
+    assertTrue(Fencing.fencedWrite(conn, "kv", "k", "v", 42));
+    assertEquals(List.of("INSERT INTO \"kv\" AS cur (key, value, fence) VALUES (?, ?, ?) "
+        + "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, fence = EXCLUDED.fence "
+        + "WHERE cur.fence <= EXCLUDED.fence"), statements);
+    assertEquals(List.of("k", "v", 42L), params);
+    rows[0] = 0; // the stored fence is newer: no row written
+    assertFalse(Fencing.fencedWrite(conn, "kv", "k", "v", 41));
+    assertEquals(2, statements.size(), "one statement per write, refused or not");
+  }
+
+  @Test
   void clientSideOutcomesAreNotRetryableAndTheEventErrorsMapAsTheStatuses() {
     for (LockdException e : List.of(new NotAcquiredException("x"), new SessionLostException("x"),
         new ClientClosedException("x"), new LockLostException("x"),

@@ -9,6 +9,11 @@ import dev.lockd.v1.GroupLease;
 import dev.lockd.v1.GroupLeaseState;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CyclicBarrier;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -442,5 +447,60 @@ class LeasesTest {
     assertEquals(1, s2.watcherCount());
     c.unwatch(cb);
     assertEquals(0, s2.watcherCount());
+  }
+
+  @Test
+  void aWatchRacingAWatchOrAnUnwatchKeepsTheSessionRegistrationExactlyOnce() throws Exception {
+    // The first watcher registers the lock with its session and the last unwatch takes it off.
+    // Raced, the two steps must not leave a lock with watchers but no registration (its
+    // session's end would not reach them), nor two registrations (one leaks past the unwatch).
+    double t = Clock.now();
+    ExecutorService pool = Executors.newFixedThreadPool(2);
+    List<String> bad = new ArrayList<>();
+    try {
+      CyclicBarrier go = new CyclicBarrier(2);
+      double end = Clock.now() + 10;
+      for (int i = 0; i < 100_000 && Clock.now() < end && bad.size() < 5; i++) {
+        Leases.Lease session = new Leases.Lease(1, "s", new GroupLeases(t, 3600.0, 1.0));
+        Leases.LockLease ll = new Leases.LockLease(session, session.leases.granted(t, t, 1, 0,
+            3_600_000));
+        Runnable a = () -> { };
+        Runnable b = () -> { };
+        boolean unwatchRace = i % 2 == 1;
+        if (unwatchRace) {
+          ll.watch(a);
+        }
+        Future<?> f1 = pool.submit(() -> {
+          go.await(5, TimeUnit.SECONDS);
+          if (unwatchRace) {
+            ll.unwatch(a);
+          } else {
+            ll.watch(a);
+          }
+          return null;
+        });
+        Future<?> f2 = pool.submit(() -> {
+          go.await(5, TimeUnit.SECONDS);
+          ll.watch(b);
+          return null;
+        });
+        f1.get(5, TimeUnit.SECONDS);
+        f2.get(5, TimeUnit.SECONDS);
+        int expect = ll.watcherCount() > 0 ? 1 : 0;
+        if (session.watcherCount() != expect) {
+          bad.add("iteration " + i + (unwatchRace ? " (unwatch race)" : " (watch race)")
+              + ": " + ll.watcherCount() + " watcher(s), " + session.watcherCount()
+              + " registration(s)");
+        }
+        ll.unwatch(a);
+        ll.unwatch(b);
+        if (session.watcherCount() != 0) {
+          bad.add("iteration " + i + ": a registration left after every unwatch");
+        }
+      }
+    } finally {
+      pool.shutdownNow();
+    }
+    assertEquals(List.of(), bad);
   }
 }

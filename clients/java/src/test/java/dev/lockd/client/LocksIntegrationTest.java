@@ -351,7 +351,7 @@ class LocksIntegrationTest {
         ch.shutdownNow();
       }
       lk2.lost().get(5, TimeUnit.SECONDS);
-      // The listener runs on the thread that noticed, maybe just after the future's waiters.
+      // The listener runs on a callback thread of its own, maybe just after the future completes.
       Cluster.waitUntil(() -> reasons.size() == 1, 2, "the lost listener");
       assertTrue(reasons.get(0).contains("ended the session"), reasons.toString());
       try (Lock lk3 = c2.lock(name, Duration.ofSeconds(5))) {
