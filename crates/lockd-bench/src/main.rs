@@ -155,7 +155,7 @@ enum Cmd {
             long,
             value_enum,
             value_delimiter = ',',
-            default_value = "lockd,lockd-http,lockd-leader,lockd-4g,etcd,etcd-lock,etcd-gw,zookeeper,redis-aof,redis-mem"
+            default_value = "lockd,lockd-http,lockd-leader,lockd-4g,lockd-8g,etcd,etcd-lock,etcd-gw,zookeeper,redis-aof,redis-mem"
         )]
         systems: Vec<SystemKind>,
         /// The systems the ratio columns divide by.
@@ -660,7 +660,7 @@ async fn compare(
         if quick { " --quick" } else { "" }
     );
     println!(
-        "machine: {} cores; lockd {} ({} groups, lockd-4g 4; 3 nodes; leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}; {}",
+        "machine: {} cores; lockd {} ({} groups, lockd-4g 4, lockd-8g 8; 3 nodes; leader balance {}); scheduler threads per lockd/etcd replica: {}; {}; {}; {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         bin.as_ref().map_or("-".into(), |b| b.display().to_string()),
         lockd.groups(),
@@ -706,10 +706,10 @@ async fn run_lockd(
     args: &LockdArgs,
     extras: &Extras,
 ) -> Result<(Vec<Row>, Vec<String>)> {
-    let groups = if s == SystemKind::Lockd4g {
-        lockd_server::cli::DEFAULT_GROUPS
-    } else {
-        args.groups()
+    let groups = match s {
+        SystemKind::Lockd4g => lockd_server::cli::DEFAULT_GROUPS,
+        SystemKind::Lockd8g => 8,
+        _ => args.groups(),
     };
     let mut opts = args.opts();
     opts.tls = s == SystemKind::LockdTls;
@@ -952,6 +952,7 @@ async fn run_system(
         | SystemKind::LockdHttp
         | SystemKind::LockdLeader
         | SystemKind::Lockd4g
+        | SystemKind::Lockd8g
         | SystemKind::LockdTls => {
             bail!("{label} runs through run_lockd")
         }

@@ -83,6 +83,11 @@ pub enum SystemKind {
     /// gets: the same cluster otherwise, gRPC session streams spread over the nodes.
     #[value(name = "lockd-4g")]
     Lockd4g,
+    /// `lockd` with 8 lock groups (`--groups 8`), the design's shape (names hash to 4096
+    /// buckets over 8 groups): the same cluster otherwise. What the per-group costs of more
+    /// groups come to on these shared cores.
+    #[value(name = "lockd-8g")]
+    Lockd8g,
     /// `lockd` (the default configuration, gRPC session streams spread over the nodes) with TLS
     /// on every port: client ports over TLS, mutual TLS between the nodes.
     LockdTls,
@@ -114,6 +119,7 @@ impl SystemKind {
                 | SystemKind::LockdHttp
                 | SystemKind::LockdLeader
                 | SystemKind::Lockd4g
+                | SystemKind::Lockd8g
                 | SystemKind::LockdTls
         )
     }
@@ -126,6 +132,7 @@ impl SystemKind {
             SystemKind::LockdHttp => "lockd-http",
             SystemKind::LockdLeader => "lockd-leader",
             SystemKind::Lockd4g => "lockd-4g",
+            SystemKind::Lockd8g => "lockd-8g",
             SystemKind::LockdTls => "lockd-tls",
             SystemKind::Etcd => "etcd",
             SystemKind::EtcdLock => "etcd-lock",
