@@ -383,7 +383,7 @@ impl RaftGroup {
     /// newer leader can have committed anything by then: openraft's read index (its commit
     /// index, at least its own first entry of the term) covers every write acknowledged
     /// before the read began. The lease is `election_timeout_min`, half the voters': that
-    /// margin absorbs clock rate differences between nodes (INVARIANTS.md, C6). `None` when the
+    /// margin absorbs clock rate differences between nodes (INVARIANTS.md, S13). `None` when the
     /// lease does not hold (or on a follower): the caller runs a round.
     async fn lease_read_index(&self) -> Option<u64> {
         if self.unchecked_read_lease && self.role().is_leader {
