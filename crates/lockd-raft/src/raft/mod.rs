@@ -162,13 +162,8 @@ pub(crate) struct RaftGroup {
     replica: Arc<Replica>,
     /// A leader acknowledges keepalives only if a quorum acked it this recently.
     keepalive_lease: Duration,
-    /// Reads waiting for the next ReadIndex round.
-    reads: Arc<Mutex<ReadQueue>>,
-    /// Negative control (`NodeConfig::skip_read_lease_check`): lease reads without the lease.
-    unchecked_read_lease: bool,
-    /// Reads this replica led: served from the leader lease, and through a ReadIndex round.
-    lease_reads: AtomicU64,
-    round_reads: AtomicU64,
+    /// Reads waiting for the next batch, and how batches are answered.
+    reads: ReadPath,
     /// Proposals waiting for a free entry slot.
     writes: Arc<Mutex<WriteQueue>>,
     /// The on-disk log (None in memory), kept to persist its buffered tail on shutdown and
@@ -227,14 +222,28 @@ struct WriteQueue {
     waiting: Vec<PendingWrite>,
 }
 
-/// Concurrent linearizable reads share quorum rounds: one round runs at a time, and every read
-/// that arrives meanwhile waits for the next, which starts after it arrived, so each read still
-/// sees every write acknowledged before it began. Without this each read cost its own heartbeat
-/// broadcast to every follower.
+/// Concurrent linearizable reads are answered in batches: one batch (one lease check, else one
+/// quorum round) runs at a time, and every read that arrives meanwhile waits for the next, which
+/// starts after it arrived, so each read still sees every write acknowledged before it began.
+/// Without this each read cost its own message to openraft's core (and, past the lease, its own
+/// heartbeat broadcast to every follower).
 #[derive(Default)]
 struct ReadQueue {
     running: bool,
     waiting: Vec<oneshot::Sender<Result<u64, WriteError>>>,
+}
+
+/// What a batch of reads needs: the queue, and how to get a read index (lease or round).
+#[derive(Clone)]
+struct ReadPath {
+    raft: Raft,
+    queue: Arc<Mutex<ReadQueue>>,
+    /// A quorum acknowledgement younger than this lets the leader answer from its lease.
+    lease: Duration,
+    /// Negative control (`NodeConfig::skip_read_lease_check`): lease reads without the lease.
+    unchecked: bool,
+    /// Reads this replica led: `[from the lease, through a ReadIndex round]`.
+    counts: Arc<[AtomicU64; 2]>,
 }
 
 /// Timing and snapshot policy for every group of a node.
@@ -311,13 +320,16 @@ impl RaftGroup {
             }
         };
         Ok(RaftGroup {
-            raft,
+            raft: raft.clone(),
             replica: stamps,
             keepalive_lease: Duration::from_millis(cfg.election_timeout_ms.0),
-            reads: Arc::default(),
-            unchecked_read_lease: cfg.skip_read_lease_check,
-            lease_reads: AtomicU64::new(0),
-            round_reads: AtomicU64::new(0),
+            reads: ReadPath {
+                raft,
+                queue: Arc::default(),
+                lease: Duration::from_millis(cfg.election_timeout_ms.0),
+                unchecked: cfg.skip_read_lease_check,
+                counts: Arc::default(),
+            },
             writes: Arc::default(),
             log: Mutex::new(disk_log),
             named: network::NamedSuccessor::default(),
@@ -365,71 +377,38 @@ impl RaftGroup {
             .unwrap_or_else(|_| Err(WriteError::Fatal("the proposal was dropped".into())))
     }
 
-    /// The index a linearizable read must wait for (the local state machine applying it):
-    /// from the leader lease when a quorum acknowledged this leader within the keepalive lease
-    /// (no round trip), else from a ReadIndex round.
+    /// The index a linearizable read must wait for (the local state machine applying it).
+    /// Reads queue and are answered in batches, one batch at a time: each batch's index comes
+    /// from the leader lease when it holds (no round trip, [`ReadPath::lease_index`]), else
+    /// from a ReadIndex round. A read that arrives while a batch is being answered waits for
+    /// the next, whose lease check or round starts after it arrived, so it still sees every
+    /// write acknowledged before it began; a burst costs one message to openraft's core (and
+    /// at most one heartbeat broadcast) instead of one each.
     pub(crate) async fn read_index(&self) -> Result<u64, WriteError> {
-        // Boxed: openraft's linearizer future is deep, and every handler that reads nests it.
-        if let Some(index) = Box::pin(self.lease_read_index()).await {
-            return Ok(index);
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut q = self.reads.queue.lock().expect("read queue poisoned");
+            q.waiting.push(tx);
+            !std::mem::replace(&mut q.running, true)
+        };
+        if start {
+            tokio::spawn(read_batches(self.reads.clone()));
         }
-        self.read_index_round().await
-    }
-
-    /// A lease read: the read index without a round, when a quorum acknowledged a message this
-    /// leader sent less than the keepalive lease before openraft takes the request. The voters
-    /// of that quorum refuse any other candidate for `election_timeout_max` after they received
-    /// it (`raft/network.rs` honours a transfer vote only from the named successor), so no
-    /// newer leader can have committed anything by then: openraft's read index (its commit
-    /// index, at least its own first entry of the term) covers every write acknowledged
-    /// before the read began. The lease is `election_timeout_min`, half the voters': that
-    /// margin absorbs clock rate differences between nodes (INVARIANTS.md, S13). `None` when the
-    /// lease does not hold (or on a follower): the caller runs a round.
-    async fn lease_read_index(&self) -> Option<u64> {
-        if self.unchecked_read_lease && self.role().is_leader {
-            self.lease_reads.fetch_add(1, Ordering::Relaxed);
-            let m = self.raft.data_metrics();
-            let committed = m.borrow_watched().local_committed.as_ref().map(|c| c.index);
-            return Some(committed.unwrap_or(0));
-        }
-        let lease = openraft::LinearizerOption::new(Some(self.keepalive_lease), false)
-            .with_wait_timeout(Duration::ZERO);
-        let (read, _) = self.raft.get_read_log_id(lease).await.ok()?;
-        self.lease_reads.fetch_add(1, Ordering::Relaxed);
-        Some(read.index())
+        rx.await
+            .unwrap_or_else(|_| Err(WriteError::Fatal("the read batch was dropped".into())))
     }
 
     /// The negative control `NodeConfig::skip_read_lease_check` is on (it also skips the
     /// silent-leader refusal before reads, `LockGroup::cut_off_leader`, itself a lease).
     pub(crate) fn unchecked_read_lease(&self) -> bool {
-        self.unchecked_read_lease
+        self.reads.unchecked
     }
 
     /// Reads this replica answered as leader: `(from the lease, through a ReadIndex round)`
     /// (a round that failed counts too).
     pub(crate) fn reads(&self) -> (u64, u64) {
-        (
-            self.lease_reads.load(Ordering::Relaxed),
-            self.round_reads.load(Ordering::Relaxed),
-        )
-    }
-
-    /// ReadIndex: confirms leadership with a quorum round (shared with the reads that queued
-    /// while the previous round ran) and waits until the local state machine has applied the
-    /// read index; returns that index.
-    async fn read_index_round(&self) -> Result<u64, WriteError> {
-        self.round_reads.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        let start = {
-            let mut q = self.reads.lock().expect("read queue poisoned");
-            q.waiting.push(tx);
-            !std::mem::replace(&mut q.running, true)
-        };
-        if start {
-            tokio::spawn(read_rounds(self.raft.clone(), self.reads.clone()));
-        }
-        rx.await
-            .unwrap_or_else(|_| Err(WriteError::Fatal("the read round was dropped".into())))
+        let [lease, round] = &*self.reads.counts;
+        (lease.load(Ordering::Relaxed), round.load(Ordering::Relaxed))
     }
 
     pub(crate) fn status(&self) -> RaftStatus {
@@ -670,22 +649,56 @@ async fn write_entry(
     Ok(replies)
 }
 
-/// Runs ReadIndex rounds while reads are waiting; each round answers the reads that were waiting
-/// when it started.
-async fn read_rounds(raft: Raft, reads: Arc<Mutex<ReadQueue>>) {
+/// Answers batches of reads while reads are waiting; each batch answers the reads that were
+/// waiting when it started.
+async fn read_batches(p: ReadPath) {
     loop {
         let waiting = {
-            let mut q = reads.lock().expect("read queue poisoned");
+            let mut q = p.queue.lock().expect("read queue poisoned");
             if q.waiting.is_empty() {
                 q.running = false;
                 return;
             }
             std::mem::take(&mut q.waiting)
         };
-        let r = read_index_round(&raft).await;
+        let n = waiting.len() as u64;
+        // Boxed: openraft's linearizer future is deep, and every handler that reads nests it.
+        let r = match Box::pin(p.lease_index()).await {
+            Some(index) => {
+                p.counts[0].fetch_add(n, Ordering::Relaxed);
+                Ok(index)
+            }
+            None => {
+                p.counts[1].fetch_add(n, Ordering::Relaxed);
+                read_index_round(&p.raft).await
+            }
+        };
         for w in waiting {
             let _ = w.send(r.clone());
         }
+    }
+}
+
+impl ReadPath {
+    /// A lease read: the read index without a round, when a quorum acknowledged a message this
+    /// leader sent less than the keepalive lease before openraft takes the request. The voters
+    /// of that quorum refuse any other candidate for `election_timeout_max` after they received
+    /// it (`raft/network.rs` honours a transfer vote only from the named successor), so no
+    /// newer leader can have committed anything by then: openraft's read index (its commit
+    /// index, at least its own first entry of the term) covers every write acknowledged
+    /// before the read began. The lease is `election_timeout_min`, half the voters': that
+    /// margin absorbs clock rate differences between nodes (INVARIANTS.md, S13). `None` when
+    /// the lease does not hold (or on a follower): the caller runs a round.
+    async fn lease_index(&self) -> Option<u64> {
+        if self.unchecked && role_of(&self.raft.server_metrics().borrow_watched()).is_leader {
+            let m = self.raft.data_metrics();
+            let committed = m.borrow_watched().local_committed.as_ref().map(|c| c.index);
+            return Some(committed.unwrap_or(0));
+        }
+        let lease = openraft::LinearizerOption::new(Some(self.lease), false)
+            .with_wait_timeout(Duration::ZERO);
+        let (read, _) = self.raft.get_read_log_id(lease).await.ok()?;
+        Some(read.index())
     }
 }
 
