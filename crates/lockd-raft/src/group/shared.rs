@@ -20,4 +20,6 @@ pub(crate) struct Shared {
     pub(crate) remotes: Arc<RwLock<BTreeMap<GroupId, Arc<RemoteGroup>>>>,
     /// Who may call the peer port; the meta group's replica keeps it current.
     pub(crate) book: Option<Arc<PeerBook>>,
+    /// The entry slots every group this node leads shares (`raft/mod.rs`).
+    pub(crate) entry_slots: crate::raft::EntrySlots,
 }

@@ -1174,7 +1174,15 @@ async fn open_group(
         cfg.skip_ownership_check,
         book,
     ));
-    let raft = RaftGroup::start(cfg, id, &dir, replica.clone(), pool.clone()).await?;
+    let raft = RaftGroup::start(
+        cfg,
+        id,
+        &dir,
+        replica.clone(),
+        pool.clone(),
+        shared.entry_slots.clone(),
+    )
+    .await?;
     Ok(Arc::new(Group::new(
         id,
         raft,

@@ -166,6 +166,8 @@ pub(crate) struct RaftGroup {
     reads: ReadPath,
     /// Proposals waiting for a free entry slot.
     writes: Arc<Mutex<WriteQueue>>,
+    /// The node's entry slots, shared with its other groups.
+    slots: EntrySlots,
     /// The on-disk log (None in memory), kept to persist its buffered tail on shutdown and
     /// released there, so the directory can be opened again.
     log: Mutex<Option<log_store::LogStore>>,
@@ -185,6 +187,59 @@ pub(crate) struct RaftGroup {
 /// (2026-12-01 04:08); again at 06:00, 12,523 / 10,103 against 9,570 / 9,711. Uncontended
 /// acquire p50 at C=1 is unchanged: a lone proposal leaves at once either way.
 const MAX_ENTRIES_IN_FLIGHT: usize = 1;
+
+/// Entries in flight at once on one node, across every group it leads, handed out in the order
+/// the groups asked ([`EntrySlots`]).
+const NODE_ENTRIES_IN_FLIGHT: usize = 1;
+
+/// How long one group's entry may keep its node slot: past this it gives the slot up (and keeps
+/// waiting for its own commit), so a group that lost its quorum, or a slow disk under one group,
+/// delays the node's other groups once by this much, never stops them.
+const SLOT_HOLD_MAX: Duration = Duration::from_millis(20);
+
+/// The entry slots one node's groups share. Every group's entry carries every proposal waiting
+/// when it is formed; with a slot per group, G groups on a node keep G entries in flight, each
+/// carrying 1/G of the proposals, and pay the per-entry work (append, fsync, replication, apply
+/// and openraft's bookkeeping on every replica) G times as often as one group does. Sharing the
+/// slot makes a group whose entry waits for the slot gather the proposals that arrive meanwhile,
+/// as one group does. A lone proposal on an idle node leaves at once.
+#[derive(Clone)]
+pub(crate) struct EntrySlots(Arc<tokio::sync::Semaphore>);
+
+impl Default for EntrySlots {
+    fn default() -> Self {
+        EntrySlots(Arc::new(tokio::sync::Semaphore::new(
+            NODE_ENTRIES_IN_FLIGHT,
+        )))
+    }
+}
+
+impl EntrySlots {
+    /// Waits for a slot; groups are served in the order they asked.
+    async fn take(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.0
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("entry slots are never closed")
+    }
+}
+
+/// Runs `entry` holding `slot`, which goes back when the entry is done or after
+/// [`SLOT_HOLD_MAX`], whichever comes first.
+async fn holding<T>(
+    slot: tokio::sync::OwnedSemaphorePermit,
+    entry: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(entry);
+    tokio::select! {
+        r = &mut entry => r,
+        () = tokio::time::sleep(SLOT_HOLD_MAX) => {
+            drop(slot);
+            entry.await
+        }
+    }
+}
 
 /// Most ops in one entry: bounds the entry's size and how long applying it holds the replica.
 const MAX_ENTRY_OPS: usize = 256;
@@ -280,6 +335,7 @@ impl RaftGroup {
         dir: &Path,
         replica: Arc<Replica>,
         pool: Peers,
+        slots: EntrySlots,
     ) -> Result<RaftGroup, StartError> {
         let storage = |source| StartError::Storage { group, source };
         let config = Arc::new(raft_config(cfg)?);
@@ -331,6 +387,7 @@ impl RaftGroup {
                 counts: Arc::default(),
             },
             writes: Arc::default(),
+            slots,
             log: Mutex::new(disk_log),
             named: network::NamedSuccessor::default(),
         })
@@ -371,6 +428,7 @@ impl RaftGroup {
                 self.raft.clone(),
                 self.replica.clone(),
                 self.writes.clone(),
+                self.slots.clone(),
             ));
         }
         rx.await
@@ -576,9 +634,16 @@ impl RaftGroup {
 }
 
 /// Proposes entries while proposals are waiting, one at a time; each entry carries every
-/// proposal waiting when it is formed. One of the group's [`MAX_ENTRIES_IN_FLIGHT`] slots.
-async fn write_entries(raft: Raft, replica: Arc<Replica>, writes: Arc<Mutex<WriteQueue>>) {
+/// proposal waiting when it is formed, once a node slot is free ([`EntrySlots`]). One of the
+/// group's [`MAX_ENTRIES_IN_FLIGHT`] slots.
+async fn write_entries(
+    raft: Raft,
+    replica: Arc<Replica>,
+    writes: Arc<Mutex<WriteQueue>>,
+    slots: EntrySlots,
+) {
     loop {
+        let slot = slots.take().await;
         let batch: Vec<PendingWrite> = {
             let mut q = writes.lock().expect("write queue poisoned");
             q.waiting.retain(|w| !w.tx.is_closed());
@@ -590,7 +655,7 @@ async fn write_entries(raft: Raft, replica: Arc<Replica>, writes: Arc<Mutex<Writ
             q.waiting.drain(..n).collect()
         };
         let (ops, txs): (Vec<Op>, Vec<_>) = batch.into_iter().map(|w| (w.op, w.tx)).unzip();
-        match write_entry(&raft, &replica, ops).await {
+        match holding(slot, write_entry(&raft, &replica, ops)).await {
             Ok(replies) => {
                 for (tx, r) in txs.into_iter().zip(replies) {
                     let _ = tx.send(Ok(r));
@@ -977,6 +1042,23 @@ mod batch_tests {
             wait_ms: 0,
             reentrant: false,
         }
+    }
+
+    /// A node's groups share its entry slot: an entry that cannot commit (its group lost its
+    /// quorum) gives the slot up after SLOT_HOLD_MAX and keeps waiting; one that commits gives
+    /// it back at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_entry_gives_the_node_slot_up_and_a_done_one_at_once() {
+        let slots = EntrySlots::default();
+        let stuck = tokio::spawn(holding(slots.take().await, std::future::pending::<()>()));
+        let early = tokio::time::timeout(SLOT_HOLD_MAX / 2, slots.take()).await;
+        assert!(early.is_err(), "the slot went before SLOT_HOLD_MAX");
+        let later = tokio::time::timeout(SLOT_HOLD_MAX, slots.take()).await;
+        let slot = later.expect("the stuck entry kept the node's slot");
+        assert!(!stuck.is_finished(), "the stuck entry stopped waiting");
+        assert_eq!(holding(slot, async { 7 }).await, 7);
+        let again = tokio::time::timeout(std::time::Duration::from_millis(1), slots.take()).await;
+        assert!(again.is_ok(), "a finished entry kept the slot");
     }
 
     #[test]
