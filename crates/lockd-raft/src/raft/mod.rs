@@ -160,8 +160,6 @@ pub(crate) struct RaftGroup {
     raft: Raft,
     /// Stamps each entry with group time as it is proposed.
     replica: Arc<Replica>,
-    /// A leader acknowledges keepalives only if a quorum acked it this recently.
-    keepalive_lease: Duration,
     /// Reads waiting for the next batch, and how batches are answered.
     reads: ReadPath,
     /// Proposals waiting for a free entry slot.
@@ -293,7 +291,8 @@ struct ReadQueue {
 struct ReadPath {
     raft: Raft,
     queue: Arc<Mutex<ReadQueue>>,
-    /// A quorum acknowledgement younger than this lets the leader answer from its lease.
+    /// The leader lease: a quorum acknowledgement younger than this lets the leader answer
+    /// reads (here) and keepalives (`RaftGroup::lease_valid`) from its own state.
     lease: Duration,
     /// Negative control (`NodeConfig::skip_read_lease_check`): lease reads without the lease.
     unchecked: bool,
@@ -378,7 +377,6 @@ impl RaftGroup {
         Ok(RaftGroup {
             raft: raft.clone(),
             replica: stamps,
-            keepalive_lease: Duration::from_millis(cfg.election_timeout_ms.0),
             reads: ReadPath {
                 raft,
                 queue: Arc::default(),
@@ -546,10 +544,10 @@ impl RaftGroup {
         role_of(&self.raft.server_metrics().borrow_watched())
     }
 
-    /// Whether this node is the leader and a quorum acknowledged it within the keepalive lease
+    /// Whether this node is the leader and a quorum acknowledged it within the leader lease
     /// (shorter than openraft's own lease, which is `election_timeout_max`).
     pub(crate) fn lease_valid(&self) -> bool {
-        matches!(self.quorum_ack_age(), Some(Some(age)) if age < self.keepalive_lease)
+        matches!(self.quorum_ack_age(), Some(Some(age)) if age < self.reads.lease)
     }
 
     /// Whether this node leads but no quorum has acknowledged it for `silence` (it was cut off
